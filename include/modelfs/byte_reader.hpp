@@ -1,0 +1,80 @@
+#pragma once
+// A cursor over untrusted bytes. Every read is bounds-checked first; a read
+// past the end throws ModelError naming the file, format and offset, so a
+// binary parser reads like the format's spec and cannot overrun.
+#include <cstddef>
+#include <cstdint>
+#include <bit>
+#include <cstring>
+#include <type_traits>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "modelfs/checked_math.hpp"
+#include "modelfs/error.hpp"
+
+namespace modelfs {
+
+class ByteReader {
+ public:
+  // `base` is the offset of bytes[0] in the file, for messages.
+  ByteReader(std::span<const std::byte> bytes, std::string file, std::string format,
+             uint64_t base = 0)
+      : bytes_(bytes), file_(std::move(file)), format_(std::move(format)), base_(base) {}
+
+  uint64_t position() const noexcept { return pos_; }
+  uint64_t file_offset() const noexcept { return base_ + pos_; }
+  uint64_t remaining() const noexcept { return bytes_.size() - pos_; }
+  void seek(uint64_t position) {
+    if (position > bytes_.size()) fail("offset " + std::to_string(position) + " is past the end");
+    pos_ = position;
+  }
+
+  std::span<const std::byte> take(uint64_t length, std::string_view what) {
+    require(length, what);
+    auto out = bytes_.subspan(pos_, length);
+    pos_ += length;
+    return out;
+  }
+  std::string_view take_string(uint64_t length, std::string_view what) {
+    auto raw = take(length, what);
+    return {reinterpret_cast<const char*>(raw.data()), raw.size()};
+  }
+  void skip(uint64_t length, std::string_view what) { take(length, what); }
+
+  template <typename T>
+  T read_le(std::string_view what) {
+    static_assert(std::is_integral_v<T> || std::is_floating_point_v<T>);
+    auto raw = take(sizeof(T), what);
+    T value;
+    std::memcpy(&value, raw.data(), sizeof(T));  // hosts are little-endian (checked at build)
+    return value;
+  }
+  uint8_t u8(std::string_view what) { return read_le<uint8_t>(what); }
+  uint16_t u16(std::string_view what) { return read_le<uint16_t>(what); }
+  uint32_t u32(std::string_view what) { return read_le<uint32_t>(what); }
+  uint64_t u64(std::string_view what) { return read_le<uint64_t>(what); }
+
+  [[noreturn]] void fail(const std::string& reason) const {
+    throw ModelError(file_, format_, file_offset(), reason);
+  }
+
+ private:
+  void require(uint64_t length, std::string_view what) const {
+    if (length > remaining())
+      fail(std::string(what) + " needs " + std::to_string(length) + " bytes but only " +
+           std::to_string(remaining()) + " remain");
+  }
+
+  std::span<const std::byte> bytes_;
+  std::string file_;
+  std::string format_;
+  uint64_t base_;
+  uint64_t pos_ = 0;
+};
+
+static_assert(std::endian::native == std::endian::little,
+              "modelfs serves little-endian tensor bytes from the mapping as they are");
+
+}  // namespace modelfs

@@ -1,0 +1,97 @@
+#pragma once
+// The Catalog is where format readers and the tree meet: what a model holds,
+// independent of how its format stores it. A reader fills one; the tree
+// builder turns it into files. Neither side knows the other's insides.
+//
+//   tensors    name, dtype, shape, strides and the bytes to serve (a range
+//              of a mapped model file, or a small buffer modelfs made)
+//   metadata   what the format says about the model as a whole (JSON)
+//   documents  files stored as they are under .modelfs/ (graph.json, ...)
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "modelfs/dtype.hpp"
+#include "modelfs/mapped_file.hpp"
+
+namespace modelfs {
+
+// Bytes that stay valid as long as the span (or a copy) lives: `owner` keeps
+// the mapping or buffer they point into alive.
+class ByteSpan {
+ public:
+  ByteSpan() = default;
+  // A range of a mapped file; the caller has bounds-checked it (throws
+  // std::out_of_range otherwise, a bug, never a bad file).
+  static ByteSpan mapped(std::shared_ptr<const MappedFile> file, uint64_t offset, uint64_t length);
+  // Bytes modelfs made itself (sidecars, .npy headers, decoded fields).
+  static ByteSpan owned(std::string bytes);
+
+  const std::byte* data() const noexcept { return data_; }
+  uint64_t size() const noexcept { return size_; }
+  std::span<const std::byte> span() const noexcept { return {data_, size_}; }
+  std::string_view view() const noexcept {
+    return {reinterpret_cast<const char*>(data_), size_};
+  }
+  // The mapped file these bytes lie in, or null for owned bytes.
+  const MappedFile* mapped_file() const noexcept { return file_; }
+
+ private:
+  std::shared_ptr<const void> owner_;
+  const MappedFile* file_ = nullptr;
+  const std::byte* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+// Where a tensor's bytes lie in the model's files, for the sidecar.
+struct TensorSource {
+  std::string file;                // as listed in Catalog::files
+  std::optional<uint64_t> offset;  // absent when the bytes were decoded
+};
+
+struct Tensor {
+  std::string name;  // as the format stores it, unsplit
+  DType dtype = DType::Float32;
+  std::string block_type;        // ggml type name when dtype is GgmlBlock
+  std::vector<uint64_t> shape;   // outermost first; empty for a scalar
+  std::vector<int64_t> strides;  // in elements, as torch counts them
+  ByteSpan bytes;                // exactly what the raw file serves
+  TensorSource source;
+  nlohmann::json extras = nlohmann::json::object();  // format extras for the sidecar
+
+  // "float32", ..., or the ggml block type name.
+  std::string dtype_name() const;
+  // Number of elements (1 for a scalar). Readers validate shapes, so this
+  // cannot overflow for a tensor in a Catalog.
+  uint64_t numel() const;
+  // Strides are exactly those of a C-order (row-major) array of `shape`.
+  bool is_c_contiguous() const;
+  // Strides are exactly those of a Fortran-order (column-major) array.
+  bool is_f_contiguous() const;
+};
+
+// C-order strides of `shape`, in elements, as torch computes them (a zero
+// dimension counts as one, so strides stay meaningful for empty tensors).
+std::vector<int64_t> contiguous_strides(std::span<const uint64_t> shape);
+
+struct Document {
+  std::string path;     // relative to .modelfs/, '/'-separated
+  std::string content;  // stored as is
+};
+
+struct Catalog {
+  std::string format;              // "safetensors", ...
+  std::vector<std::string> files;  // model files read, as the user named them
+  std::vector<Tensor> tensors;     // in file order
+  nlohmann::json metadata = nlohmann::json::object();
+  std::vector<Document> documents;
+  timespec mtime{};                // of the (first) model file: the tree's times
+};
+
+}  // namespace modelfs

@@ -1,0 +1,47 @@
+#pragma once
+// Overflow-checked arithmetic for sizes read from hostile files. Every
+// product or sum of file-provided numbers goes through these.
+#include <cstdint>
+#include <optional>
+#include <span>
+
+namespace modelfs {
+
+inline std::optional<uint64_t> checked_mul(uint64_t a, uint64_t b) noexcept {
+  uint64_t result = 0;
+  if (__builtin_mul_overflow(a, b, &result)) return std::nullopt;
+  return result;
+}
+
+inline std::optional<uint64_t> checked_add(uint64_t a, uint64_t b) noexcept {
+  uint64_t result = 0;
+  if (__builtin_add_overflow(a, b, &result)) return std::nullopt;
+  return result;
+}
+
+// Number of elements of a shape (1 for a scalar), or nullopt on overflow.
+inline std::optional<uint64_t> checked_numel(std::span<const uint64_t> shape) noexcept {
+  uint64_t numel = 1;
+  for (uint64_t dim : shape) {
+    auto next = checked_mul(numel, dim);
+    if (!next) return std::nullopt;
+    numel = *next;
+  }
+  return numel;
+}
+
+// Bytes taken by `numel` elements of `bits` each, packed (sub-byte types two
+// or more per byte). nullopt on overflow or when the bits do not fill whole
+// bytes.
+inline std::optional<uint64_t> checked_packed_bytes(uint64_t numel, uint32_t bits) noexcept {
+  auto total_bits = checked_mul(numel, bits);
+  if (!total_bits || *total_bits % 8 != 0) return std::nullopt;
+  return *total_bits / 8;
+}
+
+// True when [offset, offset + length) lies inside [0, size).
+inline bool range_fits(uint64_t offset, uint64_t length, uint64_t size) noexcept {
+  return offset <= size && length <= size - offset;
+}
+
+}  // namespace modelfs

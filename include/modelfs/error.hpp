@@ -1,0 +1,34 @@
+#pragma once
+// The one error type of modelfs. Everything a model file can do wrong is a
+// ModelError carrying what the one-line message needs: which file, which
+// format, where in it, and why. The CLI prints it and exits 2; the FUSE layer
+// never sees one, since models are fully checked before mounting.
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace modelfs {
+
+class ModelError : public std::runtime_error {
+ public:
+  ModelError(std::string file, std::string format, std::optional<uint64_t> offset,
+             std::string reason);
+
+  const std::string& file() const noexcept { return file_; }
+  const std::string& format() const noexcept { return format_; }
+  std::optional<uint64_t> offset() const noexcept { return offset_; }
+  const std::string& reason() const noexcept { return reason_; }
+
+ private:
+  std::string file_;
+  std::string format_;
+  std::optional<uint64_t> offset_;
+  std::string reason_;
+};
+
+// "FILE: FORMAT: at byte N: REASON" (the offset part only when known).
+std::string format_model_error(const std::string& file, const std::string& format,
+                               std::optional<uint64_t> offset, const std::string& reason);
+
+}  // namespace modelfs

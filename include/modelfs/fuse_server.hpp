@@ -1,0 +1,38 @@
+#pragma once
+// Serving a Tree over FUSE (libfuse3 low-level API). The operations know
+// nothing of formats: they read the immutable inode table and hand slices of
+// the mapped model files to the kernel.
+#include <fuse_lowlevel.h>
+
+#include <functional>
+#include <string>
+
+#include "modelfs/tree.hpp"
+
+namespace modelfs {
+
+struct ServeOptions {
+  std::string mountpoint;
+  bool foreground = false;
+  bool single_thread = false;
+  int max_idle_threads = -1;  // libfuse default when negative
+  // Readahead of the mount's backing device, in KiB; 0 leaves the kernel's
+  // default (128 KiB). Larger requests are the biggest lever on sequential
+  // throughput (performance.md). Needs root; skipped with a note otherwise.
+  unsigned readahead_kb = 0;
+  // Called once the mount is live and before the daemon detaches, so the
+  // CLI can say where the model is mounted while stderr still reaches the user.
+  std::function<void()> on_mounted;
+  // Called after daemonizing, so logging can move off stderr.
+  std::function<void()> on_daemonized;
+};
+
+// Sends libfuse's own messages through modelfs's logger.
+void route_libfuse_logs();
+
+// Mounts `tree` with the FUSE options in `args` and serves until unmounted
+// or signalled (SIGINT, SIGTERM, SIGHUP unmount cleanly). Returns 0 on a
+// clean exit, 1 when the mount failed; nothing is left mounted either way.
+int serve(const Tree& tree, fuse_args& args, const ServeOptions& options);
+
+}  // namespace modelfs

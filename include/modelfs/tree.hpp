@@ -1,0 +1,84 @@
+#pragma once
+// The tree: a Catalog turned into an immutable table of inodes, built once
+// before mounting and only read afterwards, so FUSE threads share it with no
+// locks. The inode number is the index in the table plus one (1 = root, as
+// FUSE wants), so the hot path does no map lookup.
+//
+//   P          tensor bytes: one segment, a range of the mapping
+//   P.json     sidecar: bytes made at build time
+//   P.npy      .npy header (made) + the same mapped range
+//   .modelfs/  index.json, metadata.json and the format's documents
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "modelfs/catalog.hpp"
+
+namespace modelfs {
+
+struct TreeOptions {
+  bool flat = false;  // keep every tensor name whole, as a file at the root
+};
+
+enum class NodeKind : uint8_t { Directory, File };
+enum class FileRole : uint8_t { None, TensorData, Sidecar, NpyView, Document };
+
+struct DirEntry {
+  std::string name;
+  uint64_t ino;
+};
+
+struct Node {
+  static constexpr size_t kMaxSegments = 2;
+
+  NodeKind kind = NodeKind::File;
+  FileRole role = FileRole::None;
+  uint64_t parent = 1;                // the folder holding it; the root's is itself
+  std::vector<DirEntry> children;     // folders: sorted by name
+  std::vector<ByteSpan> segments;     // files: the content is their concatenation
+  uint64_t size = 0;                  // files: bytes; folders: 0
+  uint32_t nlink = 1;
+  const Tensor* tensor = nullptr;     // tensor files and .npy views
+
+  // The parts of [offset, offset + length) of the content, as iovecs into
+  // the segments (no byte is copied); returns how many were written.
+  size_t slice(uint64_t offset, uint64_t length, std::span<iovec, kMaxSegments> out) const;
+};
+
+class Tree {
+ public:
+  static constexpr uint64_t kRootIno = 1;
+
+  static std::unique_ptr<const Tree> build(Catalog catalog, const TreeOptions& options);
+
+  const Node* node(uint64_t ino) const noexcept {
+    return ino >= 1 && ino <= nodes_.size() ? &nodes_[ino - 1] : nullptr;
+  }
+  std::optional<uint64_t> lookup(uint64_t parent, std::string_view name) const;
+  // A '/'-separated path relative to the root ("" is the root).
+  std::optional<uint64_t> resolve(std::string_view path) const;
+
+  const Catalog& catalog() const noexcept { return catalog_; }
+  // The path of each catalog tensor's raw file, relative to the root.
+  const std::vector<std::string>& tensor_paths() const noexcept { return tensor_paths_; }
+  size_t node_count() const noexcept { return nodes_.size(); }
+  uint64_t total_bytes() const noexcept { return total_bytes_; }
+  timespec mtime() const noexcept { return catalog_.mtime; }
+
+ private:
+  Tree() = default;
+  friend class TreeBuilder;
+
+  Catalog catalog_;
+  std::vector<Node> nodes_;
+  std::vector<std::string> tensor_paths_;
+  uint64_t total_bytes_ = 0;
+};
+
+}  // namespace modelfs

@@ -1,0 +1,82 @@
+#include "list.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace modelfs::cli {
+namespace {
+
+std::string shape_text(const Tensor& t) {
+  std::string s = "[";
+  for (size_t i = 0; i < t.shape.size(); ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
+  return s + "]";
+}
+
+std::string human_bytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 5) {
+    value /= 1024;
+    ++unit;
+  }
+  char buf[32];
+  if (unit == 0)
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f %s", value, units[unit]);
+  return buf;
+}
+
+}  // namespace
+
+void print_table(const Catalog& catalog, std::ostream& out) {
+  std::vector<std::array<std::string, 4>> rows;
+  rows.push_back({"NAME", "DTYPE", "SHAPE", "BYTES"});
+  std::map<std::string, std::pair<size_t, uint64_t>> per_dtype;
+  uint64_t total = 0;
+  for (const auto& t : catalog.tensors) {
+    rows.push_back({t.name, t.dtype_name(), shape_text(t), std::to_string(t.bytes.size())});
+    auto& [count, bytes] = per_dtype[t.dtype_name()];
+    ++count;
+    bytes += t.bytes.size();
+    total += t.bytes.size();
+  }
+  std::array<size_t, 4> width{};
+  for (const auto& row : rows)
+    for (size_t c = 0; c < 4; ++c) width[c] = std::max(width[c], row[c].size());
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < 3; ++c) line += row[c] + std::string(width[c] - row[c].size() + 2, ' ');
+    line += std::string(width[3] - row[3].size(), ' ') + row[3];  // numbers right-aligned
+    out << line << "\n";
+  }
+  out << "\n" << catalog.tensors.size() << " tensors, " << human_bytes(total) << " (" << total
+      << " bytes), format " << catalog.format << "\n";
+  for (const auto& [dtype, stats] : per_dtype)
+    out << "  " << dtype << ": " << stats.first << " tensors, " << human_bytes(stats.second) << "\n";
+}
+
+void print_json(const Catalog& catalog, std::ostream& out) {
+  nlohmann::ordered_json doc;
+  doc["format"] = catalog.format;
+  doc["files"] = catalog.files;
+  auto& list = doc["tensors"] = nlohmann::ordered_json::array();
+  for (const auto& t : catalog.tensors) {
+    nlohmann::ordered_json source;
+    source["file"] = t.source.file;
+    if (t.source.offset) source["offset"] = *t.source.offset;
+    list.push_back({{"name", t.name},
+                    {"dtype", t.dtype_name()},
+                    {"shape", t.shape},
+                    {"nbytes", t.bytes.size()},
+                    {"source", source}});
+  }
+  out << doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+}
+
+}  // namespace modelfs::cli

@@ -1,0 +1,14 @@
+#pragma once
+// `modelfs --list [--json] MODEL`: the tensor table without mounting.
+#include <ostream>
+
+#include "modelfs/catalog.hpp"
+
+namespace modelfs::cli {
+
+// Aligned columns (name, dtype, shape, bytes) and a summary line.
+void print_table(const Catalog& catalog, std::ostream& out);
+// {"format", "files", "tensors": [{"name", "dtype", "shape", "nbytes", "source"}]}
+void print_json(const Catalog& catalog, std::ostream& out);
+
+}  // namespace modelfs::cli

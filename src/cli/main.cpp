@@ -1,0 +1,299 @@
+// modelfs: mount a model file as a read-only tensor tree.
+//
+//   modelfs [options] MODEL MOUNTPOINT
+//   modelfs --list [--json] MODEL
+//   modelfs --version | --help
+//
+// Exit status: 0 success; 1 usage, mountpoint or FUSE failure; 2 the model
+// cannot be read (the message names file, format, offset and reason).
+#include <dirent.h>
+#include <fuse_lowlevel.h>
+#include <fuse_opt.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include "list.hpp"
+#include "modelfs/error.hpp"
+#include "modelfs/formats.hpp"
+#include "modelfs/fuse_server.hpp"
+#include "modelfs/logging.hpp"
+#include "modelfs/tree.hpp"
+#include "modelfs/version.hpp"
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitUsage = 1;
+constexpr int kExitBadModel = 2;
+// Readahead set on the mount when running as root (performance.md).
+constexpr unsigned kDefaultReadaheadKib = 8192;
+
+struct Config {
+  char* model = nullptr;
+  int positional = 0;
+  int list = 0;
+  int json = 0;
+  int flat = 0;
+  int nonempty = 0;
+  char* log_file = nullptr;
+  int readahead_kb = -1;
+  int show_help = 0;
+  int show_version = 0;
+};
+
+enum Key { kKeyHelp, kKeyVersion };
+
+#define MODELFS_OPT(templ, field, value) \
+  fuse_opt { templ, offsetof(Config, field), value }
+
+const fuse_opt kOptions[] = {
+    MODELFS_OPT("--list", list, 1),
+    MODELFS_OPT("--json", json, 1),
+    MODELFS_OPT("flat", flat, 1),
+    MODELFS_OPT("nonempty", nonempty, 1),
+    MODELFS_OPT("log_file=%s", log_file, 0),
+    MODELFS_OPT("readahead_kb=%d", readahead_kb, 0),
+    FUSE_OPT_KEY("-h", kKeyHelp),
+    FUSE_OPT_KEY("--help", kKeyHelp),
+    FUSE_OPT_KEY("-V", kKeyVersion),
+    FUSE_OPT_KEY("--version", kKeyVersion),
+    FUSE_OPT_END,
+};
+
+// The first positional argument is the model (ours); the second, the
+// mountpoint, stays in the argument list for fuse_parse_cmdline.
+int option_processor(void* data, const char* arg, int key, fuse_args*) {
+  auto& config = *static_cast<Config*>(data);
+  switch (key) {
+    case kKeyHelp:
+      config.show_help = 1;
+      return 0;
+    case kKeyVersion:
+      config.show_version = 1;
+      return 0;
+    case FUSE_OPT_KEY_NONOPT:
+      if (config.positional++ == 0) {
+        config.model = ::strdup(arg);
+        return 0;
+      }
+      return 1;
+    default:
+      return 1;
+  }
+}
+
+void print_usage(const char* program) {
+  std::cout << "usage: " << program << " [options] MODEL MOUNTPOINT\n"
+            << "       " << program << " --list [--json] MODEL\n"
+            << "       " << program << " --version | --help\n"
+            << "\n"
+            << "Mounts a machine-learning model file read-only: every tensor a file of its raw\n"
+            << "bytes, with a JSON sidecar (P.json) and a NumPy view (P.npy) beside it.\n"
+            << "MODEL: a .safetensors file, or a sharded checkpoint's folder or index JSON.\n"
+            << "\n"
+            << "modelfs options:\n"
+            << "    --list                 print the tensor table (name, dtype, shape, bytes)\n"
+            << "    --json                 with --list: print it as JSON\n"
+            << "    -o flat                keep tensor names whole, as files at the root\n"
+            << "    -o nonempty            allow mounting over a non-empty folder\n"
+            << "    -o log_file=PATH       after detaching, log here instead of syslog\n"
+            << "    -o readahead_kb=N      readahead of the mount (root only; default "
+            << kDefaultReadaheadKib << ", 0 keeps the kernel's)\n"
+            << "\n"
+            << "FUSE options:\n";
+  std::cout.flush();
+  fuse_cmdline_help();
+  fuse_lowlevel_help();
+  std::cout << "\nExit status: 0 ok, 1 usage or mount error, 2 the model cannot be read.\n"
+            << "Unmount with: fusermount3 -u MOUNTPOINT\n";
+}
+
+// Checks the mountpoint before anything is parsed or mounted, so the common
+// mistakes get a message that says what to do.
+bool check_mountpoint(const std::string& mountpoint, bool allow_nonempty) {
+  struct stat st {};
+  if (::stat(mountpoint.c_str(), &st) != 0) {
+    if (errno == ENOTCONN)
+      spdlog::error("{}: a FUSE mount whose daemon has exited is still there; run: "
+                    "fusermount3 -u {}",
+                    mountpoint, mountpoint);
+    else
+      spdlog::error("{}: mountpoint: {}", mountpoint, std::strerror(errno));
+    return false;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    spdlog::error("{}: mountpoint is not a directory", mountpoint);
+    return false;
+  }
+  struct stat parent {};
+  const std::string up = mountpoint + "/..";
+  if (::stat(up.c_str(), &parent) == 0 && parent.st_dev != st.st_dev && mountpoint != "/") {
+    spdlog::error("{}: something is already mounted there; unmount it first (fusermount3 -u {})",
+                  mountpoint, mountpoint);
+    return false;
+  }
+  if (!allow_nonempty) {
+    DIR* dir = ::opendir(mountpoint.c_str());
+    if (dir == nullptr) {
+      spdlog::error("{}: mountpoint: {}", mountpoint, std::strerror(errno));
+      return false;
+    }
+    bool empty = true;
+    while (dirent* entry = ::readdir(dir))
+      if (std::strcmp(entry->d_name, ".") != 0 && std::strcmp(entry->d_name, "..") != 0) empty = false;
+    ::closedir(dir);
+    if (!empty) {
+      spdlog::error("{}: mountpoint is not empty (its files would be hidden); use an empty "
+                    "folder, or -o nonempty",
+                    mountpoint);
+      return false;
+    }
+  }
+  return true;
+}
+
+// fuse_opt splits -o lists at commas; a backslash keeps one literal.
+std::string escape_fuse_option(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == ',' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+struct ArgsGuard {
+  fuse_args args;
+  Config* config;
+  fuse_cmdline_opts* cmdline;
+  ~ArgsGuard() {
+    fuse_opt_free_args(&args);
+    std::free(config->model);
+    std::free(config->log_file);
+    std::free(cmdline->mountpoint);
+  }
+};
+
+int run(int argc, char** argv) {
+  modelfs::log_to_stderr(modelfs::LogLevel::Warning);
+  modelfs::route_libfuse_logs();
+  Config config;
+  fuse_cmdline_opts cmdline{};
+  ArgsGuard guard{FUSE_ARGS_INIT(argc, argv), &config, &cmdline};
+  fuse_args& args = guard.args;
+
+  if (fuse_opt_parse(&args, &config, kOptions, option_processor) != 0) return kExitUsage;
+  if (config.show_help) {
+    print_usage(argv[0]);
+    return kExitOk;
+  }
+  if (config.show_version) {
+    std::cout << "modelfs " << MODELFS_VERSION << " (libfuse " << fuse_pkgversion() << ")\n";
+    return kExitOk;
+  }
+  if (config.json && !config.list) {
+    spdlog::error("--json goes with --list");
+    return kExitUsage;
+  }
+  if (config.model == nullptr) {
+    std::cerr << "usage: " << argv[0] << " [options] MODEL MOUNTPOINT (see --help)\n";
+    return kExitUsage;
+  }
+
+  if (config.list) {
+    if (config.positional > 1) {
+      spdlog::error("--list takes only MODEL, not a mountpoint");
+      return kExitUsage;
+    }
+    try {
+      auto catalog = modelfs::open_model(config.model);
+      if (config.json)
+        modelfs::cli::print_json(catalog, std::cout);
+      else
+        modelfs::cli::print_table(catalog, std::cout);
+      return kExitOk;
+    } catch (const modelfs::ModelError& e) {
+      spdlog::error("{}", e.what());
+      return kExitBadModel;
+    }
+  }
+
+  if (fuse_parse_cmdline(&args, &cmdline) != 0) return kExitUsage;
+  if (cmdline.mountpoint == nullptr) {
+    spdlog::error("no mountpoint given (usage: {} [options] MODEL MOUNTPOINT)", argv[0]);
+    return kExitUsage;
+  }
+  if (config.positional > 2) {
+    spdlog::error("too many arguments (usage: {} [options] MODEL MOUNTPOINT)", argv[0]);
+    return kExitUsage;
+  }
+  const auto level = cmdline.debug ? modelfs::LogLevel::Debug : modelfs::LogLevel::Warning;
+  if (cmdline.debug) modelfs::log_to_stderr(level);
+  const std::string mountpoint = cmdline.mountpoint;
+  if (!check_mountpoint(mountpoint, config.nonempty)) return kExitUsage;
+
+  std::unique_ptr<const modelfs::Tree> tree;
+  try {
+    auto catalog = modelfs::open_model(config.model);
+    tree = modelfs::Tree::build(std::move(catalog), {.flat = config.flat != 0});
+  } catch (const modelfs::ModelError& e) {
+    spdlog::error("{}", e.what());
+    return kExitBadModel;
+  }
+
+  // The mount is read-only at the kernel too, the kernel enforces the 0444
+  // and 0555 modes, and `mount` shows the model it serves.
+  std::error_code ec;
+  const std::string source = std::filesystem::absolute(config.model, ec).lexically_normal().string();
+  const std::string mount_options[] = {"-oro", "-odefault_permissions", "-osubtype=modelfs",
+                                       "-ofsname=" + escape_fuse_option(source)};
+  for (const auto& option : mount_options)
+    fuse_opt_add_arg(&args, option.c_str());
+
+  const std::string log_file =
+      config.log_file ? std::filesystem::absolute(config.log_file, ec).string() : std::string();
+  if (!log_file.empty() && !cmdline.foreground && !modelfs::log_to_file(log_file, level)) {
+    spdlog::error("{}: cannot open the log file", log_file);
+    return kExitUsage;
+  }
+
+  modelfs::ServeOptions serve;
+  serve.mountpoint = mountpoint;
+  serve.foreground = cmdline.foreground != 0;
+  serve.single_thread = cmdline.singlethread != 0;
+  serve.max_idle_threads = static_cast<int>(cmdline.max_idle_threads);
+  serve.readahead_kb = config.readahead_kb >= 0 ? static_cast<unsigned>(config.readahead_kb)
+                       : ::geteuid() == 0      ? kDefaultReadaheadKib
+                                               : 0;
+  const size_t tensors = tree->catalog().tensors.size();
+  serve.on_mounted = [&] {
+    if (!cmdline.foreground)
+      std::cerr << "modelfs: mounted " << config.model << " (" << tree->catalog().format << ", "
+                << tensors << " tensors) at " << mountpoint
+                << "\nmodelfs: unmount with: fusermount3 -u " << mountpoint << "\n";
+  };
+  serve.on_daemonized = [&] {
+    if (log_file.empty()) modelfs::log_to_syslog(level);
+  };
+  return modelfs::serve(*tree, args, serve);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "modelfs: " << e.what() << "\n";
+    return kExitUsage;
+  }
+}

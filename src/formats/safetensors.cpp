@@ -1,0 +1,374 @@
+#include "modelfs/formats/safetensors.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_set>
+
+#include "json_limits.hpp"
+#include "modelfs/byte_reader.hpp"
+#include "modelfs/checked_math.hpp"
+#include "modelfs/error.hpp"
+
+namespace modelfs::safetensors {
+namespace {
+
+constexpr std::string_view kFormat = "safetensors";
+
+struct DTypeCode {
+  std::string_view code;
+  DType dtype;
+};
+
+// formats.md §4.2: every dtype string the format defines.
+constexpr DTypeCode kDTypes[] = {
+    {"BOOL", DType::Bool},
+    {"F4", DType::Float4E2M1},
+    {"F6_E2M3", DType::Float6E2M3FN},
+    {"F6_E3M2", DType::Float6E3M2FN},
+    {"U8", DType::UInt8},
+    {"I8", DType::Int8},
+    {"F8_E5M2", DType::Float8E5M2},
+    {"F8_E4M3", DType::Float8E4M3FN},
+    {"F8_E8M0", DType::Float8E8M0FNU},
+    {"F8_E4M3FNUZ", DType::Float8E4M3FNUZ},
+    {"F8_E5M2FNUZ", DType::Float8E5M2FNUZ},
+    {"I16", DType::Int16},
+    {"U16", DType::UInt16},
+    {"F16", DType::Float16},
+    {"BF16", DType::BFloat16},
+    {"I32", DType::Int32},
+    {"U32", DType::UInt32},
+    {"F32", DType::Float32},
+    {"C64", DType::Complex64},
+    {"F64", DType::Float64},
+    {"I64", DType::Int64},
+    {"U64", DType::UInt64},
+};
+
+std::optional<DType> dtype_from_code(std::string_view code) {
+  for (const auto& entry : kDTypes)
+    if (entry.code == code) return entry.dtype;
+  return std::nullopt;
+}
+
+// A tensor entry before its offsets are checked against its neighbours.
+struct Entry {
+  std::string name;
+  DType dtype;
+  std::vector<uint64_t> shape;
+  uint64_t begin;
+  uint64_t end;
+  uint64_t header_position;  // where its key is in the file, for messages
+};
+
+class Parser {
+ public:
+  Parser(std::shared_ptr<const MappedFile> file, const std::string& name)
+      : file_(std::move(file)), name_(name) {}
+
+  File parse() {
+    ByteReader reader(file_->bytes(), file_->display_name(), std::string(kFormat));
+    if (file_->size() < 8)
+      fail(0, "file is " + std::to_string(file_->size()) +
+                  " bytes, too short for the 8-byte header length");
+    const uint64_t n = reader.u64("header length");
+    if (n > kMaxHeaderBytes)
+      fail(0, "header length " + std::to_string(n) + " exceeds the limit of " +
+                  std::to_string(kMaxHeaderBytes) + " bytes");
+    if (n > file_->size() - 8)
+      fail(0, "header length " + std::to_string(n) + " runs past the end of the file (" +
+                  std::to_string(file_->size()) + " bytes)");
+    header_ = reader.take_string(n, "header");
+    data_start_ = 8 + n;
+
+    nlohmann::json header =
+        parse_json_limited(header_, file_->display_name(), kFormat, 8, kMaxJsonDepth);
+    if (!header.is_object()) fail(8, "header is not a JSON object");
+
+    File out;
+    out.header_bytes = n;
+    std::vector<Entry> entries;
+    entries.reserve(header.size());
+    for (auto& [key, value] : header.items()) {
+      if (key == "__metadata__") {
+        out.metadata = read_metadata(value);
+        continue;
+      }
+      entries.push_back(read_entry(key, value));
+    }
+    validate_offsets(entries);
+    out.tensors.reserve(entries.size());
+    for (auto& entry : entries) out.tensors.push_back(make_tensor(std::move(entry)));
+    return out;
+  }
+
+ private:
+  [[noreturn]] void fail(uint64_t offset, const std::string& reason) const {
+    throw ModelError(file_->display_name(), std::string(kFormat), offset, reason);
+  }
+
+  // Where a key appears in the header, so a message can point at it.
+  uint64_t key_position(const std::string& key) const {
+    std::string quoted = nlohmann::json(key).dump();
+    auto pos = header_.find(quoted);
+    return pos == std::string_view::npos ? 8 : 8 + pos;
+  }
+
+  nlohmann::json read_metadata(const nlohmann::json& value) const {
+    const uint64_t at = key_position("__metadata__");
+    if (!value.is_object()) fail(at, "__metadata__ is not an object of strings");
+    for (auto& [k, v] : value.items())
+      if (!v.is_string())
+        fail(at, "__metadata__ value of \"" + k + "\" is a " + v.type_name() + ", not a string");
+    return value;
+  }
+
+  uint64_t read_unsigned(const nlohmann::json& value, const std::string& name,
+                         std::string_view field, uint64_t at) const {
+    if (!value.is_number_unsigned())
+      fail(at, "tensor \"" + name + "\": " + std::string(field) +
+                   " holds " + value.dump() + ", not a non-negative integer");
+    return value.get<uint64_t>();
+  }
+
+  Entry read_entry(const std::string& name, const nlohmann::json& value) const {
+    const uint64_t at = key_position(name);
+    auto quote = [&] { return "tensor \"" + name + "\": "; };
+    if (!value.is_object()) fail(at, quote() + "entry is not an object");
+    auto dtype_it = value.find("dtype");
+    auto shape_it = value.find("shape");
+    auto offsets_it = value.find("data_offsets");
+    if (dtype_it == value.end() || !dtype_it->is_string())
+      fail(at, quote() + "missing or non-string \"dtype\"");
+    if (shape_it == value.end() || !shape_it->is_array())
+      fail(at, quote() + "missing or non-array \"shape\"");
+    if (offsets_it == value.end() || !offsets_it->is_array() || offsets_it->size() != 2)
+      fail(at, quote() + "\"data_offsets\" must be an array of two integers");
+
+    const auto code = dtype_it->get<std::string>();
+    auto dtype = dtype_from_code(code);
+    if (!dtype) fail(at, quote() + "unknown dtype \"" + code + "\"");
+
+    Entry entry{name, *dtype, {}, 0, 0, at};
+    entry.shape.reserve(shape_it->size());
+    for (const auto& dim : *shape_it) entry.shape.push_back(read_unsigned(dim, name, "shape", at));
+    entry.begin = read_unsigned((*offsets_it)[0], name, "data_offsets", at);
+    entry.end = read_unsigned((*offsets_it)[1], name, "data_offsets", at);
+    return entry;
+  }
+
+  // Rules 5-7 of formats.md §4.3, in the reference crate's order.
+  void validate_offsets(std::vector<Entry>& entries) const {
+    std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+      return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+    });
+    const uint64_t buffer_size = file_->size() - data_start_;
+    uint64_t expected_begin = 0;
+    for (const auto& e : entries) {
+      auto quote = "tensor \"" + e.name + "\": ";
+      if (e.begin != expected_begin || e.end < e.begin) {
+        std::string why = e.end < e.begin ? "data_offsets end before they begin"
+                          : e.begin < expected_begin
+                              ? "data overlaps the previous tensor's bytes"
+                              : "leaves a gap of " + std::to_string(e.begin - expected_begin) +
+                                    " unused bytes before it";
+        fail(e.header_position, quote + "data_offsets [" + std::to_string(e.begin) + ", " +
+                                    std::to_string(e.end) + "] invalid: " + why);
+      }
+      auto numel = checked_numel(e.shape);
+      if (!numel) fail(e.header_position, quote + "element count of the shape overflows");
+      const uint32_t bits = dtype_bits(e.dtype);
+      auto total_bits = checked_mul(*numel, bits);
+      if (!total_bits) fail(e.header_position, quote + "byte size of the shape overflows");
+      if (*total_bits % 8 != 0)
+        fail(e.header_position, quote + std::to_string(*numel) + " elements of " +
+                                    std::to_string(bits) + " bits do not fill whole bytes");
+      const uint64_t nbytes = *total_bits / 8;
+      if (e.end - e.begin != nbytes)
+        fail(e.header_position, quote + "data_offsets span " + std::to_string(e.end - e.begin) +
+                                    " bytes but shape and dtype need " + std::to_string(nbytes));
+      if (e.end > buffer_size)
+        fail(data_start_ + e.begin, quote + "data ends at byte " +
+                                        std::to_string(data_start_ + e.end) +
+                                        ", past the end of the file (" +
+                                        std::to_string(file_->size()) + " bytes)");
+      expected_begin = e.end;
+    }
+    if (expected_begin != buffer_size)
+      fail(data_start_ + expected_begin,
+           std::to_string(buffer_size - expected_begin) +
+               " bytes after the last tensor are not described by the header");
+  }
+
+  Tensor make_tensor(Entry&& e) const {
+    Tensor t;
+    t.name = std::move(e.name);
+    t.dtype = e.dtype;
+    t.strides = contiguous_strides(e.shape);
+    t.shape = std::move(e.shape);
+    t.bytes = ByteSpan::mapped(file_, data_start_ + e.begin, e.end - e.begin);
+    t.source = {name_, data_start_ + e.begin};
+    if (dtype_bits(t.dtype) < 8) t.extras["element_bits"] = dtype_bits(t.dtype);
+    return t;
+  }
+
+  std::shared_ptr<const MappedFile> file_;
+  std::string name_;
+  std::string_view header_;
+  uint64_t data_start_ = 0;
+};
+
+std::string_view skip_json_space(std::span<const std::byte> bytes) {
+  std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  auto pos = text.find_first_not_of(" \t\r\n");
+  return pos == std::string_view::npos ? std::string_view{} : text.substr(pos);
+}
+
+bool is_index_name(const std::filesystem::path& p) {
+  const std::string name = p.filename().string();
+  constexpr std::string_view suffix = ".safetensors.index.json";
+  return name.size() > suffix.size() && name.ends_with(suffix);
+}
+
+// A shard name from weight_map must stay inside the index's folder.
+void check_shard_name(const std::string& shard, const std::string& index_name) {
+  std::filesystem::path p(shard);
+  bool bad = shard.empty() || p.is_absolute() || shard.find('\0') != std::string::npos;
+  for (const auto& part : p)
+    if (part == "..") bad = true;
+  if (bad)
+    throw ModelError(index_name, "safetensors index", std::nullopt,
+                     "weight_map names shard \"" + shard +
+                         "\", which is not a file name inside the index's folder");
+}
+
+Catalog open_index(const std::filesystem::path& index_path) {
+  const std::string index_name = index_path.string();
+  auto index_file = MappedFile::open(index_path);
+  std::string_view text(reinterpret_cast<const char*>(index_file->data()), index_file->size());
+  nlohmann::json index = parse_json_limited(text, index_name, "safetensors index", 0, kMaxJsonDepth);
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+    throw ModelError(index_name, "safetensors index", std::nullopt,
+                     "no \"weight_map\" object mapping tensor names to shard files");
+  if (index.contains("metadata") && !index["metadata"].is_object())
+    throw ModelError(index_name, "safetensors index", std::nullopt,
+                     "\"metadata\" is not an object");
+
+  // Shards in name order (model-00001-of-00003 first); each opened once.
+  std::map<std::string, std::set<std::string>> names_by_shard;
+  for (auto& [tensor, shard] : index["weight_map"].items()) {
+    if (!shard.is_string())
+      throw ModelError(index_name, "safetensors index", std::nullopt,
+                       "weight_map entry \"" + tensor + "\" is not a file name");
+    check_shard_name(shard.get<std::string>(), index_name);
+    names_by_shard[shard.get<std::string>()].insert(tensor);
+  }
+  if (names_by_shard.empty())
+    throw ModelError(index_name, "safetensors index", std::nullopt, "weight_map is empty");
+
+  Catalog catalog;
+  catalog.format = std::string(kFormat);
+  catalog.mtime = index_file->mtime();
+  catalog.files.push_back(index_path.filename().string());
+  nlohmann::json shard_metadata = nlohmann::json::object();
+  std::unordered_set<std::string> seen;
+  const auto folder = index_path.parent_path();
+  for (auto& [shard, expected] : names_by_shard) {
+    auto mapped = MappedFile::open(folder / shard);
+    File file = parse(mapped, shard);
+    catalog.files.push_back(shard);
+    shard_metadata[shard] = file.metadata;
+    std::set<std::string> found;
+    for (auto& tensor : file.tensors) {
+      if (!seen.insert(tensor.name).second)
+        throw ModelError(mapped->display_name(), std::string(kFormat), tensor.source.offset,
+                         "tensor \"" + tensor.name + "\" is also stored in another shard");
+      if (!expected.count(tensor.name))
+        spdlog::warn("{}: tensor \"{}\" is not listed in {}'s weight_map; mounted anyway", shard,
+                     tensor.name, index_path.filename().string());
+      found.insert(tensor.name);
+      catalog.tensors.push_back(std::move(tensor));
+    }
+    for (const auto& name : expected)
+      if (!found.count(name))
+        throw ModelError(index_name, "safetensors index", std::nullopt,
+                         "weight_map places tensor \"" + name + "\" in " + shard +
+                             ", which does not hold it");
+  }
+  catalog.metadata["index"] = index.value("metadata", nlohmann::json::object());
+  catalog.metadata["shards"] = shard_metadata;
+  return catalog;
+}
+
+Catalog open_single(const std::filesystem::path& path) {
+  auto mapped = MappedFile::open(path);
+  const std::string name = path.filename().string();
+  File file = parse(mapped, name);
+  Catalog catalog;
+  catalog.format = std::string(kFormat);
+  catalog.mtime = mapped->mtime();
+  catalog.files.push_back(name);
+  catalog.tensors = std::move(file.tensors);
+  catalog.metadata["__metadata__"] = std::move(file.metadata);
+  return catalog;
+}
+
+std::vector<std::filesystem::path> index_files_in(const std::filesystem::path& folder) {
+  std::vector<std::filesystem::path> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, ec))
+    if (is_index_name(entry.path()) && entry.is_regular_file(ec)) found.push_back(entry.path());
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+}  // namespace
+
+File parse(std::shared_ptr<const MappedFile> file, const std::string& name) {
+  return Parser(std::move(file), name).parse();
+}
+
+bool probe_file(std::span<const std::byte> head) {
+  if (head.size() < 9) return false;
+  uint64_t n = 0;
+  std::memcpy(&n, head.data(), 8);
+  // An index JSON also has '{' early on, but then its first eight bytes are
+  // text, which read as a length far beyond any real header.
+  if (n >= (uint64_t{1} << 48) && static_cast<char>(head[0]) == '{') return false;
+  auto rest = skip_json_space(head.subspan(8));
+  return !rest.empty() && rest.front() == '{';
+}
+
+bool probe_index_file(std::span<const std::byte> head) {
+  auto text = skip_json_space(head);
+  return !text.empty() && text.front() == '{' &&
+         std::string_view(reinterpret_cast<const char*>(head.data()), head.size())
+                 .find("\"weight_map\"") != std::string_view::npos;
+}
+
+bool probe_folder(const std::filesystem::path& folder) { return !index_files_in(folder).empty(); }
+
+Catalog open(const std::filesystem::path& model) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(model, ec)) {
+    auto indexes = index_files_in(model);
+    if (indexes.size() != 1) {
+      std::string names;
+      for (const auto& p : indexes) names += " " + p.filename().string();
+      throw ModelError(model.string(), "safetensors index", std::nullopt,
+                       "folder holds " + std::to_string(indexes.size()) +
+                           " *.safetensors.index.json files (" + names.substr(1) +
+                           "); name the one to mount");
+    }
+    return open_index(indexes.front());
+  }
+  auto head = MappedFile::open(model);
+  auto bytes = head->bytes().first(std::min<uint64_t>(head->size(), 4096));
+  if (!probe_file(bytes) && probe_index_file(bytes)) return open_index(model);
+  return open_single(model);
+}
+
+}  // namespace modelfs::safetensors

@@ -1,0 +1,418 @@
+// The libfuse3 low-level operations over an immutable Tree.
+//
+// Conventions (after libfuse's passthrough_hp.cc and squashfuse's ll.c):
+// the inode number is the index of a Node in the tree's table; every
+// request gets exactly one reply; errno is produced at the point of failure;
+// nothing is thrown across the C boundary (each callback catches and answers
+// EIO with a log line). The tree never changes after mounting, so entries
+// and attributes are cached by the kernel for as long as it likes and file
+// pages are kept between opens.
+#include "modelfs/fuse_server.hpp"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+namespace modelfs {
+namespace {
+
+// Effectively forever: the tree is immutable for the life of the mount.
+constexpr double kCacheTimeout = 86400.0 * 365;
+
+struct Context {
+  const Tree* tree;
+  uid_t uid;
+  gid_t gid;
+};
+
+const Context& context(fuse_req_t req) {
+  return *static_cast<const Context*>(fuse_req_userdata(req));
+}
+
+struct stat attributes_of(const Context& ctx, uint64_t ino, const Node& node) {
+  struct stat st {};
+  st.st_ino = ino;
+  st.st_mode = node.kind == NodeKind::Directory ? (S_IFDIR | 0555) : (S_IFREG | 0444);
+  st.st_nlink = node.nlink;
+  st.st_uid = ctx.uid;
+  st.st_gid = ctx.gid;
+  st.st_size = static_cast<off_t>(node.size);
+  st.st_blksize = 65536;
+  st.st_blocks = static_cast<blkcnt_t>((node.size + 511) / 512);
+  const timespec mtime = ctx.tree->mtime();
+  st.st_atim = st.st_mtim = st.st_ctim = mtime;
+  return st;
+}
+
+fuse_entry_param entry_of(const Context& ctx, uint64_t ino, const Node& node) {
+  fuse_entry_param entry{};
+  entry.ino = ino;
+  entry.generation = 1;
+  entry.attr = attributes_of(ctx, ino, node);
+  entry.attr_timeout = kCacheTimeout;
+  entry.entry_timeout = kCacheTimeout;
+  return entry;
+}
+
+// Runs a callback body; any exception becomes EIO and a log line, since
+// nothing may unwind into libfuse's C code.
+template <typename Body>
+void guarded(fuse_req_t req, const char* op, Body&& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    spdlog::error("{}: {}", op, e.what());
+    fuse_reply_err(req, EIO);
+  } catch (...) {
+    spdlog::error("{}: unknown exception", op);
+    fuse_reply_err(req, EIO);
+  }
+}
+
+void op_init(void* userdata, fuse_conn_info* conn) {
+  (void)userdata;
+  // Splice moves pages without a copy but measured slower here for replies
+  // from an mmap (performance.md); plain writev of iovecs is used instead.
+  conn->want &= ~static_cast<unsigned>(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
+                                       FUSE_CAP_SPLICE_MOVE);
+  // Lookups and readdirs of different folders need no serialisation here.
+  if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+  // ls -l on a big folder: names and attributes in one round trip.
+  if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
+  // Nothing ever changes, so the kernel need not re-check mtimes.
+  conn->want &= ~static_cast<unsigned>(FUSE_CAP_AUTO_INVAL_DATA);
+}
+
+void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  guarded(req, "lookup", [&] {
+    const auto& ctx = context(req);
+    if (ctx.tree->node(parent) == nullptr) return (void)fuse_reply_err(req, ENOENT);
+    auto ino = ctx.tree->lookup(parent, name);
+    if (!ino) {
+      // A negative entry with a timeout: the kernel remembers the absence.
+      fuse_entry_param none{};
+      none.entry_timeout = kCacheTimeout;
+      return (void)fuse_reply_entry(req, &none);
+    }
+    auto entry = entry_of(ctx, *ino, *ctx.tree->node(*ino));
+    fuse_reply_entry(req, &entry);
+  });
+}
+
+void op_forget(fuse_req_t req, fuse_ino_t, uint64_t) { fuse_reply_none(req); }
+
+void op_forget_multi(fuse_req_t req, size_t, fuse_forget_data*) { fuse_reply_none(req); }
+
+void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  guarded(req, "getattr", [&] {
+    const auto& ctx = context(req);
+    const Node* node = ctx.tree->node(ino);
+    if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
+    auto st = attributes_of(ctx, ino, *node);
+    fuse_reply_attr(req, &st, kCacheTimeout);
+  });
+}
+
+void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  guarded(req, "opendir", [&] {
+    const Node* node = context(req).tree->node(ino);
+    if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
+    if (node->kind != NodeKind::Directory) return (void)fuse_reply_err(req, ENOTDIR);
+    if ((fi->flags & O_ACCMODE) != O_RDONLY) return (void)fuse_reply_err(req, EROFS);
+    fi->cache_readdir = 1;  // listings never change
+    fi->keep_cache = 1;
+    fuse_reply_open(req, fi);
+  });
+}
+
+// Entries are ".", "..", then the children in name order; the offset of an
+// entry is its position plus one, so a listing resumes where it stopped.
+void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, bool plus) {
+  const auto& ctx = context(req);
+  const Node* dir = ctx.tree->node(ino);
+  if (dir == nullptr) return (void)fuse_reply_err(req, ENOENT);
+  if (dir->kind != NodeKind::Directory) return (void)fuse_reply_err(req, ENOTDIR);
+  std::vector<char> buffer(size);
+  size_t used = 0;
+  const size_t total = dir->children.size() + 2;
+  for (size_t index = static_cast<size_t>(std::max<off_t>(offset, 0)); index < total; ++index) {
+    const char* name;
+    uint64_t child;
+    if (index == 0) {
+      name = ".";
+      child = ino;
+    } else if (index == 1) {
+      name = "..";
+      child = dir->parent;
+    } else {
+      name = dir->children[index - 2].name.c_str();
+      child = dir->children[index - 2].ino;
+    }
+    const Node& node = *ctx.tree->node(child);
+    const off_t next = static_cast<off_t>(index + 1);
+    size_t entry_size;
+    if (plus) {
+      // The kernel takes no lookup reference for "." and "..", and forget is
+      // a no-op here anyway: inodes live as long as the mount.
+      fuse_entry_param entry = entry_of(ctx, child, node);
+      entry_size = fuse_add_direntry_plus(req, buffer.data() + used, size - used, name, &entry, next);
+      if (entry_size > size - used) break;
+    } else {
+      struct stat st {};
+      st.st_ino = child;
+      st.st_mode = node.kind == NodeKind::Directory ? S_IFDIR : S_IFREG;
+      entry_size = fuse_add_direntry(req, buffer.data() + used, size - used, name, &st, next);
+      if (entry_size > size - used) break;
+    }
+    used += entry_size;
+  }
+  fuse_reply_buf(req, buffer.data(), used);
+}
+
+void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
+  guarded(req, "readdir", [&] { read_directory(req, ino, size, offset, false); });
+}
+
+void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
+  guarded(req, "readdirplus", [&] { read_directory(req, ino, size, offset, true); });
+}
+
+void op_releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
+
+void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  guarded(req, "open", [&] {
+    const Node* node = context(req).tree->node(ino);
+    if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
+    if (node->kind == NodeKind::Directory) return (void)fuse_reply_err(req, EISDIR);
+    if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))
+      return (void)fuse_reply_err(req, EROFS);
+    fi->keep_cache = 1;  // pages read once stay valid: the bytes never change
+    fi->noflush = 1;     // nothing to flush on close
+    fuse_reply_open(req, fi);
+  });
+}
+
+void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
+  guarded(req, "read", [&] {
+    const Node* node = context(req).tree->node(ino);
+    if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
+    if (node->kind != NodeKind::File) return (void)fuse_reply_err(req, EISDIR);
+    if (offset < 0) return (void)fuse_reply_err(req, EINVAL);
+    const uint64_t start = static_cast<uint64_t>(offset);
+    if (start >= node->size) return (void)fuse_reply_buf(req, nullptr, 0);
+    const uint64_t length = std::min<uint64_t>(size, node->size - start);
+    std::array<iovec, Node::kMaxSegments> iov{};
+    const size_t count = node->slice(start, length, iov);
+    // The kernel copies straight from the mapping: no intermediate buffer.
+    fuse_reply_iov(req, iov.data(), static_cast<int>(count));
+  });
+}
+
+void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
+
+void op_statfs(fuse_req_t req, fuse_ino_t) {
+  guarded(req, "statfs", [&] {
+    const auto& tree = *context(req).tree;
+    struct statvfs st {};
+    st.f_bsize = 4096;
+    st.f_frsize = 4096;
+    st.f_blocks = (tree.total_bytes() + 4095) / 4096;
+    st.f_files = tree.node_count();
+    st.f_namemax = 255;
+    st.f_flag = ST_RDONLY;
+    fuse_reply_statfs(req, &st);
+  });
+}
+
+// user.modelfs.dtype and user.modelfs.shape, on tensor files and .npy views.
+std::vector<std::pair<std::string, std::string>> xattrs_of(const Node& node) {
+  if (node.tensor == nullptr || (node.role != FileRole::TensorData && node.role != FileRole::NpyView))
+    return {};
+  std::string shape = "[";
+  for (size_t i = 0; i < node.tensor->shape.size(); ++i)
+    shape += (i ? "," : "") + std::to_string(node.tensor->shape[i]);
+  shape += "]";
+  return {{"user.modelfs.dtype", node.tensor->dtype_name()}, {"user.modelfs.shape", shape}};
+}
+
+void reply_xattr_value(fuse_req_t req, const std::string& value, size_t size) {
+  if (size == 0) return (void)fuse_reply_xattr(req, value.size());
+  if (size < value.size()) return (void)fuse_reply_err(req, ERANGE);
+  fuse_reply_buf(req, value.data(), value.size());
+}
+
+void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  guarded(req, "getxattr", [&] {
+    const Node* node = context(req).tree->node(ino);
+    if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
+    for (const auto& [key, value] : xattrs_of(*node))
+      if (key == name) return reply_xattr_value(req, value, size);
+    fuse_reply_err(req, ENODATA);
+  });
+}
+
+void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  guarded(req, "listxattr", [&] {
+    const Node* node = context(req).tree->node(ino);
+    if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
+    std::string names;
+    for (const auto& [key, value] : xattrs_of(*node)) names.append(key).push_back('\0');
+    reply_xattr_value(req, names, size);
+  });
+}
+
+// Every operation that would change the tree: the filesystem is read-only.
+void op_setattr(fuse_req_t req, fuse_ino_t, struct stat*, int, fuse_file_info*) {
+  fuse_reply_err(req, EROFS);
+}
+void op_mknod(fuse_req_t req, fuse_ino_t, const char*, mode_t, dev_t) { fuse_reply_err(req, EROFS); }
+void op_mkdir(fuse_req_t req, fuse_ino_t, const char*, mode_t) { fuse_reply_err(req, EROFS); }
+void op_unlink(fuse_req_t req, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
+void op_rmdir(fuse_req_t req, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
+void op_symlink(fuse_req_t req, const char*, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
+void op_rename(fuse_req_t req, fuse_ino_t, const char*, fuse_ino_t, const char*, unsigned) {
+  fuse_reply_err(req, EROFS);
+}
+void op_link(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
+void op_write(fuse_req_t req, fuse_ino_t, const char*, size_t, off_t, fuse_file_info*) {
+  fuse_reply_err(req, EROFS);
+}
+void op_create(fuse_req_t req, fuse_ino_t, const char*, mode_t, fuse_file_info*) {
+  fuse_reply_err(req, EROFS);
+}
+void op_setxattr(fuse_req_t req, fuse_ino_t, const char*, const char*, size_t, int) {
+  fuse_reply_err(req, EROFS);
+}
+void op_removexattr(fuse_req_t req, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
+void op_fallocate(fuse_req_t req, fuse_ino_t, int, off_t, off_t, fuse_file_info*) {
+  fuse_reply_err(req, EROFS);
+}
+void op_copy_file_range(fuse_req_t req, fuse_ino_t, off_t, fuse_file_info*, fuse_ino_t, off_t,
+                        fuse_file_info*, size_t, int) {
+  fuse_reply_err(req, EROFS);
+}
+
+fuse_lowlevel_ops make_operations() {
+  fuse_lowlevel_ops ops{};
+  ops.init = op_init;
+  ops.lookup = op_lookup;
+  ops.forget = op_forget;
+  ops.forget_multi = op_forget_multi;
+  ops.getattr = op_getattr;
+  ops.opendir = op_opendir;
+  ops.readdir = op_readdir;
+  ops.readdirplus = op_readdirplus;
+  ops.releasedir = op_releasedir;
+  ops.open = op_open;
+  ops.read = op_read;
+  ops.release = op_release;
+  ops.statfs = op_statfs;
+  ops.getxattr = op_getxattr;
+  ops.listxattr = op_listxattr;
+  ops.setattr = op_setattr;
+  ops.mknod = op_mknod;
+  ops.mkdir = op_mkdir;
+  ops.unlink = op_unlink;
+  ops.rmdir = op_rmdir;
+  ops.symlink = op_symlink;
+  ops.rename = op_rename;
+  ops.link = op_link;
+  ops.write = op_write;
+  ops.create = op_create;
+  ops.setxattr = op_setxattr;
+  ops.removexattr = op_removexattr;
+  ops.fallocate = op_fallocate;
+  ops.copy_file_range = op_copy_file_range;
+  return ops;
+}
+
+// Raises the readahead of the mount's backing device. It must happen after
+// the kernel has processed the INIT reply (which lowers readahead to what the
+// daemon offered), so this runs on its own thread and first stats the mount
+// root: that stat returns only once INIT is done and the loop is serving.
+void raise_readahead(const std::string& mountpoint, unsigned kib) {
+  struct stat st {};
+  if (::stat(mountpoint.c_str(), &st) != 0) return;
+  std::ostringstream sysfs;
+  sysfs << "/sys/class/bdi/" << major(st.st_dev) << ":" << minor(st.st_dev) << "/read_ahead_kb";
+  std::ofstream out(sysfs.str());
+  out << kib << "\n";
+  out.flush();
+  if (!out)
+    spdlog::info("could not raise readahead to {} KiB through {} (needs root)", kib, sysfs.str());
+  else
+    spdlog::debug("readahead of {} set to {} KiB", mountpoint, kib);
+}
+
+void log_from_libfuse(fuse_log_level level, const char* fmt, va_list ap) {
+  char message[1024];
+  std::vsnprintf(message, sizeof message, fmt, ap);
+  std::string_view text(message);
+  while (!text.empty() && text.back() == '\n') text.remove_suffix(1);
+  if (level <= FUSE_LOG_ERR)
+    spdlog::error("{}", text);
+  else if (level <= FUSE_LOG_WARNING)
+    spdlog::warn("{}", text);
+  else
+    spdlog::debug("{}", text);
+}
+
+}  // namespace
+
+void route_libfuse_logs() { fuse_set_log_func(log_from_libfuse); }
+
+int serve(const Tree& tree, fuse_args& args, const ServeOptions& options) {
+  route_libfuse_logs();
+  Context ctx{&tree, ::getuid(), ::getgid()};
+  const fuse_lowlevel_ops ops = make_operations();
+  fuse_session* session = fuse_session_new(&args, &ops, sizeof(ops), &ctx);
+  if (session == nullptr) return 1;
+  if (fuse_set_signal_handlers(session) != 0) {
+    fuse_session_destroy(session);
+    return 1;
+  }
+  if (fuse_session_mount(session, options.mountpoint.c_str()) != 0) {
+    fuse_remove_signal_handlers(session);
+    fuse_session_destroy(session);
+    return 1;
+  }
+  if (options.on_mounted) options.on_mounted();
+  fuse_daemonize(options.foreground ? 1 : 0);
+  if (!options.foreground && options.on_daemonized) options.on_daemonized();
+
+  std::thread readahead;
+  if (options.readahead_kb > 0)
+    readahead = std::thread(raise_readahead, options.mountpoint, options.readahead_kb);
+
+  int status;
+  if (options.single_thread) {
+    status = fuse_session_loop(session);
+  } else {
+    fuse_loop_config* config = fuse_loop_cfg_create();
+    if (options.max_idle_threads >= 0)
+      fuse_loop_cfg_set_idle_threads(config, static_cast<unsigned>(options.max_idle_threads));
+    status = fuse_session_loop_mt(session, config);
+    fuse_loop_cfg_destroy(config);
+  }
+  fuse_session_unmount(session);
+  if (readahead.joinable()) readahead.join();
+  fuse_remove_signal_handlers(session);
+  fuse_session_destroy(session);
+  // The loop returns the signal number when a signal ended it: a clean exit.
+  return status < 0 ? 1 : 0;
+}
+
+}  // namespace modelfs

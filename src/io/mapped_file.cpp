@@ -1,0 +1,40 @@
+#include "modelfs/mapped_file.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "modelfs/error.hpp"
+
+namespace modelfs {
+
+std::shared_ptr<const MappedFile> MappedFile::open(const std::filesystem::path& path) {
+  auto fail = [&](const std::string& why) {
+    return ModelError(path.string(), "file", std::nullopt, why);
+  };
+  std::shared_ptr<MappedFile> file(new MappedFile());
+  file->path_ = path;
+  file->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (file->fd_ < 0) throw fail(std::string("cannot open: ") + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(file->fd_, &st) != 0) throw fail(std::string("cannot stat: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw fail("not a regular file");
+  file->size_ = static_cast<uint64_t>(st.st_size);
+  file->mtime_ = st.st_mtim;
+  if (file->size_ == 0) return file;  // mmap of length 0 is invalid; an empty span serves
+  void* mapping = ::mmap(nullptr, file->size_, PROT_READ, MAP_SHARED, file->fd_, 0);
+  if (mapping == MAP_FAILED) throw fail(std::string("cannot map: ") + std::strerror(errno));
+  file->data_ = static_cast<const std::byte*>(mapping);
+  return file;
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+}  // namespace modelfs

@@ -1,0 +1,225 @@
+#include "modelfs/tree.hpp"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "modelfs/naming.hpp"
+#include "modelfs/npy.hpp"
+#include "modelfs/sidecar.hpp"
+
+namespace modelfs {
+
+size_t Node::slice(uint64_t offset, uint64_t length, std::span<iovec, kMaxSegments> out) const {
+  size_t count = 0;
+  uint64_t segment_start = 0;
+  for (const auto& segment : segments) {
+    if (length == 0 || count == out.size()) break;
+    const uint64_t segment_end = segment_start + segment.size();
+    if (offset < segment_end) {
+      const uint64_t within = offset - segment_start;
+      const uint64_t take = std::min(length, segment.size() - within);
+      out[count++] = iovec{const_cast<std::byte*>(segment.data() + within), take};
+      offset += take;
+      length -= take;
+    }
+    segment_start = segment_end;
+  }
+  return count;
+}
+
+class TreeBuilder {
+ public:
+  TreeBuilder(Tree& tree, const TreeOptions& options) : tree_(tree), options_(options) {}
+
+  void build() {
+    auto& nodes = tree_.nodes_;
+    Node root;
+    root.kind = NodeKind::Directory;
+    root.nlink = 2;
+    nodes.push_back(std::move(root));
+    dir_paths_[""] = Tree::kRootIno;
+    const uint64_t meta_dir = directory(Tree::kRootIno, ".modelfs");
+
+    // Folders first, so that a tensor file never takes a folder's name:
+    // the folder keeps it and the file gets a "~N" suffix.
+    const auto& tensors = tree_.catalog_.tensors;
+    std::vector<std::vector<std::string>> components(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      components[i] = tensor_path_components(tensors[i].name, options_.flat);
+      directories_for(components[i]);
+    }
+    tree_.tensor_paths_.reserve(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) add_tensor(tensors[i], components[i]);
+
+    add_documents(meta_dir);
+    for (auto& node : nodes) {
+      if (node.kind != NodeKind::Directory) continue;
+      std::sort(node.children.begin(), node.children.end(),
+                [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
+    }
+  }
+
+ private:
+  Node& node(uint64_t ino) { return tree_.nodes_[ino - 1]; }
+
+  uint64_t add_node(uint64_t parent, const std::string& name, Node node_value) {
+    node_value.parent = parent;
+    tree_.nodes_.push_back(std::move(node_value));
+    const uint64_t ino = tree_.nodes_.size();
+    node(parent).children.push_back({name, ino});
+    taken_[parent].insert(name);
+    return ino;
+  }
+
+  uint64_t directory(uint64_t parent, const std::string& name) {
+    Node dir;
+    dir.kind = NodeKind::Directory;
+    dir.nlink = 2;
+    const uint64_t ino = add_node(parent, name, std::move(dir));
+    node(parent).nlink++;
+    return ino;
+  }
+
+  void directories_for(const std::vector<std::string>& parts) {
+    uint64_t parent = Tree::kRootIno;
+    std::string path;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      path += (i ? "/" : "") + parts[i];
+      auto it = dir_paths_.find(path);
+      if (it == dir_paths_.end()) it = dir_paths_.emplace(path, directory(parent, parts[i])).first;
+      parent = it->second;
+    }
+  }
+
+  // The first of base, base~1, base~2, ... whose file names are all free.
+  std::string free_name(uint64_t dir, const std::string& base, bool with_npy) {
+    const auto& taken = taken_[dir];
+    auto is_free = [&](const std::string& name) {
+      return !taken.count(name) && !taken.count(name + ".json") &&
+             (!with_npy || !taken.count(name + ".npy"));
+    };
+    if (is_free(base)) return base;
+    for (uint64_t n = 1;; ++n) {
+      std::string candidate = base + "~" + std::to_string(n);
+      if (is_free(candidate)) return candidate;
+    }
+  }
+
+  uint64_t add_file(uint64_t dir, const std::string& name, FileRole role,
+                    std::vector<ByteSpan> segments, const Tensor* tensor) {
+    Node file;
+    file.role = role;
+    file.tensor = tensor;
+    for (const auto& s : segments) file.size += s.size();
+    file.segments = std::move(segments);
+    return add_node(dir, name, std::move(file));
+  }
+
+  void add_tensor(const Tensor& tensor, const std::vector<std::string>& parts) {
+    std::string dir_path;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) dir_path += (i ? "/" : "") + parts[i];
+    const uint64_t dir = dir_paths_.at(dir_path);
+
+    auto descr = numpy_descr(tensor.dtype);
+    const bool c_order = tensor.is_c_contiguous();
+    const bool npy = descr && (c_order || tensor.is_f_contiguous());
+    const std::string name = free_name(dir, parts.back(), npy);
+    tree_.tensor_paths_.push_back(dir_path.empty() ? name : dir_path + "/" + name);
+
+    add_file(dir, name, FileRole::TensorData, {tensor.bytes}, &tensor);
+    add_file(dir, name + ".json", FileRole::Sidecar,
+             {ByteSpan::owned(sidecar_text(tensor, tree_.catalog_.format))}, &tensor);
+    if (npy)
+      add_file(dir, name + ".npy", FileRole::NpyView,
+               {ByteSpan::owned(npy_header(*descr, tensor.shape, !c_order)), tensor.bytes},
+               &tensor);
+    tree_.total_bytes_ += tensor.bytes.size();
+  }
+
+  void add_document(uint64_t meta_dir, const std::string& relative_path, std::string content) {
+    std::vector<std::string> parts;
+    size_t start = 0;
+    for (size_t i = 0; i <= relative_path.size(); ++i) {
+      if (i == relative_path.size() || relative_path[i] == '/') {
+        parts.push_back(escape_component(std::string_view(relative_path).substr(start, i - start)));
+        start = i + 1;
+      }
+    }
+    uint64_t dir = meta_dir;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      auto existing = std::find_if(node(dir).children.begin(), node(dir).children.end(),
+                                   [&](const DirEntry& e) { return e.name == parts[i]; });
+      if (existing != node(dir).children.end() && node(existing->ino).kind == NodeKind::Directory)
+        dir = existing->ino;
+      else
+        dir = directory(dir, free_name(dir, parts[i], false));
+    }
+    add_file(dir, free_name(dir, parts.back(), false), FileRole::Document,
+             {ByteSpan::owned(std::move(content))}, nullptr);
+  }
+
+  void add_documents(uint64_t meta_dir) {
+    const auto& catalog = tree_.catalog_;
+    nlohmann::ordered_json index;
+    index["format"] = catalog.format;
+    index["files"] = catalog.files;
+    auto& list = index["tensors"] = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < catalog.tensors.size(); ++i) {
+      const auto& t = catalog.tensors[i];
+      list.push_back({{"name", t.name},
+                      {"path", tree_.tensor_paths_[i]},
+                      {"dtype", t.dtype_name()},
+                      {"shape", t.shape},
+                      {"nbytes", t.bytes.size()}});
+    }
+    const auto replace = nlohmann::json::error_handler_t::replace;
+    add_document(meta_dir, "index.json", index.dump(2, ' ', false, replace) + "\n");
+
+    nlohmann::ordered_json metadata;
+    metadata["format"] = catalog.format;
+    metadata["files"] = catalog.files;
+    for (const auto& [key, value] : catalog.metadata.items()) metadata[key] = value;
+    add_document(meta_dir, "metadata.json", metadata.dump(2, ' ', false, replace) + "\n");
+
+    for (const auto& document : catalog.documents)
+      add_document(meta_dir, document.path, document.content);
+  }
+
+  Tree& tree_;
+  const TreeOptions& options_;
+  std::unordered_map<std::string, uint64_t> dir_paths_;
+  std::unordered_map<uint64_t, std::unordered_set<std::string>> taken_;
+};
+
+std::unique_ptr<const Tree> Tree::build(Catalog catalog, const TreeOptions& options) {
+  std::unique_ptr<Tree> tree(new Tree());
+  tree->catalog_ = std::move(catalog);
+  TreeBuilder(*tree, options).build();
+  return tree;
+}
+
+std::optional<uint64_t> Tree::lookup(uint64_t parent, std::string_view name) const {
+  const Node* dir = node(parent);
+  if (dir == nullptr || dir->kind != NodeKind::Directory) return std::nullopt;
+  auto it = std::lower_bound(dir->children.begin(), dir->children.end(), name,
+                             [](const DirEntry& e, std::string_view n) { return e.name < n; });
+  if (it == dir->children.end() || it->name != name) return std::nullopt;
+  return it->ino;
+}
+
+std::optional<uint64_t> Tree::resolve(std::string_view path) const {
+  uint64_t ino = kRootIno;
+  size_t start = 0;
+  while (start < path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    auto next = lookup(ino, path.substr(start, end - start));
+    if (!next) return std::nullopt;
+    ino = *next;
+    start = end + 1;
+  }
+  return ino;
+}
+
+}  // namespace modelfs

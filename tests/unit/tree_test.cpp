@@ -1,0 +1,136 @@
+// The tree builder: paths, clashes, sidecars, .npy views and documents.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "modelfs/tree.hpp"
+
+namespace modelfs {
+namespace {
+
+Tensor tensor(const std::string& name, DType dtype = DType::Float32,
+              std::vector<uint64_t> shape = {2}) {
+  Tensor t;
+  t.name = name;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.strides = contiguous_strides(t.shape);
+  t.bytes = ByteSpan::owned(std::string(t.numel() * dtype_bits(dtype) / 8, 'x'));
+  t.source = {"m.safetensors", 0};
+  return t;
+}
+
+std::unique_ptr<const Tree> build(std::vector<Tensor> tensors, bool flat = false) {
+  Catalog catalog;
+  catalog.format = "safetensors";
+  catalog.files = {"m.safetensors"};
+  catalog.tensors = std::move(tensors);
+  return Tree::build(std::move(catalog), {.flat = flat});
+}
+
+std::string content(const Tree& tree, const std::string& path) {
+  auto ino = tree.resolve(path);
+  if (!ino) return "<missing " + path + ">";
+  std::string out;
+  for (const auto& s : tree.node(*ino)->segments) out += s.view();
+  return out;
+}
+
+TEST(Tree, SplitsNamesIntoFoldersWithSidecarsAndNpyViews) {
+  auto tree = build({tensor("model.layers.0.weight"), tensor("model.layers.0.bias")});
+  EXPECT_EQ(tree->tensor_paths(), (std::vector<std::string>{"model/layers/0/weight",
+                                                            "model/layers/0/bias"}));
+  for (const char* path : {"model/layers/0/weight", "model/layers/0/weight.json",
+                           "model/layers/0/weight.npy", ".modelfs/index.json",
+                           ".modelfs/metadata.json"})
+    EXPECT_TRUE(tree->resolve(path)) << path;
+  auto folder = tree->node(*tree->resolve("model/layers/0"));
+  EXPECT_EQ(folder->kind, NodeKind::Directory);
+  EXPECT_EQ(folder->children.size(), 6u);
+  EXPECT_EQ(tree->node(*tree->resolve("model/layers/0/weight"))->size, 8u);
+  const Node* npy = tree->node(*tree->resolve("model/layers/0/weight.npy"));
+  EXPECT_EQ(npy->size, npy->segments[0].size() + 8u);
+  EXPECT_EQ(npy->segments[0].size() % 64, 0u);
+}
+
+TEST(Tree, NoNpyWhereNumpyLacksTheDtype) {
+  auto tree = build({tensor("w", DType::BFloat16)});
+  EXPECT_TRUE(tree->resolve("w"));
+  EXPECT_TRUE(tree->resolve("w.json"));
+  EXPECT_FALSE(tree->resolve("w.npy"));
+}
+
+TEST(Tree, ANameThatIsBothFileAndFolderKeepsBothReachable) {
+  auto tree = build({tensor("a.b"), tensor("a.b.c"), tensor("a.b~1")});
+  // The folder keeps "a/b"; the tensor a.b is a/b~1 unless that is taken.
+  const auto& paths = tree->tensor_paths();
+  EXPECT_EQ(paths[1], "a/b/c");
+  EXPECT_EQ(tree->node(*tree->resolve("a/b"))->kind, NodeKind::Directory);
+  std::set<std::string> unique(paths.begin(), paths.end());
+  EXPECT_EQ(unique.size(), 3u);
+  for (const auto& p : paths) {
+    auto ino = tree->resolve(p);
+    ASSERT_TRUE(ino) << p;
+    EXPECT_EQ(tree->node(*ino)->kind, NodeKind::File) << p;
+    EXPECT_TRUE(tree->resolve(p + ".json")) << p;
+  }
+}
+
+TEST(Tree, FlatModeSidecarClashesGetSuffixes) {
+  auto tree = build({tensor("x.json"), tensor("x"), tensor(".modelfs")}, true);
+  EXPECT_EQ(tree->tensor_paths(), (std::vector<std::string>{"x.json", "x~1", ".modelfs~1"}));
+  EXPECT_EQ(tree->node(*tree->resolve(".modelfs"))->kind, NodeKind::Directory);
+}
+
+TEST(Tree, DotDotEmptyAndNonAsciiNamesAreReachable) {
+  auto tree = build({tensor(".."), tensor("a..b"), tensor("ñ.权重"), tensor("")});
+  for (const auto& p : tree->tensor_paths()) EXPECT_TRUE(tree->resolve(p)) << p;
+  EXPECT_EQ(tree->tensor_paths()[0], "%/%/%");
+  EXPECT_EQ(tree->tensor_paths()[1], "a/%/b");
+  EXPECT_EQ(tree->tensor_paths()[2], "ñ/权重");
+  EXPECT_EQ(tree->tensor_paths()[3], "%~1");  // "%" is already the folder of ".."
+}
+
+TEST(Tree, IndexListsEveryTensorWithItsPath) {
+  auto tree = build({tensor("b.w"), tensor("a.w", DType::Int64, {})});
+  auto index = nlohmann::json::parse(content(*tree, ".modelfs/index.json"));
+  EXPECT_EQ(index["format"], "safetensors");
+  ASSERT_EQ(index["tensors"].size(), 2u);
+  EXPECT_EQ(index["tensors"][0]["name"], "b.w");  // catalog (file) order
+  EXPECT_EQ(index["tensors"][0]["path"], "b/w");
+  EXPECT_EQ(index["tensors"][1]["shape"], nlohmann::json::array());
+  EXPECT_EQ(index["tensors"][1]["nbytes"], 8);
+}
+
+TEST(Tree, SlicesSpanTheNpyHeaderAndTheData) {
+  auto tree = build({tensor("w", DType::Float32, {4})});
+  const Node* npy = tree->node(*tree->resolve("w.npy"));
+  ASSERT_EQ(npy->segments.size(), 2u);
+  const uint64_t header = npy->segments[0].size();
+  std::array<iovec, Node::kMaxSegments> iov{};
+  auto n = npy->slice(header - 4, 10, iov);
+  ASSERT_EQ(n, 2u);
+  EXPECT_EQ(iov[0].iov_len, 4u);
+  EXPECT_EQ(iov[1].iov_len, 6u);
+  EXPECT_EQ(iov[1].iov_base, npy->segments[1].data());
+  EXPECT_EQ(npy->slice(header + 16, 10, iov), 0u);
+  EXPECT_EQ(npy->slice(header + 6, 100, iov), 1u);
+  EXPECT_EQ(iov[0].iov_len, 10u);
+}
+
+TEST(Tree, DocumentsLiveUnderModelfs) {
+  Catalog catalog;
+  catalog.format = "test";
+  catalog.documents.push_back({"graph.json", "{}"});
+  catalog.documents.push_back({"models/a/model.json", "{\"a\":1}"});
+  catalog.metadata["epoch"] = 3;
+  auto tree = Tree::build(std::move(catalog), {});
+  EXPECT_EQ(content(*tree, ".modelfs/graph.json"), "{}");
+  EXPECT_EQ(content(*tree, ".modelfs/models/a/model.json"), "{\"a\":1}");
+  auto meta = nlohmann::json::parse(content(*tree, ".modelfs/metadata.json"));
+  EXPECT_EQ(meta["epoch"], 3);
+  EXPECT_EQ(meta["format"], "test");
+}
+
+}  // namespace
+}  // namespace modelfs
