@@ -261,7 +261,9 @@ int run(int argc, char** argv) {
 
   const std::string log_file =
       config.log_file ? std::filesystem::absolute(config.log_file, ec).string() : std::string();
-  if (!log_file.empty() && !cmdline.foreground && !modelfs::log_to_file(log_file, level)) {
+  // A log file is asked for: it gets the daemon's life story, not only warnings.
+  const auto file_level = cmdline.debug ? modelfs::LogLevel::Debug : modelfs::LogLevel::Info;
+  if (!log_file.empty() && !cmdline.foreground && !modelfs::log_to_file(log_file, file_level)) {
     spdlog::error("{}: cannot open the log file", log_file);
     return kExitUsage;
   }
@@ -283,8 +285,12 @@ int run(int argc, char** argv) {
   };
   serve.on_daemonized = [&] {
     if (log_file.empty()) modelfs::log_to_syslog(level);
+    spdlog::info("modelfs {} serving {} ({} tensors) at {}, pid {}", MODELFS_VERSION, source,
+                 tensors, mountpoint, ::getpid());
   };
-  return modelfs::serve(*tree, args, serve);
+  const int status = modelfs::serve(*tree, args, serve);
+  spdlog::info("unmounted {}", mountpoint);
+  return status;
 }
 
 }  // namespace

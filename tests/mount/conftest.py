@@ -1,0 +1,78 @@
+"""Shared fixtures for the mount tests.
+
+Every test that mounts does so through `mounted(...)`, a context manager
+that unmounts in its `finally`, so no mount outlives a failing test.
+The tests run under Debian's /usr/bin/python3 (numpy, torch, onnx).
+"""
+import contextlib
+import os
+import pathlib
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+MODELFS = pathlib.Path(os.environ.get("MODELFS_BIN", REPO / "build" / "modelfs"))
+SHARED = pathlib.Path(os.environ.get("MODELFS_SHARED", REPO.parent / "shared")).resolve()
+
+
+def is_mounted(path):
+    path = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            if line.split()[4].encode().decode("unicode_escape") == path:
+                return True
+    return False
+
+
+def unmount(path):
+    """Unmounts `path`, lazily if a reader still holds it; waits until gone."""
+    if not is_mounted(path):
+        return
+    if subprocess.run(["fusermount3", "-u", str(path)], capture_output=True).returncode != 0:
+        subprocess.run(["fusermount3", "-u", "-z", str(path)], capture_output=True)
+    for _ in range(100):
+        if not is_mounted(path):
+            return
+        time.sleep(0.05)
+
+
+def run_modelfs(*args, **kwargs):
+    return subprocess.run([str(MODELFS), *map(str, args)], capture_output=True, text=True,
+                          timeout=120, **kwargs)
+
+
+@contextlib.contextmanager
+def mounted(model, *options, mountpoint=None):
+    """Mounts `model` with modelfs (daemonized, as a user would) and yields the
+    mountpoint; always unmounts and removes the folder it made."""
+    made = mountpoint is None
+    mnt = pathlib.Path(tempfile.mkdtemp(prefix="modelfs-mnt-")) if made else pathlib.Path(mountpoint)
+    try:
+        result = run_modelfs(*options, model, mnt)
+        assert result.returncode == 0, f"mount failed ({result.returncode}): {result.stderr}"
+        assert is_mounted(mnt), "modelfs exited 0 but nothing is mounted"
+        yield mnt
+    finally:
+        unmount(mnt)
+        if made:
+            os.rmdir(mnt)
+
+
+@pytest.fixture
+def tmp(tmp_path):
+    return tmp_path
+
+
+@pytest.fixture
+def shared():
+    if not SHARED.is_dir():
+        pytest.skip(f"shared fixtures not found at {SHARED}")
+    return SHARED
+
+
+def pytest_sessionstart(session):
+    if not MODELFS.exists():
+        raise pytest.UsageError(f"modelfs binary not found at {MODELFS}; build first or set MODELFS_BIN")

@@ -1,0 +1,168 @@
+"""The command line: bad models refused before mounting (exit 2, one line
+naming file, format, offset and reason), mountpoint mistakes, signals."""
+import json
+import os
+import signal
+import struct
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+import safetensors_writer as st
+from conftest import MODELFS, is_mounted, mounted, run_modelfs, unmount
+
+
+def header_file(header, data=b""):
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + data
+
+
+BAD_MODELS = {
+    "truncated.safetensors": lambda good: good[:-3],
+    "header_past_end.safetensors": lambda good: struct.pack("<Q", 10**6) + good[8:],
+    "not_json.safetensors": lambda good: struct.pack("<Q", 5) + b"{nope",
+    "hole.safetensors": lambda good: header_file(
+        {"w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, b"\0" * 8),
+    "overlap.safetensors": lambda good: header_file(
+        {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+         "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, b"\0" * 8),
+    "bad_dtype.safetensors": lambda good: header_file(
+        {"w": {"dtype": "Q4", "shape": [1], "data_offsets": [0, 1]}}, b"\0"),
+    "wrong_size.safetensors": lambda good: header_file(
+        {"w": {"dtype": "F64", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 8),
+    "overflow.safetensors": lambda good: header_file(
+        {"w": {"dtype": "F32", "shape": [2**40, 2**40], "data_offsets": [0, 4]}}, b"\0" * 4),
+    "random.bin": lambda good: os.urandom(4096),
+    "empty.safetensors": lambda good: b"",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_MODELS))
+def test_bad_model_exits_2_names_the_file_and_mounts_nothing(tmp, name):
+    good = st.to_bytes({"w": np.arange(4, dtype=np.float32)})
+    model = tmp / name
+    model.write_bytes(BAD_MODELS[name](good))
+    mnt = tmp / "mnt"
+    mnt.mkdir()
+    try:
+        result = run_modelfs(model, mnt)
+        assert result.returncode == 2, result
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, result.stderr
+        assert str(model) in lines[0]
+        assert ": at byte " in lines[0], lines[0]
+        assert not is_mounted(mnt)
+        listing = run_modelfs("--list", model)
+        assert listing.returncode == 2 and str(model) in listing.stderr
+    finally:
+        unmount(mnt)
+
+
+def test_missing_model_and_folder_without_model(tmp):
+    mnt = tmp / "mnt"
+    mnt.mkdir()
+    result = run_modelfs(tmp / "nope.safetensors", mnt)
+    assert result.returncode == 2 and "nope.safetensors" in result.stderr
+    empty = tmp / "empty_folder"
+    empty.mkdir()
+    result = run_modelfs(empty, mnt)
+    assert result.returncode == 2 and "empty_folder" in result.stderr
+    assert not is_mounted(mnt)
+
+
+def test_mountpoint_mistakes_get_clear_messages(tmp):
+    model = st.write(tmp / "m.safetensors", {"w": np.zeros(2, np.float32)})
+    missing = run_modelfs(model, tmp / "does-not-exist")
+    assert missing.returncode == 1 and "does-not-exist" in missing.stderr
+    a_file = tmp / "file"
+    a_file.write_text("x")
+    not_dir = run_modelfs(model, a_file)
+    assert not_dir.returncode == 1 and "not a directory" in not_dir.stderr
+    full = tmp / "full"
+    full.mkdir()
+    (full / "something").write_text("x")
+    nonempty = run_modelfs(model, full)
+    assert nonempty.returncode == 1 and "not empty" in nonempty.stderr
+    assert not is_mounted(full)
+    with mounted(model, "-o", "nonempty", mountpoint=full):
+        assert (full / "w").is_file()
+    with mounted(model) as mnt:
+        busy = run_modelfs(model, mnt)
+        assert busy.returncode == 1 and "already mounted" in busy.stderr
+    usage = run_modelfs(model)
+    assert usage.returncode == 1 and "mountpoint" in usage.stderr
+
+
+def test_help_and_version():
+    result = run_modelfs("--help")
+    assert result.returncode == 0 and "MODEL MOUNTPOINT" in result.stdout and "--list" in result.stdout
+    version = run_modelfs("--version")
+    assert version.returncode == 0 and version.stdout.startswith("modelfs ")
+
+
+def wait_mounted(path, process, timeout=20):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if is_mounted(path):
+            return
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    raise AssertionError("mount did not appear")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_signals_unmount_cleanly(tmp, sig):
+    model = st.write(tmp / "m.safetensors", {"w": np.arange(8, dtype=np.float32)})
+    mnt = tmp / "mnt"
+    mnt.mkdir()
+    process = subprocess.Popen([str(MODELFS), "-f", str(model), str(mnt)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_mounted(mnt, process)
+        assert (mnt / "w").read_bytes() == np.arange(8, dtype=np.float32).tobytes()
+        process.send_signal(sig)
+        assert process.wait(timeout=20) == 0
+        assert not is_mounted(mnt)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        unmount(mnt)
+
+
+def test_unmount_ends_the_daemon(tmp):
+    model = st.write(tmp / "m.safetensors", {"w": np.arange(8, dtype=np.float32)})
+    mnt = tmp / "mnt"
+    mnt.mkdir()
+    process = subprocess.Popen([str(MODELFS), "-f", "-s", str(model), str(mnt)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_mounted(mnt, process)
+        subprocess.run(["fusermount3", "-u", str(mnt)], check=True)
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        unmount(mnt)
+
+
+def test_log_file_receives_messages_after_detaching(tmp):
+    folder = tmp / "ckpt"
+    folder.mkdir()
+    st.write(folder / "s1.safetensors", {"a": np.zeros(1, np.float32), "extra": np.zeros(1, np.float32)})
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "s1.safetensors"}}))
+    log = tmp / "modelfs.log"
+    with mounted(folder, "-o", f"log_file={log}") as mnt:
+        assert (mnt / "extra").is_file(), "a tensor missing from weight_map is still mounted"
+        assert "serving" in log.read_text()
+    for _ in range(100):
+        if "unmounted" in log.read_text():
+            break
+        time.sleep(0.05)
+    assert "unmounted" in log.read_text()
+    # the warning about "extra" was written before detaching: it went to stderr
+    result = run_modelfs("--list", folder)
+    assert "extra" in result.stderr and "weight_map" in result.stderr
