@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs, from Debian's packages, what modelfs needs to build, run and be
+# tested. Calls apt-get only when something is missing, so a machine that
+# has everything is not touched (and needs no network).
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config git
+  fuse3 libfuse3-dev libzip-dev nlohmann-json3-dev libspdlog-dev
+  libgtest-dev googletest
+  python3 python3-numpy python3-pytest python3-torch python3-onnx
+  attr
+)
+
+missing=()
+for package in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$package")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+echo "modelfs: installing ${missing[*]}" >&2
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
