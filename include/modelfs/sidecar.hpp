@@ -12,7 +12,7 @@
 namespace modelfs {
 
 nlohmann::ordered_json sidecar_json(const Tensor& tensor, std::string_view format);
-// The file's content: the JSON, two-space indented, ending in a newline.
+// The file's content: one key per line (see json_text.hpp).
 std::string sidecar_text(const Tensor& tensor, std::string_view format);
 
 }  // namespace modelfs

@@ -58,7 +58,8 @@ void print_table(const Catalog& catalog, std::ostream& out) {
   out << "\n" << catalog.tensors.size() << " tensors, " << human_bytes(total) << " (" << total
       << " bytes), format " << catalog.format << "\n";
   for (const auto& [dtype, stats] : per_dtype)
-    out << "  " << dtype << ": " << stats.first << " tensors, " << human_bytes(stats.second) << "\n";
+    out << "  " << dtype << ": " << stats.first << (stats.first == 1 ? " tensor, " : " tensors, ")
+        << human_bytes(stats.second) << "\n";
 }
 
 void print_json(const Catalog& catalog, std::ostream& out) {

@@ -1,5 +1,7 @@
 #include "modelfs/sidecar.hpp"
 
+#include "modelfs/json_text.hpp"
+
 namespace modelfs {
 
 nlohmann::ordered_json sidecar_json(const Tensor& tensor, std::string_view format) {
@@ -21,10 +23,7 @@ nlohmann::ordered_json sidecar_json(const Tensor& tensor, std::string_view forma
 }
 
 std::string sidecar_text(const Tensor& tensor, std::string_view format) {
-  // Replace invalid UTF-8 rather than throw: names are validated JSON text
-  // in most formats, but a binary format may store arbitrary bytes.
-  return sidecar_json(tensor, format).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
-         "\n";
+  return readable_json(sidecar_json(tensor, format));
 }
 
 }  // namespace modelfs

@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "modelfs/json_text.hpp"
 #include "modelfs/naming.hpp"
 #include "modelfs/npy.hpp"
 #include "modelfs/sidecar.hpp"
@@ -173,14 +174,13 @@ class TreeBuilder {
                       {"shape", t.shape},
                       {"nbytes", t.bytes.size()}});
     }
-    const auto replace = nlohmann::json::error_handler_t::replace;
-    add_document(meta_dir, "index.json", index.dump(2, ' ', false, replace) + "\n");
+    add_document(meta_dir, "index.json", readable_json(index));
 
     nlohmann::ordered_json metadata;
     metadata["format"] = catalog.format;
     metadata["files"] = catalog.files;
     for (const auto& [key, value] : catalog.metadata.items()) metadata[key] = value;
-    add_document(meta_dir, "metadata.json", metadata.dump(2, ' ', false, replace) + "\n");
+    add_document(meta_dir, "metadata.json", readable_json(metadata));
 
     for (const auto& document : catalog.documents)
       add_document(meta_dir, document.path, document.content);
