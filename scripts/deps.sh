@@ -9,7 +9,7 @@ PACKAGES=(
   fuse3 libfuse3-dev libzip-dev nlohmann-json3-dev libspdlog-dev
   libgtest-dev googletest
   python3 python3-numpy python3-pytest python3-torch python3-onnx
-  attr
+  attr dpkg-dev bash-completion man-db
 )
 
 missing=()

@@ -1,5 +1,7 @@
 #include "list.hpp"
 
+#include "modelfs/json_text.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -78,6 +80,27 @@ void print_json(const Catalog& catalog, std::ostream& out) {
                     {"source", source}});
   }
   out << doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+}
+
+void print_info(const Catalog& catalog, bool json, std::ostream& out) {
+  uint64_t total = 0;
+  for (const auto& t : catalog.tensors) total += t.bytes.size();
+  nlohmann::ordered_json doc;
+  doc["format"] = catalog.format;
+  doc["files"] = catalog.files;
+  doc["tensors"] = catalog.tensors.size();
+  doc["nbytes"] = total;
+  doc["metadata"] = catalog.metadata;
+  if (json) {
+    out << readable_json(doc);
+    return;
+  }
+  out << "format:   " << catalog.format << "\n";
+  for (size_t i = 0; i < catalog.files.size(); ++i)
+    out << (i == 0 ? "files:    " : "          ") << catalog.files[i] << "\n";
+  out << "tensors:  " << catalog.tensors.size() << " (" << human_bytes(total) << ", " << total
+      << " bytes)\n";
+  out << "metadata: " << readable_json(nlohmann::ordered_json(catalog.metadata));
 }
 
 }  // namespace modelfs::cli

@@ -11,4 +11,7 @@ void print_table(const Catalog& catalog, std::ostream& out);
 // {"format", "files", "tensors": [{"name", "dtype", "shape", "nbytes", "source"}]}
 void print_json(const Catalog& catalog, std::ostream& out);
 
+// Model-level facts: format, files, tensor count and bytes, metadata.
+void print_info(const Catalog& catalog, bool json, std::ostream& out);
+
 }  // namespace modelfs::cli

@@ -2,6 +2,7 @@
 //
 //   modelfs [options] MODEL MOUNTPOINT
 //   modelfs --list [--json] MODEL
+//   modelfs --info [--json] MODEL
 //   modelfs --version | --help
 //
 // Exit status: 0 success; 1 usage, mountpoint or FUSE failure; 2 the model
@@ -24,8 +25,8 @@
 #include "list.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
-#include "modelfs/fuse_server.hpp"
-#include "modelfs/logging.hpp"
+#include "fuse/fuse_server.hpp"
+#include "logging.hpp"
 #include "modelfs/tree.hpp"
 #include "modelfs/version.hpp"
 
@@ -41,6 +42,7 @@ struct Config {
   char* model = nullptr;
   int positional = 0;
   int list = 0;
+  int info = 0;
   int json = 0;
   int flat = 0;
   int nonempty = 0;
@@ -57,6 +59,7 @@ enum Key { kKeyHelp, kKeyVersion };
 
 const fuse_opt kOptions[] = {
     MODELFS_OPT("--list", list, 1),
+    MODELFS_OPT("--info", info, 1),
     MODELFS_OPT("--json", json, 1),
     MODELFS_OPT("flat", flat, 1),
     MODELFS_OPT("nonempty", nonempty, 1),
@@ -94,6 +97,7 @@ int option_processor(void* data, const char* arg, int key, fuse_args*) {
 void print_usage(const char* program) {
   std::cout << "usage: " << program << " [options] MODEL MOUNTPOINT\n"
             << "       " << program << " --list [--json] MODEL\n"
+            << "       " << program << " --info [--json] MODEL\n"
             << "       " << program << " --version | --help\n"
             << "\n"
             << "Mounts a machine-learning model file read-only: every tensor a file of its raw\n"
@@ -102,7 +106,8 @@ void print_usage(const char* program) {
             << "\n"
             << "modelfs options:\n"
             << "    --list                 print the tensor table (name, dtype, shape, bytes)\n"
-            << "    --json                 with --list: print it as JSON\n"
+            << "    --info                 print the model's format, files, size and metadata\n"
+            << "    --json                 with --list or --info: print JSON\n"
             << "    -o flat                keep tensor names whole, as files at the root\n"
             << "    -o nonempty            allow mounting over a non-empty folder\n"
             << "    -o log_file=PATH       after detaching, log here instead of syslog\n"
@@ -161,6 +166,36 @@ bool check_mountpoint(const std::string& mountpoint, bool allow_nonempty) {
   return true;
 }
 
+bool on_path(const char* program) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::string candidate = dirs.substr(start, end - start) + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+// FUSE itself must be there: the device, and for non-root users the
+// setuid helper that mounts on their behalf.
+bool check_fuse_available() {
+  if (::access("/dev/fuse", F_OK) != 0) {
+    spdlog::error("FUSE is not available: /dev/fuse is missing (load the module with "
+                  "'sudo modprobe fuse'; in a container, pass the device: --device /dev/fuse)");
+    return false;
+  }
+  if (::geteuid() != 0 && !on_path("fusermount3")) {
+    spdlog::error("FUSE is not installed: fusermount3 not found; install it with: "
+                  "sudo apt-get install fuse3");
+    return false;
+  }
+  return true;
+}
+
 // fuse_opt splits -o lists at commas; a backslash keeps one literal.
 std::string escape_fuse_option(const std::string& value) {
   std::string out;
@@ -200,8 +235,12 @@ int run(int argc, char** argv) {
     std::cout << "modelfs " << MODELFS_VERSION << " (libfuse " << fuse_pkgversion() << ")\n";
     return kExitOk;
   }
-  if (config.json && !config.list) {
-    spdlog::error("--json goes with --list");
+  if (config.json && !config.list && !config.info) {
+    spdlog::error("--json goes with --list or --info");
+    return kExitUsage;
+  }
+  if (config.list && config.info) {
+    spdlog::error("--list and --info are separate commands; give one");
     return kExitUsage;
   }
   if (config.model == nullptr) {
@@ -209,14 +248,16 @@ int run(int argc, char** argv) {
     return kExitUsage;
   }
 
-  if (config.list) {
+  if (config.list || config.info) {
     if (config.positional > 1) {
-      spdlog::error("--list takes only MODEL, not a mountpoint");
+      spdlog::error("{} takes only MODEL, not a mountpoint", config.list ? "--list" : "--info");
       return kExitUsage;
     }
     try {
       auto catalog = modelfs::open_model(config.model);
-      if (config.json)
+      if (config.info)
+        modelfs::cli::print_info(catalog, config.json != 0, std::cout);
+      else if (config.json)
         modelfs::cli::print_json(catalog, std::cout);
       else
         modelfs::cli::print_table(catalog, std::cout);
@@ -239,7 +280,7 @@ int run(int argc, char** argv) {
   const auto level = cmdline.debug ? modelfs::LogLevel::Debug : modelfs::LogLevel::Warning;
   if (cmdline.debug) modelfs::log_to_stderr(level);
   const std::string mountpoint = cmdline.mountpoint;
-  if (!check_mountpoint(mountpoint, config.nonempty)) return kExitUsage;
+  if (!check_mountpoint(mountpoint, config.nonempty) || !check_fuse_available()) return kExitUsage;
 
   std::unique_ptr<const modelfs::Tree> tree;
   try {
@@ -278,7 +319,8 @@ int run(int argc, char** argv) {
                                                : 0;
   const size_t tensors = tree->catalog().tensors.size();
   serve.on_mounted = [&] {
-    if (!cmdline.foreground)
+    // Said to a person at a terminal; scripts and mount(8) get silence.
+    if (!cmdline.foreground && ::isatty(STDERR_FILENO))
       std::cerr << "modelfs: mounted " << config.model << " (" << tree->catalog().format << ", "
                 << tensors << " tensors) at " << mountpoint
                 << "\nmodelfs: unmount with: fusermount3 -u " << mountpoint << "\n";

@@ -7,7 +7,7 @@
 // EIO with a log line). The tree never changes after mounting, so entries
 // and attributes are cached by the kernel for as long as it likes and file
 // pages are kept between opens.
-#include "modelfs/fuse_server.hpp"
+#include "fuse_server.hpp"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
