@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -205,6 +206,18 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   });
 }
 
+// Logged a bounded number of times: a truncated model can fail every read.
+void warn_failed_read(const Node& node, uint64_t offset, int error) {
+  static std::atomic<int> warnings{0};
+  constexpr int kMaxWarnings = 20;
+  const int n = warnings.fetch_add(1, std::memory_order_relaxed);
+  if (n >= kMaxWarnings) return;
+  const std::string name = node.tensor ? node.tensor->name : std::string("a document");
+  spdlog::warn("read of {} at offset {} failed ({}); the reader got EIO. Was the model file "
+               "truncated or changed under the mount?{}",
+               name, offset, std::strerror(error), n + 1 == kMaxWarnings ? " (further failures not logged)" : "");
+}
+
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
   guarded(req, "read", [&] {
     const Node* node = context(req).tree->node(ino);
@@ -217,7 +230,11 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
     std::array<iovec, Node::kMaxSegments> iov{};
     const size_t count = node->slice(start, length, iov);
     // The kernel copies straight from the mapping: no intermediate buffer.
-    fuse_reply_iov(req, iov.data(), static_cast<int>(count));
+    // If the model file shrank under the mount, that copy faults in the
+    // kernel (EFAULT here, never SIGBUS in the daemon) and the kernel answers
+    // the reader EIO: an error, never wrong bytes.
+    if (const int error = fuse_reply_iov(req, iov.data(), static_cast<int>(count)); error < 0)
+      warn_failed_read(*node, start, -error);
   });
 }
 
