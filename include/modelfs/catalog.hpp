@@ -9,6 +9,7 @@
 //   documents  files stored as they are under .modelfs/ (graph.json, ...)
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -85,6 +86,15 @@ struct Document {
   std::string content;  // stored as is
 };
 
+// A verification a format can make beyond parsing (a CRC, a checksum), run
+// by `modelfs --check`, never at mount. `run` reads the bytes it checks,
+// reports them through `progress`, and throws ModelError on a fault.
+struct IntegrityCheck {
+  std::string what;  // "CRC-32 of archive/data/0", for messages
+  uint64_t bytes = 0;
+  std::function<void(const std::function<void(uint64_t)>& progress)> run;
+};
+
 struct Catalog {
   std::string format;              // "safetensors", ...
   std::vector<std::string> files;  // model files read, as the user named them
@@ -92,6 +102,10 @@ struct Catalog {
   nlohmann::json metadata = nlohmann::json::object();
   std::vector<Document> documents;
   timespec mtime{};                // of the (first) model file: the tree's times
+  // Formats whose tensors may share bytes (tied weights, views of one
+  // storage) set this; elsewhere overlapping tensors are a fault.
+  bool tensors_may_share_bytes = false;
+  std::vector<IntegrityCheck> integrity_checks;
 };
 
 }  // namespace modelfs

@@ -3,6 +3,7 @@
 //   modelfs [options] MODEL MOUNTPOINT
 //   modelfs --list [--json] MODEL
 //   modelfs --info [--json] MODEL
+//   modelfs --check MODEL
 //   modelfs --version | --help
 //
 // Exit status: 0 success; 1 usage, mountpoint or FUSE failure; 2 the model
@@ -15,6 +16,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +26,7 @@
 #include <string>
 
 #include "list.hpp"
+#include "modelfs/check.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
 #include "fuse/fuse_server.hpp"
@@ -43,6 +47,7 @@ struct Config {
   int positional = 0;
   int list = 0;
   int info = 0;
+  int check = 0;
   int json = 0;
   int flat = 0;
   int nonempty = 0;
@@ -60,6 +65,7 @@ enum Key { kKeyHelp, kKeyVersion };
 const fuse_opt kOptions[] = {
     MODELFS_OPT("--list", list, 1),
     MODELFS_OPT("--info", info, 1),
+    MODELFS_OPT("--check", check, 1),
     MODELFS_OPT("--json", json, 1),
     MODELFS_OPT("flat", flat, 1),
     MODELFS_OPT("nonempty", nonempty, 1),
@@ -98,6 +104,7 @@ void print_usage(const char* program) {
   std::cout << "usage: " << program << " [options] MODEL MOUNTPOINT\n"
             << "       " << program << " --list [--json] MODEL\n"
             << "       " << program << " --info [--json] MODEL\n"
+            << "       " << program << " --check MODEL\n"
             << "       " << program << " --version | --help\n"
             << "\n"
             << "Mounts a machine-learning model file read-only: every tensor a file of its raw\n"
@@ -108,6 +115,9 @@ void print_usage(const char* program) {
             << "    --list                 print the tensor table (name, dtype, shape, bytes)\n"
             << "    --info                 print the model's format, files, size and metadata\n"
             << "    --json                 with --list or --info: print JSON\n"
+            << "    --check                verify the whole model without mounting: every\n"
+            << "                           offset and length, every byte readable, overlaps,\n"
+            << "                           the format's checksums; exit 0, or 2 at the first fault\n"
             << "    -o flat                keep tensor names whole, as files at the root\n"
             << "    -o nonempty            allow mounting over a non-empty folder\n"
             << "    -o log_file=PATH       after detaching, log here instead of syslog\n"
@@ -206,6 +216,45 @@ std::string escape_fuse_option(const std::string& value) {
   return out;
 }
 
+// A progress line on a terminal, redrawn at most a few times a second.
+class ProgressBar {
+ public:
+  explicit ProgressBar(bool enabled) : enabled_(enabled) {}
+  void update(uint64_t done, uint64_t total) {
+    if (!enabled_ || total < (64u << 20)) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (done < total && now - last_ < std::chrono::milliseconds(200)) return;
+    last_ = now;
+    const int percent = static_cast<int>(done * 100 / total);
+    const int filled = percent * 40 / 100;
+    std::fprintf(stderr, "\rchecking [%s%s] %3d%% (%llu of %llu MiB)", std::string(filled, '#').c_str(),
+                 std::string(40 - filled, ' ').c_str(), percent,
+                 static_cast<unsigned long long>(done >> 20),
+                 static_cast<unsigned long long>(total >> 20));
+    drawn_ = true;
+  }
+  ~ProgressBar() {
+    if (drawn_) std::fputs("\n", stderr);
+  }
+
+ private:
+  bool enabled_;
+  bool drawn_ = false;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+int run_check(const char* model, const modelfs::Catalog& catalog) {
+  modelfs::CheckSummary summary;
+  {
+    ProgressBar bar(::isatty(STDERR_FILENO) != 0);
+    summary = modelfs::check_model(catalog, [&](uint64_t done, uint64_t total) { bar.update(done, total); });
+  }
+  std::cout << model << ": ok: " << catalog.format << ", " << summary.tensors << " tensors, "
+            << summary.bytes_read << " bytes read back, " << summary.integrity_checks
+            << " integrity checks passed\n";
+  return kExitOk;
+}
+
 struct ArgsGuard {
   fuse_args args;
   Config* config;
@@ -239,8 +288,12 @@ int run(int argc, char** argv) {
     spdlog::error("--json goes with --list or --info");
     return kExitUsage;
   }
-  if (config.list && config.info) {
-    spdlog::error("--list and --info are separate commands; give one");
+  if (config.list + config.info + config.check > 1) {
+    spdlog::error("--list, --info and --check are separate commands; give one");
+    return kExitUsage;
+  }
+  if (config.json && config.check) {
+    spdlog::error("--json goes with --list or --info");
     return kExitUsage;
   }
   if (config.model == nullptr) {
@@ -248,13 +301,16 @@ int run(int argc, char** argv) {
     return kExitUsage;
   }
 
-  if (config.list || config.info) {
+  if (config.list || config.info || config.check) {
     if (config.positional > 1) {
-      spdlog::error("{} takes only MODEL, not a mountpoint", config.list ? "--list" : "--info");
+      spdlog::error("{} takes only MODEL, not a mountpoint",
+                    config.list ? "--list" : config.info ? "--info" : "--check");
       return kExitUsage;
     }
     try {
       auto catalog = modelfs::open_model(config.model);
+      if (config.check)
+        return run_check(config.model, catalog);
       if (config.info)
         modelfs::cli::print_info(catalog, config.json != 0, std::cout);
       else if (config.json)

@@ -54,8 +54,9 @@ def test_bad_model_exits_2_names_the_file_and_mounts_nothing(tmp, name):
         assert str(model) in lines[0]
         assert ": at byte " in lines[0], lines[0]
         assert not is_mounted(mnt)
-        listing = run_modelfs("--list", model)
-        assert listing.returncode == 2 and str(model) in listing.stderr
+        for command in ("--list", "--info", "--check"):
+            result = run_modelfs(command, model)
+            assert result.returncode == 2 and str(model) in result.stderr, (command, result)
     finally:
         unmount(mnt)
 
@@ -93,6 +94,17 @@ def test_mountpoint_mistakes_get_clear_messages(tmp):
         assert busy.returncode == 1 and "already mounted" in busy.stderr
     usage = run_modelfs(model)
     assert usage.returncode == 1 and "mountpoint" in usage.stderr
+
+
+def test_check_reads_everything_and_says_ok(tmp):
+    model = st.write(tmp / "m.safetensors", {"a.w": np.ones((300, 300), np.float32), "b": np.zeros(3, np.int8)})
+    result = run_modelfs("--check", model)
+    assert result.returncode == 0, result.stderr
+    assert "ok" in result.stdout and "2 tensors" in result.stdout and str(300 * 300 * 4 + 3) in result.stdout
+    info = run_modelfs("--info", "--json", model)
+    assert info.returncode == 0
+    doc = json.loads(info.stdout)
+    assert (doc["format"], doc["tensors"], doc["nbytes"]) == ("safetensors", 2, 300 * 300 * 4 + 3)
 
 
 def test_help_and_version():

@@ -1,0 +1,105 @@
+#include "modelfs/check.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "modelfs/error.hpp"
+
+namespace modelfs {
+namespace {
+
+constexpr uint64_t kReadChunk = 1 << 20;
+
+struct Placed {
+  const MappedFile* file;
+  uint64_t begin;
+  uint64_t end;
+  const Tensor* tensor;
+};
+
+std::vector<Placed> mapped_ranges(const Catalog& catalog) {
+  std::vector<Placed> placed;
+  for (const auto& t : catalog.tensors) {
+    const MappedFile* file = t.bytes.mapped_file();
+    if (file == nullptr || t.bytes.size() == 0) continue;
+    const auto begin = static_cast<uint64_t>(t.bytes.data() - file->data());
+    placed.push_back({file, begin, begin + t.bytes.size(), &t});
+  }
+  return placed;
+}
+
+void check_no_overlap(const Catalog& catalog, std::vector<Placed> placed) {
+  std::sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) {
+    return std::tie(a.file, a.begin, a.end) < std::tie(b.file, b.begin, b.end);
+  });
+  for (size_t i = 1; i < placed.size(); ++i) {
+    const auto& prev = placed[i - 1];
+    const auto& cur = placed[i];
+    if (prev.file == cur.file && cur.begin < prev.end)
+      throw ModelError(cur.file->display_name(), catalog.format, cur.begin,
+                       "tensor \"" + cur.tensor->name + "\" overlaps the bytes of \"" +
+                           prev.tensor->name + "\"");
+  }
+}
+
+// pread, not the mapping: a disk error must be a message, not a SIGBUS.
+void read_back(const Catalog& catalog, const Placed& range, std::vector<char>& buffer,
+               const std::function<void(uint64_t)>& advance) {
+  for (uint64_t at = range.begin; at < range.end;) {
+    const uint64_t want = std::min(kReadChunk, range.end - at);
+    const ssize_t got = ::pread(range.file->fd(), buffer.data(), want, static_cast<off_t>(at));
+    if (got <= 0)
+      throw ModelError(range.file->display_name(), catalog.format, at,
+                       "tensor \"" + range.tensor->name + "\" cannot be read: " +
+                           (got < 0 ? std::strerror(errno) : "the file ends here"));
+    at += static_cast<uint64_t>(got);
+    advance(static_cast<uint64_t>(got));
+  }
+}
+
+}  // namespace
+
+CheckSummary check_model(const Catalog& catalog,
+                         const std::function<void(uint64_t, uint64_t)>& progress) {
+  auto placed = mapped_ranges(catalog);
+  if (!catalog.tensors_may_share_bytes) check_no_overlap(catalog, placed);
+
+  // Shared storages are read once.
+  std::sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) {
+    return std::tie(a.file, a.begin, a.end) < std::tie(b.file, b.begin, b.end);
+  });
+  placed.erase(std::unique(placed.begin(), placed.end(),
+                           [](const Placed& a, const Placed& b) {
+                             return a.file == b.file && a.begin == b.begin && a.end == b.end;
+                           }),
+               placed.end());
+
+  CheckSummary summary;
+  summary.tensors = catalog.tensors.size();
+  uint64_t total = 0;
+  for (const auto& p : placed) total += p.end - p.begin;
+  for (const auto& c : catalog.integrity_checks) total += c.bytes;
+  uint64_t done = 0;
+  auto advance = [&](uint64_t n) {
+    done += n;
+    if (progress) progress(done, total);
+  };
+
+  std::vector<char> buffer(kReadChunk);
+  for (const auto& range : placed) {
+    read_back(catalog, range, buffer, advance);
+    summary.bytes_read += range.end - range.begin;
+  }
+  for (const auto& integrity : catalog.integrity_checks) {
+    integrity.run(advance);
+    ++summary.integrity_checks;
+  }
+  if (progress) progress(total, total);
+  return summary;
+}
+
+}  // namespace modelfs
