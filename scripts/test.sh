@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian 12 machine: install what is
-# missing, build, run every test (GoogleTest units and real FUSE mounts).
-#   scripts/test.sh            build in ./build and run everything
+# missing, build, run every test (GoogleTest units and real FUSE mounts),
+# then build again under AddressSanitizer and UBSan and run the suite again.
+#   scripts/test.sh            both passes
+#   MODELFS_SANITIZE=0 scripts/test.sh    the plain pass only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,3 +12,23 @@ BUILD=${BUILD_DIR:-build}
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$BUILD" -j"$(nproc)"
 ctest --test-dir "$BUILD" --output-on-failure -j1
+
+[ "${MODELFS_SANITIZE:-1}" = 0 ] && exit 0
+
+# Second pass: ASan + UBSan. Daemons detach, so their reports go to files,
+# and any report fails the run.
+SAN_BUILD=${SAN_BUILD_DIR:-build-sanitize}
+cmake -S . -B "$SAN_BUILD" -DCMAKE_BUILD_TYPE=Debug -DMODELFS_SANITIZE=ON >/dev/null
+cmake --build "$SAN_BUILD" -j"$(nproc)"
+LOGS=$(mktemp -d /tmp/modelfs-sanitizer-XXXXXX)
+export ASAN_OPTIONS="log_path=$LOGS/asan:detect_leaks=1:abort_on_error=0"
+export UBSAN_OPTIONS="log_path=$LOGS/ubsan:print_stacktrace=1:halt_on_error=1"
+export MODELFS_SANITIZED=1
+ctest --test-dir "$SAN_BUILD" --output-on-failure -j1
+if compgen -G "$LOGS/*" >/dev/null; then
+  echo "sanitizer reports:" >&2
+  cat "$LOGS"/* >&2
+  exit 1
+fi
+rm -rf "$LOGS"
+echo "sanitizer pass: no reports"

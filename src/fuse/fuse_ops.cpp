@@ -428,8 +428,14 @@ int serve(const Tree& tree, fuse_args& args, const ServeOptions& options) {
   if (readahead.joinable()) readahead.join();
   fuse_remove_signal_handlers(session);
   fuse_session_destroy(session);
-  // The loop returns the signal number when a signal ended it: a clean exit.
-  return status < 0 ? 1 : 0;
+  // The loop returns the signal number when a signal ended it, and an
+  // errno when the device failed; a connection the kernel already tore
+  // down (unmounted while requests were in flight) is a clean end too.
+  if (status < 0 && status != -ENODEV && status != -ECONNABORTED && status != -ENOTCONN) {
+    spdlog::error("the FUSE session ended with an error: {}", std::strerror(-status));
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace modelfs

@@ -103,7 +103,8 @@ def test_unmount_during_reads_in_flight_ends_cleanly(tmp):
         stop.set()
         for t in threads:
             t.join(timeout=30)
-        assert daemon.wait(timeout=30) == 0
+        status = daemon.wait(timeout=30)
+        assert status == 0, daemon.stderr.read().decode()
         assert not wrong
     finally:
         stop.set()
