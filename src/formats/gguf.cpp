@@ -5,7 +5,7 @@
 #include <bit>
 #include <charconv>
 #include <cmath>
-#include <cstdlib>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <unordered_map>
@@ -96,10 +96,11 @@ constexpr std::array<ValueTypeInfo, kValueTypeCount> kValueTypes{{
 nlohmann::json float32_json(float value) {
   if (!std::isfinite(value)) return nullptr;
   char text[64];
-  auto [end, ec] = std::to_chars(text, text + sizeof text - 1, value);
-  if (ec != std::errc()) return static_cast<double>(value);
-  *end = '\0';
-  return std::strtod(text, nullptr);
+  auto written = std::to_chars(text, text + sizeof text, value);
+  double shortest = 0;
+  auto read = std::from_chars(text, written.ptr, shortest);  // locale-independent, unlike strtod
+  if (written.ec != std::errc() || read.ec != std::errc()) return static_cast<double>(value);
+  return shortest;
 }
 
 // A tensor info read, before its bytes are checked against the others'.
@@ -615,6 +616,8 @@ Catalog open(const std::filesystem::path& model) {
                            " split sets (first files:" + names + "); name the one to mount");
     }
     auto split = parse_split_name(sets.front().filename().string());
+    // A "set" of one file may lack the split.* keys: mount it as a file.
+    if (split->count == 1) return open(sets.front());
     return open_split(model, *split);
   }
 

@@ -205,6 +205,16 @@ def test_split_set_from_first_file_any_member_and_folder(tmp):
             assert [s["kv"]["split.no"] for s in meta["split_files"]] == [1, 2]
 
 
+def test_folder_with_a_one_file_set_without_split_keys(tmp):
+    folder = tmp / "solo"
+    folder.mkdir()
+    t = gw.random_tensor("w", 8, [2, 32], seed=5)
+    gw.write(folder / gw.split_name("solo", 1, 1), [], [t])
+    with mounted(folder) as mnt:
+        paths, index = index_paths(mnt)
+        assert index["files"] == ["solo-00001-of-00001.gguf"] and cat(paths["w"]) == t.data
+
+
 def test_split_set_incomplete_or_inconsistent_is_refused(tmp):
     tensors = [gw.random_tensor(f"t{i}", 0, [4], seed=i) for i in range(4)]
     missing = tmp / "missing"
