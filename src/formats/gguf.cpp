@@ -294,6 +294,8 @@ class Parser {
   }
 
   std::vector<TensorInfo> read_tensor_infos() {
+    // Checked again now that the key-values have taken their bytes.
+    require_room(tensor_count_at_, tensor_count_, width_bytes() + 4 + 4 + 8, "tensor count");
     std::vector<TensorInfo> infos;
     infos.reserve(std::min<uint64_t>(tensor_count_, kReserveLimit));
     std::unordered_set<std::string> names;

@@ -106,6 +106,9 @@ std::vector<BadFile> bad_files() {
   add("key-value count cannot fit", Gguf::with_counts(0, 1000), "key-value count 1000 cannot fit", 16);
   add("negative tensor count", Gguf::with_counts(~uint64_t{0}, 0), "cannot fit", 8);
   add("counts fit alone, not together", Gguf::with_counts(1, 1).zeros(24), "cannot fit", 8);
+  add("tensor infos cannot fit after the key-values",
+      Gguf::with_counts(1, 1).key("k", kString).str(std::string(40, 'x')).zeros(10),
+      "tensor count 1 cannot fit in the 10 bytes", 8);
   add("truncated counts", Gguf(3).u32(0), "tensor count needs 8 bytes", 8);
 
   // key-values
