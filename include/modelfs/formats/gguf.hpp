@@ -63,7 +63,6 @@ inline constexpr uint64_t kDefaultAlignment = 32;
 inline constexpr uint32_t kMaxDims = 4;            // GGML_MAX_DIMS
 inline constexpr uint64_t kMaxNameBytes = 65535;   // keys and tensor names
 inline constexpr int kMaxArrayDepth = 8;           // arrays of arrays of ...
-inline constexpr uint64_t kMaxSplitCount = 99999;  // five digits in the file names
 
 // One ggml tensor type (formats.md §5.5).
 struct GgmlType {
