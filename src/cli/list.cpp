@@ -59,9 +59,21 @@ void print_table(const Catalog& catalog, std::ostream& out) {
   }
   out << "\n" << catalog.tensors.size() << " tensors, " << human_bytes(total) << " (" << total
       << " bytes), format " << catalog.format << "\n";
-  for (const auto& [dtype, stats] : per_dtype)
+  // Bytes per dtype, largest first: for a quantized GGUF model, the mix of
+  // ggml types (q4_k, q6_k, f32 ...) that makes up its size.
+  std::vector<std::pair<std::string, std::pair<size_t, uint64_t>>> summary(per_dtype.begin(),
+                                                                          per_dtype.end());
+  std::stable_sort(summary.begin(), summary.end(), [](const auto& a, const auto& b) {
+    return a.second.second > b.second.second;
+  });
+  for (const auto& [dtype, stats] : summary) {
+    char share[16];
+    std::snprintf(share, sizeof share, "%.1f%%",
+                  total == 0 ? 0.0 : 100.0 * static_cast<double>(stats.second) / static_cast<double>(total));
     out << "  " << dtype << ": " << stats.first << (stats.first == 1 ? " tensor, " : " tensors, ")
-        << human_bytes(stats.second) << "\n";
+        << human_bytes(stats.second) << " ("
+        << stats.second << " bytes, " << share << ")\n";
+  }
 }
 
 void print_json(const Catalog& catalog, std::ostream& out) {
@@ -78,6 +90,8 @@ void print_json(const Catalog& catalog, std::ostream& out) {
                     {"shape", t.shape},
                     {"nbytes", t.bytes.size()},
                     {"source", source}});
+    // Format extras (GGUF: ggml_type, block_size, type_size ...), as in the sidecar.
+    for (const auto& [key, value] : t.extras.items()) list.back()[key] = value;
   }
   out << doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }

@@ -6,6 +6,7 @@
 
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
+#include "modelfs/formats/gguf.hpp"
 #include "modelfs/formats/safetensors.hpp"
 
 namespace modelfs {
@@ -22,6 +23,7 @@ const std::array kReaders{
                  safetensors::open},
     FormatReader{"safetensors index", safetensors::probe_index_file, never_a_folder,
                  safetensors::open},
+    FormatReader{"gguf", gguf::probe_file, gguf::probe_folder, gguf::open},
 };
 
 // Formats recognised by their magic bytes whose readers have not landed yet:
@@ -31,7 +33,6 @@ struct KnownMagic {
   std::string_view format;
 };
 constexpr KnownMagic kNotYetRead[] = {
-    {"GGUF", "GGUF"},
     {"PK\x03\x04", "ZIP archive (torch.save, TorchScript or PT2)"},
     {"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19", "legacy torch.save"},
 };
@@ -52,7 +53,8 @@ Catalog open_model(const std::filesystem::path& model) {
       if (reader.probe_folder(model)) return reader.open(model);
     throw ModelError(model.string(), "folder", std::nullopt,
                      "holds no model modelfs can mount as a whole (looked for "
-                     "*.safetensors.index.json); name a model file instead");
+                     "*.safetensors.index.json and *-00001-of-NNNNN.gguf); name a model "
+                     "file instead");
   }
 
   auto file = MappedFile::open(model);
@@ -65,7 +67,7 @@ Catalog open_model(const std::filesystem::path& model) {
                        "this format is recognised but not yet supported by this modelfs build");
   throw ModelError(model.string(), "unknown", 0,
                    "not a model file modelfs recognises (" + std::to_string(file->size()) +
-                       " bytes; expected safetensors)");
+                       " bytes; expected safetensors or GGUF)");
 }
 
 }  // namespace modelfs
