@@ -793,9 +793,16 @@ class Reader {
           fail(f.offset, quote + std::string(typed_field_name(field)) + " has wire type " +
                              std::to_string(static_cast<int>(f.type)));
         }
-        if (out.size() + f.length > nbytes) break;
-        out.append(reinterpret_cast<const char*>(f.payload.data()), f.payload.size());
       }
+      uint64_t total = 0;  // payloads lie in the file, so this cannot overflow
+      for (const auto& f : occurrences) total += f.length;
+      if (total != nbytes)
+        fail(at, quote + std::string(typed_field_name(field)) + " holds " +
+                     std::to_string(total / entry_bytes) + " entries but shape and data_type need " +
+                     std::to_string(nbytes / entry_bytes));
+      out.reserve(nbytes);
+      for (const auto& f : occurrences)
+        out.append(reinterpret_cast<const char*>(f.payload.data()), f.payload.size());
     } else {
       // Stop collecting once there are more entries than the tensor holds,
       // so a hostile count cannot make this allocate beyond the file's size.
@@ -814,10 +821,6 @@ class Reader {
         for (uint64_t b = 0; b < entry_bytes; ++b)
           out.push_back(static_cast<char>((v >> (8 * b)) & 0xFF));
     }
-    if (out.size() != nbytes)
-      fail(at, quote + std::string(typed_field_name(field)) + " holds " +
-                   std::to_string(out.size()) + (out.size() > nbytes ? " or more" : "") +
-                   " bytes but shape and data_type need " + std::to_string(nbytes));
     t.bytes = ByteSpan::owned(std::move(out));
     t.source = {model_name_, std::nullopt};
   }

@@ -204,6 +204,8 @@ TEST(Onnx, BadTensorsRefused) {
   expect_refused(dir, model(initializer(tensor("w", 1, {1}, pb_bytes(3, pb_uint(1, 0)) + pb_bytes(9, "abcd")))),
                  "segment");
   expect_refused(dir, model(initializer(tensor("w", 1, {1}, pb_uint(9, 4)))), "should hold a string");
+  expect_refused(dir, model(initializer(tensor("w", 1, {3}, pb_bytes(4, floats({1})) + pb_fixed32(4, 0)))),
+                 "float_data holds 2 entries but shape and data_type need 3");
   expect_refused(dir, model(initializer(tensor("w", 1, {1}, pb_bytes(4, "abc")))),
                  "is not whole elements");
   expect_refused(dir, model(initializer(tensor("w", 8, {1}, pb_bytes(9, "abc")))), "STRING");
