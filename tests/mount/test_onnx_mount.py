@@ -156,13 +156,8 @@ def check_model(mnt, model_path):
                     np.testing.assert_array_equal(loaded, want)
                 assert loaded.tobytes() == cat(path)
     meta = json.loads((mnt / ".modelfs" / "metadata.json").read_text())
-    assert sorted(s["name"] for s in meta["string_tensors"]) == sorted(
-        name for name in strings_named(model, strings))
+    assert sorted(s["name"] for s in meta["string_tensors"]) == sorted(t.name for t in strings)
     return paths, meta
-
-
-def strings_named(model, strings):
-    return [t.name for t in strings]
 
 
 # ---- hand encoding, for the forms the protobuf library never writes -------
@@ -549,9 +544,8 @@ def test_torch_export(tmp):
     with mounted(path) as mnt:
         paths, _ = check_model(mnt, path)
         state = net.state_dict()
-        for name in ["fc.weight", "fc.bias", "norm.weight"]:
-            if name in paths:
-                assert cat(paths[name][0]) == state[name].numpy().tobytes()
+        for name in ["conv.weight", "fc.weight", "fc.bias", "norm.weight", "norm.bias"]:
+            assert cat(paths[name][0]) == state[name].numpy().tobytes(), name
 
 
 def test_generated_fixtures_match_expected(shared):
