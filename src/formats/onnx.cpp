@@ -648,8 +648,7 @@ class Reader {
     std::vector<uint64_t> dims;
     std::optional<uint64_t> data_type;
     std::string stored_name;
-    const WireField* raw = nullptr;
-    std::optional<WireField> raw_field;
+    std::optional<WireField> raw;  // the last raw_data wins
     std::vector<WireField> external;
     uint64_t location = 0;
     std::map<uint32_t, uint64_t> data_bytes;  // payload bytes per data field
@@ -658,7 +657,7 @@ class Reader {
         case kDims: protobuf::append_varints(f, context_, dims); break;
         case kDataType: data_type = varint(f); break;
         case kName: stored_name = text(f); break;
-        case kRawData: protobuf::field_text(f, context_); raw_field = f; break;
+        case kRawData: protobuf::field_text(f, context_); raw = f; break;
         case kExternalData: external.push_back(f); break;
         case kDataLocation: location = varint(f); break;
         case kSegment:
@@ -667,7 +666,6 @@ class Reader {
       }
       if (is_data_field(f.number)) data_bytes[f.number] += f.length;
     });
-    if (raw_field) raw = &*raw_field;
     const std::string name = forced_name ? *forced_name : (stored_name.empty() ? fallback : stored_name);
     const uint64_t at = tensor.offset();
     auto quote = [&] { return "tensor \"" + name + "\": "; };
