@@ -31,6 +31,8 @@ enum class DType : uint8_t {
   Int4,
   UInt4,
   Float4E2M1,
+  Int2,   // ONNX INT2/UINT2 (IR 13): four per byte
+  UInt2,
   Float6E2M3FN,
   Float6E3M2FN,
   // A ggml block-quantized type: the element size is per block, and the

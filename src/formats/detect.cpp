@@ -7,6 +7,7 @@
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
 #include "modelfs/formats/gguf.hpp"
+#include "modelfs/formats/onnx.hpp"
 #include "modelfs/formats/safetensors.hpp"
 
 namespace modelfs {
@@ -24,6 +25,9 @@ const std::array kReaders{
     FormatReader{"safetensors index", safetensors::probe_index_file, never_a_folder,
                  safetensors::open},
     FormatReader{"gguf", gguf::probe_file, gguf::probe_folder, gguf::open},
+    // ONNX has no magic: probed last, by a bounded trial parse of its first
+    // fields, so that every format with a magic is recognised before it.
+    FormatReader{"onnx", onnx::probe_file, never_a_folder, onnx::open},
 };
 
 // Formats recognised by their magic bytes whose readers have not landed yet:
@@ -67,7 +71,7 @@ Catalog open_model(const std::filesystem::path& model) {
                        "this format is recognised but not yet supported by this modelfs build");
   throw ModelError(model.string(), "unknown", 0,
                    "not a model file modelfs recognises (" + std::to_string(file->size()) +
-                       " bytes; expected safetensors or GGUF)");
+                       " bytes; expected safetensors, GGUF or ONNX)");
 }
 
 }  // namespace modelfs

@@ -36,6 +36,8 @@ constexpr std::array kTypes{
     DTypeInfo{DType::Int4, "int4", 4, ""},
     DTypeInfo{DType::UInt4, "uint4", 4, ""},
     DTypeInfo{DType::Float4E2M1, "float4_e2m1", 4, ""},
+    DTypeInfo{DType::Int2, "int2", 2, ""},
+    DTypeInfo{DType::UInt2, "uint2", 2, ""},
     DTypeInfo{DType::Float6E2M3FN, "float6_e2m3fn", 6, ""},
     DTypeInfo{DType::Float6E3M2FN, "float6_e3m2fn", 6, ""},
     DTypeInfo{DType::GgmlBlock, "block", 0, ""},

@@ -32,4 +32,30 @@ std::string safetensors_bytes(const std::string& header, const std::string& data
   return out + header + data;
 }
 
+std::string pb_varint(uint64_t value) {
+  std::string out;
+  do {
+    auto byte = static_cast<uint8_t>(value & 0x7F);
+    value >>= 7;
+    out.push_back(static_cast<char>(byte | (value ? 0x80 : 0)));
+  } while (value);
+  return out;
+}
+
+std::string pb_key(uint32_t number, int wire_type) {
+  return pb_varint((uint64_t{number} << 3) | static_cast<uint64_t>(wire_type));
+}
+
+std::string pb_uint(uint32_t number, uint64_t value) { return pb_key(number, 0) + pb_varint(value); }
+
+std::string pb_bytes(uint32_t number, const std::string& payload) {
+  return pb_key(number, 2) + pb_varint(payload.size()) + payload;
+}
+
+std::string pb_fixed32(uint32_t number, uint32_t value) {
+  std::string out = pb_key(number, 5);
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xFF));
+  return out;
+}
+
 }  // namespace modelfs::test

@@ -1,5 +1,6 @@
 #pragma once
-// Helpers for unit tests: temporary files and hand-made safetensors bytes.
+// Helpers for unit tests: temporary files, hand-made safetensors and
+// protobuf bytes.
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -22,5 +23,12 @@ class TempDir {
 
 // u64 LE length + header + data, exactly as the format lays them out.
 std::string safetensors_bytes(const std::string& header, const std::string& data);
+
+// Hand-made protobuf wire bytes (formats.md §6.1).
+std::string pb_varint(uint64_t value);
+std::string pb_key(uint32_t number, int wire_type);
+std::string pb_uint(uint32_t number, uint64_t value);                 // wire type 0
+std::string pb_bytes(uint32_t number, const std::string& payload);   // wire type 2
+std::string pb_fixed32(uint32_t number, uint32_t value);             // wire type 5
 
 }  // namespace modelfs::test

@@ -1,0 +1,964 @@
+#include "modelfs/formats/onnx.hpp"
+
+#include <bit>
+#include <climits>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "modelfs/checked_math.hpp"
+#include "modelfs/error.hpp"
+#include "modelfs/mapped_file.hpp"
+#include "modelfs/protobuf_wire.hpp"
+
+namespace modelfs::onnx {
+namespace {
+
+namespace fs = std::filesystem;
+using protobuf::WireContext;
+using protobuf::WireField;
+using protobuf::WireMessage;
+using protobuf::WireType;
+using Json = nlohmann::ordered_json;
+
+constexpr std::string_view kFormat = "onnx";
+
+// Field numbers of onnx.proto (formats.md §6.2, §6.3).
+namespace model_field {
+constexpr uint32_t kIrVersion = 1, kProducerName = 2, kProducerVersion = 3, kDomain = 4,
+                   kModelVersion = 5, kDocString = 6, kGraph = 7, kOpsetImport = 8,
+                   kMetadataProps = 14, kTrainingInfo = 20, kFunctions = 25;
+}
+namespace graph_field {
+constexpr uint32_t kNode = 1, kName = 2, kInitializer = 5, kDocString = 10, kInput = 11,
+                   kOutput = 12, kValueInfo = 13, kSparseInitializer = 15;
+}
+namespace node_field {
+constexpr uint32_t kInput = 1, kOutput = 2, kName = 3, kOpType = 4, kAttribute = 5, kDomain = 7;
+}
+namespace attribute_field {
+constexpr uint32_t kName = 1, kF = 2, kI = 3, kS = 4, kT = 5, kG = 6, kFloats = 7, kInts = 8,
+                   kStrings = 9, kTensors = 10, kGraphs = 11, kTp = 14, kTypeProtos = 15,
+                   kType = 20, kRefAttrName = 21, kSparseTensor = 22, kSparseTensors = 23;
+}
+namespace tensor_field {
+constexpr uint32_t kDims = 1, kDataType = 2, kSegment = 3, kFloatData = 4, kInt32Data = 5,
+                   kStringData = 6, kInt64Data = 7, kName = 8, kRawData = 9, kDoubleData = 10,
+                   kUint64Data = 11, kExternalData = 13, kDataLocation = 14;
+}
+namespace sparse_field {
+constexpr uint32_t kValues = 1, kIndices = 2, kDims = 3;
+}
+namespace function_field {
+constexpr uint32_t kName = 1, kInput = 4, kOutput = 5, kAttribute = 6, kNode = 7,
+                   kOpsetImport = 9, kDomain = 10, kAttributeProto = 11, kOverload = 13;
+}
+namespace training_field {
+constexpr uint32_t kInitialization = 1, kAlgorithm = 2;
+}
+
+// AttributeProto.AttributeType.
+namespace attribute_type {
+constexpr uint64_t kUndefined = 0, kFloat = 1, kInt = 2, kString = 3, kTensor = 4, kGraph = 5,
+                   kFloats = 6, kInts = 7, kStrings = 8, kTensors = 9, kGraphs = 10,
+                   kSparseTensor = 11, kSparseTensors = 12, kTypeProto = 13, kTypeProtos = 14;
+}
+
+// TensorProto.DataType (formats.md §6.4) and the typed field that stores it.
+struct DataTypeInfo {
+  uint64_t code;
+  std::string_view name;
+  std::optional<DType> dtype;  // none for STRING
+  uint32_t typed_field;
+};
+
+constexpr DataTypeInfo kDataTypes[] = {
+    {1, "FLOAT", DType::Float32, tensor_field::kFloatData},
+    {2, "UINT8", DType::UInt8, tensor_field::kInt32Data},
+    {3, "INT8", DType::Int8, tensor_field::kInt32Data},
+    {4, "UINT16", DType::UInt16, tensor_field::kInt32Data},
+    {5, "INT16", DType::Int16, tensor_field::kInt32Data},
+    {6, "INT32", DType::Int32, tensor_field::kInt32Data},
+    {7, "INT64", DType::Int64, tensor_field::kInt64Data},
+    {8, "STRING", std::nullopt, tensor_field::kStringData},
+    {9, "BOOL", DType::Bool, tensor_field::kInt32Data},
+    {10, "FLOAT16", DType::Float16, tensor_field::kInt32Data},
+    {11, "DOUBLE", DType::Float64, tensor_field::kDoubleData},
+    {12, "UINT32", DType::UInt32, tensor_field::kUint64Data},
+    {13, "UINT64", DType::UInt64, tensor_field::kUint64Data},
+    {14, "COMPLEX64", DType::Complex64, tensor_field::kFloatData},
+    {15, "COMPLEX128", DType::Complex128, tensor_field::kDoubleData},
+    {16, "BFLOAT16", DType::BFloat16, tensor_field::kInt32Data},
+    {17, "FLOAT8E4M3FN", DType::Float8E4M3FN, tensor_field::kInt32Data},
+    {18, "FLOAT8E4M3FNUZ", DType::Float8E4M3FNUZ, tensor_field::kInt32Data},
+    {19, "FLOAT8E5M2", DType::Float8E5M2, tensor_field::kInt32Data},
+    {20, "FLOAT8E5M2FNUZ", DType::Float8E5M2FNUZ, tensor_field::kInt32Data},
+    {21, "UINT4", DType::UInt4, tensor_field::kInt32Data},
+    {22, "INT4", DType::Int4, tensor_field::kInt32Data},
+    {23, "FLOAT4E2M1", DType::Float4E2M1, tensor_field::kInt32Data},
+    {24, "FLOAT8E8M0", DType::Float8E8M0FNU, tensor_field::kInt32Data},
+    {25, "UINT2", DType::UInt2, tensor_field::kInt32Data},
+    {26, "INT2", DType::Int2, tensor_field::kInt32Data},
+};
+
+const DataTypeInfo* data_type_info(uint64_t code) {
+  for (const auto& info : kDataTypes)
+    if (info.code == code) return &info;
+  return nullptr;
+}
+
+std::string data_type_name(uint64_t code) {
+  const auto* info = data_type_info(code);
+  return info ? std::string(info->name) : std::to_string(code);
+}
+
+std::string_view typed_field_name(uint32_t field) {
+  switch (field) {
+    case tensor_field::kFloatData: return "float_data";
+    case tensor_field::kInt32Data: return "int32_data";
+    case tensor_field::kStringData: return "string_data";
+    case tensor_field::kInt64Data: return "int64_data";
+    case tensor_field::kDoubleData: return "double_data";
+    case tensor_field::kUint64Data: return "uint64_data";
+    case tensor_field::kRawData: return "raw_data";
+    default: return "external_data";
+  }
+}
+
+bool is_data_field(uint32_t number) {
+  return number == tensor_field::kFloatData || number == tensor_field::kInt32Data ||
+         number == tensor_field::kStringData || number == tensor_field::kInt64Data ||
+         number == tensor_field::kDoubleData || number == tensor_field::kUint64Data ||
+         number == tensor_field::kRawData;
+}
+
+// A message's fields, looked up by number.
+class Fields {
+ public:
+  explicit Fields(const WireMessage& message) : fields_(message.fields()) {}
+  std::vector<WireField> every(uint32_t number) const {
+    std::vector<WireField> out;
+    for (const auto& f : fields_)
+      if (f.number == number) out.push_back(f);
+    return out;
+  }
+  // The last occurrence of a non-repeated scalar or string field wins.
+  const WireField* last(uint32_t number) const {
+    for (auto it = fields_.rbegin(); it != fields_.rend(); ++it)
+      if (it->number == number) return &*it;
+    return nullptr;
+  }
+
+ private:
+  std::vector<WireField> fields_;
+};
+
+bool is_dotdot_free(const fs::path& p) {
+  for (const auto& part : p)
+    if (part == "..") return false;
+  return true;
+}
+
+// Strict decimal for external_data offset/length: digits only, no overflow.
+std::optional<uint64_t> parse_decimal(std::string_view text) {
+  if (text.empty() || text.size() > 20) return std::nullopt;
+  uint64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    auto next = checked_mul(value, 10);
+    if (!next) return std::nullopt;
+    next = checked_add(*next, static_cast<uint64_t>(c - '0'));
+    if (!next) return std::nullopt;
+    value = *next;
+  }
+  return value;
+}
+
+class Reader {
+ public:
+  explicit Reader(const fs::path& model) : model_path_(model) {}
+
+  Catalog read() {
+    model_ = MappedFile::open(model_path_);
+    context_ = {model_->display_name(), std::string(kFormat)};
+    if (model_->size() > kMaxModelBytes)
+      fail(0, "file is " + std::to_string(model_->size()) +
+                  " bytes; a protobuf message (and so an .onnx file) is limited to " +
+                  std::to_string(kMaxModelBytes) + " bytes, larger models keep weights in "
+                  "external data");
+    model_name_ = model_path_.filename().string();
+    std::error_code ec;
+    folder_ = fs::canonical(fs::absolute(model_path_, ec).parent_path(), ec);
+    if (ec) fail(std::nullopt, "cannot resolve the model's folder: " + ec.message());
+
+    catalog_.format = std::string(kFormat);
+    catalog_.mtime = model_->mtime();
+    catalog_.files.push_back(model_name_);
+
+    WireMessage model(model_->bytes(), 0, &context_);
+    Fields fields(model);
+    Json& meta = metadata_;
+    if (const auto* f = fields.last(model_field::kIrVersion)) meta["ir_version"] = varint(*f);
+    meta["opset_import"] = Json::array();
+    for (const auto& f : fields.every(model_field::kOpsetImport)) {
+      Fields opset(model.child(f));
+      Json entry;
+      entry["domain"] = last_text(opset, 1);
+      const auto* version = opset.last(2);
+      entry["version"] = version ? static_cast<int64_t>(varint(*version)) : 0;
+      meta["opset_import"].push_back(entry);
+    }
+    meta["producer_name"] = last_text(fields, model_field::kProducerName);
+    meta["producer_version"] = last_text(fields, model_field::kProducerVersion);
+    meta["domain"] = last_text(fields, model_field::kDomain);
+    if (const auto* f = fields.last(model_field::kModelVersion))
+      meta["model_version"] = static_cast<int64_t>(varint(*f));
+    meta["doc_string"] = last_text(fields, model_field::kDocString);
+    meta["metadata_props"] = string_map(model, fields.every(model_field::kMetadataProps));
+
+    Json graph_doc;
+    auto graphs = fields.every(model_field::kGraph);
+    if (graphs.empty()) fail(0, "the model has no graph (ModelProto field 7)");
+    graph_doc["graph"] = read_graph(model.child(graphs), "main");
+    const Json& main = graph_doc["graph"];
+    meta["graph_name"] = main["name"];
+    meta["inputs"] = main["inputs"];
+    meta["outputs"] = main["outputs"];
+
+    graph_doc["functions"] = Json::array();
+    meta["functions"] = Json::array();
+    for (const auto& f : fields.every(model_field::kFunctions)) {
+      Json function = read_function(model.child(f));
+      meta["functions"].push_back(function["domain"].get<std::string>() + ":" +
+                                  function["name"].get<std::string>());
+      graph_doc["functions"].push_back(std::move(function));
+    }
+    graph_doc["training_info"] = Json::array();
+    const auto training = fields.every(model_field::kTrainingInfo);
+    for (size_t i = 0; i < training.size(); ++i)
+      graph_doc["training_info"].push_back(read_training_info(model.child(training[i]), i));
+
+    meta["string_tensors"] = string_tensors_;
+    for (const auto& [key, value] : meta.items()) catalog_.metadata[key] = value;
+    const auto replace = nlohmann::json::error_handler_t::replace;
+    catalog_.documents.push_back({"graph.json", graph_doc.dump(2, ' ', false, replace) + "\n"});
+    return std::move(catalog_);
+  }
+
+ private:
+  [[noreturn]] void fail(std::optional<uint64_t> offset, const std::string& reason) const {
+    throw ModelError(context_.file, context_.format, offset, reason);
+  }
+
+  uint64_t varint(const WireField& f) const {
+    if (f.type != WireType::Varint)
+      fail(f.offset, "field " + std::to_string(f.number) + " should be a varint but has wire type " +
+                         std::to_string(static_cast<int>(f.type)));
+    return f.value;
+  }
+
+  std::string text(const WireField& f) const { return std::string(protobuf::field_text(f, context_)); }
+
+  std::string last_text(const Fields& fields, uint32_t number) const {
+    const auto* f = fields.last(number);
+    return f ? text(*f) : std::string();
+  }
+
+  std::vector<std::string> texts(const Fields& fields, uint32_t number) const {
+    std::vector<std::string> out;
+    for (const auto& f : fields.every(number)) out.push_back(text(f));
+    return out;
+  }
+
+  // StringStringEntryProto list -> {key: value}; a repeated key keeps the last.
+  Json string_map(const WireMessage& parent, const std::vector<WireField>& entries) const {
+    Json out = Json::object();
+    for (const auto& f : entries) {
+      Fields entry(parent.child(f));
+      out[last_text(entry, 1)] = last_text(entry, 2);
+    }
+    return out;
+  }
+
+  // ---- types (ValueInfoProto, TypeProto) --------------------------------
+
+  Json read_shape(const WireMessage& shape) const {
+    Json dims = Json::array();
+    Fields fields(shape);
+    for (const auto& d : fields.every(1)) {
+      Fields dim(shape.child(d));
+      if (const auto* value = dim.last(1))
+        dims.push_back(static_cast<int64_t>(varint(*value)));
+      else if (const auto* param = dim.last(2))
+        dims.push_back(text(*param));
+      else
+        dims.push_back(nullptr);
+    }
+    return dims;
+  }
+
+  Json read_tensor_type(const WireMessage& tensor_type) const {
+    Fields fields(tensor_type);
+    Json out;
+    const auto* elem = fields.last(1);
+    out["elem_type"] = elem ? data_type_name(varint(*elem)) : "UNDEFINED";
+    auto shapes = fields.every(2);
+    if (!shapes.empty()) out["shape"] = read_shape(tensor_type.child(shapes));
+    return out;
+  }
+
+  Json read_type(const WireMessage& type) const {
+    Fields fields(type);
+    Json out = Json::object();
+    if (auto f = fields.every(1); !f.empty()) out["tensor"] = read_tensor_type(type.child(f));
+    if (auto f = fields.every(4); !f.empty()) {
+      Fields seq(type.child(f));
+      auto elem = seq.every(1);
+      out["sequence"] = elem.empty() ? Json() : read_type(type.child(f).child(elem));
+    }
+    if (auto f = fields.every(5); !f.empty()) {
+      WireMessage map = type.child(f);
+      Fields entries(map);
+      const auto* key = entries.last(1);
+      auto value = entries.every(2);
+      out["map"] = {{"key", key ? data_type_name(varint(*key)) : "UNDEFINED"},
+                    {"value", value.empty() ? Json() : read_type(map.child(value))}};
+    }
+    if (auto f = fields.every(8); !f.empty()) out["sparse_tensor"] = read_tensor_type(type.child(f));
+    if (auto f = fields.every(9); !f.empty()) {
+      WireMessage optional = type.child(f);
+      auto elem = Fields(optional).every(1);
+      out["optional"] = elem.empty() ? Json() : read_type(optional.child(elem));
+    }
+    if (const auto* d = fields.last(6)) out["denotation"] = text(*d);
+    return out;
+  }
+
+  Json read_value_info(const WireMessage& info) const {
+    Fields fields(info);
+    Json out;
+    out["name"] = last_text(fields, 1);
+    auto type = fields.every(2);
+    out["type"] = type.empty() ? Json() : read_type(info.child(type));
+    return out;
+  }
+
+  // ---- graphs, nodes, attributes, functions -----------------------------
+
+  Json read_graph(const WireMessage& graph, const std::string& graph_path) {
+    Fields fields(graph);
+    Json out;
+    out["name"] = last_text(fields, graph_field::kName);
+    out["path"] = graph_path;
+    out["doc_string"] = last_text(fields, graph_field::kDocString);
+    for (auto [key, number] : {std::pair{"inputs", graph_field::kInput},
+                               std::pair{"outputs", graph_field::kOutput},
+                               std::pair{"value_info", graph_field::kValueInfo}}) {
+      out[key] = Json::array();
+      for (const auto& f : fields.every(number)) out[key].push_back(read_value_info(graph.child(f)));
+    }
+    out["initializers"] = Json::array();
+    const auto initializers = fields.every(graph_field::kInitializer);
+    for (size_t i = 0; i < initializers.size(); ++i) {
+      std::string fallback = "initializer_" + std::to_string(i);
+      out["initializers"].push_back(
+          read_tensor(graph.child(initializers[i]), std::nullopt, fallback, "initializer", graph_path));
+    }
+    out["sparse_initializers"] = Json::array();
+    const auto sparse = fields.every(graph_field::kSparseInitializer);
+    for (size_t i = 0; i < sparse.size(); ++i)
+      out["sparse_initializers"].push_back(read_sparse(graph.child(sparse[i]), std::nullopt,
+                                                       "sparse_initializer_" + std::to_string(i),
+                                                       "sparse_initializer", graph_path));
+    out["nodes"] = Json::array();
+    const auto nodes = fields.every(graph_field::kNode);
+    for (size_t i = 0; i < nodes.size(); ++i)
+      out["nodes"].push_back(read_node(graph.child(nodes[i]), i, graph_path));
+    return out;
+  }
+
+  Json read_node(const WireMessage& node, size_t index, const std::string& graph_path) {
+    Fields fields(node);
+    Json out;
+    out["name"] = last_text(fields, node_field::kName);
+    out["op_type"] = last_text(fields, node_field::kOpType);
+    out["domain"] = last_text(fields, node_field::kDomain);
+    auto inputs = texts(fields, node_field::kInput);
+    auto outputs = texts(fields, node_field::kOutput);
+    out["inputs"] = inputs;
+    out["outputs"] = outputs;
+
+    // What this node's attribute tensors and subgraphs are named after.
+    std::string ident = out["name"].get<std::string>();
+    if (ident.empty() && !outputs.empty()) ident = outputs.front();
+    if (ident.empty()) ident = out["op_type"].get<std::string>() + "_" + std::to_string(index);
+    const std::string domain = out["domain"].get<std::string>();
+    const bool constant = out["op_type"] == "Constant" && (domain.empty() || domain == "ai.onnx");
+    std::optional<std::string> constant_name;
+    if (constant && !outputs.empty() && !outputs.front().empty()) constant_name = outputs.front();
+
+    out["attributes"] = Json::object();
+    for (const auto& f : fields.every(node_field::kAttribute)) {
+      auto [name, value] = read_attribute(node.child(f), ident, graph_path, constant_name);
+      out["attributes"][name] = std::move(value);
+    }
+    return out;
+  }
+
+  // The attribute's type; files from old exporters (CNTK) leave it
+  // UNDEFINED, so then it is inferred from the field that is present.
+  uint64_t effective_type(const Fields& fields) const {
+    namespace type = attribute_type;
+    namespace field = attribute_field;
+    if (const auto* t = fields.last(field::kType); t && varint(*t) != type::kUndefined)
+      return varint(*t);
+    constexpr std::pair<uint32_t, uint64_t> kByField[] = {
+        {field::kT, type::kTensor},
+        {field::kG, type::kGraph},
+        {field::kSparseTensor, type::kSparseTensor},
+        {field::kTp, type::kTypeProto},
+        {field::kTensors, type::kTensors},
+        {field::kGraphs, type::kGraphs},
+        {field::kSparseTensors, type::kSparseTensors},
+        {field::kTypeProtos, type::kTypeProtos},
+        {field::kFloats, type::kFloats},
+        {field::kInts, type::kInts},
+        {field::kStrings, type::kStrings},
+        {field::kS, type::kString},
+        {field::kF, type::kFloat},
+        {field::kI, type::kInt}};
+    for (auto [number, found] : kByField)
+      if (fields.last(number)) return found;
+    return type::kUndefined;
+  }
+
+  // (name, JSON value) of one AttributeProto; its tensors go to the catalog
+  // and its graphs are read in place (nested in the JSON).
+  std::pair<std::string, Json> read_attribute(const WireMessage& attribute, const std::string& owner,
+                                              const std::string& graph_path,
+                                              const std::optional<std::string>& constant_name) {
+    using namespace attribute_field;
+    Fields fields(attribute);
+    const std::string name = last_text(fields, kName);
+    const std::string tensor_base = owner + "/" + name;
+    const uint64_t type = effective_type(fields);
+    Json value;
+    if (const auto* ref = fields.last(kRefAttrName)) {
+      value["ref_attr_name"] = text(*ref);
+      return {name, value};
+    }
+    auto fixed32_float = [&](const WireField& f) {
+      if (f.type != WireType::Fixed32) fail(f.offset, "attribute \"" + name + "\": f is not a float");
+      const auto bits = static_cast<uint32_t>(f.value);
+      return static_cast<double>(std::bit_cast<float>(bits));
+    };
+    switch (type) {
+      case attribute_type::kFloat: {
+        const auto* f = fields.last(kF);
+        value = f ? Json(fixed32_float(*f)) : Json(0.0);
+        break;
+      }
+      case attribute_type::kInt: {
+        const auto* f = fields.last(kI);
+        value = f ? static_cast<int64_t>(varint(*f)) : 0;
+        break;
+      }
+      case attribute_type::kString:
+        value = last_text(fields, kS);
+        break;
+      case attribute_type::kFloats: {
+        value = Json::array();
+        for (const auto& f : fields.every(kFloats)) {
+          if (f.type == WireType::Length) {
+            if (f.length % 4 != 0) fail(f.offset, "attribute \"" + name + "\": packed floats of odd length");
+            for (uint64_t at = 0; at < f.length; at += 4) {
+              uint32_t bits = 0;
+              std::memcpy(&bits, f.payload.data() + at, 4);
+              value.push_back(static_cast<double>(std::bit_cast<float>(bits)));
+            }
+          } else {
+            value.push_back(fixed32_float(f));
+          }
+        }
+        break;
+      }
+      case attribute_type::kInts: {
+        std::vector<uint64_t> ints;
+        for (const auto& f : fields.every(kInts)) protobuf::append_varints(f, context_, ints);
+        value = Json::array();
+        for (uint64_t v : ints) value.push_back(static_cast<int64_t>(v));
+        break;
+      }
+      case attribute_type::kStrings:
+        value = texts(fields, kStrings);
+        break;
+      case attribute_type::kTensor: {
+        auto t = fields.every(kT);
+        if (t.empty()) break;
+        value["tensor"] = read_tensor(attribute.child(t), constant_name ? constant_name : std::optional(tensor_base),
+                                      tensor_base, constant_name ? "constant" : "attribute", graph_path);
+        break;
+      }
+      case attribute_type::kTensors: {
+        value["tensors"] = Json::array();
+        const auto list = fields.every(kTensors);
+        for (size_t i = 0; i < list.size(); ++i) {
+          std::string tensor_name = tensor_base + "/" + std::to_string(i);
+          value["tensors"].push_back(read_tensor(attribute.child(list[i]), tensor_name, tensor_name,
+                                                 "attribute", graph_path));
+        }
+        break;
+      }
+      case attribute_type::kSparseTensor: {
+        auto t = fields.every(kSparseTensor);
+        if (t.empty()) break;
+        value["sparse_tensor"] =
+            read_sparse(attribute.child(t), constant_name ? constant_name : std::optional(tensor_base),
+                        tensor_base, constant_name ? "constant" : "attribute", graph_path);
+        break;
+      }
+      case attribute_type::kSparseTensors: {
+        value["sparse_tensors"] = Json::array();
+        const auto list = fields.every(kSparseTensors);
+        for (size_t i = 0; i < list.size(); ++i) {
+          std::string tensor_name = tensor_base + "/" + std::to_string(i);
+          value["sparse_tensors"].push_back(read_sparse(attribute.child(list[i]), tensor_name,
+                                                        tensor_name, "attribute", graph_path));
+        }
+        break;
+      }
+      case attribute_type::kGraph: {
+        auto g = fields.every(kG);
+        if (!g.empty()) value["graph"] = read_graph(attribute.child(g), graph_path + "/" + tensor_base);
+        break;
+      }
+      case attribute_type::kGraphs: {
+        value["graphs"] = Json::array();
+        const auto list = fields.every(kGraphs);
+        for (size_t i = 0; i < list.size(); ++i)
+          value["graphs"].push_back(read_graph(attribute.child(list[i]),
+                                               graph_path + "/" + tensor_base + "/" + std::to_string(i)));
+        break;
+      }
+      case attribute_type::kTypeProto: {
+        auto tp = fields.every(kTp);
+        if (!tp.empty()) value["type"] = read_type(attribute.child(tp));
+        break;
+      }
+      case attribute_type::kTypeProtos: {
+        value["types"] = Json::array();
+        for (const auto& f : fields.every(kTypeProtos)) value["types"].push_back(read_type(attribute.child(f)));
+        break;
+      }
+      default:
+        value["unknown_type"] = type;
+        break;
+    }
+    return {name, value};
+  }
+
+  Json read_function(const WireMessage& function) {
+    using namespace function_field;
+    Fields fields(function);
+    Json out;
+    out["name"] = last_text(fields, kName);
+    out["domain"] = last_text(fields, kDomain);
+    out["overload"] = last_text(fields, kOverload);
+    const std::string path = "function:" + out["domain"].get<std::string>() + ":" +
+                             out["name"].get<std::string>();
+    out["path"] = path;
+    out["inputs"] = texts(fields, kInput);
+    out["outputs"] = texts(fields, kOutput);
+    out["attributes"] = texts(fields, kAttribute);
+    out["opset_import"] = Json::array();
+    for (const auto& f : fields.every(kOpsetImport)) {
+      Fields opset(function.child(f));
+      const auto* version = opset.last(2);
+      out["opset_import"].push_back(
+          {{"domain", last_text(opset, 1)}, {"version", version ? static_cast<int64_t>(varint(*version)) : 0}});
+    }
+    out["attribute_defaults"] = Json::object();
+    for (const auto& f : fields.every(kAttributeProto)) {
+      auto [name, value] = read_attribute(function.child(f), out["name"].get<std::string>(), path, std::nullopt);
+      out["attribute_defaults"][name] = std::move(value);
+    }
+    out["nodes"] = Json::array();
+    const auto nodes = fields.every(kNode);
+    for (size_t i = 0; i < nodes.size(); ++i) out["nodes"].push_back(read_node(function.child(nodes[i]), i, path));
+    return out;
+  }
+
+  Json read_training_info(const WireMessage& info, size_t index) {
+    Fields fields(info);
+    Json out;
+    const std::string base = "training_info/" + std::to_string(index);
+    if (auto g = fields.every(training_field::kInitialization); !g.empty())
+      out["initialization"] = read_graph(info.child(g), base + "/initialization");
+    if (auto g = fields.every(training_field::kAlgorithm); !g.empty())
+      out["algorithm"] = read_graph(info.child(g), base + "/algorithm");
+    return out;
+  }
+
+  // ---- tensors ------------------------------------------------------------
+
+  // Reads a SparseTensorProto as two tensors, <name>.values and
+  // <name>.indices. Returns the sparse tensor's name.
+  std::string read_sparse(const WireMessage& sparse, const std::optional<std::string>& forced_name,
+                          const std::string& fallback, const std::string& kind,
+                          const std::string& graph_path) {
+    Fields fields(sparse);
+    auto values = fields.every(sparse_field::kValues);
+    auto indices = fields.every(sparse_field::kIndices);
+    std::vector<uint64_t> raw_dims;
+    for (const auto& f : fields.every(sparse_field::kDims)) protobuf::append_varints(f, context_, raw_dims);
+    Json dense_shape = Json::array();
+    for (uint64_t d : raw_dims) dense_shape.push_back(static_cast<int64_t>(d));
+    if (values.empty()) fail(sparse.offset(), "sparse tensor without values");
+
+    std::string name;
+    if (forced_name) {
+      name = *forced_name;
+    } else {
+      Fields value_fields(sparse.child(values));
+      name = last_text(value_fields, tensor_field::kName);
+      if (name.empty()) name = fallback;
+    }
+    Json extras;
+    extras["sparse_tensor"] = name;
+    extras["dense_shape"] = dense_shape;
+    extras["sparse_part"] = "values";
+    read_tensor(sparse.child(values), name + ".values", name + ".values", kind, graph_path, extras);
+    if (!indices.empty()) {
+      extras["sparse_part"] = "indices";
+      read_tensor(sparse.child(indices), name + ".indices", name + ".indices", kind, graph_path, extras);
+    }
+    return name;
+  }
+
+  // Reads one TensorProto into the catalog (or, for STRING, the metadata).
+  // Returns the name it was given.
+  std::string read_tensor(const WireMessage& tensor, const std::optional<std::string>& forced_name,
+                          const std::string& fallback, const std::string& kind,
+                          const std::string& graph_path, const Json& more_extras = Json::object()) {
+    using namespace tensor_field;
+    // First pass: everything but the data itself.
+    std::vector<uint64_t> dims;
+    std::optional<uint64_t> data_type;
+    std::string stored_name;
+    std::optional<WireField> raw;  // the last raw_data wins
+    std::vector<WireField> external;
+    uint64_t location = 0;
+    std::map<uint32_t, uint64_t> data_bytes;  // payload bytes per data field
+    tensor.scan([&](const WireField& f) {
+      switch (f.number) {
+        case kDims: protobuf::append_varints(f, context_, dims); break;
+        case kDataType: data_type = varint(f); break;
+        case kName: stored_name = text(f); break;
+        case kRawData: protobuf::field_text(f, context_); raw = f; break;
+        case kExternalData: external.push_back(f); break;
+        case kDataLocation: location = varint(f); break;
+        case kSegment:
+          fail(f.offset, "tensor uses segment (chunked storage), which onnx itself does not read");
+        default: break;
+      }
+      if (is_data_field(f.number)) data_bytes[f.number] += f.length;
+    });
+    const std::string name = forced_name ? *forced_name : (stored_name.empty() ? fallback : stored_name);
+    const uint64_t at = tensor.offset();
+    auto quote = [&] { return "tensor \"" + name + "\": "; };
+
+    if (!data_type) fail(at, quote() + "has no data_type");
+    const DataTypeInfo* info = data_type_info(*data_type);
+    if (!info) fail(at, quote() + "unknown data_type " + std::to_string(*data_type));
+    std::vector<uint64_t> shape;
+    for (uint64_t d : dims) {
+      if (d > static_cast<uint64_t>(INT64_MAX))
+        fail(at, quote() + "negative dimension " + std::to_string(static_cast<int64_t>(d)));
+      shape.push_back(d);
+    }
+    auto numel = checked_numel(shape);
+    if (!numel) fail(at, quote() + "element count of the shape overflows");
+
+    // Exactly one place holds the data (the checker's rule); a tensor with
+    // no elements may hold none.
+    std::vector<uint32_t> holders;
+    for (auto [field, bytes] : data_bytes)
+      if (bytes > 0 || field == kRawData) holders.push_back(field);
+    const bool is_external = location == 1;
+    if (is_external) holders.push_back(kExternalData);
+    if (holders.size() > 1)
+      fail(at, quote() + "data is stored in both " + std::string(typed_field_name(holders[0])) +
+                   " and " + std::string(typed_field_name(holders[1])));
+    const uint32_t holder = holders.empty() ? 0 : holders.front();
+    if (holder != 0 && holder != kRawData && holder != kExternalData && holder != info->typed_field)
+      fail(at, quote() + "a " + std::string(info->name) + " tensor cannot store its data in " +
+                   std::string(typed_field_name(holder)) + " (expected " +
+                   std::string(typed_field_name(info->typed_field)) + ")");
+
+    Json extras = more_extras.is_object() ? more_extras : Json::object();
+    extras["onnx_data_type"] = info->name;
+    extras["kind"] = kind;
+    extras["graph"] = graph_path;
+    if (!stored_name.empty() && stored_name != name) extras["onnx_name"] = stored_name;
+
+    if (!info->dtype) {  // STRING: listed, not served
+      if (holder == kRawData || is_external)
+        fail(at, quote() + "a STRING tensor must store its data in string_data");
+      Json entry;
+      entry["name"] = name;
+      entry["shape"] = shape;
+      entry["kind"] = kind;
+      entry["graph"] = graph_path;
+      string_tensors_.push_back(entry);
+      return name;
+    }
+
+    Tensor t;
+    t.name = name;
+    t.dtype = *info->dtype;
+    t.strides = contiguous_strides(shape);
+    t.shape = std::move(shape);
+    const uint32_t bits = dtype_bits(t.dtype);
+    auto total_bits = checked_mul(*numel, bits);
+    if (!total_bits || !checked_add(*total_bits, 7)) fail(at, quote() + "byte size of the shape overflows");
+    const uint64_t nbytes = (*total_bits + 7) / 8;  // sub-byte types: odd tails padded
+    if (bits < 8) {
+      extras["element_bits"] = bits;
+      extras["packing"] = bits == 4 ? "two per byte, first element in the low nibble"
+                                    : "four per byte, first element in the lowest two bits";
+    }
+
+    if (holder == 0) {
+      if (nbytes != 0)
+        fail(at, quote() + "has " + std::to_string(*numel) + " elements but no data");
+      t.bytes = ByteSpan::owned(std::string());
+      t.source = {model_name_, std::nullopt};
+      extras["storage"] = "none";
+    } else if (holder == kRawData) {
+      if (raw->length != nbytes)
+        fail(raw->offset, quote() + "raw_data holds " + std::to_string(raw->length) +
+                              " bytes but shape and data_type need " + std::to_string(nbytes));
+      t.bytes = ByteSpan::mapped(model_, raw->offset, raw->length);
+      t.source = {model_name_, raw->offset};
+      extras["storage"] = "raw_data";
+    } else if (holder == kExternalData) {
+      read_external(tensor, external, nbytes, t, extras, quote());
+    } else {
+      read_typed(tensor, holder, bits, nbytes, t, quote());
+      extras["storage"] = typed_field_name(holder);
+    }
+    for (const auto& [key, value] : extras.items()) t.extras[key] = value;
+    catalog_.tensors.push_back(std::move(t));
+    return name;
+  }
+
+  // float_data / double_data (fixed width) and the varint fields.
+  void read_typed(const WireMessage& tensor, uint32_t field, uint32_t bits, uint64_t nbytes, Tensor& t,
+                  const std::string& quote) {
+    using namespace tensor_field;
+    const bool fixed = field == kFloatData || field == kDoubleData;
+    // Bytes each entry of the field becomes: varints keep their low bits.
+    uint64_t entry_bytes = 0;
+    if (field == kFloatData) entry_bytes = 4;
+    else if (field == kDoubleData) entry_bytes = 8;
+    else if (field == kInt64Data) entry_bytes = 8;
+    else entry_bytes = bits <= 8 ? 1 : bits / 8;  // int32_data (sub-byte: one packed byte each), uint64_data
+    std::vector<WireField> occurrences;
+    tensor.scan([&](const WireField& f) {
+      if (f.number == field) occurrences.push_back(f);
+    });
+    const uint64_t at = occurrences.front().offset;
+
+    // One packed blob of exactly the right size: the bytes are the tensor.
+    if (fixed && occurrences.size() == 1 && occurrences.front().type == WireType::Length &&
+        occurrences.front().length == nbytes) {
+      t.bytes = ByteSpan::mapped(model_, occurrences.front().offset, nbytes);
+      t.source = {model_name_, occurrences.front().offset};
+      return;
+    }
+    std::string out;
+    if (fixed) {
+      const WireType element_type = entry_bytes == 4 ? WireType::Fixed32 : WireType::Fixed64;
+      for (const auto& f : occurrences) {
+        if (f.type == WireType::Length) {
+          if (f.length % entry_bytes != 0)
+            fail(f.offset, quote + "packed " + std::string(typed_field_name(field)) + " of " +
+                               std::to_string(f.length) + " bytes is not whole elements");
+        } else if (f.type != element_type) {
+          fail(f.offset, quote + std::string(typed_field_name(field)) + " has wire type " +
+                             std::to_string(static_cast<int>(f.type)));
+        }
+      }
+      uint64_t total = 0;  // payloads lie in the file, so this cannot overflow
+      for (const auto& f : occurrences) total += f.length;
+      if (total != nbytes)
+        fail(at, quote + std::string(typed_field_name(field)) + " holds " +
+                     std::to_string(total / entry_bytes) + " entries but shape and data_type need " +
+                     std::to_string(nbytes / entry_bytes));
+      out.reserve(nbytes);
+      for (const auto& f : occurrences)
+        out.append(reinterpret_cast<const char*>(f.payload.data()), f.payload.size());
+    } else {
+      // Stop collecting once there are more entries than the tensor holds,
+      // so a hostile count cannot make this allocate beyond the file's size.
+      const uint64_t expected = nbytes / entry_bytes;
+      std::vector<uint64_t> values;
+      for (const auto& f : occurrences) {
+        protobuf::append_varints(f, context_, values);
+        if (values.size() > expected) break;
+      }
+      if (values.size() != expected)
+        fail(at, quote + std::string(typed_field_name(field)) + " holds " +
+                     std::to_string(values.size()) + (values.size() > expected ? " or more" : "") +
+                     " entries but shape and data_type need " + std::to_string(expected));
+      out.reserve(nbytes);
+      for (uint64_t v : values)
+        for (uint64_t b = 0; b < entry_bytes; ++b)
+          out.push_back(static_cast<char>((v >> (8 * b)) & 0xFF));
+    }
+    t.bytes = ByteSpan::owned(std::move(out));
+    t.source = {model_name_, std::nullopt};
+  }
+
+  void read_external(const WireMessage& tensor, const std::vector<WireField>& entries, uint64_t nbytes,
+                     Tensor& t, Json& extras, const std::string& quote) {
+    std::optional<std::string> location;
+    std::optional<uint64_t> offset, length;
+    uint64_t at = tensor.offset();
+    for (const auto& f : entries) {
+      Fields entry(tensor.child(f));
+      const std::string key = last_text(entry, 1), value = last_text(entry, 2);
+      at = f.offset;
+      auto number = [&](const char* what) {
+        auto parsed = parse_decimal(value);
+        if (!parsed) fail(f.offset, quote + "external_data " + what + " \"" + value + "\" is not a non-negative integer");
+        return *parsed;
+      };
+      if (key == "location") location = value;
+      else if (key == "offset") offset = number("offset");
+      else if (key == "length") length = number("length");
+    }
+    if (!location) fail(at, quote + "data_location is EXTERNAL but external_data has no location");
+    auto file = external_file(*location, at, quote);
+    const uint64_t begin = offset.value_or(0);
+    if (begin > file->size())
+      fail(at, quote + "external_data offset " + std::to_string(begin) + " is past the end of " +
+                   *location + " (" + std::to_string(file->size()) + " bytes)");
+    const uint64_t size = length.value_or(file->size() - begin);
+    if (!range_fits(begin, size, file->size()))
+      fail(at, quote + "external data [" + std::to_string(begin) + ", +" + std::to_string(size) +
+                   ") runs past the end of " + *location + " (" + std::to_string(file->size()) + " bytes)");
+    if (size != nbytes)
+      fail(at, quote + "external data holds " + std::to_string(size) +
+                   " bytes but shape and data_type need " + std::to_string(nbytes));
+    t.bytes = ByteSpan::mapped(file, begin, size);
+    t.source = {*location, begin};
+    extras["storage"] = "external_data";
+    extras["external_data"] = {{"location", *location}, {"offset", begin}, {"length", size}};
+  }
+
+  // The external data file a location names, mapped once however many
+  // tensors point into it. The rules of onnx's checker: a relative path
+  // without "..", which stays inside the model's folder once symlinks are
+  // resolved.
+  std::shared_ptr<const MappedFile> external_file(const std::string& location, uint64_t at,
+                                                  const std::string& quote) {
+    auto refuse = [&](const std::string& why) {
+      fail(at, quote + "external data location \"" + location + "\" " + why);
+    };
+    if (location.empty()) refuse("is empty");
+    if (location.front() == '#') refuse("is an in-memory placeholder, not a file");
+    if (location.find('\0') != std::string::npos) refuse("contains a NUL byte");
+    const fs::path relative(location);
+    if (relative.is_absolute()) refuse("is absolute; it must be relative to the model's folder");
+    if (!is_dotdot_free(relative)) refuse("contains \"..\"; it must stay inside the model's folder");
+    std::error_code ec;
+    const fs::path resolved = fs::canonical(folder_ / relative, ec);
+    if (ec) refuse("cannot be opened: " + ec.message());
+    const fs::path inside = resolved.lexically_relative(folder_);
+    if (inside.empty() || !is_dotdot_free(inside) || inside.is_absolute())
+      refuse("resolves to " + resolved.string() + ", outside the model's folder " + folder_.string());
+    if (!fs::is_regular_file(resolved, ec)) refuse("is not a regular file");
+    const std::string key = resolved.string();
+    auto it = external_.find(key);
+    if (it != external_.end()) return it->second;
+    std::shared_ptr<const MappedFile> file;
+    try {
+      file = MappedFile::open(resolved);
+    } catch (const ModelError& e) {
+      refuse(e.reason());
+    }
+    external_.emplace(key, file);
+    catalog_.files.push_back(location);
+    return file;
+  }
+
+  fs::path model_path_;
+  std::shared_ptr<const MappedFile> model_;
+  std::string model_name_;
+  fs::path folder_;
+  WireContext context_;
+  Catalog catalog_;
+  Json metadata_ = Json::object();
+  Json string_tensors_ = Json::array();
+  std::map<std::string, std::shared_ptr<const MappedFile>> external_;
+};
+
+// The wire type each ModelProto field is declared with, for the probe.
+std::optional<WireType> model_field_type(uint64_t number) {
+  switch (number) {
+    case model_field::kIrVersion:
+    case model_field::kModelVersion:
+      return WireType::Varint;
+    case model_field::kProducerName:
+    case model_field::kProducerVersion:
+    case model_field::kDomain:
+    case model_field::kDocString:
+    case model_field::kGraph:
+    case model_field::kOpsetImport:
+    case model_field::kMetadataProps:
+    case model_field::kTrainingInfo:
+    case model_field::kFunctions:
+    case 26:  // configuration
+      return WireType::Length;
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace
+
+bool probe_file(std::span<const std::byte> head) {
+  // ir_version first (writers emit fields in number order), with a value an
+  // IR could have, then at least one more well-formed ModelProto field.
+  constexpr uint64_t kMaxPlausibleIrVersion = 1000;
+  const WireContext context{"", std::string(kFormat)};
+  uint64_t pos = 0;
+  int fields = 0;
+  try {
+    while (pos < head.size()) {
+      const uint64_t key = protobuf::read_varint(head, pos, context, 0);
+      const auto expected = model_field_type(key >> 3);
+      if (!expected || static_cast<uint64_t>(*expected) != (key & 7)) return false;
+      const uint64_t value = protobuf::read_varint(head, pos, context, 0);
+      if (fields == 0 && ((key >> 3) != model_field::kIrVersion || value == 0 ||
+                          value > kMaxPlausibleIrVersion))
+        return false;
+      ++fields;
+      if (*expected == WireType::Length) {
+        if (value >= head.size() - pos) return true;  // runs on past the head
+        pos += value;
+      }
+    }
+  } catch (const ModelError&) {
+    return fields >= 2;  // a field cut off by the end of the head
+  }
+  return fields >= 2;
+}
+
+Catalog open(const std::filesystem::path& model) { return Reader(model).read(); }
+
+}  // namespace modelfs::onnx

@@ -1,0 +1,166 @@
+#include "modelfs/protobuf_wire.hpp"
+
+#include "modelfs/checked_math.hpp"
+#include "modelfs/error.hpp"
+
+namespace modelfs::protobuf {
+namespace {
+
+[[noreturn]] void fail_at(const WireContext& context, uint64_t offset, const std::string& reason) {
+  throw ModelError(context.file, context.format, offset, reason);
+}
+
+uint64_t read_fixed(std::span<const std::byte> bytes, uint64_t pos, int width) {
+  uint64_t value = 0;
+  for (int i = width; i-- > 0;)
+    value = (value << 8) | std::to_integer<uint64_t>(bytes[pos + static_cast<uint64_t>(i)]);
+  return value;
+}
+
+// Reads the field at bytes[pos] and advances pos past it.
+WireField read_field(std::span<const std::byte> bytes, uint64_t& pos, uint64_t base,
+                     const WireContext& context) {
+  const uint64_t key_at = base + pos;
+  const uint64_t key = read_varint(bytes, pos, context, base);
+  const uint64_t number = key >> 3;
+  const auto type = static_cast<uint8_t>(key & 7);
+  if (number == 0 || number > 0x1FFFFFFF)
+    fail_at(context, key_at, "protobuf field number " + std::to_string(number) + " is invalid");
+  WireField field;
+  field.number = static_cast<uint32_t>(number);
+  field.offset = base + pos;
+  auto need = [&](uint64_t length, const char* what) {
+    if (length > bytes.size() - pos)
+      fail_at(context, base + pos,
+              "field " + std::to_string(number) + ": " + what + " of " + std::to_string(length) +
+                  " bytes runs past the end of its message (" +
+                  std::to_string(bytes.size() - pos) + " bytes remain)");
+  };
+  switch (type) {
+    case 0: {
+      const uint64_t start = pos;
+      field.type = WireType::Varint;
+      field.value = read_varint(bytes, pos, context, base);
+      field.length = pos - start;
+      field.payload = bytes.subspan(start, field.length);
+      return field;
+    }
+    case 1:
+    case 5: {
+      const int width = type == 1 ? 8 : 4;
+      need(static_cast<uint64_t>(width), "fixed-width value");
+      field.type = type == 1 ? WireType::Fixed64 : WireType::Fixed32;
+      field.value = read_fixed(bytes, pos, width);
+      field.length = static_cast<uint64_t>(width);
+      field.payload = bytes.subspan(pos, field.length);
+      pos += field.length;
+      return field;
+    }
+    case 2: {
+      field.type = WireType::Length;
+      const uint64_t length = read_varint(bytes, pos, context, base);
+      field.offset = base + pos;
+      need(length, "length-delimited payload");
+      field.length = length;
+      field.payload = bytes.subspan(pos, length);
+      pos += length;
+      return field;
+    }
+    case 3:
+    case 4:
+      fail_at(context, key_at,
+              "field " + std::to_string(number) +
+                  " is a protobuf group (wire type " + std::to_string(type) +
+                  "), which no field of this format uses");
+    default:
+      fail_at(context, key_at,
+              "field " + std::to_string(number) + " has invalid wire type " + std::to_string(type));
+  }
+}
+
+}  // namespace
+
+uint64_t read_varint(std::span<const std::byte> bytes, uint64_t& pos, const WireContext& context,
+                     uint64_t base) {
+  const uint64_t start = pos;
+  uint64_t value = 0;
+  for (int i = 0; i < kMaxVarintBytes; ++i) {
+    if (pos >= bytes.size())
+      fail_at(context, base + start, "varint runs past the end of its message");
+    const auto byte = std::to_integer<uint64_t>(bytes[pos++]);
+    // The tenth byte carries bit 63 only; anything more overflows 64 bits.
+    if (i == kMaxVarintBytes - 1 && byte > 1)
+      fail_at(context, base + start, "varint overflows 64 bits");
+    value |= (byte & 0x7F) << (7 * i);
+    if ((byte & 0x80) == 0) return value;
+  }
+  fail_at(context, base + start, "varint is longer than 10 bytes");
+}
+
+WireMessage::WireMessage(std::span<const std::byte> bytes, uint64_t offset,
+                         const WireContext* context)
+    : chunks_{{bytes, offset}}, depth_(0), context_(context) {}
+
+WireMessage::WireMessage(std::vector<Chunk> chunks, int depth, const WireContext* context)
+    : chunks_(std::move(chunks)), depth_(depth), context_(context) {}
+
+void WireMessage::fail(uint64_t offset, const std::string& reason) const {
+  fail_at(*context_, offset, reason);
+}
+
+void WireMessage::scan(const std::function<void(const WireField&)>& visit) const {
+  for (const auto& chunk : chunks_) {
+    uint64_t pos = 0;
+    while (pos < chunk.bytes.size()) visit(read_field(chunk.bytes, pos, chunk.offset, *context_));
+  }
+}
+
+std::vector<WireField> WireMessage::fields() const {
+  std::vector<WireField> out;
+  scan([&](const WireField& field) { out.push_back(field); });
+  return out;
+}
+
+WireMessage WireMessage::child(const WireField& field) const {
+  return child(std::vector<WireField>{field});
+}
+
+WireMessage WireMessage::child(const std::vector<WireField>& occurrences) const {
+  const uint64_t at = occurrences.empty() ? offset() : occurrences.front().offset;
+  if (depth_ + 1 > kMaxMessageDepth)
+    fail(at, "messages nest deeper than " + std::to_string(kMaxMessageDepth) + " levels");
+  std::vector<Chunk> chunks;
+  chunks.reserve(occurrences.size());
+  for (const auto& field : occurrences) {
+    if (field.type != WireType::Length)
+      fail(field.offset, "field " + std::to_string(field.number) +
+                             " should hold a message but has wire type " +
+                             std::to_string(static_cast<int>(field.type)));
+    chunks.push_back({field.payload, field.offset});
+  }
+  return WireMessage(std::move(chunks), depth_ + 1, context_);
+}
+
+void append_varints(const WireField& field, const WireContext& context, std::vector<uint64_t>& out) {
+  if (field.type == WireType::Varint) {
+    out.push_back(field.value);
+    return;
+  }
+  if (field.type != WireType::Length)
+    fail_at(context, field.offset,
+            "field " + std::to_string(field.number) + " should hold varints but has wire type " +
+                std::to_string(static_cast<int>(field.type)));
+  uint64_t pos = 0;
+  while (pos < field.payload.size()) out.push_back(read_varint(field.payload, pos, context, field.offset));
+}
+
+std::string_view field_text(const WireField& field, const WireContext& context) {
+  if (field.type != WireType::Length)
+    fail_at(context, field.offset,
+            "field " + std::to_string(field.number) +
+                " should hold a string but has wire type " +
+                std::to_string(static_cast<int>(field.type)));
+  return {reinterpret_cast<const char*>(field.payload.data()), field.payload.size()};
+}
+
+}  // namespace modelfs::protobuf
