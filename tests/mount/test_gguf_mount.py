@@ -250,8 +250,8 @@ def test_list_shows_ggml_types_and_bytes_per_type(tmp):
     assert "q4_k" in result.stdout and "q6_k" in result.stdout
     total = 864 + 210 + 32
     assert f"q4_k: 2 tensors, 864 B (864 bytes, {100 * 864 / total:.1f}%)" in result.stdout
-    assert f"q6_k: 1 tensors, 210 B (210 bytes, {100 * 210 / total:.1f}%)" in result.stdout
-    assert f"float32: 1 tensors, 32 B (32 bytes, {100 * 32 / total:.1f}%)" in result.stdout
+    assert f"q6_k: 1 tensor, 210 B (210 bytes, {100 * 210 / total:.1f}%)" in result.stdout
+    assert f"float32: 1 tensor, 32 B (32 bytes, {100 * 32 / total:.1f}%)" in result.stdout
     summary = result.stdout[result.stdout.index("format gguf"):]
     assert summary.index("q4_k:") < summary.index("q6_k:") < summary.index("float32:")
     listing = json.loads(run_modelfs("--list", "--json", model).stdout)
