@@ -1,0 +1,15 @@
+// The GGUF reader: header, key-values, tensor infos, data section.
+#include "fuzz_input.hpp"
+#include "modelfs/error.hpp"
+#include "modelfs/formats/gguf.hpp"
+#include "modelfs/json_text.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  auto path = modelfs::fuzz::write_input(data, size, "model.gguf");
+  try {
+    auto file = modelfs::gguf::parse(modelfs::MappedFile::open(path), "model.gguf");
+    (void)modelfs::readable_json(nlohmann::ordered_json(file.kv));  // metadata.json of any bytes
+  } catch (const modelfs::ModelError&) {
+  }
+  return 0;
+}

@@ -1,0 +1,14 @@
+// The safetensors header parser and its validation rules.
+#include "fuzz_input.hpp"
+#include "modelfs/error.hpp"
+#include "modelfs/formats/safetensors.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  auto path = modelfs::fuzz::write_input(data, size, "model.safetensors");
+  try {
+    auto file = modelfs::safetensors::parse(modelfs::MappedFile::open(path), "model.safetensors");
+    for (const auto& tensor : file.tensors) (void)tensor.is_c_contiguous();
+  } catch (const modelfs::ModelError&) {
+  }
+  return 0;
+}

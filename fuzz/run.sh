@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang and runs each for a while, seeded
+# from the project's sample model and ../shared/fixtures when present.
+#   fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]     default 30 s, every target
+# A crash stops the run with the input saved under build-fuzz/crashes/;
+# keep it as a regression under fuzz/regressions/<target>/ once fixed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_PER_TARGET=${1:-30}
+shift || true
+
+if ! command -v clang++-14 >/dev/null || [ ! -e /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq clang-14 libclang-rt-14-dev >&2
+fi
+
+BUILD=build-fuzz
+CC=clang-14 CXX=clang++-14 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DMODELFS_FUZZ=ON -DMODELFS_BUILD_TESTS=OFF >/dev/null
+cmake --build "$BUILD" -j"$(nproc)" >/dev/null
+
+TARGETS=("$@")
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(fuzz_safetensors fuzz_gguf fuzz_protobuf fuzz_onnx fuzz_open_model)
+SHARED=$(cd .. && pwd)/shared/fixtures
+
+seed() {  # seed <target> <files...>
+  local corpus=$BUILD/corpus/$1
+  mkdir -p "$corpus"
+  shift
+  for f in "$@"; do [ -f "$f" ] && cp -n "$f" "$corpus/" 2>/dev/null || true; done
+  [ -d "fuzz/regressions/${corpus##*/}" ] && cp -n fuzz/regressions/"${corpus##*/}"/* "$corpus/" 2>/dev/null || true
+}
+shopt -s nullglob
+seed fuzz_safetensors examples/*.safetensors "$SHARED"/real/safetensors/*
+seed fuzz_gguf "$SHARED"/real/gguf/*
+seed fuzz_protobuf "$SHARED"/real/onnx/*.onnx "$SHARED"/generated/onnx/*.onnx
+seed fuzz_onnx "$SHARED"/real/onnx/*.onnx "$SHARED"/generated/onnx/*.onnx
+seed fuzz_open_model examples/*.safetensors "$SHARED"/real/*/* "$SHARED"/generated/*/*
+
+mkdir -p "$BUILD/crashes"
+status=0
+for target in "${TARGETS[@]}"; do
+  echo "== $target: ${SECONDS_PER_TARGET}s"
+  if ! "$BUILD/fuzz/$target" "$BUILD/corpus/$target" -max_total_time="$SECONDS_PER_TARGET" \
+      -max_len=1048576 -rss_limit_mb=2048 -timeout=20 -print_final_stats=1 \
+      -artifact_prefix="$BUILD/crashes/$target-" 2>"$BUILD/$target.log"; then
+    echo "$target FAILED; see $BUILD/$target.log and $BUILD/crashes/" >&2
+    tail -40 "$BUILD/$target.log" >&2
+    status=1
+  fi
+  grep -E "stat::number_of_executed_units|stat::new_units_added" "$BUILD/$target.log" | sed 's/^/   /'
+done
+exit $status
