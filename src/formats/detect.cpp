@@ -7,6 +7,7 @@
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
 #include "modelfs/formats/safetensors.hpp"
+#include "modelfs/formats/torch.hpp"
 
 namespace modelfs {
 namespace {
@@ -22,6 +23,10 @@ const std::array kReaders{
                  safetensors::open},
     FormatReader{"safetensors index", safetensors::probe_index_file, never_a_folder,
                  safetensors::open},
+    // torch.save and TorchScript; PT2 archives share the container and are
+    // refused by name inside.
+    FormatReader{"pytorch", torch::probe_zip, never_a_folder, torch::open_zip},
+    FormatReader{"pytorch legacy", torch::probe_legacy, never_a_folder, torch::open_legacy},
 };
 
 // Formats recognised by their magic bytes whose readers have not landed yet:
@@ -32,8 +37,6 @@ struct KnownMagic {
 };
 constexpr KnownMagic kNotYetRead[] = {
     {"GGUF", "GGUF"},
-    {"PK\x03\x04", "ZIP archive (torch.save, TorchScript or PT2)"},
-    {"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19", "legacy torch.save"},
 };
 
 }  // namespace
@@ -65,7 +68,7 @@ Catalog open_model(const std::filesystem::path& model) {
                        "this format is recognised but not yet supported by this modelfs build");
   throw ModelError(model.string(), "unknown", 0,
                    "not a model file modelfs recognises (" + std::to_string(file->size()) +
-                       " bytes; expected safetensors)");
+                       " bytes; expected safetensors or a PyTorch file)");
 }
 
 }  // namespace modelfs
