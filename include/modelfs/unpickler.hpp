@@ -110,6 +110,7 @@ struct Value {
   Value* state = nullptr;     // Call, Dict: what BUILD set, or null
   bool newobj = false;        // Call: made by NEWOBJ/NEWOBJ_EX (cls.__new__), not REDUCE
   uint32_t depth = 0;         // containers nested inside, at the time it was built
+  uint64_t offset = 0;        // where the opcode that made it is (base + position), for messages
 
   bool is_string() const noexcept { return kind == Kind::String; }
   bool is_int() const noexcept { return kind == Kind::Int; }

@@ -184,6 +184,7 @@ Catalog open_zip(const std::filesystem::path& model) {
 
   {
     auto [bytes, pickled] = read_pickle(*data_pkl);
+    options.pickle_in_file = data_pkl->stored();
     ObjectWalker walker(options, resolver_for("data/"));
     walker.walk(pickled.root, "");
     for (auto& t : walker.tensors()) catalog.tensors.push_back(std::move(t));
@@ -196,6 +197,7 @@ Catalog open_zip(const std::filesystem::path& model) {
     auto [bytes, pickled] = read_pickle(*constants);
     WalkOptions constant_options = options;
     constant_options.default_kind = "constant";
+    constant_options.pickle_in_file = constants->stored();
     ObjectWalker walker(constant_options, resolver_for("constants/"));
     walker.walk(pickled.root, "constants");
     for (auto& t : walker.tensors()) catalog.tensors.push_back(std::move(t));

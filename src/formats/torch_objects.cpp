@@ -210,7 +210,9 @@ ObjectWalker::ObjectWalker(WalkOptions options, Resolver resolver)
     : options_(std::move(options)), resolver_(std::move(resolver)) {}
 
 void ObjectWalker::fail(const std::string& reason) const {
-  throw ModelError(options_.file, options_.format, std::nullopt, reason);
+  std::optional<uint64_t> at;
+  if (current_ && options_.pickle_in_file) at = current_->offset;
+  throw ModelError(options_.file, options_.format, at, reason);
 }
 
 void ObjectWalker::walk(const Value* root, const std::string& prefix) {
@@ -243,6 +245,7 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const std::str
     fail("the pickled object nests deeper than " + std::to_string(pickle::kMaxNesting) + " levels");
   if (std::find(path_stack_.begin(), path_stack_.end(), v) != path_stack_.end())
     return nlohmann::json("<cycle>");
+  current_ = v;
 
   switch (v->kind) {
     case Kind::List: case Kind::Tuple: case Kind::Set: case Kind::Dict: case Kind::Call:
@@ -278,7 +281,38 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const std::str
     if (listed(options_.buffers_by_class)) return "buffer";
     return "";
   };
+  // Searched for tensors only; plain values dropped (a module's `training`
+  // flags, a state_dict's _metadata are noise in metadata.json).
+  auto search_only = [&](const Value* child, const std::string& key, const std::string& child_kind) {
+    const bool collect = options_.collect_values;
+    options_.collect_values = false;
+    visit(child, join(path, key), depth + 1, child_kind);
+    options_.collect_values = collect;
+  };
+  auto entry = [](const Value* dict, std::string_view key) -> const Value* {
+    for (const auto& [k, value] : dict->entries)
+      if (k->is_string() && k->text == key) return value;
+    return nullptr;
+  };
   auto add_attributes = [&](const Value* state) {
+    const Value* parameters = state->kind == Kind::Dict ? entry(state, "_parameters") : nullptr;
+    const Value* modules = state->kind == Kind::Dict ? entry(state, "_modules") : nullptr;
+    if (parameters && modules && parameters->kind == Kind::Dict && modules->kind == Kind::Dict) {
+      // A pickled nn.Module (torch.save(model)): named as its state_dict is,
+      // parameters, buffers and submodules directly under the module's path.
+      for (const auto& [key, value] : state->entries) {
+        const std::string name = key_text(key);
+        const bool tables = name == "_parameters" || name == "_buffers" || name == "_modules";
+        if (!tables || value->kind != Kind::Dict) {
+          search_only(value, name, "");
+          continue;
+        }
+        const std::string table_kind = name == "_parameters" ? "parameter" : name == "_buffers" ? "buffer" : "";
+        for (const auto& [member_key, member] : value->entries)
+          if (member->kind != Kind::None) add(member, key_text(member_key), table_kind);
+      }
+      return;
+    }
     if (state->kind == Kind::Dict) {
       for (const auto& [key, value] : state->entries) {
         const std::string name = key_text(key);
@@ -298,15 +332,12 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const std::str
   if (v->kind == Kind::Dict) {
     for (const auto& [key, value] : v->entries) add(value, key_text(key), "");
     if (v->state) {
-      // An OrderedDict's own attributes (a state_dict's _metadata): searched
-      // for tensors only, their plain values are noise.
-      const bool collect = options_.collect_values;
-      options_.collect_values = false;
-      std::vector<Child> saved;
-      saved.swap(children);
-      add_attributes(v->state);
-      children.swap(saved);
-      options_.collect_values = collect;
+      // An OrderedDict's own attributes (a state_dict's _metadata).
+      if (v->state->kind == Kind::Dict) {
+        for (const auto& [key, value] : v->state->entries) search_only(value, key_text(key), "");
+      } else {
+        search_only(v->state, "state", "");
+      }
     }
   } else if (v->kind == Kind::Call) {
     keyed = true;
@@ -356,6 +387,7 @@ bool ObjectWalker::try_tensor(const Value* v, const std::string& path, const std
   const Value* callable = v->callable;
   if (!callable || callable->kind != Kind::Global || !v->args) return false;
   const Value& args = *v->args;
+  current_ = v;
   const std::string name = path.empty() ? "tensor" : path;
   const std::string tensor_kind = kind.empty() ? options_.default_kind : kind;
   auto extras_for = [&](const Value* requires_grad) {

@@ -55,6 +55,7 @@ struct WalkOptions {
   std::string file;    // for messages
   std::string format;  // for messages and sidecars
   std::string source;  // Catalog::files entry the bytes lie in
+  bool pickle_in_file = true;  // values' offsets are file offsets (not an inflated record)
   bool byte_swap = false;      // storages are big-endian: swap into owned bytes
   bool collect_values = true;  // plain values into metadata "values"
   std::string default_kind;    // "kind" for tensors not known as parameters ("" none)
@@ -107,6 +108,7 @@ class ObjectWalker {
   std::vector<const pickle::Value*> path_stack_;
   uint64_t steps_ = 0;
   uint64_t plain_nodes_ = 0;
+  const pickle::Value* current_ = nullptr;  // what is being read, for messages
 };
 
 // The element key of a dict key or index, as a name component.

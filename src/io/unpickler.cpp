@@ -179,6 +179,7 @@ class Machine {
       fail("more than " + std::to_string(kMaxValues) + " values");
     Value& v = out_.values.emplace_back();
     v.kind = kind;
+    v.offset = base_ + op_at_;
     return &v;
   }
 

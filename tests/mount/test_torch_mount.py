@@ -187,6 +187,21 @@ def test_lone_tensor_and_parameters(tmp):
         assert sidecar(mnt / "frozen")["kind"] == "parameter"
 
 
+@pytest.mark.parametrize("zipfile_format", [True, False], ids=["zip", "legacy"])
+def test_whole_module_pickled_by_class(tmp, zipfile_format):
+    torch.manual_seed(5)
+    model = MLP()
+    torch.save(model, tmp / "whole.pt", _use_new_zipfile_serialization=zipfile_format)
+    sd = model.state_dict()
+    kinds = {n: "parameter" for n, _ in model.named_parameters()}
+    kinds.update({n: "buffer" for n, _ in model.named_buffers()})
+    listing = run_modelfs("--list", tmp / "whole.pt")
+    assert listing.returncode == 0 and "test_torch_mount.MLP" in listing.stderr
+    with mounted(tmp / "whole.pt") as mnt:
+        check_all(mnt, dict(sd), kinds)
+        assert metadata(mnt)["skipped_objects"]
+
+
 def every_dtype():
     g = torch.Generator().manual_seed(3)
     base = torch.randn(3, 5, generator=g) * 50
