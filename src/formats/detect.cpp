@@ -17,16 +17,21 @@ bool starts_with(std::span<const std::byte> head, std::string_view magic) {
 }
 
 bool never_a_folder(const std::filesystem::path&) { return false; }
+bool never_a_file(std::span<const std::byte>) { return false; }
 
 const std::array kReaders{
     FormatReader{"safetensors", safetensors::probe_file, safetensors::probe_folder,
                  safetensors::open},
+    // Before the safetensors index, whose probe takes any weight_map JSON;
+    // this one takes only those whose shards are torch.save files.
+    FormatReader{"pytorch index", torch::probe_index_file, never_a_folder, torch::open_index},
     FormatReader{"safetensors index", safetensors::probe_index_file, never_a_folder,
                  safetensors::open},
     // torch.save and TorchScript; PT2 archives share the container and are
     // refused by name inside.
     FormatReader{"pytorch", torch::probe_zip, never_a_folder, torch::open_zip},
     FormatReader{"pytorch legacy", torch::probe_legacy, never_a_folder, torch::open_legacy},
+    FormatReader{"pytorch sharded", never_a_file, torch::probe_folder, torch::open_index},
 };
 
 // Formats recognised by their magic bytes whose readers have not landed yet:
@@ -55,7 +60,7 @@ Catalog open_model(const std::filesystem::path& model) {
       if (reader.probe_folder(model)) return reader.open(model);
     throw ModelError(model.string(), "folder", std::nullopt,
                      "holds no model modelfs can mount as a whole (looked for "
-                     "*.safetensors.index.json); name a model file instead");
+                     "*.safetensors.index.json and *.bin.index.json); name a model file instead");
   }
 
   auto file = MappedFile::open(model);

@@ -479,3 +479,30 @@ def test_broken_files_exit_2(tmp, name):
     assert result.returncode == 2, result
     assert str(model) in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_sharded_bin_checkpoint_folder_and_index(tmp):
+    torch.manual_seed(6)
+    sd = MLP().state_dict()
+    names = list(sd)
+    first, second = names[: len(names) // 2], names[len(names) // 2:]
+    folder = tmp / "sharded"
+    folder.mkdir()
+    torch.save({n: sd[n] for n in first}, folder / "pytorch_model-00001-of-00002.bin")
+    torch.save({n: sd[n] for n in second}, folder / "pytorch_model-00002-of-00002.bin",
+               _use_new_zipfile_serialization=False)
+    weight_map = {n: "pytorch_model-00001-of-00002.bin" for n in first}
+    weight_map.update({n: "pytorch_model-00002-of-00002.bin" for n in second})
+    (folder / "pytorch_model.bin.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 1}, "weight_map": weight_map}))
+    for model in [folder, folder / "pytorch_model.bin.index.json"]:
+        with mounted(model) as mnt:
+            check_all(mnt, dict(sd))
+            meta = metadata(mnt)
+            assert meta["index"] == {"total_size": 1}
+            assert sidecar(index_paths(mnt)[second[0]])["source"]["file"] == "pytorch_model-00002-of-00002.bin"
+    del weight_map[first[0]]
+    weight_map["missing.weight"] = "pytorch_model-00001-of-00002.bin"
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    result = run_modelfs("--list", folder)
+    assert result.returncode == 2 and "missing.weight" in result.stderr

@@ -31,4 +31,11 @@ Catalog open_zip(const std::filesystem::path& model);
 // Legacy (pre-1.6) torch.save.
 Catalog open_legacy(const std::filesystem::path& model);
 
+// Sharded checkpoints (pytorch_model.bin.index.json beside its shards): the
+// same {"weight_map": {name: shard}} scheme as safetensors, with shards that
+// are torch.save files (ZIP or legacy); merged into one catalog.
+bool probe_index_file(std::span<const std::byte> head);
+bool probe_folder(const std::filesystem::path& folder);
+Catalog open_index(const std::filesystem::path& model);
+
 }  // namespace modelfs::torch
