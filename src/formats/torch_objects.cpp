@@ -256,9 +256,11 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const std::str
     default:
       return plain(v, depth);
   }
-  if (v->kind == Kind::Call && try_tensor(v, path, kind)) return std::nullopt;
-
   path_stack_.push_back(v);
+  if (v->kind == Kind::Call && try_tensor(v, path, kind, depth)) {
+    path_stack_.pop_back();
+    return std::nullopt;
+  }
   struct Child {
     std::string path;
     std::string key;  // for dict-shaped JSON; empty for positional
@@ -383,7 +385,10 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const std::str
   return std::nullopt;
 }
 
-bool ObjectWalker::try_tensor(const Value* v, const std::string& path, const std::string& kind) {
+bool ObjectWalker::try_tensor(const Value* v, const std::string& path, const std::string& kind,
+                              uint32_t depth) {
+  if (depth > pickle::kMaxNesting)
+    fail("tensor arguments nest deeper than " + std::to_string(pickle::kMaxNesting) + " levels");
   const Value* callable = v->callable;
   if (!callable || callable->kind != Kind::Global || !v->args) return false;
   const Value& args = *v->args;
@@ -431,8 +436,8 @@ bool ObjectWalker::try_tensor(const Value* v, const std::string& path, const std
         if (auto axis = int_of(arg(*q, 3))) quant["axis"] = *axis;
         quant["scales"] = name + ".q_per_channel_scales";
         quant["zero_points"] = name + ".q_per_channel_zero_points";
-        if (!try_tensor_or_skip(arg(*q, 1), name + ".q_per_channel_scales") ||
-            !try_tensor_or_skip(arg(*q, 2), name + ".q_per_channel_zero_points"))
+        if (!try_tensor_or_skip(arg(*q, 1), name + ".q_per_channel_scales", depth + 1) ||
+            !try_tensor_or_skip(arg(*q, 2), name + ".q_per_channel_zero_points", depth + 1))
           return skip("per-channel quantizer parameters are not tensors");
       }
       extras["quantization"] = quant;
@@ -445,13 +450,13 @@ bool ObjectWalker::try_tensor(const Value* v, const std::string& path, const std
       const Value* data = arg(args, 0);
       if (!data || data->kind != Kind::Call) return false;
       const size_t before = tensors_.size();
-      if (!try_tensor(data, path, "parameter")) return false;
+      if (!try_tensor(data, path, "parameter", depth + 1)) return false;
       if (tensors_.size() > before) {
         if (const Value* rg = arg(args, 1); rg && rg->kind == Kind::Bool)
           tensors_.back().extras["requires_grad"] = rg->boolean;
       }
       if (callable->known == KnownGlobal::RebuildParameterWithState) {
-        if (const Value* state = arg(args, 3)) visit(state, join(path, "state"), 1, "");
+        if (const Value* state = arg(args, 3)) visit(state, join(path, "state"), depth + 1, "");
       }
       return true;
     }
@@ -468,7 +473,7 @@ bool ObjectWalker::try_tensor(const Value* v, const std::string& path, const std
       inner.callable = const_cast<Value*>(func);
       inner.args = const_cast<Value*>(inner_args);
       const size_t before = tensors_.size();
-      if (!try_tensor(&inner, path, kind)) visit(inner_args, join(path, "args"), 1, "");
+      if (!try_tensor(&inner, path, kind, depth + 1)) visit(inner_args, join(path, "args"), depth + 1, "");
       if (tensors_.size() > before && new_type && new_type->qualified_name() != "torch._tensor.Tensor" &&
           new_type->qualified_name() != "torch.Tensor")
         tensors_.back().extras["subclass"] = new_type->qualified_name();
@@ -476,9 +481,9 @@ bool ObjectWalker::try_tensor(const Value* v, const std::string& path, const std
         const bool collect = options_.collect_values;
         options_.collect_values = false;
         if (state->kind == Kind::Dict) {
-          for (const auto& [key, value] : state->entries) visit(value, join(path, key_text(key)), 1, "");
+          for (const auto& [key, value] : state->entries) visit(value, join(path, key_text(key)), depth + 1, "");
         } else {
-          visit(state, join(path, "state"), 1, "");
+          visit(state, join(path, "state"), depth + 1, "");
         }
         options_.collect_values = collect;
       }
@@ -486,7 +491,7 @@ bool ObjectWalker::try_tensor(const Value* v, const std::string& path, const std
     }
     case KnownGlobal::RebuildDeviceTensorFromCpuTensor: {
       const Value* data = arg(args, 0);
-      return data && data->kind == Kind::Call && try_tensor(data, path, kind);
+      return data && data->kind == Kind::Call && try_tensor(data, path, kind, depth + 1);
     }
     case KnownGlobal::RebuildSparseTensor: {
       // The components are ordinary tensors: indices and values.
@@ -497,13 +502,13 @@ bool ObjectWalker::try_tensor(const Value* v, const std::string& path, const std
           compressed ? std::vector<std::string>{"compressed_indices", "plain_indices", "values"}
                      : std::vector<std::string>{"indices", "values"};
       for (size_t i = 0; i < names.size() && i < data->items.size(); ++i)
-        visit(data->items[i], join(name, names[i]), 1, kind);
+        visit(data->items[i], join(name, names[i]), depth + 1, kind);
       spdlog::warn("{}: {}: sparse tensor \"{}\" is served as its components ({}.indices, {}.values, ...)",
                    options_.file, options_.format, name, name, name);
       return true;
     }
     case KnownGlobal::RebuildNestedTensor:
-      visit(arg(args, 0) ? arg(args, 0) : v->args, join(name, "buffer"), 1, kind);
+      visit(arg(args, 0) ? arg(args, 0) : v->args, join(name, "buffer"), depth + 1, kind);
       spdlog::warn("{}: {}: nested tensor \"{}\" is served as its flat buffer {}.buffer",
                    options_.file, options_.format, name, name);
       return true;
@@ -519,8 +524,8 @@ bool ObjectWalker::try_tensor(const Value* v, const std::string& path, const std
   }
 }
 
-bool ObjectWalker::try_tensor_or_skip(const Value* v, const std::string& name) {
-  return v && v->kind == Kind::Call && try_tensor(v, name, "");
+bool ObjectWalker::try_tensor_or_skip(const Value* v, const std::string& name, uint32_t depth) {
+  return v && v->kind == Kind::Call && try_tensor(v, name, "", depth);
 }
 
 StorageBytes ObjectWalker::storage_bytes(const StorageId& id) {

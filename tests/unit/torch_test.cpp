@@ -188,3 +188,29 @@ TEST(LegacyTorchSave, InconsistentStoragesAreRefused) {
 
 }  // namespace
 }  // namespace modelfs
+
+namespace modelfs {
+namespace {
+
+TEST(TorchSave, CyclicObjectsEndTheWalkInsteadOfRecursing) {
+  TempDir dir;
+  // A list holding itself.
+  auto selfish = open_bytes(dir, archive("\x80\x02]q\x00h\x00" "a."s));
+  EXPECT_TRUE(selfish.tensors.empty());
+  // A subclass rebuild whose argument list later receives the rebuild itself.
+  auto loop = open_bytes(dir, archive("\x80\x02]q\x00" "ctorch._tensor\n_rebuild_from_type_v2\n(NNh\x00Nt" "Rq\x01h\x00h\x01" "a0."s));
+  EXPECT_TRUE(loop.tensors.empty());
+}
+
+TEST(TorchSave, DeeplyNestedParametersAreBounded) {
+  std::string pickle = "\x80\x02"s;
+  // Parameter(Parameter(...(None)...)) two thousand deep, built inside out.
+  for (int i = 0; i < 2000; ++i) pickle += "ctorch._utils\n_rebuild_parameter\n"s;
+  pickle += "N"s;
+  for (int i = 0; i < 2000; ++i) pickle += "\x89" "ccollections\nOrderedDict\n)R\x87R"s;
+  pickle += "."s;
+  EXPECT_NE(refusal(archive(pickle)), "<accepted>");
+}
+
+}  // namespace
+}  // namespace modelfs
