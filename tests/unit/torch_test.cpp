@@ -214,3 +214,31 @@ TEST(TorchSave, DeeplyNestedParametersAreBounded) {
 
 }  // namespace
 }  // namespace modelfs
+
+namespace modelfs {
+namespace {
+
+// _rebuild_tensor_v3(UntypedStorage, offset, size, stride, requires_grad, hooks, dtype):
+// the storage counts bytes, offset/size/stride count elements of `dtype`.
+std::string v3_pickle(const std::string& dtype, int nbytes, int offset, int numel) {
+  return "\x80\x02}("s + u("w") + "ctorch._utils\n_rebuild_tensor_v3\n((" + u("storage") +
+         "ctorch.storage\nUntypedStorage\n" + u("0") + u("cpu") + "K"s + static_cast<char>(nbytes) +
+         "tQK"s + static_cast<char>(offset) + "K"s + static_cast<char>(numel) + "\x85K\x01\x85\x89" +
+         "ccollections\nOrderedDict\n)Rctorch\n" + dtype + "\ntRu."s;
+}
+
+TEST(TorchSave, RebuildV3TypesUntypedStorages) {
+  TempDir dir;
+  auto f8 = open_bytes(dir, archive(v3_pickle("float8_e4m3fn", 16, 2, 14)));
+  ASSERT_EQ(f8.tensors.size(), 1u);
+  EXPECT_EQ(f8.tensors[0].dtype, DType::Float8E4M3FN);
+  EXPECT_EQ(f8.tensors[0].bytes.view(), kFloats.substr(2));
+  auto u16 = open_bytes(dir, archive(v3_pickle("uint16", 16, 1, 7)));
+  EXPECT_EQ(u16.tensors.at(0).dtype, DType::UInt16);
+  EXPECT_EQ(u16.tensors.at(0).bytes.view(), kFloats.substr(2));
+  EXPECT_NE(refusal(archive(v3_pickle("uint16", 16, 1, 8))).find("run past"), std::string::npos);
+  EXPECT_NE(refusal(archive(v3_pickle("uint64", 17, 0, 2))).find("fewer than"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace modelfs
