@@ -40,6 +40,9 @@ class ByteSpan {
   std::string_view view() const noexcept {
     return {reinterpret_cast<const char*>(data_), size_};
   }
+  // Bytes [offset, offset + length) of these, sharing their owner; throws
+  // std::out_of_range when the range does not fit (a bug, never a bad file).
+  ByteSpan subspan(uint64_t offset, uint64_t length) const;
   // The mapped file these bytes lie in, or null for owned bytes.
   const MappedFile* mapped_file() const noexcept { return file_; }
 
@@ -63,6 +66,9 @@ struct Tensor {
   std::vector<uint64_t> shape;   // outermost first; empty for a scalar
   std::vector<int64_t> strides;  // in elements, as torch counts them
   ByteSpan bytes;                // exactly what the raw file serves
+  // The elements in C order, when `bytes` is a strided view that is neither
+  // C- nor F-contiguous and the reader gathered a copy: what P.npy serves.
+  std::optional<ByteSpan> c_order;
   TensorSource source;
   nlohmann::json extras = nlohmann::json::object();  // format extras for the sidecar
 

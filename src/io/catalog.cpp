@@ -27,6 +27,15 @@ ByteSpan ByteSpan::owned(std::string bytes) {
   return span;
 }
 
+ByteSpan ByteSpan::subspan(uint64_t offset, uint64_t length) const {
+  if (!range_fits(offset, length, size_))
+    throw std::out_of_range("ByteSpan::subspan: range outside the span");
+  ByteSpan span = *this;
+  span.data_ = data_ == nullptr ? nullptr : data_ + offset;
+  span.size_ = length;
+  return span;
+}
+
 std::string Tensor::dtype_name() const {
   if (dtype == DType::GgmlBlock) return block_type;
   return std::string(modelfs::dtype_name(dtype));

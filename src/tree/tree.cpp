@@ -123,7 +123,7 @@ class TreeBuilder {
     const uint64_t dir = dir_paths_.at(dir_path);
 
     auto descr = numpy_descr(tensor.dtype);
-    const bool c_order = tensor.is_c_contiguous();
+    const bool c_order = tensor.c_order.has_value() || tensor.is_c_contiguous();
     const bool npy = descr && (c_order || tensor.is_f_contiguous());
     const std::string name = free_name(dir, parts.back(), npy);
     tree_.tensor_paths_.push_back(dir_path.empty() ? name : dir_path + "/" + name);
@@ -133,7 +133,8 @@ class TreeBuilder {
              {ByteSpan::owned(sidecar_text(tensor, tree_.catalog_.format))}, &tensor);
     if (npy)
       add_file(dir, name + ".npy", FileRole::NpyView,
-               {ByteSpan::owned(npy_header(*descr, tensor.shape, !c_order)), tensor.bytes},
+               {ByteSpan::owned(npy_header(*descr, tensor.shape, !c_order)),
+                tensor.c_order ? *tensor.c_order : tensor.bytes},
                &tensor);
     tree_.total_bytes_ += tensor.bytes.size();
   }

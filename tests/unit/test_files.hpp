@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace modelfs::test {
 
@@ -30,5 +31,28 @@ std::string pb_key(uint32_t number, int wire_type);
 std::string pb_uint(uint32_t number, uint64_t value);                 // wire type 0
 std::string pb_bytes(uint32_t number, const std::string& payload);   // wire type 2
 std::string pb_fixed32(uint32_t number, uint32_t value);             // wire type 5
+
+}  // namespace modelfs::test
+
+namespace modelfs::test {
+
+// Hand-made ZIP archives laid out as PyTorch's writer does (formats.md §1.2):
+// local headers with zero CRC and sizes, a data descriptor after each
+// member, 'FB' alignment padding, and optionally every ZIP64 record.
+struct ZipEntry {
+  std::string name;
+  std::string data;    // the member's content
+  uint16_t method = 0;  // 8: written as a deflate stream of stored blocks
+};
+
+struct ZipLayout {
+  bool data_descriptors = true;  // zero CRC/sizes in local headers, descriptor after data
+  bool zip64 = false;            // ZIP64 end record + locator, and ZIP64 extra fields per member
+  uint64_t alignment = 64;       // 0: no padding
+};
+
+std::string zip_bytes(const std::vector<ZipEntry>& entries, const ZipLayout& layout = {});
+// A deflate stream holding `data` in stored blocks: valid input for any inflater.
+std::string deflate_stored_blocks(const std::string& data);
 
 }  // namespace modelfs::test

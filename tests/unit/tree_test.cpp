@@ -60,6 +60,29 @@ TEST(Tree, NoNpyWhereNumpyLacksTheDtype) {
   EXPECT_FALSE(tree->resolve("w.npy"));
 }
 
+TEST(Tree, StridedViewsGetANpyOnlyFromTheirCOrderCopy) {
+  // A 2x2 transpose of [[a, b], [c, d]]: raw bytes stay as stored.
+  Tensor t = tensor("t", DType::UInt8, {2, 2});
+  t.strides = {1, 2};
+  t.bytes = ByteSpan::owned("abcd");
+  Tensor strided = t;
+  strided.name = "s";
+  strided.shape = {2, 2};
+  strided.strides = {3, 1};  // rows [a, b] and [d, ...]: neither C nor F order
+  strided.bytes = ByteSpan::owned("abcde");
+  Tensor gathered = strided;
+  gathered.name = "g";
+  gathered.c_order = ByteSpan::owned("abde");
+  auto tree = build({t, strided, gathered});
+  EXPECT_EQ(content(*tree, "t"), "abcd");
+  EXPECT_TRUE(content(*tree, "t.npy").ends_with("abcd"));  // F order, served as is
+  EXPECT_FALSE(tree->resolve("s.npy"));
+  EXPECT_EQ(content(*tree, "g"), "abcde");
+  const std::string npy = content(*tree, "g.npy");
+  EXPECT_TRUE(npy.ends_with("abde"));
+  EXPECT_NE(npy.find("'fortran_order': False"), std::string::npos);
+}
+
 TEST(Tree, ANameThatIsBothFileAndFolderKeepsBothReachable) {
   auto tree = build({tensor("a.b"), tensor("a.b.c"), tensor("a.b~1")});
   // The folder keeps "a/b"; the tensor a.b is a/b~1 unless that is taken.

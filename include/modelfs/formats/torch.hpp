@@ -1,0 +1,41 @@
+#pragma once
+// PyTorch files (formats.md §1-§2), all read without running a pickle:
+//
+//   torch.save ZIP    <archive>/data.pkl + <archive>/data/<key> storages
+//                     (any top folder name; `byteorder` big is byte-swapped)
+//   TorchScript       the same container with constants.pkl: the module tree
+//                     of data.pkl (storages data/<key>) and the constants
+//                     tuple of constants.pkl (storages constants/<key>)
+//   legacy torch.save five pickles (magic, protocol, sys_info, object, storage
+//                     keys) followed by the raw storages, in key order
+//
+// Tensors are named by the path of dict keys, attributes and indices from the
+// pickled root, joined with '.' (a lone tensor is "tensor"); their bytes are
+// the part of their storage their view covers, served from the mapping.
+// PT2 archives (torch.export) share the ZIP container and are refused here.
+#include <filesystem>
+#include <span>
+
+#include "modelfs/catalog.hpp"
+
+namespace modelfs::torch {
+
+inline constexpr int kMaxArchiveVersion = 10;  // as PyTorch's kMaxSupportedFileFormatVersion
+inline constexpr uint64_t kMaxPickleBytes = uint64_t{1} << 31;
+
+bool probe_zip(std::span<const std::byte> head);
+bool probe_legacy(std::span<const std::byte> head);
+
+// torch.save ZIP or TorchScript archive.
+Catalog open_zip(const std::filesystem::path& model);
+// Legacy (pre-1.6) torch.save.
+Catalog open_legacy(const std::filesystem::path& model);
+
+// Sharded checkpoints (pytorch_model.bin.index.json beside its shards): the
+// same {"weight_map": {name: shard}} scheme as safetensors, with shards that
+// are torch.save files (ZIP or legacy); merged into one catalog.
+bool probe_index_file(std::span<const std::byte> head);
+bool probe_folder(const std::filesystem::path& folder);
+Catalog open_index(const std::filesystem::path& model);
+
+}  // namespace modelfs::torch

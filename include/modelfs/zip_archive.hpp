@@ -1,0 +1,87 @@
+#pragma once
+// The central directory of a ZIP archive (formats.md §1) lying in a byte range
+// of a mapped file: the whole file, or a stored member of another archive (a
+// torch.save nested inside a PT2 archive is read through this same code).
+//
+// The directory parsing is ours because libzip exposes no data offsets: to
+// serve a stored member straight from the mapping we need the offset of its
+// first byte, which only the local header (name and extra lengths, PyTorch's
+// alignment padding) gives. libzip is used for what it does well, inflating a
+// compressed member, once, into bytes modelfs then owns.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "modelfs/catalog.hpp"
+#include "modelfs/mapped_file.hpp"
+
+namespace modelfs {
+
+class ByteReader;
+
+// A directory with more entries than this is refused before anything is
+// allocated for it (PyTorch archives hold one entry per storage).
+inline constexpr uint64_t kMaxZipMembers = 10'000'000;
+// A compressed member is inflated into memory; beyond this it is refused.
+inline constexpr uint64_t kMaxInflatedBytes = uint64_t{1} << 30;
+
+struct ZipMember {
+  std::string name;
+  uint16_t flags = 0;
+  uint16_t method = 0;  // 0 stored, 8 deflate
+  uint32_t crc32 = 0;
+  uint64_t compressed_size = 0;
+  uint64_t uncompressed_size = 0;
+  uint64_t local_header_offset = 0;  // relative to the archive's first byte
+  uint64_t data_offset = 0;          // relative to the archive's first byte
+
+  bool stored() const noexcept { return method == 0; }
+};
+
+class ZipArchive {
+ public:
+  static constexpr uint16_t kStored = 0;
+  static constexpr uint16_t kDeflated = 8;
+
+  // Reads the archive occupying [offset, offset + length) of `file`. Throws
+  // ModelError (format `format`) on anything inconsistent: a directory or
+  // member that runs outside the range, a bad signature, a duplicate name.
+  static ZipArchive open(std::shared_ptr<const MappedFile> file, uint64_t offset, uint64_t length,
+                         std::string format);
+  static ZipArchive open(std::shared_ptr<const MappedFile> file, std::string format);
+
+  // The archive stored as `member` of this one (stored members only).
+  ZipArchive nested(const ZipMember& member) const;
+
+  const std::vector<ZipMember>& members() const noexcept { return members_; }
+  const ZipMember* find(std::string_view name) const;
+  // Offset of the archive's first byte in the mapped file.
+  uint64_t base() const noexcept { return base_; }
+  const std::shared_ptr<const MappedFile>& file() const noexcept { return file_; }
+
+  // A member's uncompressed bytes: a range of the mapping when stored,
+  // inflated bytes (owned, at most kMaxInflatedBytes) when deflated.
+  ByteSpan contents(const ZipMember& member) const;
+  // Offset of a stored member's data in the mapped file.
+  uint64_t file_offset(const ZipMember& member) const noexcept {
+    return base_ + member.data_offset;
+  }
+
+ private:
+  ZipArchive() = default;
+  [[noreturn]] void fail(uint64_t archive_offset, const std::string& reason) const;
+  void read_directory();
+  void read_member(ByteReader& directory, uint64_t directory_offset);
+
+  std::shared_ptr<const MappedFile> file_;
+  std::string format_;
+  uint64_t base_ = 0;
+  uint64_t length_ = 0;
+  std::vector<ZipMember> members_;
+  std::unordered_map<std::string, size_t> by_name_;
+};
+
+}  // namespace modelfs

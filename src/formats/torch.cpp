@@ -1,0 +1,426 @@
+#include "modelfs/formats/torch.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+#include <cstring>
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_set>
+
+#include "json_limits.hpp"
+#include "modelfs/checked_math.hpp"
+#include "modelfs/error.hpp"
+#include "modelfs/unpickler.hpp"
+#include "modelfs/zip_archive.hpp"
+#include "torch_objects.hpp"
+
+namespace modelfs::torch {
+namespace {
+
+using pickle::Kind;
+using pickle::Value;
+
+constexpr std::string_view kZipMagic = "PK\x03\x04";
+// formats.md §2.6: PROTO 2, LONG1 of 10 bytes: the magic number 0x1950a86a20f9469cfc6c.
+constexpr std::string_view kLegacyMagic = "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19";
+constexpr std::string_view kLegacyMagicNumber = "\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19";
+constexpr int64_t kLegacyProtocolVersion = 1001;
+// TorchScript source files are read (inflated) only to learn which
+// attributes are parameters and buffers; larger ones are not worth it.
+constexpr uint64_t kMaxScriptSourceBytes = uint64_t{16} << 20;
+
+bool starts_with(std::span<const std::byte> head, std::string_view magic) {
+  return head.size() >= magic.size() && std::memcmp(head.data(), magic.data(), magic.size()) == 0;
+}
+
+std::string trimmed(std::string_view text) {
+  const auto begin = text.find_first_not_of(" \t\r\n");
+  if (begin == std::string_view::npos) return "";
+  const auto end = text.find_last_not_of(" \t\r\n");
+  return std::string(text.substr(begin, end - begin + 1));
+}
+
+// The quoted names of a `__parameters__ = ["weight", "bias", ]` line.
+std::vector<std::string> quoted_names(std::string_view line) {
+  std::vector<std::string> names;
+  size_t pos = 0;
+  while ((pos = line.find('"', pos)) != std::string_view::npos) {
+    const size_t end = line.find('"', pos + 1);
+    if (end == std::string_view::npos) break;
+    names.emplace_back(line.substr(pos + 1, end - pos - 1));
+    pos = end + 1;
+  }
+  return names;
+}
+
+// TorchScript's code/ files declare, per class, which attributes are
+// parameters and buffers; the pickle does not say.
+void read_script_classes(const ZipArchive& zip, const std::string& prefix, WalkOptions& options) {
+  const std::string code = prefix + "code/";
+  for (const auto& member : zip.members()) {
+    if (!member.name.starts_with(code) || !member.name.ends_with(".py") ||
+        member.uncompressed_size > kMaxScriptSourceBytes)
+      continue;
+    std::string module = member.name.substr(code.size(), member.name.size() - code.size() - 3);
+    std::replace(module.begin(), module.end(), '/', '.');
+    std::string text;
+    try {
+      text = std::string(zip.contents(member).view());
+    } catch (const ModelError& e) {
+      spdlog::warn("{}: TorchScript source not read, parameter/buffer kinds unknown: {}",
+                   options.file, e.what());
+      continue;
+    }
+    std::string current;
+    size_t start = 0;
+    while (start < text.size()) {
+      size_t end = text.find('\n', start);
+      if (end == std::string::npos) end = text.size();
+      std::string_view line(text.data() + start, end - start);
+      start = end + 1;
+      if (line.starts_with("class ")) {
+        const size_t stop = line.find_first_of("(:", 6);
+        current = module + "." + std::string(line.substr(6, stop == std::string_view::npos ? std::string_view::npos : stop - 6));
+      } else if (!current.empty()) {
+        const std::string_view body = line.substr(std::min(line.find_first_not_of(' '), line.size()));
+        if (body.starts_with("__parameters__ ="))
+          options.parameters_by_class[current] = quoted_names(body);
+        else if (body.starts_with("__buffers__ ="))
+          options.buffers_by_class[current] = quoted_names(body);
+      }
+    }
+  }
+}
+
+nlohmann::json skipped_objects(const pickle::Pickle& p) {
+  return p.unknown_globals;
+}
+
+std::string file_name(const std::filesystem::path& model) { return model.filename().string(); }
+
+}  // namespace
+
+bool probe_zip(std::span<const std::byte> head) { return starts_with(head, kZipMagic); }
+bool probe_legacy(std::span<const std::byte> head) { return starts_with(head, kLegacyMagic); }
+
+Catalog open_zip(const std::filesystem::path& model) {
+  auto file = MappedFile::open(model);
+  const std::string display = file->display_name();
+  ZipArchive zip = ZipArchive::open(file, "ZIP archive");
+  auto refuse = [&](const std::string& format, const std::string& reason) {
+    return ModelError(display, format, std::nullopt, reason);
+  };
+  if (zip.members().empty()) throw refuse("ZIP archive", "archive is empty");
+
+  // PyTorch's reader takes the folder of the first entry as the archive name.
+  const std::string& first = zip.members().front().name;
+  const size_t slash = first.find('/');
+  const std::string prefix = slash == std::string::npos ? "" : first.substr(0, slash + 1);
+  if (zip.find(prefix + "archive_format") || zip.find("archive_format") ||
+      zip.find("serialized_exported_program.json"))
+    throw refuse("PT2 archive",
+                 "torch.export archives (.pt2) are recognised but not yet supported by this modelfs build");
+  const ZipMember* data_pkl = zip.find(prefix + "data.pkl");
+  if (!data_pkl) {
+    if (zip.find(prefix + "model.json"))
+      throw refuse("TorchScript (pre-1.4)",
+                   "archives with model.json and tensors/ (TorchScript before torch 1.4) are not supported");
+    throw refuse("ZIP archive", "holds no " + prefix +
+                                    "data.pkl: not a torch.save or TorchScript archive");
+  }
+  const bool script = zip.find(prefix + "constants.pkl") != nullptr;
+  const std::string format = script ? "torchscript" : "pytorch";
+
+  nlohmann::json info = {{"serialization", "zip"}, {"archive", prefix.substr(0, prefix.empty() ? 0 : prefix.size() - 1)}};
+  const ZipMember* version = zip.find(prefix + ".data/version");
+  if (!version) version = zip.find(prefix + "version");
+  if (version) {
+    const std::string text = trimmed(zip.contents(*version).view());
+    int value = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || end != text.data() + text.size() || value < 1 || value > kMaxArchiveVersion)
+      throw refuse(format, "archive version \"" + text.substr(0, 20) + "\" is not one of 1.." +
+                               std::to_string(kMaxArchiveVersion) + " (PyTorch's supported range)");
+    info["version"] = value;
+  }
+  bool big_endian = false;
+  if (const ZipMember* order = zip.find(prefix + "byteorder")) {
+    const std::string text = trimmed(zip.contents(*order).view());
+    if (text != "little" && text != "big")
+      throw refuse(format, "byteorder record says \"" + text.substr(0, 20) + "\", not little or big");
+    big_endian = text == "big";
+    info["byteorder"] = text;
+  }
+
+  Catalog catalog;
+  catalog.format = format;
+  catalog.mtime = file->mtime();
+  catalog.files.push_back(file_name(model));
+  WalkOptions options;
+  options.file = display;
+  options.format = format;
+  options.source = file_name(model);
+  options.byte_swap = big_endian;
+  options.collect_values = !script;
+  if (script) read_script_classes(zip, prefix, options);
+
+  auto read_pickle = [&](const ZipMember& member) {
+    if (member.uncompressed_size > kMaxPickleBytes)
+      throw refuse(format, member.name + " is " + std::to_string(member.uncompressed_size) +
+                               " bytes, over the limit of " + std::to_string(kMaxPickleBytes));
+    ByteSpan bytes = zip.contents(member);
+    return std::make_pair(bytes, pickle::unpickle(bytes.span(), display, format,
+                                          member.stored() ? zip.file_offset(member) : 0));
+  };
+  auto resolver_for = [&](const std::string& folder) {
+    return [&zip, &refuse, format, folder = prefix + folder](const StorageId& id) {
+      const ZipMember* record = zip.find(folder + id.key);
+      if (!record)
+        throw refuse(format, "storage record " + folder + id.key + " is missing from the archive");
+      StorageBytes out{zip.contents(*record), std::nullopt};
+      if (record->stored()) out.file_offset = zip.file_offset(*record);
+      return out;
+    };
+  };
+  nlohmann::json skipped = nlohmann::json::array();
+
+  {
+    auto [bytes, pickled] = read_pickle(*data_pkl);
+    options.pickle_in_file = data_pkl->stored();
+    ObjectWalker walker(options, resolver_for("data/"));
+    walker.walk(pickled.root, "");
+    for (auto& t : walker.tensors()) catalog.tensors.push_back(std::move(t));
+    if (!script) catalog.metadata["values"] = std::move(walker.values());
+    info["protocol"] = pickled.protocol;
+    for (auto& name : skipped_objects(pickled)) skipped.push_back(name);
+  }
+  if (script) {
+    const ZipMember* constants = zip.find(prefix + "constants.pkl");
+    auto [bytes, pickled] = read_pickle(*constants);
+    WalkOptions constant_options = options;
+    constant_options.default_kind = "constant";
+    constant_options.pickle_in_file = constants->stored();
+    ObjectWalker walker(constant_options, resolver_for("constants/"));
+    walker.walk(pickled.root, "constants");
+    for (auto& t : walker.tensors()) catalog.tensors.push_back(std::move(t));
+    for (auto& name : skipped_objects(pickled)) skipped.push_back(name);
+  }
+  catalog.metadata["torch"] = info;
+  if (!skipped.empty()) catalog.metadata["skipped_objects"] = skipped;
+  return catalog;
+}
+
+Catalog open_legacy(const std::filesystem::path& model) {
+  auto file = MappedFile::open(model);
+  const std::string display = file->display_name();
+  const std::string format = "pytorch";
+  const auto bytes = file->bytes();
+  uint64_t position = 0;
+  auto fail = [&](uint64_t at, const std::string& reason) {
+    return ModelError(display, "legacy torch.save", at, reason);
+  };
+  auto next = [&]() {
+    pickle::Pickle p = pickle::unpickle(bytes.subspan(position), display, "legacy torch.save", position);
+    position += p.end;
+    return p;
+  };
+
+  const uint64_t magic_at = position;
+  auto magic = next();
+  if (magic.root->kind != Kind::BigInt || magic.root->text != kLegacyMagicNumber)
+    throw fail(magic_at, "first pickle is not the legacy torch.save magic number");
+  const uint64_t protocol_at = position;
+  auto protocol = next();
+  if (!protocol.root->is_int() || protocol.root->integer != kLegacyProtocolVersion)
+    throw fail(protocol_at, "protocol version is not " + std::to_string(kLegacyProtocolVersion));
+  const uint64_t sys_info_at = position;
+  auto sys_info = next();
+  if (sys_info.root->kind != Kind::Dict) throw fail(sys_info_at, "sys_info is not a dict");
+  nlohmann::json info = {{"serialization", "legacy"}, {"version", kLegacyProtocolVersion}};
+  for (const auto& [key, value] : sys_info.root->entries)
+    if (key->is_string() && key->text == "little_endian" && value->kind == Kind::Bool) {
+      // Writers on big-endian hosts convert storages to little-endian.
+      info["writer_little_endian"] = value->boolean;
+    }
+
+  const uint64_t object_at = position;
+  auto object = next();
+  // Element sizes of every storage, from the storage ids in the object.
+  std::map<std::string, StorageId> ids;
+  for (const Value& v : object.values) {
+    if (v.kind != Kind::PersistentId || v.items.empty()) continue;
+    auto id = parse_storage_id(*v.items[0], nullptr);
+    if (!id) continue;
+    auto [it, inserted] = ids.emplace(id->key, *id);
+    if (!inserted && (it->second.type.element_size != id->type.element_size || it->second.numel != id->numel))
+      throw fail(object_at, "storage " + id->key + " is referenced with two different types or sizes");
+  }
+
+  const uint64_t keys_at = position;
+  auto keys = next();
+  if (keys.root->kind != Kind::List) throw fail(keys_at, "storage key list is not a list");
+  struct Range {
+    uint64_t offset;
+    uint64_t length;
+  };
+  std::map<std::string, Range> ranges;
+  for (const Value* key : keys.root->items) {
+    if (!key->is_string()) throw fail(keys_at, "storage key list holds a non-string");
+    auto id = ids.find(key->text);
+    if (id == ids.end())
+      throw fail(position, "storage " + key->text + " is listed but no tensor refers to it, so its element size is unknown");
+    if (bytes.size() - position < 8)
+      throw fail(position, "storage " + key->text + ": element count runs past the end of the file");
+    int64_t numel = 0;
+    std::memcpy(&numel, bytes.data() + position, 8);
+    if (numel < 0 || static_cast<uint64_t>(numel) != id->second.numel)
+      throw fail(position, "storage " + key->text + " holds " + std::to_string(numel) +
+                               " elements, but the object says " + std::to_string(id->second.numel));
+    auto length = checked_mul(static_cast<uint64_t>(numel), id->second.type.element_size);
+    if (!length || !range_fits(position + 8, *length, bytes.size()))
+      throw fail(position, "storage " + key->text + " runs past the end of the file");
+    if (!ranges.emplace(key->text, Range{position + 8, *length}).second)
+      throw fail(keys_at, "storage key " + key->text + " is listed twice");
+    position += 8 + *length;
+  }
+  if (position != bytes.size())
+    spdlog::warn("{}: legacy torch.save: {} bytes after the last storage are ignored", display,
+                 bytes.size() - position);
+
+  WalkOptions options;
+  options.file = display;
+  options.format = format;
+  options.source = file_name(model);
+  ObjectWalker walker(options, [&](const StorageId& id) {
+    auto it = ranges.find(id.key);
+    if (it == ranges.end())
+      throw ModelError(display, "legacy torch.save", std::nullopt,
+                       "storage " + id.key + " is not in the file's storage list");
+    return StorageBytes{ByteSpan::mapped(file, it->second.offset, it->second.length), it->second.offset};
+  });
+  walker.walk(object.root, "");
+
+  Catalog catalog;
+  catalog.format = format;
+  catalog.mtime = file->mtime();
+  catalog.files.push_back(file_name(model));
+  catalog.tensors = std::move(walker.tensors());
+  catalog.metadata["values"] = std::move(walker.values());
+  catalog.metadata["torch"] = info;
+  if (!object.unknown_globals.empty()) catalog.metadata["skipped_objects"] = object.unknown_globals;
+  return catalog;
+}
+
+namespace {
+
+constexpr int kMaxIndexJsonDepth = 64;
+constexpr std::string_view kIndexFormat = "pytorch index";
+
+bool is_index_name(const std::filesystem::path& p) {
+  const std::string name = p.filename().string();
+  for (std::string_view suffix : {".bin.index.json", ".pt.index.json", ".pth.index.json"})
+    if (name.size() > suffix.size() && name.ends_with(suffix)) return true;
+  return false;
+}
+
+std::vector<std::filesystem::path> index_files_in(const std::filesystem::path& folder) {
+  std::vector<std::filesystem::path> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, ec))
+    if (is_index_name(entry.path()) && entry.is_regular_file(ec)) found.push_back(entry.path());
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+Catalog open_shard(const std::filesystem::path& path) {
+  auto file = MappedFile::open(path);
+  auto head = file->bytes().first(std::min<uint64_t>(file->size(), 64));
+  if (probe_zip(head)) return open_zip(path);
+  if (probe_legacy(head)) return open_legacy(path);
+  throw ModelError(path.string(), std::string(kIndexFormat), 0,
+                   "shard is neither a torch.save ZIP archive nor a legacy torch.save file");
+}
+
+}  // namespace
+
+bool probe_index_file(std::span<const std::byte> head) {
+  std::string_view text(reinterpret_cast<const char*>(head.data()), head.size());
+  const auto start = text.find_first_not_of(" \t\r\n");
+  if (start == std::string_view::npos || text[start] != '{') return false;
+  const auto map = text.find("\"weight_map\"");
+  if (map == std::string_view::npos) return false;
+  const auto shards = text.substr(map);
+  const bool torch_shard = shards.find(".bin\"") != std::string_view::npos ||
+                           shards.find(".pt\"") != std::string_view::npos ||
+                           shards.find(".pth\"") != std::string_view::npos;
+  return torch_shard && shards.find(".safetensors\"") == std::string_view::npos;
+}
+
+bool probe_folder(const std::filesystem::path& folder) { return !index_files_in(folder).empty(); }
+
+Catalog open_index(const std::filesystem::path& model) {
+  std::filesystem::path index_path = model;
+  std::error_code ec;
+  if (std::filesystem::is_directory(model, ec)) {
+    auto indexes = index_files_in(model);
+    if (indexes.size() != 1)
+      throw ModelError(model.string(), std::string(kIndexFormat), std::nullopt,
+                       "folder holds " + std::to_string(indexes.size()) +
+                           " *.bin.index.json files; name the one to mount");
+    index_path = indexes.front();
+  }
+  const std::string index_name = index_path.string();
+  auto refuse = [&](const std::string& reason) {
+    return ModelError(index_name, std::string(kIndexFormat), std::nullopt, reason);
+  };
+  auto index_file = MappedFile::open(index_path);
+  std::string_view text(reinterpret_cast<const char*>(index_file->data()), index_file->size());
+  nlohmann::json index = parse_json_limited(text, index_name, kIndexFormat, 0, kMaxIndexJsonDepth);
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+    throw refuse("no \"weight_map\" object mapping tensor names to shard files");
+
+  std::map<std::string, std::set<std::string>> names_by_shard;
+  for (auto& [tensor, shard] : index["weight_map"].items()) {
+    if (!shard.is_string()) throw refuse("weight_map entry \"" + tensor + "\" is not a file name");
+    const std::string name = shard.get<std::string>();
+    std::filesystem::path p(name);
+    bool bad = name.empty() || p.is_absolute() || name.find('\0') != std::string::npos;
+    for (const auto& part : p)
+      if (part == "..") bad = true;
+    if (bad) throw refuse("weight_map names shard \"" + name + "\", which is not a file name inside the index's folder");
+    names_by_shard[name].insert(tensor);
+  }
+  if (names_by_shard.empty()) throw refuse("weight_map is empty");
+
+  Catalog catalog;
+  catalog.format = "pytorch";
+  catalog.mtime = index_file->mtime();
+  catalog.files.push_back(index_path.filename().string());
+  nlohmann::json shards = nlohmann::json::object();
+  std::unordered_set<std::string> seen;
+  for (auto& [shard, expected] : names_by_shard) {
+    Catalog part = open_shard(index_path.parent_path() / shard);
+    catalog.files.push_back(shard);
+    shards[shard] = part.metadata;
+    std::set<std::string> found;
+    for (auto& tensor : part.tensors) {
+      if (!seen.insert(tensor.name).second)
+        throw refuse("tensor \"" + tensor.name + "\" is stored in more than one shard (" + shard + ")");
+      if (!expected.count(tensor.name))
+        spdlog::warn("{}: tensor \"{}\" is not listed in {}'s weight_map; mounted anyway", shard,
+                     tensor.name, index_path.filename().string());
+      found.insert(tensor.name);
+      catalog.tensors.push_back(std::move(tensor));
+    }
+    for (const auto& name : expected)
+      if (!found.count(name))
+        throw refuse("weight_map places tensor \"" + name + "\" in " + shard + ", which does not hold it");
+  }
+  catalog.metadata["index"] = index.value("metadata", nlohmann::json::object());
+  catalog.metadata["shards"] = shards;
+  return catalog;
+}
+
+}  // namespace modelfs::torch

@@ -1,0 +1,677 @@
+#include "torch_objects.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "modelfs/checked_math.hpp"
+#include "modelfs/error.hpp"
+
+namespace modelfs::torch {
+namespace {
+
+using pickle::Kind;
+using pickle::KnownGlobal;
+using pickle::Value;
+
+struct TypeEntry {
+  std::string_view storage_class;  // torch.<X>Storage, as torch.save and the JIT write it
+  std::string_view dtype;          // torch.<dtype> (v3 argument), canonical torch name
+  std::string_view alias;          // another torch.<dtype> spelling, or ""
+  DType as;                        // how modelfs serves the bytes
+  uint32_t element_size;
+  bool quantized = false;
+  bool packed = false;
+};
+
+// formats.md §2.3 (typed storage classes) and §2.4 (v3 dtypes). Types with
+// no modelfs dtype of their own are served as the unsigned integers of
+// their width, the sidecar's "torch_dtype" saying what they are.
+constexpr TypeEntry kTypes[] = {
+    {"DoubleStorage", "float64", "double", DType::Float64, 8},
+    {"FloatStorage", "float32", "float", DType::Float32, 4},
+    {"HalfStorage", "float16", "half", DType::Float16, 2},
+    {"BFloat16Storage", "bfloat16", "", DType::BFloat16, 2},
+    {"LongStorage", "int64", "long", DType::Int64, 8},
+    {"IntStorage", "int32", "int", DType::Int32, 4},
+    {"ShortStorage", "int16", "short", DType::Int16, 2},
+    {"CharStorage", "int8", "", DType::Int8, 1},
+    {"ByteStorage", "uint8", "", DType::UInt8, 1},
+    {"BoolStorage", "bool", "", DType::Bool, 1},
+    {"ComplexFloatStorage", "complex64", "cfloat", DType::Complex64, 8},
+    {"ComplexDoubleStorage", "complex128", "cdouble", DType::Complex128, 16},
+    {"ComplexHalfStorage", "complex32", "chalf", DType::UInt32, 4},
+    {"QInt8Storage", "qint8", "", DType::Int8, 1, true},
+    {"QUInt8Storage", "quint8", "", DType::UInt8, 1, true},
+    {"QInt32Storage", "qint32", "", DType::Int32, 4, true},
+    {"QUInt4x2Storage", "quint4x2", "", DType::UInt8, 1, true, true},
+    {"QUInt2x4Storage", "quint2x4", "", DType::UInt8, 1, true, true},
+    {"UInt16Storage", "uint16", "", DType::UInt16, 2},
+    {"UInt32Storage", "uint32", "", DType::UInt32, 4},
+    {"UInt64Storage", "uint64", "", DType::UInt64, 8},
+    {"Float8_e5m2Storage", "float8_e5m2", "", DType::Float8E5M2, 1},
+    {"Float8_e4m3fnStorage", "float8_e4m3fn", "", DType::Float8E4M3FN, 1},
+    {"Float8_e5m2fnuzStorage", "float8_e5m2fnuz", "", DType::Float8E5M2FNUZ, 1},
+    {"Float8_e4m3fnuzStorage", "float8_e4m3fnuz", "", DType::Float8E4M3FNUZ, 1},
+    {"Float8_e8m0fnuStorage", "float8_e8m0fnu", "", DType::Float8E8M0FNU, 1},
+    {"Float4_e2m1fn_x2Storage", "float4_e2m1fn_x2", "", DType::UInt8, 1, false, true},
+    {"Bits8Storage", "bits8", "", DType::UInt8, 1},
+    {"Bits16Storage", "bits16", "", DType::UInt16, 2},
+    {"Bits1x8Storage", "bits1x8", "", DType::UInt8, 1, false, true},
+    {"Bits2x4Storage", "bits2x4", "", DType::UInt8, 1, false, true},
+    {"Bits4x2Storage", "bits4x2", "", DType::UInt8, 1, false, true},
+};
+
+StorageType from_entry(const TypeEntry& e) {
+  StorageType t;
+  t.dtype = e.as;
+  t.element_size = e.element_size;
+  t.torch_name = std::string(e.dtype);
+  t.quantized = e.quantized;
+  t.packed = e.packed;
+  return t;
+}
+
+const Value* arg(const Value& args, size_t i) {
+  return args.is_sequence() && i < args.items.size() ? args.items[i] : nullptr;
+}
+
+std::optional<int64_t> int_of(const Value* v) {
+  if (v && v->kind == Kind::Int) return v->integer;
+  return std::nullopt;
+}
+
+std::optional<std::vector<int64_t>> ints_of(const Value* v) {
+  if (!v || !v->is_sequence() || v->items.size() > kMaxRank) return std::nullopt;
+  std::vector<int64_t> out;
+  for (const Value* item : v->items) {
+    auto i = int_of(item);
+    if (!i) return std::nullopt;
+    out.push_back(*i);
+  }
+  return out;
+}
+
+std::string hex_of_bigint(const std::string& le) {
+  static const char* digits = "0123456789abcdef";
+  std::string out = "0x";
+  for (size_t i = le.size(); i-- > 0;) {
+    const auto b = static_cast<unsigned char>(le[i]);
+    out.push_back(digits[b >> 4]);
+    out.push_back(digits[b & 15]);
+  }
+  return out;
+}
+
+std::string join(const std::string& path, const std::string& component) {
+  return path.empty() ? component : path + "." + component;
+}
+
+// Copies a strided view into C order. `bytes` starts at the view's first
+// element; strides are in elements and were bounds-checked by the caller.
+std::string gather_c_order(const std::byte* bytes, const std::vector<uint64_t>& shape,
+                           const std::vector<int64_t>& strides, uint64_t numel, uint32_t element_size) {
+  std::string out(numel * element_size, '\0');
+  const size_t rank = shape.size();
+  std::vector<uint64_t> index(rank, 0);
+  uint64_t offset = 0;  // in elements
+  for (uint64_t n = 0; n < numel; ++n) {
+    std::memcpy(out.data() + n * element_size, bytes + offset * element_size, element_size);
+    for (size_t d = rank; d-- > 0;) {
+      const auto stride = static_cast<uint64_t>(strides[d]);
+      if (++index[d] < shape[d]) {
+        offset += stride;
+        break;
+      }
+      offset -= stride * (shape[d] - 1);
+      index[d] = 0;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<StorageType> storage_type_from_class(std::string_view name) {
+  if (name == "UntypedStorage") {
+    StorageType t;
+    t.untyped = true;
+    t.torch_name = "uint8";
+    return t;
+  }
+  for (const auto& e : kTypes)
+    if (e.storage_class == name) return from_entry(e);
+  return std::nullopt;
+}
+
+std::optional<StorageType> storage_type_from_dtype(std::string_view name) {
+  for (const auto& e : kTypes)
+    if (e.dtype == name || (!e.alias.empty() && e.alias == name)) return from_entry(e);
+  return std::nullopt;
+}
+
+std::optional<StorageId> parse_storage_id(const Value& id, std::string* why) {
+  auto refuse = [&](const std::string& reason) -> std::optional<StorageId> {
+    if (why) *why = reason;
+    return std::nullopt;
+  };
+  if (!id.is_sequence() || id.items.size() < 5 || !id.items[0]->is_string() ||
+      id.items[0]->text != "storage")
+    return refuse("persistent id is not a ('storage', type, key, location, numel) tuple");
+  const Value* type = id.items[1];
+  if (type->kind != Kind::Global || type->known != KnownGlobal::Storage)
+    return refuse("storage type is not a torch storage class");
+  StorageId out;
+  auto parsed = storage_type_from_class(type->name);
+  if (!parsed) return refuse("unknown storage class torch." + type->name);
+  out.type = *parsed;
+  if (id.items[2]->is_string())
+    out.key = id.items[2]->text;
+  else if (id.items[2]->is_int())
+    out.key = std::to_string(id.items[2]->integer);
+  else
+    return refuse("storage key is neither a string nor an int");
+  if (id.items[3]->is_string()) out.location = id.items[3]->text;
+  auto numel = int_of(id.items[4]);
+  if (!numel || *numel < 0) return refuse("storage element count is not a non-negative int");
+  out.numel = static_cast<uint64_t>(*numel);
+  if (id.items.size() >= 6 && id.items[5]->is_sequence()) {
+    const Value* view = id.items[5];
+    auto offset = int_of(arg(*view, 1));
+    auto size = int_of(arg(*view, 2));
+    if (!offset || !size || *offset < 0 || *size < 0)
+      return refuse("storage view is not (key, offset, size)");
+    out.view = std::make_pair(static_cast<uint64_t>(*offset), static_cast<uint64_t>(*size));
+  }
+  return out;
+}
+
+std::string key_text(const Value* key) {
+  switch (key->kind) {
+    case Kind::String: return key->text;
+    case Kind::Int: return std::to_string(key->integer);
+    case Kind::Bool: return key->boolean ? "True" : "False";
+    case Kind::None: return "None";
+    case Kind::Float: return nlohmann::json(key->real).dump();
+    case Kind::BigInt: return hex_of_bigint(key->text);
+    case Kind::Bytes: return key->text;
+    case Kind::Tuple: {
+      std::string out;
+      for (const Value* item : key->items) out += (out.empty() ? "" : ",") + key_text(item);
+      return "(" + out + ")";
+    }
+    case Kind::Global: return key->qualified_name();
+    default: return "<" + key->qualified_name() + ">";
+  }
+}
+
+ObjectWalker::ObjectWalker(WalkOptions options, Resolver resolver)
+    : options_(std::move(options)), resolver_(std::move(resolver)) {}
+
+void ObjectWalker::fail(const std::string& reason) const {
+  std::optional<uint64_t> at;
+  if (current_ && options_.pickle_in_file) at = current_->offset;
+  throw ModelError(options_.file, options_.format, at, reason);
+}
+
+void ObjectWalker::walk(const Value* root, const std::string& prefix) {
+  auto plain_root = visit(root, prefix, 0, "");
+  if (plain_root && options_.collect_values && !plain_root->is_null())
+    values_[prefix.empty() ? "." : prefix] = *plain_root;
+}
+
+nlohmann::json ObjectWalker::plain(const Value* v, uint32_t) {
+  ++plain_nodes_;
+  switch (v->kind) {
+    case Kind::None: return nullptr;
+    case Kind::Bool: return v->boolean;
+    case Kind::Int: return v->integer;
+    case Kind::BigInt: return hex_of_bigint(v->text);
+    case Kind::Float: return v->real;
+    case Kind::String: return v->text;
+    case Kind::Bytes: return {{"bytes", v->text.size()}};
+    case Kind::Global: return v->qualified_name();
+    default: return nullptr;
+  }
+}
+
+std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const std::string& path,
+                                                  uint32_t depth, const std::string& kind) {
+  if (++steps_ > kMaxWalkSteps)
+    fail("the pickled object has more than " + std::to_string(kMaxWalkSteps) +
+         " values along its paths (a structure shared too many times)");
+  if (depth > pickle::kMaxNesting)
+    fail("the pickled object nests deeper than " + std::to_string(pickle::kMaxNesting) + " levels");
+  if (std::find(path_stack_.begin(), path_stack_.end(), v) != path_stack_.end())
+    return nlohmann::json("<cycle>");
+  current_ = v;
+
+  switch (v->kind) {
+    case Kind::List: case Kind::Tuple: case Kind::Set: case Kind::Dict: case Kind::Call:
+      break;
+    case Kind::PersistentId:
+      storage_only(v, path);
+      return std::nullopt;
+    default:
+      return plain(v, depth);
+  }
+  path_stack_.push_back(v);
+  if (v->kind == Kind::Call && try_tensor(v, path, kind, depth)) {
+    path_stack_.pop_back();
+    return std::nullopt;
+  }
+  struct Child {
+    std::string path;
+    std::string key;  // for dict-shaped JSON; empty for positional
+    std::optional<nlohmann::json> plain;
+  };
+  std::vector<Child> children;
+  bool keyed = v->kind == Kind::Dict;
+  std::string class_name;
+  auto add = [&](const Value* child, const std::string& key, const std::string& child_kind) {
+    const std::string child_path = join(path, key);
+    children.push_back({child_path, key, visit(child, child_path, depth + 1, child_kind)});
+  };
+  // Attributes of an object: TorchScript classes say which are parameters and buffers.
+  auto attribute_kind = [&](const std::string& name) -> std::string {
+    auto listed = [&](const std::map<std::string, std::vector<std::string>>& table) {
+      auto it = table.find(class_name);
+      return it != table.end() && std::find(it->second.begin(), it->second.end(), name) != it->second.end();
+    };
+    if (listed(options_.parameters_by_class)) return "parameter";
+    if (listed(options_.buffers_by_class)) return "buffer";
+    return "";
+  };
+  // Searched for tensors only; plain values dropped (a module's `training`
+  // flags, a state_dict's _metadata are noise in metadata.json).
+  auto search_only = [&](const Value* child, const std::string& key, const std::string& child_kind) {
+    const bool collect = options_.collect_values;
+    options_.collect_values = false;
+    visit(child, join(path, key), depth + 1, child_kind);
+    options_.collect_values = collect;
+  };
+  auto entry = [](const Value* dict, std::string_view key) -> const Value* {
+    for (const auto& [k, value] : dict->entries)
+      if (k->is_string() && k->text == key) return value;
+    return nullptr;
+  };
+  auto add_attributes = [&](const Value* state) {
+    const Value* parameters = state->kind == Kind::Dict ? entry(state, "_parameters") : nullptr;
+    const Value* modules = state->kind == Kind::Dict ? entry(state, "_modules") : nullptr;
+    if (parameters && modules && parameters->kind == Kind::Dict && modules->kind == Kind::Dict) {
+      // A pickled nn.Module (torch.save(model)): named as its state_dict is,
+      // parameters, buffers and submodules directly under the module's path.
+      for (const auto& [key, value] : state->entries) {
+        const std::string name = key_text(key);
+        const bool tables = name == "_parameters" || name == "_buffers" || name == "_modules";
+        if (!tables || value->kind != Kind::Dict) {
+          search_only(value, name, "");
+          continue;
+        }
+        const std::string table_kind = name == "_parameters" ? "parameter" : name == "_buffers" ? "buffer" : "";
+        for (const auto& [member_key, member] : value->entries)
+          if (member->kind != Kind::None) add(member, key_text(member_key), table_kind);
+      }
+      return;
+    }
+    if (state->kind == Kind::Dict) {
+      for (const auto& [key, value] : state->entries) {
+        const std::string name = key_text(key);
+        add(value, name, attribute_kind(name));
+      }
+    } else if (state->kind == Kind::Tuple && state->items.size() == 2 &&
+               state->items[0]->kind != Kind::Call) {
+      // (instance dict, slots dict), as object.__reduce_ex__ pickles slots.
+      for (const Value* part : state->items)
+        if (part->kind == Kind::Dict)
+          for (const auto& [key, value] : part->entries) add(value, key_text(key), "");
+    } else if (state->kind != Kind::None) {
+      add(state, "state", "");
+    }
+  };
+
+  if (v->kind == Kind::Dict) {
+    for (const auto& [key, value] : v->entries) add(value, key_text(key), "");
+    if (v->state) {
+      // An OrderedDict's own attributes (a state_dict's _metadata).
+      if (v->state->kind == Kind::Dict) {
+        for (const auto& [key, value] : v->state->entries) search_only(value, key_text(key), "");
+      } else {
+        search_only(v->state, "state", "");
+      }
+    }
+  } else if (v->kind == Kind::Call) {
+    keyed = true;
+    class_name = v->qualified_name();
+    if (v->callable && v->callable->kind == Kind::Global &&
+        v->callable->known == KnownGlobal::TorchScriptClass)
+      class_name = v->callable->module + "." + v->callable->name;
+    if (v->args && v->args->is_sequence()) {
+      for (size_t i = 0; i < v->args->items.size(); ++i)
+        add(v->args->items[i], std::to_string(i), "");
+    } else if (v->args) {
+      add(v->args, "args", "");
+    }
+    if (v->state) add_attributes(v->state);
+    for (size_t i = 0; i < v->items.size(); ++i) add(v->items[i], std::to_string(i), "");
+    for (const auto& [key, value] : v->entries) add(value, key_text(key), "");
+  } else {
+    for (size_t i = 0; i < v->items.size(); ++i) add(v->items[i], std::to_string(i), "");
+  }
+  path_stack_.pop_back();
+
+  const bool all_plain = std::all_of(children.begin(), children.end(),
+                                     [](const Child& c) { return c.plain.has_value(); });
+  if (all_plain) {
+    nlohmann::json out = keyed ? nlohmann::json::object() : nlohmann::json::array();
+    if (v->kind == Kind::Call) out["object"] = class_name;
+    for (auto& child : children) {
+      if (plain_nodes_ > kMaxPlainValues) {
+        out = "<elided: over " + std::to_string(kMaxPlainValues) + " values>";
+        break;
+      }
+      if (keyed)
+        out[child.key] = std::move(*child.plain);
+      else
+        out.push_back(std::move(*child.plain));
+    }
+    return out;
+  }
+  if (options_.collect_values)
+    for (auto& child : children)
+      if (child.plain && !child.plain->is_null() && plain_nodes_ <= kMaxPlainValues)
+        values_[child.path] = std::move(*child.plain);
+  return std::nullopt;
+}
+
+bool ObjectWalker::try_tensor(const Value* v, const std::string& path, const std::string& kind,
+                              uint32_t depth) {
+  if (depth > pickle::kMaxNesting)
+    fail("tensor arguments nest deeper than " + std::to_string(pickle::kMaxNesting) + " levels");
+  const Value* callable = v->callable;
+  if (!callable || callable->kind != Kind::Global || !v->args) return false;
+  const Value& args = *v->args;
+  current_ = v;
+  const std::string name = path.empty() ? "tensor" : path;
+  const std::string tensor_kind = kind.empty() ? options_.default_kind : kind;
+  auto extras_for = [&](const Value* requires_grad) {
+    nlohmann::json extras = nlohmann::json::object();
+    if (!tensor_kind.empty()) extras["kind"] = tensor_kind;
+    if (requires_grad && requires_grad->kind == Kind::Bool) extras["requires_grad"] = requires_grad->boolean;
+    return extras;
+  };
+  auto skip = [&](const std::string& why) {
+    spdlog::warn("{}: {}: tensor \"{}\" skipped: {}", options_.file, options_.format, name, why);
+    return true;
+  };
+
+  switch (callable->known) {
+    case KnownGlobal::RebuildTensor:
+    case KnownGlobal::RebuildTensorV2:
+      make_tensor(arg(args, 0), args, 1, std::nullopt, name, extras_for(arg(args, 4)));
+      return true;
+    case KnownGlobal::RebuildTensorV3: {
+      const Value* dtype = arg(args, 6);
+      std::optional<StorageType> type;
+      if (dtype && dtype->kind == Kind::Global) type = storage_type_from_dtype(dtype->name);
+      if (!type) return skip("_rebuild_tensor_v3 names no dtype modelfs knows");
+      make_tensor(arg(args, 0), args, 1, type, name, extras_for(arg(args, 4)));
+      return true;
+    }
+    case KnownGlobal::RebuildQTensor: {
+      const Value* q = arg(args, 4);
+      nlohmann::json extras = extras_for(arg(args, 5));
+      if (!q || !q->is_sequence() || q->items.empty() || q->items[0]->kind != Kind::Global)
+        return skip("quantizer parameters are not (qscheme, ...)");
+      const std::string scheme = q->items[0]->name;
+      nlohmann::json quant = {{"qscheme", scheme}};
+      if (scheme == "per_tensor_affine" || scheme == "per_tensor_symmetric") {
+        const Value* scale = arg(*q, 1);
+        const Value* zero = arg(*q, 2);
+        if (scale && scale->kind == Kind::Float) quant["scale"] = scale->real;
+        if (zero && zero->kind == Kind::Int) quant["zero_point"] = zero->integer;
+      } else {
+        // Per-channel scales and zero points are tensors of their own.
+        if (auto axis = int_of(arg(*q, 3))) quant["axis"] = *axis;
+        quant["scales"] = name + ".q_per_channel_scales";
+        quant["zero_points"] = name + ".q_per_channel_zero_points";
+        if (!try_tensor_or_skip(arg(*q, 1), name + ".q_per_channel_scales", depth + 1) ||
+            !try_tensor_or_skip(arg(*q, 2), name + ".q_per_channel_zero_points", depth + 1))
+          return skip("per-channel quantizer parameters are not tensors");
+      }
+      extras["quantization"] = quant;
+      make_tensor(arg(args, 0), args, 1, std::nullopt, name, extras);
+      return true;
+    }
+    case KnownGlobal::RebuildParameter:
+    case KnownGlobal::RebuildParameterWithState:
+    case KnownGlobal::Parameter: {
+      const Value* data = arg(args, 0);
+      if (!data || data->kind != Kind::Call) return false;
+      const size_t before = tensors_.size();
+      if (!try_tensor(data, path, "parameter", depth + 1)) return false;
+      if (tensors_.size() > before) {
+        if (const Value* rg = arg(args, 1); rg && rg->kind == Kind::Bool)
+          tensors_.back().extras["requires_grad"] = rg->boolean;
+      }
+      if (callable->known == KnownGlobal::RebuildParameterWithState) {
+        if (const Value* state = arg(args, 3)) visit(state, join(path, "state"), depth + 1, "");
+      }
+      return true;
+    }
+    case KnownGlobal::RebuildFromTypeV2: {
+      // func(*args) gives the tensor; new_type is a Python subclass we do
+      // not make; state holds its Python attributes (maybe tensors).
+      const Value* func = arg(args, 0);
+      const Value* new_type = arg(args, 1);
+      const Value* inner_args = arg(args, 2);
+      const Value* state = arg(args, 3);
+      if (!func || !inner_args) return false;
+      Value inner;
+      inner.kind = Kind::Call;
+      inner.callable = const_cast<Value*>(func);
+      inner.args = const_cast<Value*>(inner_args);
+      const size_t before = tensors_.size();
+      if (!try_tensor(&inner, path, kind, depth + 1)) visit(inner_args, join(path, "args"), depth + 1, "");
+      if (tensors_.size() > before && new_type && new_type->qualified_name() != "torch._tensor.Tensor" &&
+          new_type->qualified_name() != "torch.Tensor")
+        tensors_.back().extras["subclass"] = new_type->qualified_name();
+      if (state && state->kind != Kind::None) {
+        const bool collect = options_.collect_values;
+        options_.collect_values = false;
+        if (state->kind == Kind::Dict) {
+          for (const auto& [key, value] : state->entries) visit(value, join(path, key_text(key)), depth + 1, "");
+        } else {
+          visit(state, join(path, "state"), depth + 1, "");
+        }
+        options_.collect_values = collect;
+      }
+      return true;
+    }
+    case KnownGlobal::RebuildDeviceTensorFromCpuTensor: {
+      const Value* data = arg(args, 0);
+      return data && data->kind == Kind::Call && try_tensor(data, path, kind, depth + 1);
+    }
+    case KnownGlobal::RebuildSparseTensor: {
+      // The components are ordinary tensors: indices and values.
+      const Value* data = arg(args, 1);
+      if (!data || !data->is_sequence()) return skip("sparse tensor data is not a tuple");
+      const bool compressed = data->items.size() == 4 && data->items[3]->is_sequence();
+      const std::vector<std::string> names =
+          compressed ? std::vector<std::string>{"compressed_indices", "plain_indices", "values"}
+                     : std::vector<std::string>{"indices", "values"};
+      for (size_t i = 0; i < names.size() && i < data->items.size(); ++i)
+        visit(data->items[i], join(name, names[i]), depth + 1, kind);
+      spdlog::warn("{}: {}: sparse tensor \"{}\" is served as its components ({}.indices, {}.values, ...)",
+                   options_.file, options_.format, name, name, name);
+      return true;
+    }
+    case KnownGlobal::RebuildNestedTensor:
+      visit(arg(args, 0) ? arg(args, 0) : v->args, join(name, "buffer"), depth + 1, kind);
+      spdlog::warn("{}: {}: nested tensor \"{}\" is served as its flat buffer {}.buffer",
+                   options_.file, options_.format, name, name);
+      return true;
+    case KnownGlobal::RebuildMetaTensorNoStorage:
+    case KnownGlobal::RebuildWrapperSubclass:
+      return skip("it has no storage (meta device or wrapper subclass)");
+    case KnownGlobal::RebuildDeviceTensorFromNumpy:
+      return skip("its bytes are a pickled numpy array, which modelfs does not unpickle");
+    case KnownGlobal::LoadFromBytes:
+      return skip("it is a storage pickled as a nested legacy torch.save blob");
+    default:
+      return false;
+  }
+}
+
+bool ObjectWalker::try_tensor_or_skip(const Value* v, const std::string& name, uint32_t depth) {
+  return v && v->kind == Kind::Call && try_tensor(v, name, "", depth);
+}
+
+StorageBytes ObjectWalker::storage_bytes(const StorageId& id) {
+  std::string cache_key = id.key;
+  if (id.view) cache_key += ":" + std::to_string(id.view->first) + ":" + std::to_string(id.view->second);
+  if (auto it = storages_.find(cache_key); it != storages_.end()) return it->second;
+
+  StorageBytes root = resolver_(id);
+  const uint32_t element_size = id.type.untyped ? 1 : id.type.element_size;
+  auto nbytes = checked_mul(id.numel, element_size);
+  if (!nbytes || *nbytes > root.bytes.size())
+    fail("storage " + id.key + " holds " + std::to_string(root.bytes.size()) +
+         " bytes, fewer than its " + std::to_string(id.numel) + " elements of " +
+         std::to_string(element_size) + " bytes");
+  StorageBytes out = root;
+  if (id.view) {
+    auto begin = checked_mul(id.view->first, element_size);
+    auto length = checked_mul(id.view->second, element_size);
+    if (!begin || !length || !range_fits(*begin, *length, *nbytes))
+      fail("view of storage " + id.key + " lies outside it");
+    out.bytes = root.bytes.subspan(*begin, *length);
+    if (out.file_offset) *out.file_offset += *begin;
+  } else {
+    out.bytes = root.bytes.subspan(0, *nbytes);
+  }
+  storages_.emplace(cache_key, out);
+  return out;
+}
+
+void ObjectWalker::make_tensor(const Value* storage, const Value& args, size_t first,
+                               std::optional<StorageType> dtype_override, const std::string& name,
+                               nlohmann::json extras) {
+  auto skip = [&](const std::string& why) {
+    spdlog::warn("{}: {}: tensor \"{}\" skipped: {}", options_.file, options_.format, name, why);
+  };
+  if (!storage || storage->kind != Kind::PersistentId || storage->items.empty())
+    fail("tensor \"" + name + "\": its storage is not a persistent id");
+  std::string why;
+  auto id = parse_storage_id(*storage->items[0], &why);
+  if (!id) fail("tensor \"" + name + "\": " + why);
+  StorageType type = dtype_override && (id->type.untyped || dtype_override->torch_name != id->type.torch_name)
+                         ? *dtype_override
+                         : id->type;
+  if (type.untyped) fail("tensor \"" + name + "\": untyped storage without a dtype");
+  if (type.packed) return skip("packed sub-byte type " + type.torch_name + " is not served");
+
+  auto offset = int_of(arg(args, first));
+  auto size = ints_of(arg(args, first + 1));
+  auto stride = ints_of(arg(args, first + 2));
+  if (!offset || !size || !stride || *offset < 0 || size->size() != stride->size())
+    fail("tensor \"" + name + "\": storage offset, size and stride are not ints of one rank");
+  Tensor t;
+  t.name = name;
+  t.dtype = type.dtype;
+  for (int64_t dim : *size) {
+    if (dim < 0) fail("tensor \"" + name + "\": negative size");
+    t.shape.push_back(static_cast<uint64_t>(dim));
+  }
+  for (int64_t s : *stride)
+    if (s < 0) fail("tensor \"" + name + "\": negative stride");
+  t.strides = *stride;
+
+  const StorageBytes bytes = storage_bytes(*id);
+  const uint64_t e = type.element_size;
+  auto numel = checked_numel(t.shape);
+  if (!numel) fail("tensor \"" + name + "\": element count overflows");
+  uint64_t span_elements = 0;
+  if (*numel > 0) {
+    uint64_t last = 0;
+    for (size_t i = 0; i < t.shape.size(); ++i) {
+      auto step = checked_mul(static_cast<uint64_t>(t.strides[i]), t.shape[i] - 1);
+      auto sum = step ? checked_add(last, *step) : std::nullopt;
+      if (!sum) fail("tensor \"" + name + "\": strides overflow");
+      last = *sum;
+    }
+    span_elements = last + 1;
+  }
+  auto begin = checked_mul(static_cast<uint64_t>(*offset), e);
+  auto length = checked_mul(span_elements, e);
+  if (!begin || !length || !range_fits(*begin, *length, bytes.bytes.size()))
+    fail("tensor \"" + name + "\": elements at storage offset " + std::to_string(*offset) +
+         " with shape and strides given run past its storage " + id->key + " (" +
+         std::to_string(bytes.bytes.size()) + " bytes)");
+
+  ByteSpan span = bytes.bytes.subspan(*numel > 0 ? *begin : 0, *length);
+  std::optional<uint64_t> file_offset;
+  if (bytes.file_offset && *numel > 0) file_offset = *bytes.file_offset + *begin;
+  if (options_.byte_swap && e > 1) {
+    const uint64_t unit = (type.dtype == DType::Complex64 || type.dtype == DType::Complex128) ? e / 2 : e;
+    if (span.size() > kMaxSwapBytes)
+      fail("tensor \"" + name + "\": big-endian storage of " + std::to_string(span.size()) +
+           " bytes exceeds the byte-swap limit of " + std::to_string(kMaxSwapBytes));
+    std::string swapped(span.view());
+    for (uint64_t at = 0; at + unit <= swapped.size(); at += unit)
+      std::reverse(swapped.begin() + static_cast<std::ptrdiff_t>(at),
+                   swapped.begin() + static_cast<std::ptrdiff_t>(at + unit));
+    span = ByteSpan::owned(std::move(swapped));
+    file_offset.reset();
+    extras["byte_order_in_file"] = "big";
+  }
+  t.bytes = span;
+  t.source = {options_.source, file_offset};
+
+  if (type.torch_name != dtype_name(type.dtype)) extras["torch_dtype"] = type.torch_name;
+  extras["storage"] = {{"key", id->key}, {"offset", *offset}};
+  if (!id->location.empty() && id->location != "cpu") extras["device"] = id->location;
+  t.extras = std::move(extras);
+
+  if (*numel > 0 && !t.is_c_contiguous() && !t.is_f_contiguous() && numpy_descr(t.dtype)) {
+    auto gathered = checked_mul(*numel, e);
+    if (gathered && *gathered <= kMaxGatherBytes)
+      t.c_order = ByteSpan::owned(gather_c_order(span.data(), t.shape, t.strides, *numel,
+                                                 static_cast<uint32_t>(e)));
+    else
+      spdlog::warn("{}: {}: tensor \"{}\" is a strided view of {} elements; no .npy (C-order copy "
+                   "over the {}-byte limit); read it through its strides",
+                   options_.file, options_.format, name, *numel, kMaxGatherBytes);
+  }
+  tensors_.push_back(std::move(t));
+}
+
+void ObjectWalker::storage_only(const Value* v, const std::string& path) {
+  if (v->items.empty()) return;
+  std::string why;
+  auto id = parse_storage_id(*v->items[0], &why);
+  if (!id) {
+    spdlog::warn("{}: {}: persistent id at \"{}\" skipped: {}", options_.file, options_.format,
+                 path, why);
+    return;
+  }
+  if (id->type.packed || (options_.byte_swap && id->type.element_size > 1)) {
+    spdlog::warn("{}: {}: storage at \"{}\" skipped: packed or big-endian", options_.file,
+                 options_.format, path);
+    return;
+  }
+  // A storage saved on its own: served as a 1-D tensor of its elements.
+  const StorageBytes bytes = storage_bytes(*id);
+  Tensor t;
+  t.name = path.empty() ? "storage" : path;
+  t.dtype = id->type.dtype;
+  t.shape = {id->numel};
+  t.strides = {1};
+  t.bytes = bytes.bytes;
+  t.source = {options_.source, bytes.file_offset};
+  t.extras = {{"kind", "storage"}, {"storage", {{"key", id->key}, {"offset", 0}}}};
+  tensors_.push_back(std::move(t));
+}
+
+}  // namespace modelfs::torch

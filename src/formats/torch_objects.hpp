@@ -1,0 +1,118 @@
+#pragma once
+// What the three PyTorch readers share: turning an unpickled object into
+// tensors (formats.md §2.3-§2.4). The walker follows dict keys, attributes
+// and indices from the root, names every tensor by that path (design.md
+// "The tree"), resolves each storage through the reader's callback, and
+// collects the plain values of the object for metadata.json.
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "modelfs/catalog.hpp"
+#include "modelfs/unpickler.hpp"
+
+namespace modelfs::torch {
+
+// A storage's element type as its class (or a v3 dtype argument) names it.
+struct StorageType {
+  DType dtype = DType::UInt8;
+  uint32_t element_size = 1;
+  std::string torch_name;  // "float32", "qint8", "complex32", ...
+  bool quantized = false;
+  bool packed = false;     // several values per byte (quint4x2, float4_e2m1fn_x2, ...)
+  bool untyped = false;    // UntypedStorage: bytes, typed by the tensor
+};
+
+// Looks up `torch.<name>` storage classes ("FloatStorage", ...) and dtypes
+// ("float32", "uint16", ...).
+std::optional<StorageType> storage_type_from_class(std::string_view name);
+std::optional<StorageType> storage_type_from_dtype(std::string_view name);
+
+// The bytes of one storage, as the reader found them.
+struct StorageBytes {
+  ByteSpan bytes;                        // the whole record
+  std::optional<uint64_t> file_offset;   // absent for inflated or swapped bytes
+};
+
+// A storage reference taken apart: ('storage', type, key, location, numel[, view]).
+struct StorageId {
+  StorageType type;
+  std::string key;
+  std::string location;
+  uint64_t numel = 0;
+  // Legacy view of a root storage: (view_key, offset, size) in elements.
+  std::optional<std::pair<uint64_t, uint64_t>> view;
+};
+
+// Parses a persistent id; ModelError (via `fail`) when it is not a storage.
+std::optional<StorageId> parse_storage_id(const pickle::Value& id, std::string* why);
+
+struct WalkOptions {
+  std::string file;    // for messages
+  std::string format;  // for messages and sidecars
+  std::string source;  // Catalog::files entry the bytes lie in
+  bool pickle_in_file = true;  // values' offsets are file offsets (not an inflated record)
+  bool byte_swap = false;      // storages are big-endian: swap into owned bytes
+  bool collect_values = true;  // plain values into metadata "values"
+  std::string default_kind;    // "kind" for tensors not known as parameters ("" none)
+  // TorchScript: attribute names that are parameters / buffers, by class.
+  std::map<std::string, std::vector<std::string>> parameters_by_class;
+  std::map<std::string, std::vector<std::string>> buffers_by_class;
+};
+
+// Above this many bytes, a strided view gets no C-order copy (and so no .npy).
+inline constexpr uint64_t kMaxGatherBytes = uint64_t{256} << 20;
+// Big-endian storages are swapped into memory up to this many bytes.
+inline constexpr uint64_t kMaxSwapBytes = uint64_t{1} << 30;
+// Values visited while walking one object (bounds a DAG shared through the memo).
+inline constexpr uint64_t kMaxWalkSteps = 50'000'000;
+// JSON nodes kept in metadata "values"; the rest is elided.
+inline constexpr uint64_t kMaxPlainValues = 100'000;
+inline constexpr size_t kMaxRank = 64;
+
+class ObjectWalker {
+ public:
+  // Resolves a storage key to its bytes (a record, or a range of a legacy file).
+  using Resolver = std::function<StorageBytes(const StorageId&)>;
+
+  ObjectWalker(WalkOptions options, Resolver resolver);
+
+  // Walks `root`, naming what it finds under `prefix` ("" at the top).
+  void walk(const pickle::Value* root, const std::string& prefix);
+
+  std::vector<Tensor>& tensors() { return tensors_; }
+  nlohmann::json& values() { return values_; }
+
+ private:
+  std::optional<nlohmann::json> visit(const pickle::Value* v, const std::string& path, uint32_t depth,
+                                      const std::string& owner_class);
+  bool try_tensor(const pickle::Value* v, const std::string& path, const std::string& kind,
+                  uint32_t depth);
+  bool try_tensor_or_skip(const pickle::Value* v, const std::string& name, uint32_t depth);
+  void make_tensor(const pickle::Value* storage, const pickle::Value& args, size_t first,
+                   std::optional<StorageType> dtype_override, const std::string& path,
+                   nlohmann::json extras);
+  StorageBytes storage_bytes(const StorageId& id);
+  void storage_only(const pickle::Value* v, const std::string& path);
+  [[noreturn]] void fail(const std::string& reason) const;
+  nlohmann::json plain(const pickle::Value* v, uint32_t depth);
+
+  WalkOptions options_;
+  Resolver resolver_;
+  std::vector<Tensor> tensors_;
+  nlohmann::json values_ = nlohmann::json::object();
+  std::map<std::string, StorageBytes> storages_;
+  std::vector<const pickle::Value*> path_stack_;
+  uint64_t steps_ = 0;
+  uint64_t plain_nodes_ = 0;
+  const pickle::Value* current_ = nullptr;  // what is being read, for messages
+};
+
+// The element key of a dict key or index, as a name component.
+std::string key_text(const pickle::Value* key);
+
+}  // namespace modelfs::torch

@@ -1,0 +1,201 @@
+// The ZIP directory reader: PyTorch's layout (data descriptors, alignment
+// padding, forced ZIP64), stored and deflated members, a nested archive,
+// and truncated or corrupt directories refused with ModelError.
+#include <gtest/gtest.h>
+#include <zip.h>
+
+#include "modelfs/error.hpp"
+#include "modelfs/zip_archive.hpp"
+#include "test_files.hpp"
+
+namespace modelfs {
+namespace {
+
+using test::TempDir;
+using test::ZipEntry;
+using test::ZipLayout;
+using test::zip_bytes;
+
+ZipArchive open_bytes(const TempDir& dir, const std::string& bytes) {
+  return ZipArchive::open(MappedFile::open(dir.write("a.zip", bytes)), "ZIP archive");
+}
+
+std::string text(const ByteSpan& span) { return std::string(span.view()); }
+
+const std::vector<ZipEntry> kEntries = {
+    {"archive/data.pkl", "pickle bytes", 0},
+    {"archive/data/0", std::string(100, '\x07'), 0},
+    {"archive/data/1", "", 0},
+    {"archive/version", "3\n", 0},
+};
+
+void expect_entries(const ZipArchive& zip, uint64_t alignment) {
+  ASSERT_EQ(zip.members().size(), kEntries.size());
+  for (const auto& e : kEntries) {
+    const ZipMember* m = zip.find(e.name);
+    ASSERT_NE(m, nullptr) << e.name;
+    EXPECT_EQ(m->uncompressed_size, e.data.size());
+    EXPECT_EQ(m->compressed_size, e.data.size());
+    EXPECT_TRUE(m->stored());
+    if (alignment) EXPECT_EQ(m->data_offset % alignment, 0u) << e.name;
+    EXPECT_EQ(text(zip.contents(*m)), e.data);
+    EXPECT_NE(zip.contents(*m).mapped_file(), nullptr) << "stored bytes are served in place";
+  }
+  EXPECT_EQ(zip.find("archive/missing"), nullptr);
+}
+
+TEST(ZipArchive, PyTorchLayoutWithDataDescriptorsAndAlignment) {
+  TempDir dir;
+  expect_entries(open_bytes(dir, zip_bytes(kEntries)), 64);
+}
+
+TEST(ZipArchive, PlainLayoutWithoutDescriptorsOrPadding) {
+  TempDir dir;
+  expect_entries(open_bytes(dir, zip_bytes(kEntries, {false, false, 0})), 0);
+}
+
+TEST(ZipArchive, Zip64RecordsAndExtraFields) {
+  TempDir dir;
+  auto bytes = zip_bytes(kEntries, {true, true, 64});
+  expect_entries(open_bytes(dir, bytes), 64);
+}
+
+TEST(ZipArchive, CrcIsRecordedButNeverRequired) {
+  TempDir dir;
+  auto zip = open_bytes(dir, zip_bytes({{"a/version", "3\n", 0}}));
+  EXPECT_NE(zip.find("a/version")->crc32, 0u);
+}
+
+TEST(ZipArchive, DeflatedMemberIsInflatedIntoOwnedBytes) {
+  TempDir dir;
+  std::string big(200'000, 'x');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7 % 251);
+  auto zip = open_bytes(dir, zip_bytes({{"a/code.py", big, 8}, {"a/data/0", "abcd", 0}}));
+  const ZipMember* m = zip.find("a/code.py");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->method, ZipArchive::kDeflated);
+  auto bytes = zip.contents(*m);
+  EXPECT_EQ(bytes.mapped_file(), nullptr);
+  EXPECT_EQ(text(bytes), big);
+  EXPECT_EQ(text(zip.contents(*zip.find("a/data/0"))), "abcd");
+}
+
+TEST(ZipArchive, ArchiveCompressedByLibzip) {
+  TempDir dir;
+  const auto path = dir.path() / "libzip.zip";
+  std::string content(50'000, 'a');
+  for (size_t i = 0; i < content.size(); i += 3) content[i] = 'b';
+  int error = 0;
+  zip_t* writer = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &error);
+  ASSERT_NE(writer, nullptr);
+  zip_source_t* source = zip_source_buffer(writer, content.data(), content.size(), 0);
+  const zip_int64_t index = zip_file_add(writer, "m/code.py", source, ZIP_FL_ENC_UTF_8);
+  ASSERT_GE(index, 0);
+  zip_set_file_compression(writer, static_cast<zip_uint64_t>(index), ZIP_CM_DEFLATE, 9);
+  ASSERT_EQ(zip_close(writer), 0);
+
+  auto zip = ZipArchive::open(MappedFile::open(path), "ZIP archive");
+  const ZipMember* m = zip.find("m/code.py");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->method, ZipArchive::kDeflated);
+  EXPECT_LT(m->compressed_size, content.size());
+  EXPECT_EQ(text(zip.contents(*m)), content);
+}
+
+TEST(ZipArchive, NestedArchiveReadInPlace) {
+  TempDir dir;
+  const std::string inner = zip_bytes(kEntries);
+  const std::string outer_bytes =
+      zip_bytes({{"serialized_exported_program.json", "{}", 0},
+                 {"serialized_state_dict.pt", inner, 0}},
+                {false, false, 0});
+  auto outer = open_bytes(dir, outer_bytes);
+  const ZipMember* member = outer.find("serialized_state_dict.pt");
+  ASSERT_NE(member, nullptr);
+  auto nested = outer.nested(*member);
+  EXPECT_EQ(nested.base(), outer.file_offset(*member));
+  expect_entries(nested, 64);
+  // Offsets in the nested archive are its own; file offsets add its base.
+  const ZipMember* data = nested.find("archive/data/0");
+  EXPECT_EQ(outer_bytes.substr(nested.file_offset(*data), 100), std::string(100, '\x07'));
+}
+
+TEST(ZipArchive, CompressedMemberCannotBeOpenedAsNestedArchive) {
+  TempDir dir;
+  auto outer = open_bytes(dir, zip_bytes({{"inner.zip", zip_bytes(kEntries), 8}}));
+  EXPECT_THROW(outer.nested(*outer.find("inner.zip")), ModelError);
+}
+
+void expect_refused(const std::string& bytes, const std::string& why_part) {
+  TempDir dir;
+  try {
+    open_bytes(dir, bytes);
+    FAIL() << "accepted a bad archive (" << why_part << ")";
+  } catch (const ModelError& e) {
+    EXPECT_NE(e.reason().find(why_part), std::string::npos) << e.what();
+  }
+}
+
+TEST(ZipArchive, RefusesTruncatedAndCorruptDirectories) {
+  const std::string good = zip_bytes(kEntries);
+  const std::string good64 = zip_bytes(kEntries, {true, true, 64});
+  const size_t end = good.size() - 22;
+  const size_t directory = good.rfind(std::string("PK\x01\x02", 4), end);
+  const size_t first_directory = good.find(std::string("PK\x01\x02", 4));
+  ASSERT_NE(directory, std::string::npos);
+
+  expect_refused("", "too short");
+  expect_refused(std::string(100, 'x'), "no end-of-central-directory");
+  expect_refused(good.substr(0, good.size() - 10), "no end-of-central-directory");
+  expect_refused(good.substr(first_directory), "outside the archive");
+
+  std::string bad = good;
+  bad[directory] = 'X';
+  expect_refused(bad, "central directory header signature");
+
+  bad = good;  // entry count larger than the directory can hold
+  bad[end + 10] = '\x7f';
+  expect_refused(bad, "cannot fit");
+
+  bad = good;  // directory offset past the end record
+  bad[end + 16 + 3] = '\x7f';
+  expect_refused(bad, "outside the archive");
+
+  bad = good;  // local header offset of the first member points at garbage
+  bad[first_directory + 42] = '\x05';
+  expect_refused(bad, "local header signature");
+
+  bad = good;  // first member's stored size made huge
+  bad[first_directory + 20 + 3] = '\x10';
+  bad[first_directory + 24 + 3] = '\x10';
+  expect_refused(bad, "run into the central directory");
+
+  bad = good64;  // ZIP64 locator pointing past the archive
+  const size_t locator = good64.size() - 22 - 20;
+  bad[locator + 8 + 6] = '\x7f';
+  expect_refused(bad, "ZIP64 end record offset");
+
+  bad = good64;  // ZIP64 end record with a broken signature
+  const size_t record = good64.rfind(std::string("PK\x06\x06", 4));
+  bad[record] = 'X';
+  expect_refused(bad, "ZIP64 end-of-central-directory signature");
+
+  bad = good64;  // ZIP64 extra field cut short: its size says 4, not 24
+  const size_t extra = good64.find(std::string("\x01\x00\x18\x00", 4), first_directory);
+  ASSERT_NE(extra, std::string::npos);
+  bad[extra + 2] = '\x04';
+  expect_refused(bad, "");
+}
+
+TEST(ZipArchive, RefusesDuplicateNames) {
+  expect_refused(zip_bytes({{"a/x", "1", 0}, {"a/x", "2", 0}}), "appears twice");
+}
+
+TEST(ZipArchive, RefusesRangeOutsideTheFile) {
+  TempDir dir;
+  auto file = MappedFile::open(dir.write("a.zip", zip_bytes(kEntries)));
+  EXPECT_THROW(ZipArchive::open(file, 10, file->size(), "ZIP archive"), ModelError);
+}
+
+}  // namespace
+}  // namespace modelfs
