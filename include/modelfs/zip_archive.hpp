@@ -65,6 +65,12 @@ class ZipArchive {
   // A member's uncompressed bytes: a range of the mapping when stored,
   // inflated bytes (owned, at most kMaxInflatedBytes) when deflated.
   ByteSpan contents(const ZipMember& member) const;
+  // For `modelfs --check`: one check per member comparing the CRC-32 of its
+  // uncompressed bytes with the directory's. Mounting never pays for this:
+  // stored members are served as they are (deflated ones are verified by
+  // libzip when inflated).
+  std::vector<IntegrityCheck> crc_checks() const;
+
   // Offset of a stored member's data in the mapped file.
   uint64_t file_offset(const ZipMember& member) const noexcept {
     return base_ + member.data_offset;

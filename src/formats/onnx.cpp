@@ -195,6 +195,8 @@ class Reader {
     if (ec) fail(std::nullopt, "cannot resolve the model's folder: " + ec.message());
 
     catalog_.format = std::string(kFormat);
+    // Nothing in ONNX forbids two external-data entries naming one range.
+    catalog_.tensors_may_share_bytes = true;
     catalog_.mtime = model_->mtime();
     catalog_.files.push_back(model_name_);
 

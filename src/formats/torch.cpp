@@ -209,6 +209,8 @@ Catalog open_zip(const std::filesystem::path& model) {
   }
   catalog.metadata["torch"] = info;
   if (!skipped.empty()) catalog.metadata["skipped_objects"] = skipped;
+  catalog.tensors_may_share_bytes = true;  // tied weights and views share storages
+  catalog.integrity_checks = zip.crc_checks();
   return catalog;
 }
 
@@ -310,6 +312,7 @@ Catalog open_legacy(const std::filesystem::path& model) {
   catalog.metadata["values"] = std::move(walker.values());
   catalog.metadata["torch"] = info;
   if (!object.unknown_globals.empty()) catalog.metadata["skipped_objects"] = object.unknown_globals;
+  catalog.tensors_may_share_bytes = true;  // tied weights and views share storages
   return catalog;
 }
 
@@ -403,6 +406,7 @@ Catalog open_index(const std::filesystem::path& model) {
   for (auto& [shard, expected] : names_by_shard) {
     Catalog part = open_shard(index_path.parent_path() / shard);
     catalog.files.push_back(shard);
+    for (auto& check : part.integrity_checks) catalog.integrity_checks.push_back(std::move(check));
     shards[shard] = part.metadata;
     std::set<std::string> found;
     for (auto& tensor : part.tensors) {
@@ -420,6 +424,7 @@ Catalog open_index(const std::filesystem::path& model) {
   }
   catalog.metadata["index"] = index.value("metadata", nlohmann::json::object());
   catalog.metadata["shards"] = shards;
+  catalog.tensors_may_share_bytes = true;
   return catalog;
 }
 

@@ -1,5 +1,7 @@
 #include "modelfs/zip_archive.hpp"
 
+#include <zlib.h>
+
 #include <zip.h>
 
 #include <algorithm>
@@ -207,6 +209,35 @@ void ZipArchive::read_member(ByteReader& directory, uint64_t directory_offset) {
   if (!by_name_.emplace(member.name, members_.size()).second)
     fail(header_at, "member name " + member.name + " appears twice");
   members_.push_back(std::move(member));
+}
+
+std::vector<IntegrityCheck> ZipArchive::crc_checks() const {
+  auto archive = std::make_shared<const ZipArchive>(*this);
+  std::vector<IntegrityCheck> checks;
+  checks.reserve(members_.size());
+  for (size_t index = 0; index < members_.size(); ++index) {
+    checks.push_back({"CRC-32 of " + members_[index].name, members_[index].uncompressed_size,
+                      [archive, index](const std::function<void(uint64_t)>& progress) {
+                        const ZipMember& member = archive->members_[index];
+                        const ByteSpan bytes = archive->contents(member);
+                        uLong crc = ::crc32(0L, Z_NULL, 0);
+                        constexpr uint64_t kChunk = 1 << 20;
+                        for (uint64_t at = 0; at < bytes.size(); at += kChunk) {
+                          const uint64_t n = std::min(kChunk, bytes.size() - at);
+                          crc = ::crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + at),
+                                        static_cast<uInt>(n));
+                          progress(n);
+                        }
+                        if (crc != member.crc32) {
+                          char message[128];
+                          std::snprintf(message, sizeof message,
+                                        ": CRC-32 is %08lx, the directory says %08x",
+                                        static_cast<unsigned long>(crc), member.crc32);
+                          archive->fail(member.local_header_offset, "member " + member.name + message);
+                        }
+                      }});
+  }
+  return checks;
 }
 
 ByteSpan ZipArchive::contents(const ZipMember& member) const {
