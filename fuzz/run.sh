@@ -21,7 +21,8 @@ CC=clang-14 CXX=clang++-14 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebI
 cmake --build "$BUILD" -j"$(nproc)" >/dev/null
 
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(fuzz_safetensors fuzz_gguf fuzz_protobuf fuzz_onnx fuzz_open_model)
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(fuzz_safetensors fuzz_gguf fuzz_protobuf fuzz_onnx fuzz_zip
+                                    fuzz_unpickler fuzz_torch fuzz_open_model)
 SHARED=$(cd .. && pwd)/shared/fixtures
 
 seed() {  # seed <target> <files...>
@@ -29,13 +30,34 @@ seed() {  # seed <target> <files...>
   mkdir -p "$corpus"
   shift
   for f in "$@"; do [ -f "$f" ] && cp -n "$f" "$corpus/" 2>/dev/null || true; done
-  [ -d "fuzz/regressions/${corpus##*/}" ] && cp -n fuzz/regressions/"${corpus##*/}"/* "$corpus/" 2>/dev/null || true
+  if [ -d "fuzz/regressions/${corpus##*/}" ]; then cp -n fuzz/regressions/"${corpus##*/}"/* "$corpus/" 2>/dev/null || true; fi
 }
 shopt -s nullglob
 seed fuzz_safetensors examples/*.safetensors "$SHARED"/real/safetensors/*
 seed fuzz_gguf "$SHARED"/real/gguf/*
 seed fuzz_protobuf "$SHARED"/real/onnx/*.onnx "$SHARED"/generated/onnx/*.onnx
 seed fuzz_onnx "$SHARED"/real/onnx/*.onnx "$SHARED"/generated/onnx/*.onnx
+seed fuzz_zip "$SHARED"/real/pt/* "$SHARED"/generated/pt/* "$SHARED"/real/pt2/*
+seed fuzz_torch "$SHARED"/real/pt/* "$SHARED"/generated/pt/*
+# The unpickler is seeded with the pickles inside the torch fixtures.
+mkdir -p "$BUILD/corpus/fuzz_unpickler"
+for f in "$SHARED"/real/pt/* "$SHARED"/generated/pt/*; do
+  [ -f "$f" ] || continue
+  /usr/bin/python3 - "$f" "$BUILD/corpus/fuzz_unpickler" <<'PY' 2>/dev/null || true
+import sys, zipfile, pathlib, hashlib
+source, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+try:
+    with zipfile.ZipFile(source) as z:
+        for name in z.namelist():
+            if name.endswith(".pkl"):
+                data = z.read(name)
+                (out / hashlib.sha1(data).hexdigest()).write_bytes(data)
+except zipfile.BadZipFile:
+    data = source.read_bytes()
+    (out / hashlib.sha1(data).hexdigest()).write_bytes(data)
+PY
+done
+seed fuzz_unpickler
 seed fuzz_open_model examples/*.safetensors "$SHARED"/real/*/* "$SHARED"/generated/*/*
 
 mkdir -p "$BUILD/crashes"

@@ -62,6 +62,10 @@ enum Key { kKeyHelp, kKeyVersion };
 #define MODELFS_OPT(templ, field, value) \
   fuse_opt { templ, offsetof(Config, field), value }
 
+// FUSE_OPT_KEY, with the offset's type spelled out (its -1U widens silently).
+#define MODELFS_KEY(templ, key) \
+  fuse_opt { templ, static_cast<unsigned long>(-1U), key }
+
 const fuse_opt kOptions[] = {
     MODELFS_OPT("--list", list, 1),
     MODELFS_OPT("--info", info, 1),
@@ -71,10 +75,10 @@ const fuse_opt kOptions[] = {
     MODELFS_OPT("nonempty", nonempty, 1),
     MODELFS_OPT("log_file=%s", log_file, 0),
     MODELFS_OPT("readahead_kb=%d", readahead_kb, 0),
-    FUSE_OPT_KEY("-h", kKeyHelp),
-    FUSE_OPT_KEY("--help", kKeyHelp),
-    FUSE_OPT_KEY("-V", kKeyVersion),
-    FUSE_OPT_KEY("--version", kKeyVersion),
+    MODELFS_KEY("-h", kKeyHelp),
+    MODELFS_KEY("--help", kKeyHelp),
+    MODELFS_KEY("-V", kKeyVersion),
+    MODELFS_KEY("--version", kKeyVersion),
     FUSE_OPT_END,
 };
 
