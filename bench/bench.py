@@ -136,9 +136,12 @@ class Bench:
         self.build = pathlib.Path(args.build)
         self.modelfs = self.build / "modelfs"
         self.randread_tool = self.build / "randread"
-        self.mnt = self.work / "mnt"
+        # Per run, so that two runs never unmount each other's trees.
+        self.mnt = self.work / "mnt" / str(os.getpid())
         self.rows = []
         self.modelfs_opts = args.modelfs_opt or []
+        self.parts = set(args.parts.split(","))
+        self.peers = [fs for fs in FS[1:] if fs == "modelfs" or not args.no_peers]
 
     def add(self, model, metric, fs, value, unit, note=""):
         self.rows.append(dict(model=model, metric=metric, fs=fs, value=value, unit=unit, note=note))
@@ -201,17 +204,21 @@ class Bench:
         data_files = sorted({t["file"] for t in tensors})
         log(f"{name}: {len(tensors)} tensors in {data_files}; warming the page cache")
         cat(files)
-        for kind in ("sqfs", "zip"):
-            cat([self.peer_image(files, kind)])
+        for fs, kind in (("squashfuse", "sqfs"), ("fuse-zip", "zip")):
+            if fs in self.peers:
+                cat([self.peer_image(files, kind)])
 
         direct = [cat([self.work / f for f in data_files]) for _ in range(max(5, self.rounds))]
         self.add(name, "read all bytes", "direct", median(direct), "s")
-        self.sequential(name, files, tensors, data_files, median(direct))
-        self.random_reads(name, files, tensors)
-        self.numpy_reads(name, files, tensors)
+        if "seq" in self.parts:
+            self.sequential(name, files, tensors, data_files, median(direct))
+        if "rand" in self.parts:
+            self.random_reads(name, files, tensors)
+        if "numpy" in self.parts:
+            self.numpy_reads(name, files, tensors)
 
     def sequential(self, name, files, tensors, data_files, direct):
-        for fs in FS[1:]:
+        for fs in self.peers:
             first, second, rss = [], [], []
             for _ in range(self.rounds):
                 with self.mount(fs, files, data_files[0]) as (pid, _):
@@ -230,7 +237,7 @@ class Bench:
         big = max(tensors, key=lambda t: t["nbytes"])
         length = big["nbytes"]
         for threads in (1, 8):
-            for fs in FS:
+            for fs in ["direct", *self.peers]:
                 p50, p99 = [], []
                 for r in range(self.rounds):
                     if fs == "direct":
@@ -252,7 +259,7 @@ class Bench:
 
     def numpy_reads(self, name, files, tensors):
         usable = [t for t in tensors if t["dtype"] and t["offset"] is not None]
-        for fs in FS:
+        for fs in ["direct", *self.peers]:
             load, first, second = [], [], []
             for _ in range(self.rounds):
                 with contextlib.ExitStack() as stack:
@@ -284,8 +291,9 @@ class Bench:
             return
         cat(files)
         # Peers serve the same tree: an image made from the mounted tree.
-        trees = {"squashfuse": self.tree_image(files, "sqfs"), "fuse-zip": self.tree_image(files, "zip")}
-        for fs in FS[1:]:
+        trees = {fs: self.tree_image(files, kind) for fs, kind in (("squashfuse", "sqfs"), ("fuse-zip", "zip"))
+                 if fs in self.peers}
+        for fs in self.peers:
             ready, find, lsr, rss = [], [], [], []
             for _ in range(self.rounds):
                 for walk, times in ((["find"], find), (["ls", "-lR"], lsr)):
@@ -321,7 +329,7 @@ class Bench:
             log(f"making {path.name} from the mounted tree")
             if kind == "sqfs":
                 subprocess.run(["mksquashfs", str(src), str(path), "-noI", "-noD", "-noF", "-noX", "-no-xattrs",
-                                "-quiet", "-no-progress"], check=True, stdout=subprocess.DEVNULL)
+                                "-quiet", "-no-progress"], check=True, capture_output=True)
             else:
                 subprocess.run(["zip", "-0", "-r", "-q", "-y", str(path), "."], cwd=src, check=True)
         stamp.write_text(key)
@@ -417,6 +425,8 @@ def main():
     parser.add_argument("--models", nargs="*", default=list(gen_models.MODELS))
     parser.add_argument("--modelfs-opt", action="append", help="extra modelfs argument (A/B tuning)")
     parser.add_argument("--tag", default="", help="added to the result file names")
+    parser.add_argument("--parts", default="seq,rand,numpy", help="of the 1 GiB models: seq,rand,numpy")
+    parser.add_argument("--no-peers", action="store_true", help="modelfs only (quick A/B while tuning)")
     args = parser.parse_args()
     # SIGTERM unwinds like Ctrl-C, through every `finally` that unmounts.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
@@ -425,11 +435,16 @@ def main():
     now = datetime.datetime.now(datetime.timezone.utc)
     host = socket.gethostname()
     commit = git_commit()
-    for name in args.models:
-        if name == "small.safetensors":
-            bench.small_model(name)
-        else:
-            bench.big_model(name)
+    try:
+        for name in args.models:
+            if name == "small.safetensors":
+                bench.small_model(name)
+            else:
+                bench.big_model(name)
+    finally:
+        for d in sorted(bench.mnt.glob("*"), reverse=True) + [bench.mnt]:
+            with contextlib.suppress(OSError):
+                d.rmdir()  # only empty folders: never a live mount's contents
 
     results = HERE / "results"
     results.mkdir(exist_ok=True)
