@@ -8,7 +8,6 @@ what is already there when its manifest says it is complete.
 
 Run under Debian's /usr/bin/python3 (numpy, torch, onnx)."""
 import json
-import os
 import pathlib
 import struct
 import sys
@@ -36,19 +35,17 @@ def big_arrays():
 
 def write_big_safetensors(path):
     # Streamed: the header first, then each tensor, so 1 GiB is never held twice.
-    header, offset, shapes = {}, 0, []
-    names = []
+    header, offset = {}, 0
     nbytes = int(np.prod(BIG_SHAPE)) * 4
     for i in range(BIG_TENSORS):
         name = f"model.layers.{i // 4}.mlp.w{i % 4}.weight"
-        names.append(name)
         header[name] = {"dtype": "F32", "shape": list(BIG_SHAPE), "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
     text = json.dumps(header).encode()
     text += b" " * ((-len(text)) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text)
-        for name, array in big_arrays():
+        for _, array in big_arrays():
             f.write(array.tobytes())
 
 
