@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <fuse_lowlevel.h>
 #include <fuse_opt.h>
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -353,6 +354,11 @@ int run(int argc, char** argv) {
     spdlog::error("{}", e.what());
     return kExitBadModel;
   }
+  // Parsing and building free a lot of short-lived memory (the header's JSON
+  // DOM, the index being assembled); hand it back to the system, or the
+  // daemon keeps it as anonymous RSS for the life of the mount (100 000
+  // tensors: 395 -> 292 MiB).
+  ::malloc_trim(0);
 
   // The mount is read-only at the kernel too, the kernel enforces the 0444
   // and 0555 modes, and `mount` shows the model it serves.

@@ -61,7 +61,6 @@ struct Entry {
   std::vector<uint64_t> shape;
   uint64_t begin;
   uint64_t end;
-  uint64_t header_position;  // where its key is in the file, for messages
 };
 
 class Parser {
@@ -110,7 +109,9 @@ class Parser {
     throw ModelError(file_->display_name(), std::string(kFormat), offset, reason);
   }
 
-  // Where a key appears in the header, so a message can point at it.
+  // Where a key appears in the header, so a message can point at it. A
+  // linear search: called only on the way to an error, never per tensor
+  // (per tensor it made 100 000-tensor headers quadratic: minutes to mount).
   uint64_t key_position(const std::string& key) const {
     std::string quoted = nlohmann::json(key).dump();
     auto pos = header_.find(quoted);
@@ -127,36 +128,39 @@ class Parser {
   }
 
   uint64_t read_unsigned(const nlohmann::json& value, const std::string& name,
-                         std::string_view field, uint64_t at) const {
+                         std::string_view field) const {
     if (!value.is_number_unsigned())
-      fail(at, "tensor \"" + name + "\": " + std::string(field) +
+      fail_at_key(name, "tensor \"" + name + "\": " + std::string(field) +
                    " holds " + value.dump() + ", not a non-negative integer");
     return value.get<uint64_t>();
   }
 
+  [[noreturn]] void fail_at_key(const std::string& name, const std::string& reason) const {
+    fail(key_position(name), reason);
+  }
+
   Entry read_entry(const std::string& name, const nlohmann::json& value) const {
-    const uint64_t at = key_position(name);
     auto quote = [&] { return "tensor \"" + name + "\": "; };
-    if (!value.is_object()) fail(at, quote() + "entry is not an object");
+    if (!value.is_object()) fail_at_key(name, quote() + "entry is not an object");
     auto dtype_it = value.find("dtype");
     auto shape_it = value.find("shape");
     auto offsets_it = value.find("data_offsets");
     if (dtype_it == value.end() || !dtype_it->is_string())
-      fail(at, quote() + "missing or non-string \"dtype\"");
+      fail_at_key(name, quote() + "missing or non-string \"dtype\"");
     if (shape_it == value.end() || !shape_it->is_array())
-      fail(at, quote() + "missing or non-array \"shape\"");
+      fail_at_key(name, quote() + "missing or non-array \"shape\"");
     if (offsets_it == value.end() || !offsets_it->is_array() || offsets_it->size() != 2)
-      fail(at, quote() + "\"data_offsets\" must be an array of two integers");
+      fail_at_key(name, quote() + "\"data_offsets\" must be an array of two integers");
 
     const auto code = dtype_it->get<std::string>();
     auto dtype = dtype_from_code(code);
-    if (!dtype) fail(at, quote() + "unknown dtype \"" + code + "\"");
+    if (!dtype) fail_at_key(name, quote() + "unknown dtype \"" + code + "\"");
 
-    Entry entry{name, *dtype, {}, 0, 0, at};
+    Entry entry{name, *dtype, {}, 0, 0};
     entry.shape.reserve(shape_it->size());
-    for (const auto& dim : *shape_it) entry.shape.push_back(read_unsigned(dim, name, "shape", at));
-    entry.begin = read_unsigned((*offsets_it)[0], name, "data_offsets", at);
-    entry.end = read_unsigned((*offsets_it)[1], name, "data_offsets", at);
+    for (const auto& dim : *shape_it) entry.shape.push_back(read_unsigned(dim, name, "shape"));
+    entry.begin = read_unsigned((*offsets_it)[0], name, "data_offsets");
+    entry.end = read_unsigned((*offsets_it)[1], name, "data_offsets");
     return entry;
   }
 
@@ -175,20 +179,20 @@ class Parser {
                               ? "data overlaps the previous tensor's bytes"
                               : "leaves a gap of " + std::to_string(e.begin - expected_begin) +
                                     " unused bytes before it";
-        fail(e.header_position, quote + "data_offsets [" + std::to_string(e.begin) + ", " +
+        fail_at_key(e.name, quote + "data_offsets [" + std::to_string(e.begin) + ", " +
                                     std::to_string(e.end) + "] invalid: " + why);
       }
       auto numel = checked_numel(e.shape);
-      if (!numel) fail(e.header_position, quote + "element count of the shape overflows");
+      if (!numel) fail_at_key(e.name, quote + "element count of the shape overflows");
       const uint32_t bits = dtype_bits(e.dtype);
       auto total_bits = checked_mul(*numel, bits);
-      if (!total_bits) fail(e.header_position, quote + "byte size of the shape overflows");
+      if (!total_bits) fail_at_key(e.name, quote + "byte size of the shape overflows");
       if (*total_bits % 8 != 0)
-        fail(e.header_position, quote + std::to_string(*numel) + " elements of " +
+        fail_at_key(e.name, quote + std::to_string(*numel) + " elements of " +
                                     std::to_string(bits) + " bits do not fill whole bytes");
       const uint64_t nbytes = *total_bits / 8;
       if (e.end - e.begin != nbytes)
-        fail(e.header_position, quote + "data_offsets span " + std::to_string(e.end - e.begin) +
+        fail_at_key(e.name, quote + "data_offsets span " + std::to_string(e.end - e.begin) +
                                     " bytes but shape and dtype need " + std::to_string(nbytes));
       if (e.end > buffer_size)
         fail(data_start_ + e.begin, quote + "data ends at byte " +
