@@ -16,9 +16,12 @@ if ! command -v clang++-14 >/dev/null || [ ! -e /usr/lib/llvm-14/lib/clang/14.0.
 fi
 
 BUILD=build-fuzz
-CC=clang-14 CXX=clang++-14 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DMODELFS_FUZZ=ON -DMODELFS_BUILD_TESTS=OFF >/dev/null
-cmake --build "$BUILD" -j"$(nproc)" >/dev/null
+# MODELFS_FUZZ_NO_BUILD=1: reuse the build (to run several batches at once).
+if [ "${MODELFS_FUZZ_NO_BUILD:-0}" != 1 ]; then
+  CC=clang-14 CXX=clang++-14 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DMODELFS_FUZZ=ON -DMODELFS_BUILD_TESTS=OFF >/dev/null
+  cmake --build "$BUILD" -j"$(nproc)" >/dev/null
+fi
 
 TARGETS=("$@")
 [ ${#TARGETS[@]} -eq 0 ] && TARGETS=(fuzz_safetensors fuzz_gguf fuzz_protobuf fuzz_onnx fuzz_zip

@@ -70,7 +70,7 @@ struct Tensor {
   // C- nor F-contiguous and the reader gathered a copy: what P.npy serves.
   std::optional<ByteSpan> c_order;
   TensorSource source;
-  nlohmann::json extras = nlohmann::json::object();  // format extras for the sidecar
+  nlohmann::json extras;         // format extras for the sidecar (null: none)
 
   // "float32", ..., or the ggml block type name.
   std::string dtype_name() const;

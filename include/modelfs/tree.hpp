@@ -5,7 +5,8 @@
 // FUSE wants), so the hot path does no map lookup.
 //
 //   P          tensor bytes: one segment, a range of the mapping
-//   P.json     sidecar: bytes made at build time
+//   P.json     sidecar: printed when read (its size is fixed at build time;
+//              keeping 100 000 of them would cost tens of MiB for nothing)
 //   P.npy      .npy header (made) + the same mapped range
 //   .modelfs/  index.json, metadata.json and the format's documents
 #include <sys/uio.h>
@@ -42,6 +43,7 @@ struct Node {
   uint64_t parent = 1;                // the folder holding it; the root's is itself
   std::vector<DirEntry> children;     // folders: sorted by name
   std::vector<ByteSpan> segments;     // files: the content is their concatenation
+                                      // (sidecars have none: they are printed)
   uint64_t size = 0;                  // files: bytes; folders: 0
   uint32_t nlink = 1;
   const Tensor* tensor = nullptr;     // tensor files and .npy views
@@ -63,6 +65,14 @@ class Tree {
   std::optional<uint64_t> lookup(uint64_t parent, std::string_view name) const;
   // A '/'-separated path relative to the root ("" is the root).
   std::optional<uint64_t> resolve(std::string_view path) const;
+
+  // The parts of [offset, offset + length) of a file's content, as iovecs
+  // (no tensor byte is copied). A sidecar is printed into `scratch` first,
+  // which must outlive the iovecs. Returns how many were written.
+  size_t read(const Node& file, uint64_t offset, uint64_t length,
+              std::span<iovec, Node::kMaxSegments> out, std::string& scratch) const;
+  // A file's whole content (tests, small documents).
+  std::string content(const Node& file) const;
 
   const Catalog& catalog() const noexcept { return catalog_; }
   // The path of each catalog tensor's raw file, relative to the root.

@@ -228,7 +228,8 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
     if (start >= node->size) return (void)fuse_reply_buf(req, nullptr, 0);
     const uint64_t length = std::min<uint64_t>(size, node->size - start);
     std::array<iovec, Node::kMaxSegments> iov{};
-    const size_t count = node->slice(start, length, iov);
+    thread_local std::string scratch;  // a sidecar printed for this read
+    const size_t count = context(req).tree->read(*node, start, length, iov, scratch);
     // The kernel copies straight from the mapping: no intermediate buffer.
     // If the model file shrank under the mount, that copy faults in the
     // kernel (EFAULT here, never SIGBUS in the daemon) and the kernel answers

@@ -16,6 +16,21 @@ bool is_list_of_containers(const nlohmann::ordered_json& value) {
 
 }  // namespace
 
+void append_json_string(std::string& out, std::string_view text) {
+  // Plain printable ASCII needs no escaping; anything else (quotes,
+  // control characters, UTF-8, invalid bytes) goes through nlohmann so the
+  // result is byte-identical to readable_json's.
+  for (unsigned char c : text) {
+    if (c < 0x20 || c >= 0x7F || c == '"' || c == '\\') {
+      out += compact(nlohmann::ordered_json(std::string(text)));
+      return;
+    }
+  }
+  out += '"';
+  out += text;
+  out += '"';
+}
+
 std::string readable_json(const nlohmann::ordered_json& value) {
   if (!value.is_object() || value.empty()) return compact(value) + "\n";
   std::string out = "{\n";

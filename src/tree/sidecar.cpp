@@ -23,7 +23,44 @@ nlohmann::ordered_json sidecar_json(const Tensor& tensor, std::string_view forma
 }
 
 std::string sidecar_text(const Tensor& tensor, std::string_view format) {
-  return readable_json(sidecar_json(tensor, format));
+  static constexpr std::string_view kFixedKeys[] = {"name",       "dtype", "shape",  "strides", "nbytes",
+                                                    "byte_order", "numpy", "format", "source"};
+  // An extra that reuses a fixed key replaces it in place: the general path.
+  for (const auto& [key, value] : tensor.extras.items())
+    for (auto fixed : kFixedKeys)
+      if (key == fixed) return readable_json(sidecar_json(tensor, format));
+
+  // The same text as readable_json(sidecar_json(...)), printed directly.
+  std::string out;
+  out.reserve(256 + tensor.name.size());
+  out += "{\n  \"name\": ";
+  append_json_string(out, tensor.name);
+  out += ",\n  \"dtype\": ";
+  append_json_string(out, tensor.dtype_name());
+  out += ",\n  \"shape\": ";
+  append_json_array(out, tensor.shape);
+  out += ",\n  \"strides\": ";
+  append_json_array(out, tensor.strides);
+  out += ",\n  \"nbytes\": " + std::to_string(tensor.bytes.size());
+  out += ",\n  \"byte_order\": \"little\"";
+  if (auto descr = numpy_descr(tensor.dtype)) {
+    out += ",\n  \"numpy\": ";
+    append_json_string(out, *descr);
+  }
+  out += ",\n  \"format\": ";
+  append_json_string(out, format);
+  out += ",\n  \"source\": {\"file\":";
+  append_json_string(out, tensor.source.file);
+  if (tensor.source.offset) out += ",\"offset\":" + std::to_string(*tensor.source.offset);
+  out += "}";
+  for (const auto& [key, value] : tensor.extras.items()) {
+    out += ",\n  ";
+    append_json_string(out, key);
+    out += ": ";
+    out += nlohmann::ordered_json(value).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  out += "\n}\n";
+  return out;
 }
 
 }  // namespace modelfs

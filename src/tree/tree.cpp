@@ -1,6 +1,7 @@
 #include "modelfs/tree.hpp"
 
 #include <algorithm>
+#include <array>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -129,8 +130,8 @@ class TreeBuilder {
     tree_.tensor_paths_.push_back(dir_path.empty() ? name : dir_path + "/" + name);
 
     add_file(dir, name, FileRole::TensorData, {tensor.bytes}, &tensor);
-    add_file(dir, name + ".json", FileRole::Sidecar,
-             {ByteSpan::owned(sidecar_text(tensor, tree_.catalog_.format))}, &tensor);
+    const uint64_t sidecar = add_file(dir, name + ".json", FileRole::Sidecar, {}, &tensor);
+    node(sidecar).size = sidecar_text(tensor, tree_.catalog_.format).size();
     if (npy)
       add_file(dir, name + ".npy", FileRole::NpyView,
                {ByteSpan::owned(npy_header(*descr, tensor.shape, !c_order)),
@@ -163,19 +164,32 @@ class TreeBuilder {
 
   void add_documents(uint64_t meta_dir) {
     const auto& catalog = tree_.catalog_;
-    nlohmann::ordered_json index;
-    index["format"] = catalog.format;
-    index["files"] = catalog.files;
-    auto& list = index["tensors"] = nlohmann::ordered_json::array();
+    // index.json, as readable_json would print it, one line per tensor,
+    // printed directly (it is the largest document of a big model).
+    std::string index = "{\n  \"format\": ";
+    append_json_string(index, catalog.format);
+    index += ",\n  \"files\": [";
+    for (size_t i = 0; i < catalog.files.size(); ++i) {
+      if (i) index += ',';
+      append_json_string(index, catalog.files[i]);
+    }
+    index += "],\n  \"tensors\": ";
+    index += catalog.tensors.empty() ? "[]" : "[\n";
     for (size_t i = 0; i < catalog.tensors.size(); ++i) {
       const auto& t = catalog.tensors[i];
-      list.push_back({{"name", t.name},
-                      {"path", tree_.tensor_paths_[i]},
-                      {"dtype", t.dtype_name()},
-                      {"shape", t.shape},
-                      {"nbytes", t.bytes.size()}});
+      index += "    {\"name\":";
+      append_json_string(index, t.name);
+      index += ",\"path\":";
+      append_json_string(index, tree_.tensor_paths_[i]);
+      index += ",\"dtype\":";
+      append_json_string(index, t.dtype_name());
+      index += ",\"shape\":";
+      append_json_array(index, t.shape);
+      index += ",\"nbytes\":" + std::to_string(t.bytes.size());
+      index += i + 1 < catalog.tensors.size() ? "},\n" : "}\n  ]";
     }
-    add_document(meta_dir, "index.json", readable_json(index));
+    index += "\n}\n";
+    add_document(meta_dir, "index.json", std::move(index));
 
     nlohmann::ordered_json metadata;
     metadata["format"] = catalog.format;
@@ -191,13 +205,35 @@ class TreeBuilder {
   const TreeOptions& options_;
   std::unordered_map<std::string, uint64_t> dir_paths_;
   std::unordered_map<uint64_t, std::unordered_set<std::string>> taken_;
+  std::unordered_map<std::string, ByteSpan> npy_headers_;
 };
 
 std::unique_ptr<const Tree> Tree::build(Catalog catalog, const TreeOptions& options) {
   std::unique_ptr<Tree> tree(new Tree());
   tree->catalog_ = std::move(catalog);
+  // Three files per tensor plus folders: reserving avoids the copies (and
+  // the freed blocks left behind) of a table growing by doubling.
+  tree->nodes_.reserve(tree->catalog_.tensors.size() * 3 + 64);
   TreeBuilder(*tree, options).build();
   return tree;
+}
+
+size_t Tree::read(const Node& file, uint64_t offset, uint64_t length,
+                  std::span<iovec, Node::kMaxSegments> out, std::string& scratch) const {
+  if (file.role != FileRole::Sidecar || file.tensor == nullptr) return file.slice(offset, length, out);
+  scratch = sidecar_text(*file.tensor, catalog_.format);
+  if (offset >= scratch.size()) return 0;
+  out[0] = iovec{scratch.data() + offset, std::min<uint64_t>(length, scratch.size() - offset)};
+  return 1;
+}
+
+std::string Tree::content(const Node& file) const {
+  std::array<iovec, Node::kMaxSegments> iov{};
+  std::string scratch;
+  std::string out;
+  const size_t n = read(file, 0, file.size, iov, scratch);
+  for (size_t i = 0; i < n; ++i) out.append(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
+  return out;
 }
 
 std::optional<uint64_t> Tree::lookup(uint64_t parent, std::string_view name) const {

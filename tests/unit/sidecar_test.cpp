@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "modelfs/json_text.hpp"
 #include "modelfs/sidecar.hpp"
 
 namespace modelfs {
@@ -60,6 +61,40 @@ TEST(Strides, ContiguousStridesCountZeroDimensionsAsOne) {
   t.strides = {1, 2};
   EXPECT_FALSE(t.is_c_contiguous());
   EXPECT_TRUE(t.is_f_contiguous());
+}
+
+}  // namespace
+}  // namespace modelfs
+
+namespace modelfs {
+namespace {
+
+// The direct printer must say exactly what the JSON object says.
+TEST(Sidecar, DirectTextEqualsTheJsonObjectPrinted) {
+  std::vector<Tensor> cases;
+  cases.push_back(sample_tensor());
+  auto quoted = sample_tensor();
+  quoted.name = "a \"quoted\" \\ name\twith\ncontrols";
+  cases.push_back(quoted);
+  auto unicode = sample_tensor();
+  unicode.name = "模型.层.0.权重 ñ";
+  unicode.source = {"file with spaces.pt", std::nullopt};
+  cases.push_back(unicode);
+  auto invalid = sample_tensor();
+  invalid.name = std::string("bad\xff\xfe utf8\x01");
+  cases.push_back(invalid);
+  auto extras = sample_tensor();
+  extras.dtype = DType::Float32;
+  extras.extras = {{"requires_grad", true}, {"quantization", {{"scale", 0.5}, {"zero_point", 3}}},
+                   {"ggml_type", 12}, {"note", "ü\xff"}};
+  cases.push_back(extras);
+  auto clash = sample_tensor();
+  clash.extras["byte_order"] = "big";
+  cases.push_back(clash);
+  for (const auto& t : cases) {
+    SCOPED_TRACE(t.name);
+    EXPECT_EQ(sidecar_text(t, "pytorch"), readable_json(sidecar_json(t, "pytorch")));
+  }
 }
 
 }  // namespace

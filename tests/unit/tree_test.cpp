@@ -3,6 +3,7 @@
 
 #include <set>
 
+#include "modelfs/json_text.hpp"
 #include "modelfs/tree.hpp"
 
 namespace modelfs {
@@ -31,9 +32,7 @@ std::unique_ptr<const Tree> build(std::vector<Tensor> tensors, bool flat = false
 std::string content(const Tree& tree, const std::string& path) {
   auto ino = tree.resolve(path);
   if (!ino) return "<missing " + path + ">";
-  std::string out;
-  for (const auto& s : tree.node(*ino)->segments) out += s.view();
-  return out;
+  return tree.content(*tree.node(*ino));
 }
 
 TEST(Tree, SplitsNamesIntoFoldersWithSidecarsAndNpyViews) {
@@ -123,6 +122,25 @@ TEST(Tree, IndexListsEveryTensorWithItsPath) {
   EXPECT_EQ(index["tensors"][0]["path"], "b/w");
   EXPECT_EQ(index["tensors"][1]["shape"], nlohmann::json::array());
   EXPECT_EQ(index["tensors"][1]["nbytes"], 8);
+}
+
+TEST(Tree, IndexIsTheJsonObjectPrintedReadably) {
+  auto tree = build({tensor("b.w"), tensor("q\"uote\\d"), tensor("ñ\xff"), tensor("s", DType::Int64, {})});
+  nlohmann::ordered_json expected;
+  expected["format"] = "safetensors";
+  expected["files"] = {"m.safetensors"};
+  expected["tensors"] = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < tree->catalog().tensors.size(); ++i) {
+    const auto& t = tree->catalog().tensors[i];
+    expected["tensors"].push_back({{"name", t.name}, {"path", tree->tensor_paths()[i]},
+                                   {"dtype", t.dtype_name()}, {"shape", t.shape},
+                                   {"nbytes", t.bytes.size()}});
+  }
+  EXPECT_EQ(content(*tree, ".modelfs/index.json"), readable_json(expected));
+  auto empty = build({});
+  nlohmann::ordered_json none = {{"format", "safetensors"}, {"files", {"m.safetensors"}},
+                                 {"tensors", nlohmann::ordered_json::array()}};
+  EXPECT_EQ(content(*empty, ".modelfs/index.json"), readable_json(none));
 }
 
 TEST(Tree, SlicesSpanTheNpyHeaderAndTheData) {
