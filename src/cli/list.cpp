@@ -37,24 +37,27 @@ std::string human_bytes(uint64_t bytes) {
 }  // namespace
 
 void print_table(const Catalog& catalog, std::ostream& out) {
-  std::vector<std::array<std::string, 4>> rows;
-  rows.push_back({"NAME", "DTYPE", "SHAPE", "BYTES"});
+  std::vector<std::array<std::string, 5>> rows;
+  rows.push_back({"NAME", "DTYPE", "SHAPE", "BYTES", "SIZE"});
   std::map<std::string, std::pair<size_t, uint64_t>> per_dtype;
   uint64_t total = 0;
   for (const auto& t : catalog.tensors) {
-    rows.push_back({t.name, t.dtype_name(), shape_text(t), std::to_string(t.bytes.size())});
+    rows.push_back({t.name, t.dtype_name(), shape_text(t), std::to_string(t.bytes.size()),
+                    human_bytes(t.bytes.size())});
     auto& [count, bytes] = per_dtype[t.dtype_name()];
     ++count;
     bytes += t.bytes.size();
     total += t.bytes.size();
   }
-  std::array<size_t, 4> width{};
+  std::array<size_t, 5> width{};
   for (const auto& row : rows)
-    for (size_t c = 0; c < 4; ++c) width[c] = std::max(width[c], row[c].size());
+    for (size_t c = 0; c < 5; ++c) width[c] = std::max(width[c], row[c].size());
   for (const auto& row : rows) {
     std::string line;
     for (size_t c = 0; c < 3; ++c) line += row[c] + std::string(width[c] - row[c].size() + 2, ' ');
-    line += std::string(width[3] - row[3].size(), ' ') + row[3];  // numbers right-aligned
+    // sizes right-aligned
+    line += std::string(width[3] - row[3].size(), ' ') + row[3] + "  ";
+    line += std::string(width[4] - row[4].size(), ' ') + row[4];
     out << line << "\n";
   }
   out << "\n" << catalog.tensors.size() << " tensors, " << human_bytes(total) << " (" << total

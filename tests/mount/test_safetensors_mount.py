@@ -304,9 +304,9 @@ def test_list_and_json_without_mounting(tmp):
     table = run_modelfs("--list", model)
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    assert lines[0].split() == ["NAME", "DTYPE", "SHAPE", "BYTES"]
-    assert lines[1].split() == ["b.w", "float32", "[2,", "3]", "24"]
-    assert lines[2].split() == ["a.s", "int64", "[]", "8"]
+    assert lines[0].split() == ["NAME", "DTYPE", "SHAPE", "BYTES", "SIZE"]
+    assert lines[1].split() == ["b.w", "float32", "[2,", "3]", "24", "24", "B"]
+    assert lines[2].split() == ["a.s", "int64", "[]", "8", "8", "B"]
     assert "2 tensors" in table.stdout
     listing = run_modelfs("--list", "--json", model)
     assert listing.returncode == 0, listing.stderr
