@@ -361,11 +361,12 @@ Catalog open(const std::filesystem::path& model) {
     auto indexes = index_files_in(model);
     if (indexes.size() != 1) {
       std::string names;
-      for (const auto& p : indexes) names += " " + p.filename().string();
+      for (const auto& p : indexes) names += (names.empty() ? "" : ", ") + p.filename().string();
       throw ModelError(model.string(), "safetensors index", std::nullopt,
                        "folder holds " + std::to_string(indexes.size()) +
-                           " *.safetensors.index.json files (" + names.substr(1) +
-                           "); name the one to mount");
+                           " *.safetensors.index.json files" +
+                           (names.empty() ? std::string() : " (" + names + ")") +
+                           "; name the one to mount");
     }
     return open_index(indexes.front());
   }
