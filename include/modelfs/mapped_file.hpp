@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <ctime>
 
 namespace modelfs {
@@ -18,6 +19,11 @@ class MappedFile {
   // Opens and maps `path`. Throws ModelError (format "file") when the file
   // cannot be opened, is not a regular file, or cannot be mapped.
   static std::shared_ptr<const MappedFile> open(const std::filesystem::path& path);
+  // Bytes modelfs made (an inflated ZIP member holding a nested archive),
+  // placed in an anonymous memory file and mapped like a model file, so the
+  // readers that take a mapped file read them unchanged. `name` is for
+  // messages ("model.pt2:serialized_state_dict.pt").
+  static std::shared_ptr<const MappedFile> from_bytes(std::string_view bytes, std::string name);
 
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;

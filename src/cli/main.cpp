@@ -117,7 +117,7 @@ void print_usage(const char* program) {
             << "MODEL: a .safetensors file (or a sharded checkpoint's folder or index JSON),\n"
             << "a .gguf file (or a split set's member or folder), an .onnx file, a torch.save\n"
             << "file (.pt .pth .bin .ckpt, ZIP or legacy; or a sharded .bin index), or a\n"
-            << "TorchScript archive.\n"
+            << "TorchScript archive, or a .pt2 archive (torch.export.save, AOTInductor).\n"
             << "\n"
             << "modelfs options:\n"
             << "    --list                 print the tensor table (name, dtype, shape, bytes)\n"

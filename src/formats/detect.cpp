@@ -26,8 +26,9 @@ const std::array kReaders{
     FormatReader{"safetensors index", safetensors::probe_index_file, never_a_folder,
                  safetensors::open},
     FormatReader{"gguf", gguf::probe_file, gguf::probe_folder, gguf::open},
-    // torch.save and TorchScript; PT2 archives share the container and are
-    // refused by name inside.
+    // torch.save and TorchScript; PT2 archives share the container, and
+    // open_zip hands them to the PT2 reader (their records are only known
+    // from the central directory, past the probed head).
     FormatReader{"pytorch", torch::probe_zip, never_a_folder, torch::open_zip},
     FormatReader{"pytorch legacy", torch::probe_legacy, never_a_folder, torch::open_legacy},
     FormatReader{"pytorch sharded", never_a_file, torch::probe_folder, torch::open_index},

@@ -12,6 +12,7 @@
 #include "json_limits.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
+#include "modelfs/formats/pt2.hpp"
 #include "modelfs/unpickler.hpp"
 #include "modelfs/zip_archive.hpp"
 #include "torch_objects.hpp"
@@ -100,7 +101,78 @@ nlohmann::json skipped_objects(const pickle::Pickle& p) {
 
 std::string file_name(const std::filesystem::path& model) { return model.filename().string(); }
 
+// The folder PyTorch's reader takes as the archive name: that of the first entry.
+std::string archive_folder(const ZipArchive& zip) {
+  if (zip.members().empty()) return "";
+  const std::string& first = zip.members().front().name;
+  const size_t slash = first.find('/');
+  return slash == std::string::npos ? "" : first.substr(0, slash + 1);
+}
+
+struct WalkedRecord {
+  SaveContents contents;
+  int protocol = 0;
+};
+
+// Unpickles `member` and walks it, storages resolved in `storage_folder`.
+// `in_file`: the archive lies in the model file as is, so offsets are file
+// offsets (an inflated nested archive has none).
+WalkedRecord walk_record(const ZipArchive& zip, const ZipMember& member,
+                         const std::string& storage_folder, WalkOptions options,
+                         const std::string& name_prefix, bool in_file) {
+  const std::string& format = options.format;
+  const std::string& display = options.file;
+  if (member.uncompressed_size > kMaxPickleBytes)
+    throw ModelError(display, format, std::nullopt,
+                     member.name + " is " + std::to_string(member.uncompressed_size) +
+                         " bytes, over the limit of " + std::to_string(kMaxPickleBytes));
+  const ByteSpan bytes = zip.contents(member);
+  const bool offsets_in_file = in_file && member.stored();
+  pickle::Pickle pickled = pickle::unpickle(bytes.span(), display, format,
+                                            offsets_in_file ? zip.file_offset(member) : 0);
+  options.pickle_in_file = offsets_in_file;
+  ObjectWalker walker(options, [&zip, in_file, display, format, storage_folder](const StorageId& id) {
+    const ZipMember* record = zip.find(storage_folder + id.key);
+    if (!record)
+      throw ModelError(display, format, std::nullopt,
+                       "storage record " + storage_folder + id.key + " is missing from the archive");
+    StorageBytes out{zip.contents(*record), std::nullopt};
+    if (record->stored() && in_file) out.file_offset = zip.file_offset(*record);
+    return out;
+  });
+  walker.walk(pickled.root, name_prefix);
+  WalkedRecord walked;
+  walked.contents.tensors = std::move(walker.tensors());
+  walked.contents.values = std::move(walker.values());
+  walked.contents.skipped_objects = skipped_objects(pickled);
+  walked.protocol = pickled.protocol;
+  return walked;
+}
+
 }  // namespace
+
+SaveContents read_save(const ZipArchive& zip, const NestedSave& how) {
+  const std::string prefix = archive_folder(zip);
+  const ZipMember* data_pkl = zip.find(prefix + "data.pkl");
+  if (!data_pkl)
+    throw ModelError(how.file, how.format, zip.base(),
+                     "nested archive holds no " + prefix + "data.pkl: not a torch.save archive");
+  WalkOptions options;
+  options.file = how.file;
+  options.format = how.format;
+  options.source = how.source;
+  options.default_kind = how.default_kind;
+  if (const ZipMember* order = zip.find(prefix + "byteorder")) {
+    const std::string text = trimmed(zip.contents(*order).view());
+    if (text != "little" && text != "big")
+      throw ModelError(how.file, how.format, std::nullopt,
+                       "nested archive's byteorder record says \"" + text.substr(0, 20) +
+                           "\", not little or big");
+    options.byte_swap = text == "big";
+  }
+  return walk_record(zip, *data_pkl, prefix + "data/", options, how.name_prefix, how.in_file)
+      .contents;
+}
 
 bool probe_zip(std::span<const std::byte> head) { return starts_with(head, kZipMagic); }
 bool probe_legacy(std::span<const std::byte> head) { return starts_with(head, kLegacyMagic); }
@@ -114,14 +186,8 @@ Catalog open_zip(const std::filesystem::path& model) {
   };
   if (zip.members().empty()) throw refuse("ZIP archive", "archive is empty");
 
-  // PyTorch's reader takes the folder of the first entry as the archive name.
-  const std::string& first = zip.members().front().name;
-  const size_t slash = first.find('/');
-  const std::string prefix = slash == std::string::npos ? "" : first.substr(0, slash + 1);
-  if (zip.find(prefix + "archive_format") || zip.find("archive_format") ||
-      zip.find("serialized_exported_program.json"))
-    throw refuse("PT2 archive",
-                 "torch.export archives (.pt2) are recognised but not yet supported by this modelfs build");
+  if (pt2::is_pt2_archive(zip)) return pt2::open_archive(model, file, zip);
+  const std::string prefix = archive_folder(zip);
   const ZipMember* data_pkl = zip.find(prefix + "data.pkl");
   if (!data_pkl) {
     if (zip.find(prefix + "model.json"))
@@ -166,46 +232,21 @@ Catalog open_zip(const std::filesystem::path& model) {
   options.collect_values = !script;
   if (script) read_script_classes(zip, prefix, options);
 
-  auto read_pickle = [&](const ZipMember& member) {
-    if (member.uncompressed_size > kMaxPickleBytes)
-      throw refuse(format, member.name + " is " + std::to_string(member.uncompressed_size) +
-                               " bytes, over the limit of " + std::to_string(kMaxPickleBytes));
-    ByteSpan bytes = zip.contents(member);
-    return std::make_pair(bytes, pickle::unpickle(bytes.span(), display, format,
-                                          member.stored() ? zip.file_offset(member) : 0));
-  };
-  auto resolver_for = [&](const std::string& folder) {
-    return [&zip, &refuse, format, folder = prefix + folder](const StorageId& id) {
-      const ZipMember* record = zip.find(folder + id.key);
-      if (!record)
-        throw refuse(format, "storage record " + folder + id.key + " is missing from the archive");
-      StorageBytes out{zip.contents(*record), std::nullopt};
-      if (record->stored()) out.file_offset = zip.file_offset(*record);
-      return out;
-    };
-  };
   nlohmann::json skipped = nlohmann::json::array();
-
   {
-    auto [bytes, pickled] = read_pickle(*data_pkl);
-    options.pickle_in_file = data_pkl->stored();
-    ObjectWalker walker(options, resolver_for("data/"));
-    walker.walk(pickled.root, "");
-    for (auto& t : walker.tensors()) catalog.tensors.push_back(std::move(t));
-    if (!script) catalog.metadata["values"] = std::move(walker.values());
-    info["protocol"] = pickled.protocol;
-    for (auto& name : skipped_objects(pickled)) skipped.push_back(name);
+    auto walked = walk_record(zip, *data_pkl, prefix + "data/", options, "", true);
+    for (auto& t : walked.contents.tensors) catalog.tensors.push_back(std::move(t));
+    if (!script) catalog.metadata["values"] = std::move(walked.contents.values);
+    info["protocol"] = walked.protocol;
+    for (auto& name : walked.contents.skipped_objects) skipped.push_back(name);
   }
   if (script) {
-    const ZipMember* constants = zip.find(prefix + "constants.pkl");
-    auto [bytes, pickled] = read_pickle(*constants);
     WalkOptions constant_options = options;
     constant_options.default_kind = "constant";
-    constant_options.pickle_in_file = constants->stored();
-    ObjectWalker walker(constant_options, resolver_for("constants/"));
-    walker.walk(pickled.root, "constants");
-    for (auto& t : walker.tensors()) catalog.tensors.push_back(std::move(t));
-    for (auto& name : skipped_objects(pickled)) skipped.push_back(name);
+    auto walked = walk_record(zip, *zip.find(prefix + "constants.pkl"), prefix + "constants/",
+                              constant_options, "constants", true);
+    for (auto& t : walked.contents.tensors) catalog.tensors.push_back(std::move(t));
+    for (auto& name : walked.contents.skipped_objects) skipped.push_back(name);
   }
   catalog.metadata["torch"] = info;
   if (!skipped.empty()) catalog.metadata["skipped_objects"] = skipped;

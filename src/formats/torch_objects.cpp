@@ -108,29 +108,6 @@ std::string join(const std::string& path, const std::string& component) {
   return path.empty() ? component : path + "." + component;
 }
 
-// Copies a strided view into C order. `bytes` starts at the view's first
-// element; strides are in elements and were bounds-checked by the caller.
-std::string gather_c_order(const std::byte* bytes, const std::vector<uint64_t>& shape,
-                           const std::vector<int64_t>& strides, uint64_t numel, uint32_t element_size) {
-  std::string out(numel * element_size, '\0');
-  const size_t rank = shape.size();
-  std::vector<uint64_t> index(rank, 0);
-  uint64_t offset = 0;  // in elements
-  for (uint64_t n = 0; n < numel; ++n) {
-    std::memcpy(out.data() + n * element_size, bytes + offset * element_size, element_size);
-    for (size_t d = rank; d-- > 0;) {
-      const auto stride = static_cast<uint64_t>(strides[d]);
-      if (++index[d] < shape[d]) {
-        offset += stride;
-        break;
-      }
-      offset -= stride * (shape[d] - 1);
-      index[d] = 0;
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 std::optional<StorageType> storage_type_from_class(std::string_view name) {
@@ -183,6 +160,27 @@ std::optional<StorageId> parse_storage_id(const Value& id, std::string* why) {
     if (!offset || !size || *offset < 0 || *size < 0)
       return refuse("storage view is not (key, offset, size)");
     out.view = std::make_pair(static_cast<uint64_t>(*offset), static_cast<uint64_t>(*size));
+  }
+  return out;
+}
+
+std::string gather_c_order(const std::byte* bytes, const std::vector<uint64_t>& shape,
+                           const std::vector<int64_t>& strides, uint64_t numel, uint32_t element_size) {
+  std::string out(numel * element_size, '\0');
+  const size_t rank = shape.size();
+  std::vector<uint64_t> index(rank, 0);
+  uint64_t offset = 0;  // in elements
+  for (uint64_t n = 0; n < numel; ++n) {
+    std::memcpy(out.data() + n * element_size, bytes + offset * element_size, element_size);
+    for (size_t d = rank; d-- > 0;) {
+      const auto stride = static_cast<uint64_t>(strides[d]);
+      if (++index[d] < shape[d]) {
+        offset += stride;
+        break;
+      }
+      offset -= stride * (shape[d] - 1);
+      index[d] = 0;
+    }
   }
   return out;
 }

@@ -112,6 +112,12 @@ class ObjectWalker {
   const pickle::Value* current_ = nullptr;  // what is being read, for messages
 };
 
+// Copies a strided view into C order (what P.npy serves). `bytes` starts at
+// the view's first element; strides are in elements and bounds-checked by
+// the caller.
+std::string gather_c_order(const std::byte* bytes, const std::vector<uint64_t>& shape,
+                           const std::vector<int64_t>& strides, uint64_t numel, uint32_t element_size);
+
 // The element key of a dict key or index, as a name component.
 std::string key_text(const pickle::Value* key);
 

@@ -32,6 +32,29 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::filesystem::path& 
   return file;
 }
 
+std::shared_ptr<const MappedFile> MappedFile::from_bytes(std::string_view bytes, std::string name) {
+  auto fail = [&](const std::string& why) {
+    return ModelError(name, "file", std::nullopt, why);
+  };
+  std::shared_ptr<MappedFile> file(new MappedFile());
+  file->path_ = name;
+  // A file descriptor, not plain memory: `--check` reads tensors back with pread.
+  file->fd_ = ::memfd_create("modelfs-inflated", MFD_CLOEXEC);
+  if (file->fd_ < 0) throw fail(std::string("cannot make a memory file: ") + std::strerror(errno));
+  for (size_t done = 0; done < bytes.size();) {
+    const ssize_t wrote = ::write(file->fd_, bytes.data() + done, bytes.size() - done);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) throw fail(std::string("cannot fill a memory file: ") + std::strerror(errno));
+    done += static_cast<size_t>(wrote);
+  }
+  file->size_ = bytes.size();
+  if (file->size_ == 0) return file;
+  void* mapping = ::mmap(nullptr, file->size_, PROT_READ, MAP_SHARED, file->fd_, 0);
+  if (mapping == MAP_FAILED) throw fail(std::string("cannot map: ") + std::strerror(errno));
+  file->data_ = static_cast<const std::byte*>(mapping);
+  return file;
+}
+
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
   if (fd_ >= 0) ::close(fd_);

@@ -381,13 +381,6 @@ def test_real_pytorch_files(shared):
             assert set(oracle) <= set(paths), (path.name, sorted(set(oracle) - set(paths)))
 
 
-def test_real_pt2_archives_are_refused_clearly(shared):
-    for path in sorted((shared / "fixtures" / "real" / "pt2").iterdir()):
-        result = run_modelfs("--list", path)
-        assert result.returncode == 2
-        assert "PT2" in result.stderr and "not yet supported" in result.stderr
-
-
 def hand_built_pickle(marker):
     """data.pkl by opcode: {'w': <tensor of storage 0>, 'evil': os.system(...),
     'eval': builtins.eval(...), 'popen': subprocess.Popen([...])}."""

@@ -1,0 +1,736 @@
+#include "modelfs/formats/pt2.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "json_limits.hpp"
+#include "modelfs/checked_math.hpp"
+#include "modelfs/error.hpp"
+#include "modelfs/formats/torch.hpp"
+#include "torch_objects.hpp"
+
+namespace modelfs::pt2 {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kFormat = "pt2";
+constexpr int kMaxJsonDepth = 256;
+// JSON records are parsed in memory; exported programs of large graphs run
+// to tens of MiB, far below this.
+constexpr uint64_t kMaxJsonBytes = uint64_t{256} << 20;
+// Small text records (archive_format, version, byteorder) and the extra
+// files shown as documents.
+constexpr uint64_t kMaxRecordBytes = 4096;
+constexpr uint64_t kMaxDocumentBytes = uint64_t{16} << 20;
+// Layout code of a strided tensor (formats.md §3.5, Layout).
+constexpr int64_t kLayoutStrided = 7;
+
+// ScalarType codes of the export schema (formats.md §3.5); they differ from
+// c10's numbering. complex32 has no canonical dtype: served as the unsigned
+// integers of its width, the sidecar's torch_dtype saying what they are.
+struct ScalarCode {
+  int64_t code;
+  DType dtype;
+  uint32_t element_size;
+  std::string_view torch_name;
+};
+constexpr ScalarCode kScalarCodes[] = {
+    {1, DType::UInt8, 1, "uint8"},
+    {2, DType::Int8, 1, "int8"},
+    {3, DType::Int16, 2, "int16"},
+    {4, DType::Int32, 4, "int32"},
+    {5, DType::Int64, 8, "int64"},
+    {6, DType::Float16, 2, "float16"},
+    {7, DType::Float32, 4, "float32"},
+    {8, DType::Float64, 8, "float64"},
+    {9, DType::UInt32, 4, "complex32"},
+    {10, DType::Complex64, 8, "complex64"},
+    {11, DType::Complex128, 16, "complex128"},
+    {12, DType::Bool, 1, "bool"},
+    {13, DType::BFloat16, 2, "bfloat16"},
+    {28, DType::UInt16, 2, "uint16"},
+    {29, DType::Float8E4M3FN, 1, "float8_e4m3fn"},
+    {30, DType::Float8E5M2, 1, "float8_e5m2"},
+    {31, DType::Float8E4M3FNUZ, 1, "float8_e4m3fnuz"},
+    {32, DType::Float8E5M2FNUZ, 1, "float8_e5m2fnuz"},
+    {33, DType::Float8E8M0FNU, 1, "float8_e8m0fnu"},
+    {34, DType::UInt32, 4, "uint32"},
+    {35, DType::UInt64, 8, "uint64"},
+};
+
+const ScalarCode* scalar_code(int64_t code) {
+  for (const auto& c : kScalarCodes)
+    if (c.code == code) return &c;
+  return nullptr;
+}
+
+std::string trimmed(std::string_view text) {
+  const auto begin = text.find_first_not_of(" \t\r\n");
+  if (begin == std::string_view::npos) return "";
+  const auto end = text.find_last_not_of(" \t\r\n");
+  return std::string(text.substr(begin, end - begin + 1));
+}
+
+// Where the archive's records lie: "" or the top folder with its slash.
+// PyTorch's writer puts every record in one folder; Python-zipfile writers
+// (flat layout, early AOTInductor packages) put them at the root.
+std::optional<std::string> archive_root(const ZipArchive& zip) {
+  if (zip.find("archive_format") || zip.find("serialized_exported_program.json")) return "";
+  for (const auto& member : zip.members()) {
+    const size_t slash = member.name.find('/');
+    if (slash != std::string::npos && slash > 0 &&
+        std::string_view(member.name).substr(slash + 1) == "archive_format")
+      return member.name.substr(0, slash + 1);
+  }
+  return std::nullopt;
+}
+
+// A graph argument's name: {"as_tensor": {"name": "x"}}, {"name": "x"},
+// {"as_sym_int": {"as_name": "s0"}}; otherwise its JSON, as a hint.
+json argument_name(const json& arg) {
+  if (!arg.is_object()) return arg;
+  if (auto it = arg.find("name"); it != arg.end() && it->is_string()) return *it;
+  if (arg.size() == 1) {
+    const json& inner = arg.begin().value();
+    if (inner.is_object()) {
+      for (const char* key : {"name", "as_name"})
+        if (auto it = inner.find(key); it != inner.end() && it->is_string()) return *it;
+    }
+  }
+  return arg;
+}
+
+std::string string_field(const json& object, const char* key) {
+  if (!object.is_object()) return "";
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+// What the graph signature says about a model's names.
+struct Signature {
+  json summary = json::object();
+  std::map<std::string, std::string> kind_by_name;  // fqn -> parameter, buffer, constant
+};
+
+// graph_module.signature of an ExportedProgram: every input and output spec
+// kept (kind, graph name, fqn), and lists of the names users ask about.
+Signature read_signature(const json& program) {
+  Signature out;
+  json& summary = out.summary;
+  for (const char* list : {"parameters", "buffers", "non_persistent_buffers", "constants",
+                           "custom_objects", "user_inputs", "user_outputs"})
+    summary[list] = json::array();
+  summary["inputs"] = json::array();
+  summary["outputs"] = json::array();
+  if (!program.is_object()) return out;
+  auto module = program.find("graph_module");
+  if (module == program.end() || !module->is_object()) return out;
+  auto signature = module->find("signature");
+  if (signature == module->end() || !signature->is_object()) return out;
+
+  auto specs = [&](const char* key, const char* into) {
+    auto list = signature->find(key);
+    if (list == signature->end() || !list->is_array()) return;
+    for (const json& spec : *list) {
+      if (!spec.is_object() || spec.size() != 1) continue;
+      const std::string kind = spec.begin().key();
+      const json& body = spec.begin().value();
+      json entry = {{"kind", kind}};
+      if (body.is_object()) {
+        if (auto arg = body.find("arg"); arg != body.end()) entry["graph_name"] = argument_name(*arg);
+        for (const auto& [field, value] : body.items())
+          if (field != "arg") entry[field] = value;
+      }
+      summary[into].push_back(entry);
+      if (kind == "parameter") {
+        const std::string fqn = string_field(body, "parameter_name");
+        summary["parameters"].push_back(fqn);
+        out.kind_by_name[fqn] = "parameter";
+      } else if (kind == "buffer") {
+        const std::string fqn = string_field(body, "buffer_name");
+        const bool persistent = !body.contains("persistent") || body["persistent"] != false;
+        summary[persistent ? "buffers" : "non_persistent_buffers"].push_back(fqn);
+        out.kind_by_name[fqn] = "buffer";
+      } else if (kind == "tensor_constant") {
+        const std::string fqn = string_field(body, "tensor_constant_name");
+        summary["constants"].push_back(fqn);
+        out.kind_by_name[fqn] = "constant";
+      } else if (kind == "custom_obj") {
+        summary["custom_objects"].push_back(string_field(body, "custom_obj_name"));
+      } else if (kind == "user_input") {
+        summary["user_inputs"].push_back(entry.value("graph_name", json()));
+      } else if (kind == "user_output") {
+        summary["user_outputs"].push_back(entry.value("graph_name", json()));
+      }
+    }
+  };
+  specs("input_specs", "inputs");
+  specs("output_specs", "outputs");
+  return out;
+}
+
+// The versions an ExportedProgram records about itself.
+json program_versions(const json& program) {
+  json out = json::object();
+  if (!program.is_object()) return out;
+  if (auto v = program.find("schema_version"); v != program.end() && v->is_object() &&
+                                                v->contains("major") && v->contains("minor"))
+    out["schema_version"] = (*v)["major"].dump() + "." + (*v)["minor"].dump();
+  if (auto v = program.find("torch_version"); v != program.end() && v->is_string())
+    out["torch_version"] = *v;
+  return out;
+}
+
+class ArchiveReader {
+ public:
+  ArchiveReader(const std::filesystem::path& model, std::shared_ptr<const MappedFile> file,
+                const ZipArchive& zip, std::string root)
+      : file_(std::move(file)), zip_(zip), root_(std::move(root)),
+        display_(file_->display_name()), source_(model.filename().string()) {}
+
+  Catalog read();
+
+ private:
+  // One model of a layered archive (or an AOTInductor directory).
+  struct Model {
+    std::string name;
+    std::string prefix;  // "" or "<name>."
+    Signature signature;
+    json info = json::object();
+  };
+
+  [[noreturn]] void fail(std::optional<uint64_t> at, const std::string& reason) const {
+    throw ModelError(display_, std::string(kFormat), at, reason);
+  }
+  std::optional<uint64_t> offset_of(const ZipMember& member) const {
+    if (member.stored()) return zip_.file_offset(member);
+    return std::nullopt;
+  }
+  const ZipMember* find(const std::string& path) const { return zip_.find(root_ + path); }
+  std::string text_of(const ZipMember& member, uint64_t limit) const;
+  json json_of(const ZipMember& member) const;
+  ByteSpan payload_bytes(const ZipMember& member);
+  void add_document(const std::string& path, const ZipMember& member);
+  void add_tensor(Tensor tensor);
+  void add_save_tensors(torch::SaveContents contents, const std::string& what);
+
+  torch::SaveContents read_nested(const ZipMember& member, const std::string& name_prefix,
+                                  const std::string& default_kind);
+  void read_layered();
+  void read_flat();
+  void read_model(Model& model);
+  void read_payload_config(Model& model, const ZipMember& config, const std::string& folder,
+                           bool constants);
+  Tensor raw_tensor(const std::string& name, const std::string& fqn, const json& meta,
+                    const ZipMember& payload);
+  void read_sample_inputs(const ZipMember& member, const std::string& prefix, json& info);
+  void read_aoti(Model& model, json& info);
+  void apply_kinds(size_t first_tensor, const Model& model);
+  void read_extras(const std::string& folder);
+
+  std::shared_ptr<const MappedFile> file_;
+  const ZipArchive& zip_;
+  std::string root_;
+  std::string display_;
+  std::string source_;
+  Catalog catalog_;
+  std::set<std::string> names_;
+  std::map<std::string, ByteSpan> payloads_;  // inflated once, shared by aliases
+  json skipped_ = json::array();
+};
+
+std::string ArchiveReader::text_of(const ZipMember& member, uint64_t limit) const {
+  if (member.uncompressed_size > limit)
+    fail(offset_of(member), member.name + " is " + std::to_string(member.uncompressed_size) +
+                                " bytes, over the limit of " + std::to_string(limit) + " for it");
+  return std::string(zip_.contents(member).view());
+}
+
+json ArchiveReader::json_of(const ZipMember& member) const {
+  const std::string text = text_of(member, kMaxJsonBytes);
+  return parse_json_limited(text, display_, kFormat, offset_of(member).value_or(0), kMaxJsonDepth);
+}
+
+ByteSpan ArchiveReader::payload_bytes(const ZipMember& member) {
+  if (auto it = payloads_.find(member.name); it != payloads_.end()) return it->second;
+  ByteSpan bytes = zip_.contents(member);
+  payloads_.emplace(member.name, bytes);
+  return bytes;
+}
+
+void ArchiveReader::add_document(const std::string& path, const ZipMember& member) {
+  catalog_.documents.push_back({path, text_of(member, kMaxJsonBytes)});
+}
+
+void ArchiveReader::add_tensor(Tensor tensor) {
+  if (!names_.insert(tensor.name).second)
+    fail(tensor.source.offset, "two tensors are named \"" + tensor.name + "\"");
+  catalog_.tensors.push_back(std::move(tensor));
+}
+
+void ArchiveReader::add_save_tensors(torch::SaveContents contents, const std::string& what) {
+  for (auto& t : contents.tensors) add_tensor(std::move(t));
+  for (auto& name : contents.skipped_objects) skipped_.push_back({{"in", what}, {"object", name}});
+}
+
+// A torch.save archive stored as `member`: read in place when stored,
+// inflated into a memory file when compressed.
+torch::SaveContents ArchiveReader::read_nested(const ZipMember& member, const std::string& name_prefix,
+                                               const std::string& default_kind) {
+  torch::NestedSave how{display_, std::string(kFormat), source_, name_prefix, default_kind, true};
+  if (member.stored()) return torch::read_save(zip_.nested(member), how);
+  how.in_file = false;
+  const ByteSpan inflated = zip_.contents(member);
+  auto memory = MappedFile::from_bytes(inflated.view(), display_ + ":" + member.name);
+  return torch::read_save(ZipArchive::open(memory, "ZIP archive"), how);
+}
+
+// A SymInt that must be concrete: {"as_int": n} (a plain n is taken too).
+uint64_t concrete_int(const json& value, const std::string& what, const std::string& fqn,
+                      const std::function<void(const std::string&)>& refuse) {
+  const json* v = &value;
+  if (value.is_object()) {
+    if (value.contains("as_expr")) {
+      const json& expr = value["as_expr"];
+      const std::string text = expr.is_object() && expr.contains("expr_str") && expr["expr_str"].is_string()
+                                   ? expr["expr_str"].get<std::string>()
+                                   : expr.dump();
+      refuse("tensor \"" + fqn + "\": " + what + " is symbolic (as_expr \"" + text.substr(0, 80) +
+             "\"); a payload config must give concrete sizes");
+    }
+    auto it = value.find("as_int");
+    if (it == value.end() || value.size() != 1)
+      refuse("tensor \"" + fqn + "\": " + what + " is not {\"as_int\": n}");
+    v = &*it;
+  }
+  if (!v->is_number_integer() || v->get<int64_t>() < 0)
+    refuse("tensor \"" + fqn + "\": " + what + " is not a non-negative integer");
+  return v->get<uint64_t>();
+}
+
+Tensor ArchiveReader::raw_tensor(const std::string& name, const std::string& fqn, const json& meta,
+                                 const ZipMember& payload) {
+  auto refuse = [&](const std::string& reason) { fail(offset_of(payload), reason); };
+  if (!meta.is_object()) refuse("tensor \"" + fqn + "\": tensor_meta is not an object");
+  auto dtype = meta.find("dtype");
+  if (dtype == meta.end() || !dtype->is_number_integer())
+    refuse("tensor \"" + fqn + "\": tensor_meta has no integer dtype");
+  const ScalarCode* code = scalar_code(dtype->get<int64_t>());
+  if (!code)
+    refuse("tensor \"" + fqn + "\": dtype code " + dtype->dump() +
+           " is not a ScalarType of the export schema modelfs knows (1-13, 28-35)");
+  if (auto layout = meta.find("layout"); layout != meta.end() && !layout->is_null() &&
+                                         (!layout->is_number_integer() || *layout != kLayoutStrided))
+    refuse("tensor \"" + fqn + "\": layout " + layout->dump() +
+           " is not strided (7); its payload cannot be read as a strided array");
+  auto sizes = meta.find("sizes");
+  auto strides = meta.find("strides");
+  if (sizes == meta.end() || strides == meta.end() || !sizes->is_array() || !strides->is_array() ||
+      sizes->size() != strides->size() || sizes->size() > torch::kMaxRank)
+    refuse("tensor \"" + fqn + "\": sizes and strides are not lists of one rank (at most " +
+           std::to_string(torch::kMaxRank) + ")");
+
+  Tensor t;
+  t.name = name;
+  t.dtype = code->dtype;
+  for (size_t i = 0; i < sizes->size(); ++i) {
+    t.shape.push_back(concrete_int((*sizes)[i], "size " + std::to_string(i), fqn, refuse));
+    const uint64_t stride = concrete_int((*strides)[i], "stride " + std::to_string(i), fqn, refuse);
+    if (stride > uint64_t{INT64_MAX}) refuse("tensor \"" + fqn + "\": stride overflows");
+    t.strides.push_back(static_cast<int64_t>(stride));
+  }
+  uint64_t storage_offset = 0;
+  if (auto offset = meta.find("storage_offset"); offset != meta.end() && !offset->is_null())
+    storage_offset = concrete_int(*offset, "storage offset", fqn, refuse);
+
+  const uint64_t e = code->element_size;
+  auto numel = checked_numel(t.shape);
+  if (!numel) refuse("tensor \"" + fqn + "\": element count overflows");
+  uint64_t span_elements = 0;
+  if (*numel > 0) {
+    uint64_t last = 0;
+    for (size_t i = 0; i < t.shape.size(); ++i) {
+      auto step = checked_mul(static_cast<uint64_t>(t.strides[i]), t.shape[i] - 1);
+      auto sum = step ? checked_add(last, *step) : std::nullopt;
+      if (!sum) refuse("tensor \"" + fqn + "\": strides overflow");
+      last = *sum;
+    }
+    span_elements = last + 1;
+  }
+  const ByteSpan record = payload_bytes(payload);
+  auto begin = checked_mul(storage_offset, e);
+  auto length = checked_mul(span_elements, e);
+  if (*numel > 0 && (!begin || !length || !range_fits(*begin, *length, record.size())))
+    refuse("tensor \"" + fqn + "\": storage offset " + std::to_string(storage_offset) +
+           " with its sizes and strides runs past its payload " + payload.name + " (" +
+           std::to_string(record.size()) + " bytes)");
+  const uint64_t first = *numel > 0 ? *begin : 0;
+  t.bytes = record.subspan(first, *numel > 0 ? *length : 0);
+  t.source = {source_, std::nullopt};
+  if (payload.stored() && *numel > 0) t.source.offset = zip_.file_offset(payload) + first;
+
+  json& extras = t.extras;
+  if (code->torch_name != dtype_name(code->dtype)) extras["torch_dtype"] = code->torch_name;
+  if (auto rg = meta.find("requires_grad"); rg != meta.end() && rg->is_boolean()) extras["requires_grad"] = *rg;
+  if (auto device = meta.find("device"); device != meta.end() && device->is_object()) {
+    const std::string type = string_field(*device, "type");
+    if (!type.empty() && type != "cpu") {
+      auto index = device->find("index");
+      extras["device"] = index != device->end() && index->is_number_integer() ? type + ":" + index->dump() : type;
+    }
+  }
+  extras["payload"] = {{"path", payload.name.substr(root_.size())}, {"storage_offset", storage_offset}};
+
+  if (*numel > 0 && !t.is_c_contiguous() && !t.is_f_contiguous() && numpy_descr(t.dtype)) {
+    auto gathered = checked_mul(*numel, e);
+    if (gathered && *gathered <= torch::kMaxGatherBytes)
+      t.c_order = ByteSpan::owned(torch::gather_c_order(t.bytes.data(), t.shape, t.strides, *numel,
+                                                        static_cast<uint32_t>(e)));
+    else
+      spdlog::warn("{}: pt2: tensor \"{}\" is a strided view of {} elements; no .npy (C-order copy "
+                   "over the {}-byte limit); read it through its strides",
+                   display_, name, *numel, torch::kMaxGatherBytes);
+  }
+  return t;
+}
+
+// formats.md §3.4: {"config": {fqn: {path_name, is_param, use_pickle, tensor_meta}}}.
+void ArchiveReader::read_payload_config(Model& model, const ZipMember& config_member,
+                                        const std::string& folder, bool constants) {
+  const json config = json_of(config_member);
+  auto refuse = [&](const std::string& reason) {
+    fail(offset_of(config_member), config_member.name.substr(root_.size()) + ": " + reason);
+  };
+  if (!config.is_object() || !config.contains("config") || !config["config"].is_object())
+    refuse("no \"config\" object mapping names to payloads");
+  json custom_objects = json::array();
+  for (const auto& [fqn, entry] : config["config"].items()) {
+    if (!entry.is_object()) refuse("entry \"" + fqn + "\" is not an object");
+    const std::string path_name = string_field(entry, "path_name");
+    if (path_name.empty() || path_name.find('/') != std::string::npos)
+      refuse("entry \"" + fqn + "\" names no payload file (path_name)");
+    const ZipMember* payload = find(folder + path_name);
+    if (!payload) refuse("entry \"" + fqn + "\" names payload " + folder + path_name + ", which the archive lacks");
+    const bool use_pickle = entry.value("use_pickle", false) == true;
+    const json meta = entry.value("tensor_meta", json());
+    if (constants && path_name.starts_with("custom_obj_")) {
+      // A TorchScript-pickled object: running it is what a loader does and
+      // what modelfs never does. Listed so that it is not missed.
+      custom_objects.push_back({{"name", fqn}, {"path", payload->name.substr(root_.size())},
+                                {"bytes", payload->uncompressed_size}});
+      continue;
+    }
+    if (constants && !path_name.starts_with("tensor_")) {
+      spdlog::warn("{}: pt2: constant \"{}\" ({}) is neither a tensor nor a custom object; skipped",
+                   display_, fqn, path_name);
+      skipped_.push_back({{"in", config_member.name.substr(root_.size())}, {"object", fqn}});
+      continue;
+    }
+    const std::string kind = constants ? "constant" : entry.value("is_param", false) == true ? "parameter" : "buffer";
+    const std::string name = model.prefix + fqn;
+    if (use_pickle) {
+      // A tensor subclass saved whole with torch.save: its tensors, named
+      // from the fqn (a lone tensor is the fqn itself).
+      auto contents = read_nested(*payload, name, kind);
+      if (contents.tensors.empty())
+        spdlog::warn("{}: pt2: pickled payload {} of \"{}\" holds no tensor modelfs can serve",
+                     display_, payload->name, fqn);
+      for (auto& t : contents.tensors) {
+        t.extras["kind"] = kind;
+        if (meta.is_object() && meta.contains("requires_grad") && meta["requires_grad"].is_boolean())
+          t.extras["requires_grad"] = meta["requires_grad"];
+        t.extras["payload"] = {{"path", payload->name.substr(root_.size())}, {"pickled", true}};
+      }
+      add_save_tensors(std::move(contents), payload->name.substr(root_.size()));
+      continue;
+    }
+    if (meta.is_null()) refuse("entry \"" + fqn + "\" has no tensor_meta");
+    Tensor t = raw_tensor(name, fqn, meta, *payload);
+    t.extras["kind"] = kind;
+    add_tensor(std::move(t));
+  }
+  if (!custom_objects.empty()) model.info["custom_objects"] = custom_objects;
+}
+
+// (args, kwargs) as sample_inputs.args.N / sample_inputs.kwargs.K.
+void ArchiveReader::read_sample_inputs(const ZipMember& member, const std::string& prefix, json& info) {
+  if (member.uncompressed_size == 0) {
+    info["sample_inputs"] = "empty";
+    return;
+  }
+  auto contents = read_nested(member, "", "sample_input");
+  for (auto& t : contents.tensors) {
+    std::string rest = t.name;
+    if (rest.starts_with("0."))
+      rest = "args." + rest.substr(2);
+    else if (rest.starts_with("1."))
+      rest = "kwargs." + rest.substr(2);
+    t.name = prefix + "sample_inputs." + rest;
+    t.extras["kind"] = "sample_input";
+  }
+  if (!contents.values.empty()) info["sample_input_values"] = contents.values;
+  info["sample_inputs"] = member.name.substr(root_.size());
+  add_save_tensors(std::move(contents), member.name.substr(root_.size()));
+}
+
+// Tensors read before `first_tensor` are left alone; the signature's word
+// on parameter, buffer and constant wins over the payload's.
+void ArchiveReader::apply_kinds(size_t first_tensor, const Model& model) {
+  for (size_t i = first_tensor; i < catalog_.tensors.size(); ++i) {
+    Tensor& t = catalog_.tensors[i];
+    if (t.extras.value("kind", "") == "sample_input") continue;
+    const std::string fqn = t.name.substr(model.prefix.size());
+    if (auto it = model.signature.kind_by_name.find(fqn); it != model.signature.kind_by_name.end())
+      t.extras["kind"] = it->second;
+  }
+}
+
+// data/aotinductor/<name>/: compiled artifacts. weights_config.json maps a
+// weight name to [file, shape, stride, storage_offset], `file` a nested
+// torch.save in data/weights/; without it the weights are in the .so.
+void ArchiveReader::read_aoti(Model& model, json& info) {
+  const std::string folder = root_ + "data/aotinductor/" + model.name + "/";
+  json files = json::array();
+  json libraries = json::array();
+  const ZipMember* weights_config = nullptr;
+  for (const auto& member : zip_.members()) {
+    if (!member.name.starts_with(folder) || member.name.size() == folder.size()) continue;
+    const std::string relative = member.name.substr(root_.size());
+    files.push_back(relative);
+    if (member.name.ends_with(".so")) libraries.push_back(relative);
+    if (member.name == folder + "weights_config.json") weights_config = &member;
+    if (member.name.ends_with(".json") && member.uncompressed_size <= kMaxDocumentBytes)
+      add_document(relative, member);
+  }
+  info["files"] = files;
+  if (!weights_config) {
+    info["weights"] = libraries.empty() ? "none found" : "compiled into the shared library";
+    info["libraries"] = libraries;
+    return;
+  }
+  info["weights"] = "weights_config.json";
+  const json config = json_of(*weights_config);
+  if (!config.is_object())
+    fail(offset_of(*weights_config), weights_config->name + ": not an object of weight names");
+  json skipped = json::array();
+  for (const auto& [weight, spec] : config.items()) {
+    const std::string name = model.prefix + weight;
+    if (names_.count(name)) continue;  // already read from the model's payload config
+    if (!spec.is_array() || spec.empty() || !spec[0].is_string() ||
+        spec[0].get<std::string>().find('/') != std::string::npos)
+      fail(offset_of(*weights_config),
+           weights_config->name + ": weight \"" + weight + "\" is not [file, shape, stride, offset]");
+    const ZipMember* payload = find("data/weights/" + spec[0].get<std::string>());
+    if (!payload)
+      fail(offset_of(*weights_config), weights_config->name + ": weight \"" + weight + "\" names data/weights/" +
+                                           spec[0].get<std::string>() + ", which the archive lacks");
+    const ByteSpan head = zip_.contents(*payload).subspan(0, std::min<uint64_t>(payload->uncompressed_size, 4));
+    if (head.view() != "PK\x03\x04") {
+      spdlog::warn("{}: pt2: AOTInductor weight \"{}\" ({}) is not a torch.save archive; skipped",
+                   display_, weight, payload->name);
+      skipped.push_back(weight);
+      continue;
+    }
+    auto contents = read_nested(*payload, name, "");
+    for (auto& t : contents.tensors) {
+      const std::string fqn = t.name.substr(model.prefix.size());
+      auto it = model.signature.kind_by_name.find(fqn);
+      if (it != model.signature.kind_by_name.end()) t.extras["kind"] = it->second;
+      t.extras["payload"] = {{"path", payload->name.substr(root_.size())}, {"pickled", true}};
+    }
+    add_save_tensors(std::move(contents), payload->name.substr(root_.size()));
+  }
+  if (!skipped.empty()) info["weights_not_read"] = skipped;
+}
+
+void ArchiveReader::read_model(Model& model) {
+  const size_t first_tensor = catalog_.tensors.size();
+  if (const ZipMember* program = find("models/" + model.name + ".json")) {
+    add_document("models/" + model.name + ".json", *program);
+    const json parsed = json_of(*program);
+    model.signature = read_signature(parsed);
+    model.info.update(program_versions(parsed));
+    model.info["signature"] = model.signature.summary;
+  }
+  // Raw payloads with a config (2.9+), else a nested save of the whole dict (2.8).
+  for (const bool constants : {false, true}) {
+    const std::string folder = constants ? "data/constants/" : "data/weights/";
+    const std::string config = folder + model.name + (constants ? "_constants_config.json" : "_weights_config.json");
+    const char* what = constants ? "constants" : "weights";
+    if (const ZipMember* member = find(config)) {
+      read_payload_config(model, *member, folder, constants);
+      model.info[what] = config;
+    } else if (const ZipMember* saved = find(folder + model.name + ".pt")) {
+      if (saved->uncompressed_size > 0) {
+        const std::string name_prefix = model.prefix.empty() ? "" : model.name;
+        add_save_tensors(read_nested(*saved, name_prefix, constants ? "constant" : ""),
+                         saved->name.substr(root_.size()));
+      }
+      model.info[what] = folder + model.name + ".pt";
+    }
+  }
+  apply_kinds(first_tensor, model);
+  if (const ZipMember* samples = find("data/sample_inputs/" + model.name + ".pt"))
+    read_sample_inputs(*samples, model.prefix, model.info);
+  const std::string aoti_folder = root_ + "data/aotinductor/" + model.name + "/";
+  if (std::any_of(zip_.members().begin(), zip_.members().end(),
+                  [&](const ZipMember& m) { return m.name.starts_with(aoti_folder); })) {
+    json aoti = json::object();
+    read_aoti(model, aoti);
+    model.info["aotinductor"] = aoti;
+  }
+}
+
+void ArchiveReader::read_extras(const std::string& folder) {
+  for (const auto& member : zip_.members()) {
+    if (!member.name.starts_with(root_ + folder) || member.name.size() == root_.size() + folder.size())
+      continue;
+    if (member.uncompressed_size > kMaxDocumentBytes) {
+      spdlog::warn("{}: pt2: extra file {} ({} bytes) not shown", display_, member.name,
+                   member.uncompressed_size);
+      continue;
+    }
+    add_document("extra/" + member.name.substr(root_.size() + folder.size()), member);
+  }
+}
+
+void ArchiveReader::read_layered() {
+  json& pt2 = catalog_.metadata["pt2"];
+  pt2["layout"] = "layered";
+  pt2["archive"] = root_.empty() ? "" : root_.substr(0, root_.size() - 1);
+  const ZipMember* format = find("archive_format");
+  const std::string format_text = trimmed(text_of(*format, kMaxRecordBytes));
+  if (format_text != "pt2")
+    fail(offset_of(*format), "archive_format says \"" + format_text.substr(0, 40) +
+                                 "\", not \"pt2\": not a PT2 archive");
+  pt2["archive_format"] = format_text;
+  int64_t archive_version = 0;  // absent: 0, as torch's loader assumes
+  if (const ZipMember* version = find("archive_version")) {
+    const std::string text = trimmed(text_of(*version, kMaxRecordBytes));
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), archive_version);
+    if (ec != std::errc() || end != text.data() + text.size() || archive_version != 0)
+      fail(offset_of(*version), "archive_version \"" + text.substr(0, 40) +
+                                    "\" is not 0, the only PT2 archive version defined");
+  }
+  pt2["archive_version"] = archive_version;
+  for (const char* record : {".data/version", "version"})
+    if (const ZipMember* version = find(record)) {
+      pt2[std::string(record) == "version" ? "version" : "container_version"] =
+          trimmed(text_of(*version, kMaxRecordBytes));
+    }
+  if (const ZipMember* order = find("byteorder")) {
+    const std::string text = trimmed(text_of(*order, kMaxRecordBytes));
+    if (text != "little")
+      fail(offset_of(*order), "byteorder says \"" + text.substr(0, 40) +
+                                  "\"; only little-endian PT2 archives are supported");
+    pt2["byteorder"] = text;
+  }
+  if (const ZipMember* id = find(".data/serialization_id"))
+    pt2["serialization_id"] = trimmed(text_of(*id, kMaxRecordBytes));
+
+  // Models: every models/<name>.json, and AOTInductor directories.
+  std::vector<std::string> names;
+  auto add_name = [&](const std::string& name) {
+    if (!name.empty() && name.find('/') == std::string::npos &&
+        std::find(names.begin(), names.end(), name) == names.end())
+      names.push_back(name);
+  };
+  const std::string models = root_ + "models/";
+  const std::string aoti = root_ + "data/aotinductor/";
+  for (const auto& member : zip_.members()) {
+    if (member.name.starts_with(models) && member.name.ends_with(".json"))
+      add_name(member.name.substr(models.size(), member.name.size() - models.size() - 5));
+    else if (member.name.starts_with(aoti)) {
+      const std::string rest = member.name.substr(aoti.size());
+      if (rest.find('/') != std::string::npos) add_name(rest.substr(0, rest.find('/')));
+    }
+  }
+  if (names.empty())
+    fail(std::nullopt, "archive_format says pt2, but the archive holds no models/<name>.json "
+                       "and no data/aotinductor/<name>/: no model to mount");
+  json& models_info = catalog_.metadata["models"] = json::object();
+  for (const auto& name : names) {
+    Model model;
+    model.name = name;
+    model.prefix = names.size() == 1 && name == "model" ? "" : name + ".";
+    model.info["prefix"] = model.prefix;
+    read_model(model);
+    models_info[name] = model.info;
+  }
+  read_extras("extra/");
+}
+
+void ArchiveReader::read_flat() {
+  json& pt2 = catalog_.metadata["pt2"];
+  pt2["layout"] = "flat";
+  if (const ZipMember* version = find("version")) pt2["version"] = trimmed(text_of(*version, kMaxRecordBytes));
+  Model model;
+  model.name = "model";
+  const ZipMember* program = find("serialized_exported_program.json");
+  add_document("serialized_exported_program.json", *program);
+  const json parsed = json_of(*program);
+  model.signature = read_signature(parsed);
+  model.info.update(program_versions(parsed));
+  model.info["signature"] = model.signature.summary;
+
+  const size_t first_tensor = catalog_.tensors.size();
+  for (const auto& [record, kind] : {std::pair{"serialized_state_dict.pt", ""},
+                                     std::pair{"serialized_constants.pt", "constant"}}) {
+    const ZipMember* member = find(record);
+    if (!member || member->uncompressed_size == 0) continue;
+    add_save_tensors(read_nested(*member, "", kind), record);
+  }
+  apply_kinds(first_tensor, model);
+  if (const ZipMember* samples = find("serialized_example_inputs.pt"))
+    read_sample_inputs(*samples, "", model.info);
+  // Written by early 2.x exporters; torch still loads them, with a warning.
+  for (const char* old : {"serialized_state_dict.json", "serialized_constants.json"})
+    if (const ZipMember* member = find(old)) {
+      add_document(old, *member);
+      spdlog::warn("{}: pt2: {} (an early exporter's JSON weights) is shown as a document; "
+                   "its tensors are not mounted", display_, old);
+      model.info["not_mounted"].push_back(old);
+    }
+  catalog_.metadata["models"] = {{"model", model.info}};
+  read_extras("extra_files/");
+}
+
+Catalog ArchiveReader::read() {
+  catalog_.format = std::string(kFormat);
+  catalog_.mtime = file_->mtime();
+  catalog_.files.push_back(source_);
+  if (find("serialized_exported_program.json"))
+    read_flat();
+  else
+    read_layered();
+  if (!skipped_.empty()) catalog_.metadata["skipped_objects"] = skipped_;
+  catalog_.tensors_may_share_bytes = true;  // deduplicated storages, tied weights, views
+  catalog_.integrity_checks = zip_.crc_checks();
+  return std::move(catalog_);
+}
+
+}  // namespace
+
+bool is_pt2_archive(const ZipArchive& zip) { return archive_root(zip).has_value(); }
+
+Catalog open_archive(const std::filesystem::path& model, std::shared_ptr<const MappedFile> file,
+                     const ZipArchive& zip) {
+  auto root = archive_root(zip);
+  if (!root)
+    throw ModelError(file->display_name(), std::string(kFormat), std::nullopt,
+                     "holds no archive_format record and no serialized_exported_program.json");
+  return ArchiveReader(model, std::move(file), zip, *root).read();
+}
+
+}  // namespace modelfs::pt2

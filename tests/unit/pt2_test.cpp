@@ -1,0 +1,132 @@
+// The PT2 reader on hand-made layered archives: a minimal one served in
+// place, then each way a payload config can be wrong.
+#include <gtest/gtest.h>
+
+#include "modelfs/error.hpp"
+#include "modelfs/formats.hpp"
+#include "test_files.hpp"
+
+namespace modelfs {
+namespace {
+
+using namespace std::string_literals;
+using test::TempDir;
+using test::zip_bytes;
+
+const std::string kFloats = "\x00\x00\x80\x3f\x00\x00\x00\x40\x00\x00\x40\x40\x00\x00\x80\x40"s;  // 1 2 3 4
+
+std::string entry(const std::string& dtype = "7", const std::string& sizes = R"([{"as_int": 2}, {"as_int": 2}])",
+                  const std::string& strides = R"([{"as_int": 2}, {"as_int": 1}])",
+                  const std::string& offset = R"({"as_int": 0})", const std::string& path = "weight_0") {
+  return R"({"config": {"w": {"path_name": ")" + path + R"(", "is_param": true, "use_pickle": false,
+      "tensor_meta": {"dtype": )" + dtype + R"(, "sizes": )" + sizes + R"(, "requires_grad": false,
+      "device": {"type": "cpu", "index": null}, "strides": )" + strides +
+         R"(, "storage_offset": )" + offset + R"(, "layout": 7}}}})";
+}
+
+std::string layered(const std::string& config, const std::string& payload = kFloats) {
+  return zip_bytes({{"m/data/weights/weight_0", payload, 0},
+                    {"m/data/weights/model_weights_config.json", config, 0},
+                    {"m/models/model.json", R"({"schema_version": {"major": 8, "minor": 12}})", 0},
+                    {"m/archive_format", "pt2", 0},
+                    {"m/archive_version", "0", 0}});
+}
+
+std::string refusal(const std::string& bytes) {
+  TempDir dir;
+  try {
+    open_model(dir.write("model.pt2", bytes));
+  } catch (const ModelError& e) {
+    return e.format() + ": " + e.reason();
+  }
+  return "<accepted>";
+}
+
+TEST(Pt2, RawPayloadIsServedInPlace) {
+  TempDir dir;
+  const std::string bytes = layered(entry());
+  auto catalog = open_model(dir.write("model.pt2", bytes));
+  EXPECT_EQ(catalog.format, "pt2");
+  ASSERT_EQ(catalog.tensors.size(), 1u);
+  const Tensor& t = catalog.tensors[0];
+  EXPECT_EQ(t.name, "w");
+  EXPECT_EQ(t.shape, (std::vector<uint64_t>{2, 2}));
+  EXPECT_NE(t.bytes.mapped_file(), nullptr);
+  ASSERT_TRUE(t.source.offset);
+  EXPECT_EQ(bytes.substr(*t.source.offset, 16), kFloats);
+  EXPECT_EQ(t.extras["kind"], "parameter");
+  EXPECT_EQ(catalog.metadata["models"]["model"]["schema_version"], "8.12");
+  EXPECT_TRUE(catalog.tensors_may_share_bytes);
+  EXPECT_FALSE(catalog.integrity_checks.empty());
+}
+
+TEST(Pt2, ViewWithOffsetAndStridesCoversItsSpan) {
+  TempDir dir;
+  auto catalog = open_model(dir.write("model.pt2", layered(entry("7", R"([{"as_int": 2}])",
+                                                                  R"([{"as_int": 2}])", R"({"as_int": 1})"))));
+  const Tensor& t = catalog.tensors.at(0);
+  EXPECT_EQ(t.bytes.view(), kFloats.substr(4, 12));
+  ASSERT_TRUE(t.c_order);
+  EXPECT_EQ(t.c_order->view(), kFloats.substr(4, 4) + kFloats.substr(12, 4));
+}
+
+TEST(Pt2, EveryDtypeCodeHasItsCanonicalName) {
+  const std::vector<std::pair<int, std::string>> codes = {
+      {1, "uint8"}, {2, "int8"}, {3, "int16"}, {4, "int32"}, {5, "int64"}, {6, "float16"},
+      {7, "float32"}, {8, "float64"}, {9, "uint32"}, {10, "complex64"}, {11, "complex128"},
+      {12, "bool"}, {13, "bfloat16"}, {28, "uint16"}, {29, "float8_e4m3fn"}, {30, "float8_e5m2"},
+      {31, "float8_e4m3fnuz"}, {32, "float8_e5m2fnuz"}, {33, "float8_e8m0fnu"}, {34, "uint32"},
+      {35, "uint64"}};
+  TempDir dir;
+  for (const auto& [code, name] : codes) {
+    auto catalog = open_model(dir.write("model.pt2", layered(entry(std::to_string(code), R"([{"as_int": 1}])",
+                                                                    R"([{"as_int": 1}])"), std::string(16, '\0'))));
+    EXPECT_EQ(catalog.tensors.at(0).dtype_name(), name) << code;
+  }
+  auto complex32 = open_model(dir.write("model.pt2", layered(entry("9", "[]", "[]"))));
+  EXPECT_EQ(complex32.tensors.at(0).extras["torch_dtype"], "complex32");
+}
+
+TEST(Pt2, BadPayloadConfigsAreRefusedWithTheirReason) {
+  auto expect = [](const std::string& bytes, const std::string& reason) {
+    const std::string got = refusal(bytes);
+    EXPECT_EQ(got.rfind("pt2: ", 0), 0u) << got;
+    EXPECT_NE(got.find(reason), std::string::npos) << got;
+  };
+  expect(layered(entry("21")), "dtype code 21 is not a ScalarType");
+  expect(layered(entry("0")), "dtype code 0");
+  expect(layered(entry("7", R"([{"as_expr": {"expr_str": "s0", "hint": {"as_int": 4}}}])", R"([{"as_int": 1}])")),
+         "symbolic (as_expr \"s0\")");
+  expect(layered(entry("7", R"([{"as_int": 2}])", R"([{"as_expr": {"expr_str": "s1"}}])")), "symbolic");
+  expect(layered(entry("7", R"([{"as_int": 4}])", R"([{"as_int": 1}])", R"({"as_int": 1})")), "runs past its payload");
+  expect(layered(entry("7", R"([{"as_int": 2}])", R"([{"as_int": 4}])")), "runs past its payload");
+  expect(layered(entry("7", R"([{"as_int": 2}])", R"([{"as_int": 1}])", R"({"as_int": 4611686018427387904})")),
+         "runs past its payload");
+  expect(layered(entry("7", R"([{"as_int": 2}])", R"([{"as_int": -1}])")), "not a non-negative integer");
+  expect(layered(entry("7", R"([{"as_int": 2}])", "[]")), "one rank");
+  expect(layered(entry("7", R"([{"as_int": 1}])", R"([{"as_int": 1}])", R"({"as_int": 0})", "weight_7")),
+         "names payload data/weights/weight_7, which the archive lacks");
+  expect(layered(R"({"config": {"w": )"), "invalid JSON");
+  expect(layered(R"({"config": [1]})"), "no \"config\" object");
+  expect(layered(R"({"config": {"w": {"path_name": "weight_0"}, "w": {}}})"), "duplicate JSON key");
+}
+
+TEST(Pt2, ArchiveLevelRefusals) {
+  const std::string config = entry();
+  EXPECT_NE(refusal(zip_bytes({{"m/archive_format", "onnx", 0}, {"m/models/model.json", "{}", 0}}))
+                .find("not a PT2 archive"),
+            std::string::npos);
+  EXPECT_NE(refusal(zip_bytes({{"m/archive_format", "pt2", 0}, {"m/archive_version", "3", 0},
+                               {"m/models/model.json", "{}", 0}}))
+                .find("archive_version"),
+            std::string::npos);
+  EXPECT_NE(refusal(zip_bytes({{"m/archive_format", "pt2", 0}, {"m/extra/x", "y", 0}})).find("no model"),
+            std::string::npos);
+  EXPECT_NE(refusal(zip_bytes({{"m/archive_format", "pt2", 0}, {"m/byteorder", "big", 0},
+                               {"m/models/model.json", "{}", 0}}))
+                .find("little-endian"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace modelfs
