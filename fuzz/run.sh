@@ -25,7 +25,7 @@ fi
 
 TARGETS=("$@")
 [ ${#TARGETS[@]} -eq 0 ] && TARGETS=(fuzz_safetensors fuzz_gguf fuzz_protobuf fuzz_onnx fuzz_zip
-                                    fuzz_unpickler fuzz_torch fuzz_open_model)
+                                    fuzz_unpickler fuzz_torch fuzz_pt2 fuzz_open_model)
 SHARED=$(cd .. && pwd)/shared/fixtures
 
 seed() {  # seed <target> <files...>
@@ -42,6 +42,7 @@ seed fuzz_protobuf "$SHARED"/real/onnx/*.onnx "$SHARED"/generated/onnx/*.onnx
 seed fuzz_onnx "$SHARED"/real/onnx/*.onnx "$SHARED"/generated/onnx/*.onnx
 seed fuzz_zip "$SHARED"/real/pt/* "$SHARED"/generated/pt/* "$SHARED"/real/pt2/*
 seed fuzz_torch "$SHARED"/real/pt/* "$SHARED"/generated/pt/*
+seed fuzz_pt2 "$SHARED"/real/pt2/*
 # The unpickler is seeded with the pickles inside the torch fixtures.
 mkdir -p "$BUILD/corpus/fuzz_unpickler"
 for f in "$SHARED"/real/pt/* "$SHARED"/generated/pt/*; do

@@ -45,6 +45,22 @@ class LimitedJsonSax : public nlohmann::detail::json_sax_dom_parser<nlohmann::js
     --open_;
     return Base::end_array();
   }
+  // Every parse failure, the number that overflows a double (an
+  // out_of_range, not a parse_error) included, becomes a ModelError at the
+  // byte where the lexer stopped.
+  template <class Exception>
+  bool parse_error(std::size_t position, const std::string&, const Exception& ex) {
+    std::string what = ex.what();
+    const auto bracket = what.find("] ");
+    std::string why = bracket == std::string::npos ? what : what.substr(bracket + 2);
+    if (why.rfind("parse error", 0) == 0) {
+      const auto colon = why.find(": ");
+      if (colon != std::string::npos) why = why.substr(colon + 2);
+    }
+    if (why.size() > 200) why = why.substr(0, 200) + "...";
+    throw ModelError(file_, std::string(format_), base_ + (position > 0 ? position - 1 : 0),
+                     "invalid JSON: " + why);
+  }
   bool key(std::string& name) {
     if (!keys_.back().insert(name).second) throw fail("duplicate JSON key \"" + name + "\"");
     return Base::key(name);
@@ -78,13 +94,9 @@ inline nlohmann::json parse_json_limited(std::string_view text, const std::strin
   try {
     nlohmann::json::sax_parse(text.begin(), text.end(), &sax);
     return result;
-  } catch (const nlohmann::json::parse_error& e) {
-    // e.byte counts from 1; the message after "parse error at ...: " says why.
-    std::string what = e.what();
-    auto colon = what.find(": ", what.find("parse error"));
-    std::string why = colon == std::string::npos ? what : what.substr(colon + 2);
-    uint64_t at = base + (e.byte > 0 ? e.byte - 1 : 0);
-    throw ModelError(file, std::string(format), at, "invalid JSON: " + why);
+  } catch (const nlohmann::json::exception& e) {
+    // Anything the SAX handler did not turn into a ModelError itself.
+    throw ModelError(file, std::string(format), base, std::string("invalid JSON: ") + e.what());
   }
 }
 

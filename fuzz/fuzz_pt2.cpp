@@ -1,0 +1,15 @@
+// PT2 archives: the payload configs (dtype codes, sizes, strides, storage
+// offsets, symbolic sizes), model JSONs, nested torch.save members and the
+// AOTInductor layout, reached as modelfs reaches them: through the ZIP.
+#include "fuzz_input.hpp"
+#include "modelfs/error.hpp"
+#include "modelfs/formats/torch.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  auto path = modelfs::fuzz::write_input(data, size, "model.pt2");
+  try {
+    (void)modelfs::torch::open_zip(path);
+  } catch (const modelfs::ModelError&) {
+  }
+  return 0;
+}
