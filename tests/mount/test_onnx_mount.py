@@ -510,6 +510,32 @@ def test_external_data_refused_before_mounting(tmp):
         assert not os.path.ismount(mnt)
 
 
+def test_check_verifies_external_data_checksums(tmp):
+    """--check compares external data with its SHA-1 "checksum" entry; a
+    flipped byte in the data file is named; no checksum, nothing to verify."""
+    import hashlib
+    values = np.arange(16, dtype=np.float32)
+    folder = tmp / "model"
+    folder.mkdir()
+    data = folder / "weights.bin"
+    data.write_bytes(b"\0" * 32 + values.tobytes())
+    t = numpy_helper.from_array(values, "w")
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    digest = hashlib.sha1(values.tobytes()).hexdigest()
+    for k, v in {"location": "weights.bin", "offset": "32", "length": "64", "checksum": digest}.items():
+        t.external_data.add(key=k, value=v)
+    path = folder / "m.onnx"
+    path.write_bytes(simple_model([t]).SerializeToString())
+    ok = run_modelfs("--check", path)
+    assert ok.returncode == 0 and "1 integrity checks passed" in ok.stdout, ok.stderr
+    blob = bytearray(data.read_bytes())
+    blob[40] ^= 0xFF
+    data.write_bytes(bytes(blob))
+    bad = run_modelfs("--check", path)
+    assert bad.returncode == 2 and "SHA-1" in bad.stderr and "weights.bin" in bad.stderr, bad.stderr
+
+
 def test_truncated_model_refused(tmp):
     model = simple_model([numpy_helper.from_array(np.ones((8, 8), np.float32), "w")])
     data = model.SerializeToString()
