@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -19,6 +20,10 @@ inline const std::filesystem::path& work_dir() {
                                                     : std::filesystem::temp_directory_path();
     auto made = base / ("modelfs-fuzz-" + std::to_string(::getpid()));
     std::filesystem::create_directories(made);
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(work_dir(), ec);  // a crash leaves it, with the input, for a look
+    });
     spdlog::set_level(spdlog::level::off);  // readers' warnings would drown the fuzzer's output
     return made;
   }();
