@@ -66,6 +66,8 @@ seed fuzz_open_model examples/*.safetensors "$SHARED"/real/*/* "$SHARED"/generat
 
 mkdir -p "$BUILD/crashes"
 status=0
+passed=0
+failed=0
 for target in "${TARGETS[@]}"; do
   echo "== $target: ${SECONDS_PER_TARGET}s"
   if ! "$BUILD/fuzz/$target" "$BUILD/corpus/$target" -max_total_time="$SECONDS_PER_TARGET" \
@@ -74,7 +76,11 @@ for target in "${TARGETS[@]}"; do
     echo "$target FAILED; see $BUILD/$target.log and $BUILD/crashes/" >&2
     tail -40 "$BUILD/$target.log" >&2
     status=1
+    failed=$((failed + 1))
+  else
+    passed=$((passed + 1))
   fi
   grep -E "stat::number_of_executed_units|stat::new_units_added" "$BUILD/$target.log" | sed 's/^/   /'
 done
+echo "fuzz: $passed passed, $failed failed"
 exit $status
