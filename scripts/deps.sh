@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs, from Debian's packages, what modelfs needs to build, run and be
-# tested. Calls apt-get only when something is missing, so a machine that
-# has everything is not touched (and needs no network).
+# tested, plus any packages named as arguments (bench/deps.sh names its
+# own). Calls apt-get only when something is missing, so a machine that has
+# everything is not touched (and needs no network).
+#   scripts/deps.sh [EXTRA_PACKAGE...]
 set -euo pipefail
 
 PACKAGES=(
@@ -10,6 +12,7 @@ PACKAGES=(
   libgtest-dev googletest
   python3 python3-numpy python3-pytest python3-torch python3-onnx
   attr dpkg-dev bash-completion man-db
+  "$@"
 )
 
 missing=()
