@@ -39,6 +39,23 @@ inline std::optional<uint64_t> checked_packed_bytes(uint64_t numel, uint32_t bit
   return *total_bits / 8;
 }
 
+// Elements a strided view with non-negative strides reaches from its first
+// element: 1 + sum of stride[i] x (shape[i] - 1); 0 for an empty view.
+// nullopt on overflow. The torch readers bound a view's storage span by it.
+inline std::optional<uint64_t> checked_strided_span(std::span<const uint64_t> shape,
+                                                    std::span<const int64_t> strides) noexcept {
+  for (uint64_t dim : shape)
+    if (dim == 0) return 0;
+  uint64_t last = 0;
+  for (size_t i = 0; i < shape.size() && i < strides.size(); ++i) {
+    auto step = checked_mul(static_cast<uint64_t>(strides[i]), shape[i] - 1);
+    auto sum = step ? checked_add(last, *step) : std::nullopt;
+    if (!sum) return std::nullopt;
+    last = *sum;
+  }
+  return last + 1;
+}
+
 // True when [offset, offset + length) lies inside [0, size).
 inline bool range_fits(uint64_t offset, uint64_t length, uint64_t size) noexcept {
   return offset <= size && length <= size - offset;

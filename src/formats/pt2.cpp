@@ -357,17 +357,9 @@ Tensor ArchiveReader::raw_tensor(const std::string& name, const std::string& fqn
   const uint64_t e = code->element_size;
   auto numel = checked_numel(t.shape);
   if (!numel) refuse("tensor \"" + fqn + "\": element count overflows");
-  uint64_t span_elements = 0;
-  if (*numel > 0) {
-    uint64_t last = 0;
-    for (size_t i = 0; i < t.shape.size(); ++i) {
-      auto step = checked_mul(static_cast<uint64_t>(t.strides[i]), t.shape[i] - 1);
-      auto sum = step ? checked_add(last, *step) : std::nullopt;
-      if (!sum) refuse("tensor \"" + fqn + "\": strides overflow");
-      last = *sum;
-    }
-    span_elements = last + 1;
-  }
+  const auto reach = checked_strided_span(t.shape, t.strides);
+  if (!reach) refuse("tensor \"" + fqn + "\": strides overflow");
+  const uint64_t span_elements = *reach;
   const ByteSpan record = payload_bytes(payload);
   auto begin = checked_mul(storage_offset, e);
   auto length = checked_mul(span_elements, e);

@@ -590,17 +590,9 @@ void ObjectWalker::make_tensor(const Value* storage, const Value& args, size_t f
   const uint64_t e = type.element_size;
   auto numel = checked_numel(t.shape);
   if (!numel) fail("tensor \"" + name + "\": element count overflows");
-  uint64_t span_elements = 0;
-  if (*numel > 0) {
-    uint64_t last = 0;
-    for (size_t i = 0; i < t.shape.size(); ++i) {
-      auto step = checked_mul(static_cast<uint64_t>(t.strides[i]), t.shape[i] - 1);
-      auto sum = step ? checked_add(last, *step) : std::nullopt;
-      if (!sum) fail("tensor \"" + name + "\": strides overflow");
-      last = *sum;
-    }
-    span_elements = last + 1;
-  }
+  const auto reach = checked_strided_span(t.shape, t.strides);
+  if (!reach) fail("tensor \"" + name + "\": strides overflow");
+  const uint64_t span_elements = *reach;
   auto begin = checked_mul(static_cast<uint64_t>(*offset), e);
   auto length = checked_mul(span_elements, e);
   if (!begin || !length || !range_fits(*begin, *length, bytes.bytes.size()))
