@@ -15,6 +15,24 @@ namespace modelfs {
 
 namespace detail {
 
+// Every parse failure, the number that overflows a double (an out_of_range,
+// not a parse_error) included, becomes a ModelError at the byte where the
+// lexer stopped; `base` is the file offset of the text's first byte.
+[[noreturn]] inline void throw_json_parse_error(const std::string& file, std::string_view format,
+                                                uint64_t base, std::size_t position,
+                                                const std::exception& ex) {
+  std::string what = ex.what();
+  const auto bracket = what.find("] ");
+  std::string why = bracket == std::string::npos ? what : what.substr(bracket + 2);
+  if (why.rfind("parse error", 0) == 0) {
+    const auto colon = why.find(": ");
+    if (colon != std::string::npos) why = why.substr(colon + 2);
+  }
+  if (why.size() > 200) why = why.substr(0, 200) + "...";
+  throw ModelError(file, std::string(format), base + (position > 0 ? position - 1 : 0),
+                   "invalid JSON: " + why);
+}
+
 // nlohmann's DOM builder plus the two checks. A SAX handler rather than a
 // parse callback: with a callback, nlohmann scans the whole parent object at
 // the end of every child object, which made a 100 000-tensor safetensors
@@ -45,21 +63,9 @@ class LimitedJsonSax : public nlohmann::detail::json_sax_dom_parser<nlohmann::js
     --open_;
     return Base::end_array();
   }
-  // Every parse failure, the number that overflows a double (an
-  // out_of_range, not a parse_error) included, becomes a ModelError at the
-  // byte where the lexer stopped.
   template <class Exception>
   bool parse_error(std::size_t position, const std::string&, const Exception& ex) {
-    std::string what = ex.what();
-    const auto bracket = what.find("] ");
-    std::string why = bracket == std::string::npos ? what : what.substr(bracket + 2);
-    if (why.rfind("parse error", 0) == 0) {
-      const auto colon = why.find(": ");
-      if (colon != std::string::npos) why = why.substr(colon + 2);
-    }
-    if (why.size() > 200) why = why.substr(0, 200) + "...";
-    throw ModelError(file_, std::string(format_), base_ + (position > 0 ? position - 1 : 0),
-                     "invalid JSON: " + why);
+    throw_json_parse_error(file_, format_, base_, position, ex);
   }
   bool key(std::string& name) {
     if (!keys_.back().insert(name).second) throw fail("duplicate JSON key \"" + name + "\"");

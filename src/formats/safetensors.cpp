@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "json_limits.hpp"
+#include "safetensors_header.hpp"
 #include "modelfs/byte_reader.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
@@ -16,52 +17,6 @@ namespace modelfs::safetensors {
 namespace {
 
 constexpr std::string_view kFormat = "safetensors";
-
-struct DTypeCode {
-  std::string_view code;
-  DType dtype;
-};
-
-// formats.md §4.2: every dtype string the format defines.
-constexpr DTypeCode kDTypes[] = {
-    {"BOOL", DType::Bool},
-    {"F4", DType::Float4E2M1},
-    {"F6_E2M3", DType::Float6E2M3FN},
-    {"F6_E3M2", DType::Float6E3M2FN},
-    {"U8", DType::UInt8},
-    {"I8", DType::Int8},
-    {"F8_E5M2", DType::Float8E5M2},
-    {"F8_E4M3", DType::Float8E4M3FN},
-    {"F8_E8M0", DType::Float8E8M0FNU},
-    {"F8_E4M3FNUZ", DType::Float8E4M3FNUZ},
-    {"F8_E5M2FNUZ", DType::Float8E5M2FNUZ},
-    {"I16", DType::Int16},
-    {"U16", DType::UInt16},
-    {"F16", DType::Float16},
-    {"BF16", DType::BFloat16},
-    {"I32", DType::Int32},
-    {"U32", DType::UInt32},
-    {"F32", DType::Float32},
-    {"C64", DType::Complex64},
-    {"F64", DType::Float64},
-    {"I64", DType::Int64},
-    {"U64", DType::UInt64},
-};
-
-std::optional<DType> dtype_from_code(std::string_view code) {
-  for (const auto& entry : kDTypes)
-    if (entry.code == code) return entry.dtype;
-  return std::nullopt;
-}
-
-// A tensor entry before its offsets are checked against its neighbours.
-struct Entry {
-  std::string name;
-  DType dtype;
-  std::vector<uint64_t> shape;
-  uint64_t begin;
-  uint64_t end;
-};
 
 class Parser {
  public:
@@ -83,21 +38,11 @@ class Parser {
     header_ = reader.take_string(n, "header");
     data_start_ = 8 + n;
 
-    nlohmann::json header =
-        parse_json_limited(header_, file_->display_name(), kFormat, 8, kMaxJsonDepth);
-    if (!header.is_object()) fail(8, "header is not a JSON object");
-
+    Header header = read_header(header_, file_->display_name(), kMaxJsonDepth);
     File out;
     out.header_bytes = n;
-    std::vector<Entry> entries;
-    entries.reserve(header.size());
-    for (auto& [key, value] : header.items()) {
-      if (key == "__metadata__") {
-        out.metadata = read_metadata(value);
-        continue;
-      }
-      entries.push_back(read_entry(key, value));
-    }
+    out.metadata = std::move(header.metadata);
+    auto& entries = header.entries;
     validate_offsets(entries);
     out.tensors.reserve(entries.size());
     for (auto& entry : entries) out.tensors.push_back(make_tensor(std::move(entry)));
@@ -109,64 +54,13 @@ class Parser {
     throw ModelError(file_->display_name(), std::string(kFormat), offset, reason);
   }
 
-  // Where a key appears in the header, so a message can point at it. A
-  // linear search: called only on the way to an error, never per tensor
-  // (per tensor it made 100 000-tensor headers quadratic: minutes to mount).
-  uint64_t key_position(const std::string& key) const {
-    std::string quoted = nlohmann::json(key).dump();
-    auto pos = header_.find(quoted);
-    return pos == std::string_view::npos ? 8 : 8 + pos;
-  }
-
-  nlohmann::json read_metadata(const nlohmann::json& value) const {
-    const uint64_t at = key_position("__metadata__");
-    if (!value.is_object()) fail(at, "__metadata__ is not an object of strings");
-    for (auto& [k, v] : value.items())
-      if (!v.is_string())
-        fail(at, "__metadata__ value of \"" + k + "\" is a " + v.type_name() + ", not a string");
-    return value;
-  }
-
-  uint64_t read_unsigned(const nlohmann::json& value, const std::string& name,
-                         std::string_view field) const {
-    if (!value.is_number_unsigned())
-      fail_at_key(name, "tensor \"" + name + "\": " + std::string(field) +
-                   " holds " + value.dump() + ", not a non-negative integer");
-    return value.get<uint64_t>();
-  }
-
   [[noreturn]] void fail_at_key(const std::string& name, const std::string& reason) const {
-    fail(key_position(name), reason);
-  }
-
-  Entry read_entry(const std::string& name, const nlohmann::json& value) const {
-    auto quote = [&] { return "tensor \"" + name + "\": "; };
-    if (!value.is_object()) fail_at_key(name, quote() + "entry is not an object");
-    auto dtype_it = value.find("dtype");
-    auto shape_it = value.find("shape");
-    auto offsets_it = value.find("data_offsets");
-    if (dtype_it == value.end() || !dtype_it->is_string())
-      fail_at_key(name, quote() + "missing or non-string \"dtype\"");
-    if (shape_it == value.end() || !shape_it->is_array())
-      fail_at_key(name, quote() + "missing or non-array \"shape\"");
-    if (offsets_it == value.end() || !offsets_it->is_array() || offsets_it->size() != 2)
-      fail_at_key(name, quote() + "\"data_offsets\" must be an array of two integers");
-
-    const auto code = dtype_it->get<std::string>();
-    auto dtype = dtype_from_code(code);
-    if (!dtype) fail_at_key(name, quote() + "unknown dtype \"" + code + "\"");
-
-    Entry entry{name, *dtype, {}, 0, 0};
-    entry.shape.reserve(shape_it->size());
-    for (const auto& dim : *shape_it) entry.shape.push_back(read_unsigned(dim, name, "shape"));
-    entry.begin = read_unsigned((*offsets_it)[0], name, "data_offsets");
-    entry.end = read_unsigned((*offsets_it)[1], name, "data_offsets");
-    return entry;
+    fail(key_position(header_, name), reason);
   }
 
   // Rules 5-7 of formats.md §4.3, in the reference crate's order.
-  void validate_offsets(std::vector<Entry>& entries) const {
-    std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+  void validate_offsets(std::vector<HeaderEntry>& entries) const {
+    std::sort(entries.begin(), entries.end(), [](const HeaderEntry& a, const HeaderEntry& b) {
       return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
     });
     const uint64_t buffer_size = file_->size() - data_start_;
@@ -207,7 +101,7 @@ class Parser {
                " bytes after the last tensor are not described by the header");
   }
 
-  Tensor make_tensor(Entry&& e) const {
+  Tensor make_tensor(HeaderEntry&& e) const {
     Tensor t;
     t.name = std::move(e.name);
     t.dtype = e.dtype;

@@ -120,6 +120,42 @@ std::vector<BadFile> bad_files() {
        "duplicate JSON key \"t\"", std::nullopt},
       {"nesting too deep", safetensors_bytes(deep_nesting(100000), four), "nests deeper",
        std::nullopt},
+      // The header is read as a stream, not a DOM; these pin the rules a
+      // DOM read gave.
+      {"field given twice in an entry",
+       safetensors_bytes(R"({"t":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                         four),
+       "duplicate JSON key \"dtype\"", std::nullopt},
+      {"key given twice inside an unknown field",
+       safetensors_bytes(
+           R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":{"k":1,"k":2}}})", four),
+       "duplicate JSON key \"k\"", std::nullopt},
+      {"__metadata__ given twice",
+       safetensors_bytes(R"({"__metadata__":{},"__metadata__":{}})", ""),
+       "duplicate JSON key \"__metadata__\"", std::nullopt},
+      {"metadata key given twice",
+       safetensors_bytes(R"({"__metadata__":{"a":"1","a":"2"}})", ""),
+       "duplicate JSON key \"a\"", std::nullopt},
+      {"the first bad entry in key order is the one reported",
+       safetensors_bytes(R"({"b":{"dtype":"F128","shape":[1],"data_offsets":[0,4]},)"
+                         R"("a":{"dtype":"F32","data_offsets":[0,4]}})",
+                         four),
+       "tensor \"a\": missing or non-array \"shape\"", 8 + 55},
+      {"a syntax error wins over a bad entry before it",
+       safetensors_bytes(R"({"t":{"dtype":"F128","shape":[1],"data_offsets":[0,4]},)", four),
+       "invalid JSON", std::nullopt},
+      {"an offset that is a string",
+       safetensors_bytes(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":["0",4]}})", four),
+       "data_offsets holds \"0\", not a non-negative integer", 9},
+      {"a dimension that is an array",
+       safetensors_bytes(R"({"t":{"dtype":"F32","shape":[[1]],"data_offsets":[0,4]}})", four),
+       "shape holds an array, not a non-negative integer", 9},
+      {"dtype not a string",
+       safetensors_bytes(R"({"t":{"dtype":32,"shape":[1],"data_offsets":[0,4]}})", four),
+       "missing or non-string \"dtype\"", 9},
+      {"metadata value an array",
+       safetensors_bytes(R"({"__metadata__":{"a":"x","b":[1]}})", ""),
+       "__metadata__ value of \"b\" is a array, not a string", 9},
   };
 }
 
@@ -163,6 +199,22 @@ TEST(SafetensorsValidation, ParseErrorsPointIntoTheHeader) {
     EXPECT_GE(*e.offset(), 8u + 6u);
     EXPECT_LE(*e.offset(), 8u + 10u);
   }
+}
+
+TEST(Safetensors, FieldsInAnyOrderAndUnknownFieldsIgnored) {
+  TempDir dir;
+  const std::string header =
+      R"({"z":{"data_offsets":[4,6],"extra":{"deep":[{"x":null}],"n":-1.5},"shape":[2],"dtype":"U8"},)"
+      R"("__metadata__":{"format":"pt","note":"caf\u00e9"},)"
+      R"("a":{"shape":[2,1],"dtype":"I16","data_offsets":[0,4],"other":"ignored"}})";
+  auto file = parse_bytes(dir, safetensors_bytes(header, std::string("\1\2\3\4\5\6", 6)));
+  ASSERT_EQ(file.tensors.size(), 2u);
+  EXPECT_EQ(file.tensors[0].name, "a");
+  EXPECT_EQ(file.tensors[0].dtype_name(), "int16");
+  EXPECT_EQ(file.tensors[0].shape, (std::vector<uint64_t>{2, 1}));
+  EXPECT_EQ(file.tensors[1].name, "z");
+  EXPECT_EQ(file.tensors[1].bytes.view(), std::string("\5\6", 2));
+  EXPECT_EQ(file.metadata, (nlohmann::json{{"format", "pt"}, {"note", "caf\u00e9"}}));
 }
 
 TEST(Safetensors, EveryDtypeOfTheFormat) {
