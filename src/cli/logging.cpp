@@ -24,17 +24,25 @@ void install(std::shared_ptr<spdlog::logger> logger, LogLevel level) {
   spdlog::set_default_logger(std::move(logger));
 }
 
+// A logger is registered once by name: asking again (-d re-installs the
+// stderr logger at debug level) reuses it instead of throwing.
+template <typename Make>
+std::shared_ptr<spdlog::logger> registered(const std::string& name, Make&& make) {
+  if (auto existing = spdlog::get(name)) return existing;
+  return make();
+}
+
 }  // namespace
 
 void log_to_stderr(LogLevel level) {
-  auto logger = spdlog::stderr_logger_mt("modelfs-stderr");
+  auto logger = registered("modelfs-stderr", [] { return spdlog::stderr_logger_mt("modelfs-stderr"); });
   logger->set_pattern("modelfs: %l: %v");
   install(std::move(logger), level);
 }
 
 bool log_to_file(const std::string& path, LogLevel level) {
   try {
-    auto logger = spdlog::basic_logger_mt("modelfs-file", path);
+    auto logger = registered("modelfs-file", [&] { return spdlog::basic_logger_mt("modelfs-file", path); });
     logger->set_pattern("%Y-%m-%d %H:%M:%S.%e modelfs[%P] %l: %v");
     install(std::move(logger), level);
     return true;
@@ -44,7 +52,9 @@ bool log_to_file(const std::string& path, LogLevel level) {
 }
 
 void log_to_syslog(LogLevel level) {
-  auto logger = spdlog::syslog_logger_mt("modelfs-syslog", "modelfs", LOG_PID, LOG_DAEMON);
+  auto logger = registered("modelfs-syslog", [] {
+    return spdlog::syslog_logger_mt("modelfs-syslog", "modelfs", LOG_PID, LOG_DAEMON);
+  });
   logger->set_pattern("%l: %v");
   install(std::move(logger), level);
 }

@@ -54,6 +54,7 @@ struct Config {
   int nonempty = 0;
   char* log_file = nullptr;
   int readahead_kb = -1;
+  int xattr = 0;
   int show_help = 0;
   int show_version = 0;
 };
@@ -76,6 +77,7 @@ const fuse_opt kOptions[] = {
     MODELFS_OPT("nonempty", nonempty, 1),
     MODELFS_OPT("log_file=%s", log_file, 0),
     MODELFS_OPT("readahead_kb=%d", readahead_kb, 0),
+    MODELFS_OPT("xattr", xattr, 1),
     MODELFS_KEY("-h", kKeyHelp),
     MODELFS_KEY("--help", kKeyHelp),
     MODELFS_KEY("-V", kKeyVersion),
@@ -131,6 +133,8 @@ void print_usage(const char* program) {
             << "    -o log_file=PATH       after detaching, log here instead of syslog\n"
             << "    -o readahead_kb=N      readahead of the mount (root only; default "
             << kDefaultReadaheadKib << ", 0 keeps the kernel's)\n"
+            << "    -o xattr               serve user.modelfs.dtype and user.modelfs.shape as\n"
+            << "                           extended attributes (off: ls -l is faster)\n"
             << "\n"
             << "FUSE options:\n";
   std::cout.flush();
@@ -382,6 +386,7 @@ int run(int argc, char** argv) {
   serve.mountpoint = mountpoint;
   serve.foreground = cmdline.foreground != 0;
   serve.single_thread = cmdline.singlethread != 0;
+  serve.xattrs = config.xattr != 0;
   serve.max_idle_threads = static_cast<int>(cmdline.max_idle_threads);
   serve.readahead_kb = config.readahead_kb >= 0 ? static_cast<unsigned>(config.readahead_kb)
                        : ::geteuid() == 0      ? kDefaultReadaheadKib

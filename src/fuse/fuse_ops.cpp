@@ -37,11 +37,16 @@ struct Context {
   const Tree* tree;
   uid_t uid;
   gid_t gid;
+  bool xattrs;  // serve user.modelfs.* (-o xattr)
+  // Set at INIT when the kernel can skip OPEN/RELEASE and OPENDIR/
+  // RELEASEDIR: then the first open answers ENOSYS and the kernel stops
+  // asking, defaulting to what modelfs would answer anyway (keep the page
+  // cache, cache listings). Walking a tree saves two round trips a folder.
+  std::atomic<bool> skip_open{false};
+  std::atomic<bool> skip_opendir{false};
 };
 
-const Context& context(fuse_req_t req) {
-  return *static_cast<const Context*>(fuse_req_userdata(req));
-}
+Context& context(fuse_req_t req) { return *static_cast<Context*>(fuse_req_userdata(req)); }
 
 struct stat attributes_of(const Context& ctx, uint64_t ino, const Node& node) {
   struct stat st {};
@@ -84,7 +89,7 @@ void guarded(fuse_req_t req, const char* op, Body&& body) {
 }
 
 void op_init(void* userdata, fuse_conn_info* conn) {
-  (void)userdata;
+  auto& ctx = *static_cast<Context*>(userdata);
   // Splice moves pages without a copy but measured slower here for replies
   // from an mmap (performance.md); plain writev of iovecs is used instead.
   conn->want &= ~static_cast<unsigned>(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
@@ -95,6 +100,16 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
   // Nothing ever changes, so the kernel need not re-check mtimes.
   conn->want &= ~static_cast<unsigned>(FUSE_CAP_AUTO_INVAL_DATA);
+  // Opens need no answer of ours: the mount is read-only at the kernel,
+  // and without OPEN the kernel keeps the page cache and caches listings.
+  if (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT) {
+    conn->want |= FUSE_CAP_NO_OPEN_SUPPORT;
+    ctx.skip_open = true;
+  }
+  if (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) {
+    conn->want |= FUSE_CAP_NO_OPENDIR_SUPPORT;
+    ctx.skip_opendir = true;
+  }
 }
 
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -129,6 +144,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
 
 void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   guarded(req, "opendir", [&] {
+    if (context(req).skip_opendir) return (void)fuse_reply_err(req, ENOSYS);
     const Node* node = context(req).tree->node(ino);
     if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
     if (node->kind != NodeKind::Directory) return (void)fuse_reply_err(req, ENOTDIR);
@@ -195,6 +211,7 @@ void op_releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err
 
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   guarded(req, "open", [&] {
+    if (context(req).skip_open) return (void)fuse_reply_err(req, ENOSYS);
     const Node* node = context(req).tree->node(ino);
     if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
     if (node->kind == NodeKind::Directory) return (void)fuse_reply_err(req, EISDIR);
@@ -272,8 +289,12 @@ void reply_xattr_value(fuse_req_t req, const std::string& value, size_t size) {
   fuse_reply_buf(req, value.data(), value.size());
 }
 
+// Without -o xattr, ENOSYS: the kernel then stops asking. `ls -l` asks two
+// attributes of every file (security.selinux, system.posix_acl_access);
+// over 300 000 files those round trips were most of an `ls -lR`.
 void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   guarded(req, "getxattr", [&] {
+    if (!context(req).xattrs) return (void)fuse_reply_err(req, ENOSYS);
     const Node* node = context(req).tree->node(ino);
     if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
     for (const auto& [key, value] : xattrs_of(*node))
@@ -284,6 +305,7 @@ void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) 
 
 void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   guarded(req, "listxattr", [&] {
+    if (!context(req).xattrs) return (void)fuse_reply_err(req, ENOSYS);
     const Node* node = context(req).tree->node(ino);
     if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
     std::string names;
@@ -394,7 +416,7 @@ void route_libfuse_logs() { fuse_set_log_func(log_from_libfuse); }
 
 int serve(const Tree& tree, fuse_args& args, const ServeOptions& options) {
   route_libfuse_logs();
-  Context ctx{&tree, ::getuid(), ::getgid()};
+  Context ctx{&tree, ::getuid(), ::getgid(), options.xattrs};
   const fuse_lowlevel_ops ops = make_operations();
   fuse_session* session = fuse_session_new(&args, &ops, sizeof(ops), &ctx);
   if (session == nullptr) return 1;

@@ -20,6 +20,10 @@ struct ServeOptions {
   // default (128 KiB). Larger requests are the biggest lever on sequential
   // throughput (performance.md). Needs root; skipped with a note otherwise.
   unsigned readahead_kb = 0;
+  // Serve user.modelfs.dtype and user.modelfs.shape as extended attributes.
+  // Off by default: the kernel then never asks again (ENOSYS), which spares
+  // `ls -l` two round trips a file.
+  bool xattrs = false;
   // Called once the mount is live and before the daemon detaches, so the
   // CLI can say where the model is mounted while stderr still reaches the user.
   std::function<void()> on_mounted;

@@ -9,12 +9,13 @@ import json
 import os
 import subprocess
 import threading
+import time
 
 import numpy as np
 import pytest
 
 import safetensors_writer as st
-from conftest import mounted, run_modelfs
+from conftest import MODELFS, is_mounted, mounted, run_modelfs, unmount
 
 
 def cat(path):
@@ -225,15 +226,50 @@ def test_shell_tools_od_dd_sha256sum(tmp):
         assert digest == hashlib.sha256(values.tobytes()).hexdigest()
 
 
-def test_xattrs_name_dtype_and_shape(tmp):
+def test_xattrs_name_dtype_and_shape_with_o_xattr(tmp):
     model = st.write(tmp / "m.safetensors", {"w": np.zeros((3, 7), np.float16)})
-    with mounted(model) as mnt:
+    with mounted(model, "-o", "xattr") as mnt:
         for path in (mnt / "w", mnt / "w.npy"):
             assert os.getxattr(path, "user.modelfs.dtype") == b"float16"
             assert os.getxattr(path, "user.modelfs.shape") == b"[3,7]"
             assert set(os.listxattr(path)) == {"user.modelfs.dtype", "user.modelfs.shape"}
         with pytest.raises(OSError):
             os.getxattr(mnt / "w", "user.other")
+
+
+def test_no_xattrs_by_default_and_ls_l_still_works(tmp):
+    model = st.write(tmp / "m.safetensors", {"w": np.zeros((3, 7), np.float16)})
+    with mounted(model) as mnt:
+        with pytest.raises(OSError) as unsupported:
+            os.getxattr(mnt / "w", "user.modelfs.dtype")
+        assert unsupported.value.errno == errno.EOPNOTSUPP
+        listing = subprocess.run(["ls", "-l", str(mnt)], check=True, capture_output=True,
+                                 text=True).stdout
+        assert "-r--r--r--" in listing and " w.npy" in listing
+
+
+def test_debug_option_mounts_in_the_foreground_and_logs_requests(tmp):
+    model = st.write(tmp / "m.safetensors", {"w": np.arange(4, dtype=np.float32)})
+    mnt = tmp / "mnt"
+    mnt.mkdir()
+    proc = subprocess.Popen([str(MODELFS), "-d", str(model), str(mnt)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(500):
+            if is_mounted(mnt) or proc.poll() is not None:
+                break
+            time.sleep(0.01)
+        assert is_mounted(mnt), f"not mounted; exit {proc.poll()}"
+        assert np.fromfile(mnt / "w", np.float32).tolist() == [0, 1, 2, 3]
+    finally:
+        unmount(mnt)
+        try:
+            _, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+    assert proc.returncode == 0, err
+    assert "opcode: READ" in err
 
 
 def test_every_write_is_refused_with_erofs(tmp):
