@@ -40,19 +40,20 @@ class TreeBuilder {
     root.kind = NodeKind::Directory;
     root.nlink = 2;
     nodes.push_back(std::move(root));
-    dir_paths_[""] = Tree::kRootIno;
     const uint64_t meta_dir = directory(Tree::kRootIno, ".modelfs");
 
     // Folders first, so that a tensor file never takes a folder's name:
     // the folder keeps it and the file gets a "~N" suffix.
     const auto& tensors = tree_.catalog_.tensors;
     std::vector<std::vector<std::string>> components(tensors.size());
+    std::vector<uint64_t> folder_of(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i) {
       components[i] = tensor_path_components(tensors[i].name, options_.flat);
-      directories_for(components[i]);
+      folder_of[i] = directories_for(components[i]);
     }
     tree_.tensor_paths_.reserve(tensors.size());
-    for (size_t i = 0; i < tensors.size(); ++i) add_tensor(tensors[i], components[i]);
+    for (size_t i = 0; i < tensors.size(); ++i)
+      add_tensor(tensors[i], components[i], folder_of[i]);
 
     add_documents(meta_dir);
     for (auto& node : nodes) {
@@ -69,9 +70,25 @@ class TreeBuilder {
     node_value.parent = parent;
     tree_.nodes_.push_back(std::move(node_value));
     const uint64_t ino = tree_.nodes_.size();
-    node(parent).children.push_back({name, ino});
-    taken_[parent].insert(name);
+    auto& children = node(parent).children;
+    children.push_back({name, ino});
+    if (auto names = big_folder_names_.find(parent); names != big_folder_names_.end())
+      names->second.insert(name);
+    else if (children.size() >= kBigFolder) {
+      auto& names_of_parent = big_folder_names_[parent];
+      for (const auto& entry : children) names_of_parent.insert(entry.name);
+    }
     return ino;
+  }
+
+  // Whether `dir` already holds `name`: a scan while the folder is small (a
+  // tensor's folder holds a few files), a set once it is big.
+  bool is_taken(uint64_t dir, const std::string& name) {
+    if (auto names = big_folder_names_.find(dir); names != big_folder_names_.end())
+      return names->second.count(name) != 0;
+    for (const auto& entry : node(dir).children)
+      if (entry.name == name) return true;
+    return false;
   }
 
   uint64_t directory(uint64_t parent, const std::string& name) {
@@ -83,23 +100,37 @@ class TreeBuilder {
     return ino;
   }
 
-  void directories_for(const std::vector<std::string>& parts) {
-    uint64_t parent = Tree::kRootIno;
-    std::string path;
-    for (size_t i = 0; i + 1 < parts.size(); ++i) {
-      path += (i ? "/" : "") + parts[i];
+  // The folders of a tensor's path, made as needed; returns the innermost.
+  // Consecutive tensors mostly share folders (model.layers.3.*), so the
+  // previous tensor's chain is reused as far as it matches, and the map of
+  // folder paths is consulted only past that.
+  uint64_t directories_for(const std::vector<std::string>& parts) {
+    const size_t depth = parts.empty() ? 0 : parts.size() - 1;
+    size_t same = 0;
+    while (same < depth && same < chain_names_.size() && chain_names_[same] == parts[same]) ++same;
+    chain_names_.resize(same);
+    chain_inos_.resize(same);
+    uint64_t parent = same ? chain_inos_.back() : Tree::kRootIno;
+    std::string path = same ? chain_paths_[same - 1] : std::string();
+    chain_paths_.resize(same);
+    for (size_t i = same; i < depth; ++i) {
+      if (i) path += '/';
+      path += parts[i];
       auto it = dir_paths_.find(path);
       if (it == dir_paths_.end()) it = dir_paths_.emplace(path, directory(parent, parts[i])).first;
       parent = it->second;
+      chain_names_.push_back(parts[i]);
+      chain_inos_.push_back(parent);
+      chain_paths_.push_back(path);
     }
+    return parent;
   }
 
   // The first of base, base~1, base~2, ... whose file names are all free.
   std::string free_name(uint64_t dir, const std::string& base, bool with_npy) {
-    const auto& taken = taken_[dir];
     auto is_free = [&](const std::string& name) {
-      return !taken.count(name) && !taken.count(name + ".json") &&
-             (!with_npy || !taken.count(name + ".npy"));
+      return !is_taken(dir, name) && !is_taken(dir, name + ".json") &&
+             (!with_npy || !is_taken(dir, name + ".npy"));
     };
     if (is_free(base)) return base;
     for (uint64_t n = 1;; ++n) {
@@ -118,10 +149,9 @@ class TreeBuilder {
     return add_node(dir, name, std::move(file));
   }
 
-  void add_tensor(const Tensor& tensor, const std::vector<std::string>& parts) {
+  void add_tensor(const Tensor& tensor, const std::vector<std::string>& parts, uint64_t dir) {
     std::string dir_path;
     for (size_t i = 0; i + 1 < parts.size(); ++i) dir_path += (i ? "/" : "") + parts[i];
-    const uint64_t dir = dir_paths_.at(dir_path);
 
     auto descr = numpy_descr(tensor.dtype);
     const bool c_order = tensor.c_order.has_value() || tensor.is_c_contiguous();
@@ -134,10 +164,21 @@ class TreeBuilder {
     node(sidecar).size = sidecar_text(tensor, tree_.catalog_.format).size();
     if (npy)
       add_file(dir, name + ".npy", FileRole::NpyView,
-               {ByteSpan::owned(npy_header(*descr, tensor.shape, !c_order)),
+               {shared_npy_header(npy_header(*descr, tensor.shape, !c_order)),
                 tensor.c_order ? *tensor.c_order : tensor.bytes},
                &tensor);
     tree_.total_bytes_ += tensor.bytes.size();
+  }
+
+  // Tensors of one dtype and shape share one .npy header: a model's layers
+  // repeat a few shapes, and 100 000 copies of a 128-byte header add up.
+  ByteSpan shared_npy_header(std::string header) {
+    auto it = npy_headers_.find(header);
+    if (it == npy_headers_.end()) {
+      ByteSpan bytes = ByteSpan::owned(header);
+      it = npy_headers_.emplace(std::move(header), std::move(bytes)).first;
+    }
+    return it->second;
   }
 
   void add_document(uint64_t meta_dir, const std::string& relative_path, std::string content) {
@@ -204,7 +245,13 @@ class TreeBuilder {
   Tree& tree_;
   const TreeOptions& options_;
   std::unordered_map<std::string, uint64_t> dir_paths_;
-  std::unordered_map<uint64_t, std::unordered_set<std::string>> taken_;
+  // Folders with at least kBigFolder entries get a set of their names.
+  static constexpr size_t kBigFolder = 16;
+  std::unordered_map<uint64_t, std::unordered_set<std::string>> big_folder_names_;
+  // The previous tensor's folders: names, inodes and paths, outermost first.
+  std::vector<std::string> chain_names_;
+  std::vector<uint64_t> chain_inos_;
+  std::vector<std::string> chain_paths_;
   std::unordered_map<std::string, ByteSpan> npy_headers_;
 };
 

@@ -104,6 +104,41 @@ TEST(Tree, FlatModeSidecarClashesGetSuffixes) {
   EXPECT_EQ(tree->node(*tree->resolve(".modelfs"))->kind, NodeKind::Directory);
 }
 
+// Big folders check names through a set, small ones by a scan: clashes
+// resolve alike on both sides of that line.
+TEST(Tree, ClashesResolveAlikeInSmallAndBigFolders) {
+  for (size_t fillers : {0u, 40u}) {
+    SCOPED_TRACE(fillers);
+    std::vector<Tensor> nested, flat;
+    for (size_t i = 0; i < fillers; ++i) {
+      nested.push_back(tensor("d.f" + std::to_string(i)));
+      flat.push_back(tensor("f" + std::to_string(i)));
+    }
+    for (const char* name : {"d.x.json", "d.x", "d.x~1.npy", "d.y.z", "d.y"}) nested.push_back(tensor(name));
+    for (const char* name : {"x.json", "x", "x~1.npy", "y"}) flat.push_back(tensor(name));
+    auto nested_tree = build(std::move(nested));
+    auto flat_tree = build(std::move(flat), true);
+    const auto& paths = nested_tree->tensor_paths();
+    // d/x and d/x~1 are folders, so the file d.x takes the next free name.
+    EXPECT_EQ(std::vector<std::string>(paths.end() - 5, paths.end()),
+              (std::vector<std::string>{"d/x/json", "d/x~2", "d/x~1/npy", "d/y/z", "d/y~1"}));
+    const auto& flat_paths = flat_tree->tensor_paths();
+    // x's sidecar would be x.json, a tensor's file: x becomes x~1, and then
+    // x~1.npy is the view of x~1, so that tensor becomes x~1.npy~1.
+    EXPECT_EQ(std::vector<std::string>(flat_paths.end() - 4, flat_paths.end()),
+              (std::vector<std::string>{"x.json", "x~1", "x~1.npy~1", "y"}));
+  }
+}
+
+// Tensors out of name order revisit folders made long before.
+TEST(Tree, FoldersAreSharedByTensorsFarApart) {
+  auto tree = build({tensor("a.p.w"), tensor("b.p.w"), tensor("a.p.b"), tensor("a.q.w"), tensor("b.p.b")});
+  EXPECT_EQ(tree->tensor_paths(),
+            (std::vector<std::string>{"a/p/w", "b/p/w", "a/p/b", "a/q/w", "b/p/b"}));
+  EXPECT_EQ(tree->node(*tree->resolve("a/p"))->children.size(), 6u);  // w, b and their sidecars, .npy
+  EXPECT_EQ(tree->node(*tree->resolve("a"))->children.size(), 2u);
+}
+
 TEST(Tree, DotDotEmptyAndNonAsciiNamesAreReachable) {
   auto tree = build({tensor(".."), tensor("a..b"), tensor("ñ.权重"), tensor("")});
   for (const auto& p : tree->tensor_paths()) EXPECT_TRUE(tree->resolve(p)) << p;
