@@ -162,7 +162,10 @@ void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, b
   const Node* dir = ctx.tree->node(ino);
   if (dir == nullptr) return (void)fuse_reply_err(req, ENOENT);
   if (dir->kind != NodeKind::Directory) return (void)fuse_reply_err(req, ENOTDIR);
-  std::vector<char> buffer(size);
+  // Reused by this thread's listings; never cleared (each reply sends only
+  // what was just written).
+  thread_local std::vector<char> buffer;
+  if (buffer.size() < size) buffer.resize(size);
   size_t used = 0;
   const size_t total = dir->children.size() + 2;
   for (size_t index = static_cast<size_t>(std::max<off_t>(offset, 0)); index < total; ++index) {
