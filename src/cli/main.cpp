@@ -388,6 +388,8 @@ int run(int argc, char** argv) {
   serve.single_thread = cmdline.singlethread != 0;
   serve.xattrs = config.xattr != 0;
   serve.max_idle_threads = static_cast<int>(cmdline.max_idle_threads);
+  serve.max_threads = cmdline.max_threads;
+  serve.clone_fd = cmdline.clone_fd != 0;
   serve.readahead_kb = config.readahead_kb >= 0 ? static_cast<unsigned>(config.readahead_kb)
                        : ::geteuid() == 0      ? kDefaultReadaheadKib
                                                : 0;

@@ -447,6 +447,8 @@ int serve(const Tree& tree, fuse_args& args, const ServeOptions& options) {
     fuse_loop_config* config = fuse_loop_cfg_create();
     if (options.max_idle_threads >= 0)
       fuse_loop_cfg_set_idle_threads(config, static_cast<unsigned>(options.max_idle_threads));
+    fuse_loop_cfg_set_max_threads(config, options.max_threads);
+    fuse_loop_cfg_set_clone_fd(config, options.clone_fd ? 1 : 0);
     status = fuse_session_loop_mt(session, config);
     fuse_loop_cfg_destroy(config);
   }

@@ -15,7 +15,10 @@ struct ServeOptions {
   std::string mountpoint;
   bool foreground = false;
   bool single_thread = false;
+  // The multithreaded loop's settings (fuse_parse_cmdline's -o options).
   int max_idle_threads = -1;  // libfuse default when negative
+  unsigned max_threads = 10;  // libfuse's default
+  bool clone_fd = false;      // a /dev/fuse descriptor per worker thread
   // Readahead of the mount's backing device, in KiB; 0 leaves the kernel's
   // default (128 KiB). Larger requests are the biggest lever on sequential
   // throughput (performance.md). Needs root; skipped with a note otherwise.
