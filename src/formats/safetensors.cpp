@@ -1,14 +1,9 @@
 #include "modelfs/formats/safetensors.hpp"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
-#include <map>
-#include <set>
-#include <unordered_set>
 
-#include "json_limits.hpp"
 #include "safetensors_header.hpp"
+#include "sharded_index.hpp"
 #include "modelfs/byte_reader.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
@@ -125,80 +120,16 @@ std::string_view skip_json_space(std::span<const std::byte> bytes) {
   return pos == std::string_view::npos ? std::string_view{} : text.substr(pos);
 }
 
-bool is_index_name(const std::filesystem::path& p) {
-  const std::string name = p.filename().string();
-  constexpr std::string_view suffix = ".safetensors.index.json";
-  return name.size() > suffix.size() && name.ends_with(suffix);
-}
-
-// A shard name from weight_map must stay inside the index's folder.
-void check_shard_name(const std::string& shard, const std::string& index_name) {
-  std::filesystem::path p(shard);
-  bool bad = shard.empty() || p.is_absolute() || shard.find('\0') != std::string::npos;
-  for (const auto& part : p)
-    if (part == "..") bad = true;
-  if (bad)
-    throw ModelError(index_name, "safetensors index", std::nullopt,
-                     "weight_map names shard \"" + shard +
-                         "\", which is not a file name inside the index's folder");
-}
-
 Catalog open_index(const std::filesystem::path& index_path) {
-  const std::string index_name = index_path.string();
-  auto index_file = MappedFile::open(index_path);
-  std::string_view text(reinterpret_cast<const char*>(index_file->data()), index_file->size());
-  nlohmann::json index = parse_json_limited(text, index_name, "safetensors index", 0, kMaxJsonDepth);
-  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
-    throw ModelError(index_name, "safetensors index", std::nullopt,
-                     "no \"weight_map\" object mapping tensor names to shard files");
-  if (index.contains("metadata") && !index["metadata"].is_object())
-    throw ModelError(index_name, "safetensors index", std::nullopt,
-                     "\"metadata\" is not an object");
-
-  // Shards in name order (model-00001-of-00003 first); each opened once.
-  std::map<std::string, std::set<std::string>> names_by_shard;
-  for (auto& [tensor, shard] : index["weight_map"].items()) {
-    if (!shard.is_string())
-      throw ModelError(index_name, "safetensors index", std::nullopt,
-                       "weight_map entry \"" + tensor + "\" is not a file name");
-    check_shard_name(shard.get<std::string>(), index_name);
-    names_by_shard[shard.get<std::string>()].insert(tensor);
-  }
-  if (names_by_shard.empty())
-    throw ModelError(index_name, "safetensors index", std::nullopt, "weight_map is empty");
-
-  Catalog catalog;
-  catalog.format = std::string(kFormat);
-  catalog.mtime = index_file->mtime();
-  catalog.files.push_back(index_path.filename().string());
-  nlohmann::json shard_metadata = nlohmann::json::object();
-  std::unordered_set<std::string> seen;
-  const auto folder = index_path.parent_path();
-  for (auto& [shard, expected] : names_by_shard) {
-    auto mapped = MappedFile::open(folder / shard);
-    File file = parse(mapped, shard);
-    catalog.files.push_back(shard);
-    shard_metadata[shard] = file.metadata;
-    std::set<std::string> found;
-    for (auto& tensor : file.tensors) {
-      if (!seen.insert(tensor.name).second)
-        throw ModelError(mapped->display_name(), std::string(kFormat), tensor.source.offset,
-                         "tensor \"" + tensor.name + "\" is also stored in another shard");
-      if (!expected.count(tensor.name))
-        spdlog::warn("{}: tensor \"{}\" is not listed in {}'s weight_map; mounted anyway", shard,
-                     tensor.name, index_path.filename().string());
-      found.insert(tensor.name);
-      catalog.tensors.push_back(std::move(tensor));
-    }
-    for (const auto& name : expected)
-      if (!found.count(name))
-        throw ModelError(index_name, "safetensors index", std::nullopt,
-                         "weight_map places tensor \"" + name + "\" in " + shard +
-                             ", which does not hold it");
-  }
-  catalog.metadata["index"] = index.value("metadata", nlohmann::json::object());
-  catalog.metadata["shards"] = shard_metadata;
-  return catalog;
+  return open_sharded_index(
+      index_path, {"safetensors index", kFormat, kMaxJsonDepth},
+      [](const std::filesystem::path& path, const std::string& name) {
+        File file = parse(MappedFile::open(path), name);
+        Catalog shard;
+        shard.tensors = std::move(file.tensors);
+        shard.metadata = std::move(file.metadata);  // the shard's __metadata__
+        return shard;
+      });
 }
 
 Catalog open_single(const std::filesystem::path& path) {
@@ -215,12 +146,7 @@ Catalog open_single(const std::filesystem::path& path) {
 }
 
 std::vector<std::filesystem::path> index_files_in(const std::filesystem::path& folder) {
-  std::vector<std::filesystem::path> found;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(folder, ec))
-    if (is_index_name(entry.path()) && entry.is_regular_file(ec)) found.push_back(entry.path());
-  std::sort(found.begin(), found.end());
-  return found;
+  return modelfs::index_files_in(folder, {".safetensors.index.json"});
 }
 
 }  // namespace

@@ -6,10 +6,8 @@
 #include <cstring>
 #include <algorithm>
 #include <map>
-#include <set>
-#include <unordered_set>
 
-#include "json_limits.hpp"
+#include "sharded_index.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats/pt2.hpp"
@@ -362,20 +360,8 @@ namespace {
 constexpr int kMaxIndexJsonDepth = 64;
 constexpr std::string_view kIndexFormat = "pytorch index";
 
-bool is_index_name(const std::filesystem::path& p) {
-  const std::string name = p.filename().string();
-  for (std::string_view suffix : {".bin.index.json", ".pt.index.json", ".pth.index.json"})
-    if (name.size() > suffix.size() && name.ends_with(suffix)) return true;
-  return false;
-}
-
 std::vector<std::filesystem::path> index_files_in(const std::filesystem::path& folder) {
-  std::vector<std::filesystem::path> found;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(folder, ec))
-    if (is_index_name(entry.path()) && entry.is_regular_file(ec)) found.push_back(entry.path());
-  std::sort(found.begin(), found.end());
-  return found;
+  return modelfs::index_files_in(folder, {".bin.index.json", ".pt.index.json", ".pth.index.json"});
 }
 
 Catalog open_shard(const std::filesystem::path& path) {
@@ -415,56 +401,9 @@ Catalog open_index(const std::filesystem::path& model) {
                            " *.bin.index.json files; name the one to mount");
     index_path = indexes.front();
   }
-  const std::string index_name = index_path.string();
-  auto refuse = [&](const std::string& reason) {
-    return ModelError(index_name, std::string(kIndexFormat), std::nullopt, reason);
-  };
-  auto index_file = MappedFile::open(index_path);
-  std::string_view text(reinterpret_cast<const char*>(index_file->data()), index_file->size());
-  nlohmann::json index = parse_json_limited(text, index_name, kIndexFormat, 0, kMaxIndexJsonDepth);
-  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
-    throw refuse("no \"weight_map\" object mapping tensor names to shard files");
-
-  std::map<std::string, std::set<std::string>> names_by_shard;
-  for (auto& [tensor, shard] : index["weight_map"].items()) {
-    if (!shard.is_string()) throw refuse("weight_map entry \"" + tensor + "\" is not a file name");
-    const std::string name = shard.get<std::string>();
-    std::filesystem::path p(name);
-    bool bad = name.empty() || p.is_absolute() || name.find('\0') != std::string::npos;
-    for (const auto& part : p)
-      if (part == "..") bad = true;
-    if (bad) throw refuse("weight_map names shard \"" + name + "\", which is not a file name inside the index's folder");
-    names_by_shard[name].insert(tensor);
-  }
-  if (names_by_shard.empty()) throw refuse("weight_map is empty");
-
-  Catalog catalog;
-  catalog.format = "pytorch";
-  catalog.mtime = index_file->mtime();
-  catalog.files.push_back(index_path.filename().string());
-  nlohmann::json shards = nlohmann::json::object();
-  std::unordered_set<std::string> seen;
-  for (auto& [shard, expected] : names_by_shard) {
-    Catalog part = open_shard(index_path.parent_path() / shard);
-    catalog.files.push_back(shard);
-    for (auto& check : part.integrity_checks) catalog.integrity_checks.push_back(std::move(check));
-    shards[shard] = part.metadata;
-    std::set<std::string> found;
-    for (auto& tensor : part.tensors) {
-      if (!seen.insert(tensor.name).second)
-        throw refuse("tensor \"" + tensor.name + "\" is stored in more than one shard (" + shard + ")");
-      if (!expected.count(tensor.name))
-        spdlog::warn("{}: tensor \"{}\" is not listed in {}'s weight_map; mounted anyway", shard,
-                     tensor.name, index_path.filename().string());
-      found.insert(tensor.name);
-      catalog.tensors.push_back(std::move(tensor));
-    }
-    for (const auto& name : expected)
-      if (!found.count(name))
-        throw refuse("weight_map places tensor \"" + name + "\" in " + shard + ", which does not hold it");
-  }
-  catalog.metadata["index"] = index.value("metadata", nlohmann::json::object());
-  catalog.metadata["shards"] = shards;
+  Catalog catalog = open_sharded_index(
+      index_path, {kIndexFormat, "pytorch", kMaxIndexJsonDepth},
+      [](const std::filesystem::path& path, const std::string&) { return open_shard(path); });
   catalog.tensors_may_share_bytes = true;
   return catalog;
 }

@@ -1,0 +1,101 @@
+#include "sharded_index.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "json_limits.hpp"
+#include "modelfs/error.hpp"
+#include "modelfs/mapped_file.hpp"
+
+namespace modelfs {
+namespace {
+
+// A shard name from weight_map must stay inside the index's folder.
+bool is_file_name_inside(const std::string& shard) {
+  const std::filesystem::path p(shard);
+  if (shard.empty() || p.is_absolute() || shard.find('\0') != std::string::npos) return false;
+  for (const auto& part : p)
+    if (part == "..") return false;
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::filesystem::path> index_files_in(const std::filesystem::path& folder,
+                                                  std::initializer_list<std::string_view> suffixes) {
+  auto is_index_name = [&](const std::filesystem::path& p) {
+    const std::string name = p.filename().string();
+    for (std::string_view suffix : suffixes)
+      if (name.size() > suffix.size() && name.ends_with(suffix)) return true;
+    return false;
+  };
+  std::vector<std::filesystem::path> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, ec))
+    if (is_index_name(entry.path()) && entry.is_regular_file(ec)) found.push_back(entry.path());
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+Catalog open_sharded_index(const std::filesystem::path& index_path, const ShardedFormat& format,
+                           const OpenShard& open_shard) {
+  const std::string index_name = index_path.string();
+  auto refuse = [&](const std::string& reason) {
+    return ModelError(index_name, std::string(format.index), std::nullopt, reason);
+  };
+  auto index_file = MappedFile::open(index_path);
+  const std::string_view text(reinterpret_cast<const char*>(index_file->data()), index_file->size());
+  nlohmann::json index = parse_json_limited(text, index_name, format.index, 0, format.max_json_depth);
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+    throw refuse("no \"weight_map\" object mapping tensor names to shard files");
+  if (index.contains("metadata") && !index["metadata"].is_object())
+    throw refuse("\"metadata\" is not an object");
+
+  std::map<std::string, std::set<std::string>> names_by_shard;
+  for (auto& [tensor, shard] : index["weight_map"].items()) {
+    if (!shard.is_string()) throw refuse("weight_map entry \"" + tensor + "\" is not a file name");
+    const std::string name = shard.get<std::string>();
+    if (!is_file_name_inside(name))
+      throw refuse("weight_map names shard \"" + name +
+                   "\", which is not a file name inside the index's folder");
+    names_by_shard[name].insert(tensor);
+  }
+  if (names_by_shard.empty()) throw refuse("weight_map is empty");
+
+  Catalog catalog;
+  catalog.format = std::string(format.catalog);
+  catalog.mtime = index_file->mtime();
+  catalog.files.push_back(index_path.filename().string());
+  nlohmann::json shards = nlohmann::json::object();
+  std::unordered_map<std::string, std::string> shard_of;  // tensor name -> the shard holding it
+  for (const auto& [shard, expected] : names_by_shard) {
+    Catalog part = open_shard(index_path.parent_path() / shard, shard);
+    catalog.files.push_back(shard);
+    for (auto& check : part.integrity_checks) catalog.integrity_checks.push_back(std::move(check));
+    shards[shard] = std::move(part.metadata);
+    std::set<std::string> found;
+    for (auto& tensor : part.tensors) {
+      if (auto [first, added] = shard_of.emplace(tensor.name, shard); !added)
+        throw refuse("tensor \"" + tensor.name + "\" of " + shard +
+                     " is also stored in another shard (" + first->second + ")");
+      if (!expected.count(tensor.name))
+        spdlog::warn("{}: tensor \"{}\" is not listed in {}'s weight_map; mounted anyway", shard,
+                     tensor.name, index_path.filename().string());
+      found.insert(tensor.name);
+      catalog.tensors.push_back(std::move(tensor));
+    }
+    for (const auto& name : expected)
+      if (!found.count(name))
+        throw refuse("weight_map places tensor \"" + name + "\" in " + shard +
+                     ", which does not hold it");
+  }
+  catalog.metadata["index"] = index.value("metadata", nlohmann::json::object());
+  catalog.metadata["shards"] = std::move(shards);
+  return catalog;
+}
+
+}  // namespace modelfs
