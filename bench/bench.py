@@ -219,27 +219,26 @@ class Bench:
             self.numpy_reads(name, files, tensors)
 
     def sequential(self, name, files, tensors, data_files):
-        """First and second pass of every file system, round-robin, each right
-        after a direct read of the model file: a pass's ratio is taken to the
-        direct read just before it, and the median of those ratios is kept,
-        so a noisy moment of the machine weighs on both sides alike."""
+        """First and second pass of every file system, round-robin, each pass
+        right after a direct read of the model file: a pass's ratio is taken
+        to the direct read just before it, and the median of those ratios is
+        kept, so a noisy moment of the machine weighs on both sides alike."""
         direct_files = [self.work / f for f in data_files]
         direct = []
         runs = {fs: dict(first=[], second=[], ratio_first=[], ratio_second=[], rss=[]) for fs in self.peers}
         for _ in range(max(5, self.rounds)):
             for fs in self.peers:
                 run = runs[fs]
-                before = cat(direct_files)
-                direct.append(before)
                 with self.mount(fs, files, data_files[0]) as (pid, _):
                     root = self.mnt / fs
                     paths = [root / t["path"] for t in tensors] if fs == "modelfs" else [root / f for f in data_files]
-                    first, second = cat(paths), cat(paths)
+                    for label in ("first", "second"):
+                        before = cat(direct_files)
+                        taken = cat(paths)
+                        direct.append(before)
+                        run[label].append(taken)
+                        run["ratio_" + label].append(before / taken)
                     run["rss"].append(rss_anon_mib(pid))
-                run["first"].append(first)
-                run["second"].append(second)
-                run["ratio_first"].append(before / first)
-                run["ratio_second"].append(before / second)
         self.add(name, "read all bytes", "direct", median(direct), "s")
         for fs, run in runs.items():
             for label in ("first", "second"):
