@@ -487,7 +487,7 @@ def main():
         for r in bench.rows:
             writer.writerow({**meta, **r})
     header = [f"modelfs benchmark — {meta['date']}, {host} ({meta['cpus']} CPUs, Linux {meta['kernel']}), "
-              f"commit {commit}, medians of {args.rounds} rounds (direct: of {max(5, args.rounds)})"
+              f"commit {commit}, medians of {args.rounds} rounds (sequential: of {max(5, args.rounds)}, each pass against a direct read just before it)"
               + (f", modelfs {meta['modelfs_opts']}" if meta["modelfs_opts"] else "")]
     table = markdown(bench.rows, header)
     (results / f"{stem}.md").write_text(table + "\n")
