@@ -5,6 +5,7 @@ that unmounts in its `finally`, so no mount outlives a failing test.
 The tests run under Debian's /usr/bin/python3 (numpy, torch, onnx).
 """
 import contextlib
+import json
 import os
 import pathlib
 import subprocess
@@ -37,6 +38,26 @@ def unmount(path):
         if not is_mounted(path):
             return
         time.sleep(0.05)
+
+
+def cat(path):
+    """A file's bytes as `cat` reads them through the mount."""
+    return subprocess.run(["cat", str(path)], check=True, capture_output=True).stdout
+
+
+def sidecar(path):
+    """The JSON sidecar of the tensor file at `path`."""
+    return json.loads(cat(str(path) + ".json"))
+
+
+def index_paths(mnt):
+    """({tensor name: path of its raw file}, the whole index.json)."""
+    index = json.loads((mnt / ".modelfs" / "index.json").read_text())
+    return {t["name"]: mnt / t["path"] for t in index["tensors"]}, index
+
+
+def metadata(mnt):
+    return json.loads((mnt / ".modelfs" / "metadata.json").read_text())
 
 
 def run_modelfs(*args, **kwargs):

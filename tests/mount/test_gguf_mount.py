@@ -8,32 +8,14 @@ import json
 import os
 import shutil
 import struct
-import subprocess
 
 import numpy as np
 import pytest
 
 import gguf_writer as gw
-from conftest import mounted, run_modelfs
+from conftest import cat, index_paths, metadata, mounted, run_modelfs, sidecar
 
 REAL = "fixtures/real/gguf"
-
-
-def cat(path):
-    return subprocess.run(["cat", str(path)], check=True, capture_output=True).stdout
-
-
-def sidecar(path):
-    return json.loads(cat(str(path) + ".json"))
-
-
-def index_paths(mnt):
-    index = json.loads((mnt / ".modelfs" / "index.json").read_text())
-    return {t["name"]: mnt / t["path"] for t in index["tensors"]}, index
-
-
-def metadata(mnt):
-    return json.loads((mnt / ".modelfs" / "metadata.json").read_text())
 
 
 def c_strides(shape):

@@ -10,14 +10,13 @@ import hashlib
 import json
 import os
 import struct
-import subprocess
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import mounted, run_modelfs
+from conftest import cat, mounted, run_modelfs
 
 OPSET = [helper.make_opsetid("", 13)]
 
@@ -108,10 +107,6 @@ def collect(model):
         graph(info.initialization)
         graph(info.algorithm)
     return found, strings
-
-
-def cat(path):
-    return subprocess.run(["cat", str(path)], check=True, capture_output=True).stdout
 
 
 def index_of(mnt):

@@ -15,20 +15,7 @@ import numpy as np
 import pytest
 
 import safetensors_writer as st
-from conftest import MODELFS, is_mounted, mounted, run_modelfs, unmount
-
-
-def cat(path):
-    return subprocess.run(["cat", str(path)], check=True, capture_output=True).stdout
-
-
-def sidecar(path):
-    return json.loads(cat(str(path) + ".json"))
-
-
-def index_paths(mnt):
-    index = json.loads((mnt / ".modelfs" / "index.json").read_text())
-    return {t["name"]: mnt / t["path"] for t in index["tensors"]}, index
+from conftest import MODELFS, cat, index_paths, is_mounted, mounted, run_modelfs, sidecar, unmount
 
 
 def rng_bytes(n, seed):

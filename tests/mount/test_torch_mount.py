@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import mounted, run_modelfs
+from conftest import index_paths, metadata, mounted, run_modelfs, sidecar
 
 NUMPY_OF = {
     torch.bool: np.bool_, torch.uint8: np.uint8, torch.int8: np.int8, torch.int16: np.int16,
@@ -36,19 +36,6 @@ DTYPE_NAME = {
     torch.complex64: "complex64", torch.complex128: "complex128",
     torch.qint8: "int8", torch.quint8: "uint8", torch.qint32: "int32",
 }
-
-
-def index_paths(mnt):
-    index = json.loads((mnt / ".modelfs" / "index.json").read_text())
-    return {t["name"]: mnt / t["path"] for t in index["tensors"]}
-
-
-def metadata(mnt):
-    return json.loads((mnt / ".modelfs" / "metadata.json").read_text())
-
-
-def sidecar(path):
-    return json.loads(pathlib.Path(str(path) + ".json").read_text())
 
 
 def raw_values(t):
@@ -122,7 +109,7 @@ def flatten(obj, prefix=""):
 
 
 def check_all(mnt, tensors, kinds=None):
-    paths = index_paths(mnt)
+    paths, _ = index_paths(mnt)
     assert set(paths) == set(tensors), (sorted(paths), sorted(tensors))
     for name, t in tensors.items():
         check_tensor(paths[name], name, t, (kinds or {}).get(name))
@@ -285,7 +272,7 @@ def test_quantized_tensors(tmp):
                                              torch.tensor([0, 1, 2, 3]), 0, torch.quint8)
     torch.save({"pt": per_tensor, "pc": per_channel, "plain": x}, tmp / "q.pt")
     with mounted(tmp / "q.pt") as mnt:
-        paths = index_paths(mnt)
+        paths, _ = index_paths(mnt)
         meta = check_tensor(paths["pt"], "pt", per_tensor)
         assert meta["quantization"] == {"qscheme": "per_tensor_affine", "scale": 0.05, "zero_point": 3}
         assert meta["torch_dtype"] == "qint8"
@@ -322,7 +309,7 @@ def test_torchscript_modules(tmp, how):
     kinds = {n: "parameter" for n, _ in reference.named_parameters()}
     kinds.update({n: "buffer" for n, _ in reference.named_buffers()})
     with mounted(tmp / "m.pt") as mnt:
-        paths = index_paths(mnt)
+        paths, _ = index_paths(mnt)
         assert metadata(mnt)["format"] == "torchscript"
         for name, t in sd.items():
             check_tensor(paths[name], name, t, kind=kinds[name])
@@ -338,7 +325,7 @@ def test_shared_generated_fixtures_match_expected(shared):
         if not rel.startswith("pt/"):
             continue
         with mounted(shared / "fixtures" / "generated" / rel) as mnt:
-            paths = index_paths(mnt)
+            paths, _ = index_paths(mnt)
             assert metadata(mnt)["format"] == entry["format"], rel
             if not entry.get("subset"):
                 assert set(paths) == set(entry["tensors"]), rel
@@ -367,7 +354,7 @@ def test_real_pytorch_files(shared):
     assert files
     for path in files:
         with mounted(path) as mnt:
-            paths = index_paths(mnt)
+            paths, _ = index_paths(mnt)
             assert paths, path.name
             for name, p in paths.items():
                 meta = sidecar(p)
@@ -493,7 +480,7 @@ def test_sharded_bin_checkpoint_folder_and_index(tmp):
             check_all(mnt, dict(sd))
             meta = metadata(mnt)
             assert meta["index"] == {"total_size": 1}
-            assert sidecar(index_paths(mnt)[second[0]])["source"]["file"] == "pytorch_model-00002-of-00002.bin"
+            assert sidecar(index_paths(mnt)[0][second[0]])["source"]["file"] == "pytorch_model-00002-of-00002.bin"
     del weight_map[first[0]]
     weight_map["missing.weight"] = "pytorch_model-00001-of-00002.bin"
     (folder / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": weight_map}))
