@@ -61,30 +61,31 @@ class Parser {
     const uint64_t buffer_size = file_->size() - data_start_;
     uint64_t expected_begin = 0;
     for (const auto& e : entries) {
-      auto quote = "tensor \"" + e.name + "\": ";
+      // Built only on the way to a message: this runs for every tensor.
+      auto quote = [&] { return "tensor \"" + e.name + "\": "; };
       if (e.begin != expected_begin || e.end < e.begin) {
         std::string why = e.end < e.begin ? "data_offsets end before they begin"
                           : e.begin < expected_begin
                               ? "data overlaps the previous tensor's bytes"
                               : "leaves a gap of " + std::to_string(e.begin - expected_begin) +
                                     " unused bytes before it";
-        fail_at_key(e.name, quote + "data_offsets [" + std::to_string(e.begin) + ", " +
+        fail_at_key(e.name, quote() + "data_offsets [" + std::to_string(e.begin) + ", " +
                                     std::to_string(e.end) + "] invalid: " + why);
       }
       auto numel = checked_numel(e.shape);
-      if (!numel) fail_at_key(e.name, quote + "element count of the shape overflows");
+      if (!numel) fail_at_key(e.name, quote() + "element count of the shape overflows");
       const uint32_t bits = dtype_bits(e.dtype);
       auto total_bits = checked_mul(*numel, bits);
-      if (!total_bits) fail_at_key(e.name, quote + "byte size of the shape overflows");
+      if (!total_bits) fail_at_key(e.name, quote() + "byte size of the shape overflows");
       if (*total_bits % 8 != 0)
-        fail_at_key(e.name, quote + std::to_string(*numel) + " elements of " +
+        fail_at_key(e.name, quote() + std::to_string(*numel) + " elements of " +
                                     std::to_string(bits) + " bits do not fill whole bytes");
       const uint64_t nbytes = *total_bits / 8;
       if (e.end - e.begin != nbytes)
-        fail_at_key(e.name, quote + "data_offsets span " + std::to_string(e.end - e.begin) +
+        fail_at_key(e.name, quote() + "data_offsets span " + std::to_string(e.end - e.begin) +
                                     " bytes but shape and dtype need " + std::to_string(nbytes));
       if (e.end > buffer_size)
-        fail(data_start_ + e.begin, quote + "data ends at byte " +
+        fail(data_start_ + e.begin, quote() + "data ends at byte " +
                                         std::to_string(data_start_ + e.end) +
                                         ", past the end of the file (" +
                                         std::to_string(file_->size()) + " bytes)");

@@ -121,18 +121,19 @@ struct EntryDraft {
   // The checks of a DOM read, in its order; the reason of the first that
   // fails, or nothing.
   std::optional<std::string> problem() {
-    const std::string quote = "tensor \"" + entry.name + "\": ";
-    if (!is_object) return quote + "entry is not an object";
-    if (!dtype_seen || !dtype_is_string) return quote + "missing or non-string \"dtype\"";
-    if (!shape_seen || !shape_is_array) return quote + "missing or non-array \"shape\"";
+    // Built only on the way to a message: this runs for every entry.
+    auto quote = [&] { return "tensor \"" + entry.name + "\": "; };
+    if (!is_object) return quote() + "entry is not an object";
+    if (!dtype_seen || !dtype_is_string) return quote() + "missing or non-string \"dtype\"";
+    if (!shape_seen || !shape_is_array) return quote() + "missing or non-array \"shape\"";
     if (!offsets_seen || !offsets_is_array || offsets_count != 2)
-      return quote + "\"data_offsets\" must be an array of two integers";
+      return quote() + "\"data_offsets\" must be an array of two integers";
     const auto dtype = dtype_from_code(dtype_code);
-    if (!dtype) return quote + "unknown dtype \"" + dtype_code + "\"";
+    if (!dtype) return quote() + "unknown dtype \"" + dtype_code + "\"";
     entry.dtype = *dtype;
-    if (bad_dim) return quote + "shape holds " + *bad_dim + ", not a non-negative integer";
+    if (bad_dim) return quote() + "shape holds " + *bad_dim + ", not a non-negative integer";
     if (bad_offset)
-      return quote + "data_offsets holds " + *bad_offset + ", not a non-negative integer";
+      return quote() + "data_offsets holds " + *bad_offset + ", not a non-negative integer";
     return std::nullopt;
   }
 };
