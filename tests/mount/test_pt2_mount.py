@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import mounted, run_modelfs
-from test_torch_mount import check_tensor, index_paths, metadata, raw_values, sidecar
+from conftest import index_paths, metadata, mounted, run_modelfs, sidecar
+from test_torch_mount import check_tensor, raw_values
 
 SCALAR_CODE = {
     torch.uint8: 1, torch.int8: 2, torch.int16: 3, torch.int32: 4, torch.int64: 5,
@@ -123,7 +123,7 @@ class LayeredWriter:
 
 
 def check_all(mnt, expected, kinds=None):
-    paths = index_paths(mnt)
+    paths, _ = index_paths(mnt)
     assert set(paths) == set(expected), (sorted(paths), sorted(expected))
     for name, t in expected.items():
         check_tensor(paths[name], name, t, (kinds or {}).get(name))
@@ -280,7 +280,7 @@ def test_flat_layout_with_empty_members(tmp):
         z.writestr("serialized_example_inputs.pt", b"")
         z.writestr("version", "7.4")
     with mounted(path) as mnt:
-        assert index_paths(mnt) == {}
+        assert index_paths(mnt)[0] == {}
         assert metadata(mnt)["models"]["model"]["sample_inputs"] == "empty"
 
 
@@ -315,7 +315,7 @@ def test_aoti_package_with_weights_only_in_the_shared_library(tmp):
         z.writestr("data/aotinductor/model/cabc.wrapper.so", b"\x7fELF")
         z.writestr("data/aotinductor/model/cabc_metadata.json", '{"AOTI_DEVICE_KEY": "cpu"}')
     with mounted(path) as mnt:
-        assert index_paths(mnt) == {}
+        assert index_paths(mnt)[0] == {}
         aoti = metadata(mnt)["models"]["model"]["aotinductor"]
         assert aoti["weights"] == "compiled into the shared library"
         assert aoti["libraries"] == ["data/aotinductor/model/cabc.wrapper.so"]
@@ -357,7 +357,7 @@ def test_real_layered_archive_is_byte_exact_with_its_raw_weights(shared):
     z = zipfile.ZipFile(path)
     config = json.loads(z.read("linear_3/data/weights/model_weights_config.json"))["config"]
     with mounted(path) as mnt:
-        paths = index_paths(mnt)
+        paths, _ = index_paths(mnt)
         assert set(config) <= set(paths)
         for name, entry in config.items():
             raw = z.read("linear_3/data/weights/" + entry["path_name"])
@@ -379,7 +379,7 @@ def test_real_layered_archive_is_byte_exact_with_its_raw_weights(shared):
 def test_real_flat_archive_mounts_with_its_program(shared):
     path = shared / "fixtures" / "real" / "pt2" / "tensorrt_trt_ep_oldlayout_add.pt2"
     with mounted(path) as mnt:
-        assert index_paths(mnt) == {}
+        assert index_paths(mnt)[0] == {}
         meta = metadata(mnt)
         assert meta["pt2"] == {"layout": "flat", "version": "7.4"}
         model = meta["models"]["model"]
