@@ -11,12 +11,15 @@
 //   .modelfs/  index.json, metadata.json and the format's documents
 #include <sys/uio.h>
 
+#include <array>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "modelfs/catalog.hpp"
@@ -31,26 +34,46 @@ enum class NodeKind : uint8_t { Directory, File };
 enum class FileRole : uint8_t { None, TensorData, Sidecar, NpyView, Document };
 
 struct DirEntry {
-  std::string name;
+  // Lives in the tree's name store and is followed by a NUL there, so
+  // name.data() is also a C string (what FUSE's directory replies take).
+  std::string_view name;
   uint64_t ino;
 };
 
+// Every field is inline: a model with 100 000 tensors has 400 000 nodes, and
+// a vector per node (its children, its segments) was a heap block each.
 struct Node {
   static constexpr size_t kMaxSegments = 2;
+  using Segment = std::span<const std::byte>;
 
   NodeKind kind = NodeKind::File;
   FileRole role = FileRole::None;
-  uint64_t parent = 1;                // the folder holding it; the root's is itself
-  std::vector<DirEntry> children;     // folders: sorted by name
-  std::vector<ByteSpan> segments;     // files: the content is their concatenation
-                                      // (sidecars have none: they are printed)
-  uint64_t size = 0;                  // files: bytes; folders: 0
+  uint8_t segment_count = 0;
   uint32_t nlink = 1;
+  uint64_t parent = 1;                // the folder holding it; the root's is itself
+  uint64_t size = 0;                  // files: bytes; folders: 0
   const Tensor* tensor = nullptr;     // tensor files and .npy views
+  std::span<const DirEntry> children; // folders: sorted by name (a range of the tree's entries)
+  // Files: the content is the concatenation of the first segment_count
+  // (sidecars have none: they are printed). The bytes belong to the tree.
+  std::array<Segment, kMaxSegments> segment_array{};
 
+  std::span<const Segment> segments() const noexcept { return {segment_array.data(), segment_count}; }
   // The parts of [offset, offset + length) of the content, as iovecs into
   // the segments (no byte is copied); returns how many were written.
   size_t slice(uint64_t offset, uint64_t length, std::span<iovec, kMaxSegments> out) const;
+};
+
+// The names of a tree's entries, each followed by a NUL, in blocks that never
+// move once written: entries point into them for the life of the tree.
+class NameStore {
+ public:
+  std::string_view add(std::string_view name);
+
+ private:
+  static constexpr size_t kBlockBytes = 64 << 10;
+  std::vector<std::unique_ptr<char[]>> blocks_;
+  size_t used_ = kBlockBytes;  // of the last block; full before the first
 };
 
 class Tree {
@@ -87,6 +110,13 @@ class Tree {
 
   Catalog catalog_;
   std::vector<Node> nodes_;
+  std::vector<DirEntry> entries_;  // every folder's children, folder after folder
+  NameStore names_;
+  // Bytes the tree made and files point into: .npy headers (one per dtype
+  // and shape) and the documents it printed. Node-based and deque storage:
+  // adding one never moves another.
+  std::unordered_set<std::string> npy_headers_;
+  std::deque<std::string> documents_;
   std::vector<std::string> tensor_paths_;
   uint64_t total_bytes_ = 0;
 };

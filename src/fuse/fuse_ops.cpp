@@ -178,7 +178,7 @@ void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, b
       name = "..";
       child = dir->parent;
     } else {
-      name = dir->children[index - 2].name.c_str();
+      name = dir->children[index - 2].name.data();  // NUL-terminated (DirEntry)
       child = dir->children[index - 2].ino;
     }
     const Node& node = *ctx.tree->node(child);

@@ -4,6 +4,7 @@
 #include <array>
 #include <unordered_map>
 #include <unordered_set>
+#include <initializer_list>
 
 #include "modelfs/json_text.hpp"
 #include "modelfs/naming.hpp"
@@ -15,7 +16,7 @@ namespace modelfs {
 size_t Node::slice(uint64_t offset, uint64_t length, std::span<iovec, kMaxSegments> out) const {
   size_t count = 0;
   uint64_t segment_start = 0;
-  for (const auto& segment : segments) {
+  for (const auto& segment : segments()) {
     if (length == 0 || count == out.size()) break;
     const uint64_t segment_end = segment_start + segment.size();
     if (offset < segment_end) {
@@ -30,17 +31,31 @@ size_t Node::slice(uint64_t offset, uint64_t length, std::span<iovec, kMaxSegmen
   return count;
 }
 
+std::string_view NameStore::add(std::string_view name) {
+  const size_t need = name.size() + 1;
+  if (need > kBlockBytes - used_) {
+    // A name longer than a block (never, with escaped components) gets its own.
+    blocks_.push_back(std::make_unique<char[]>(std::max(need, kBlockBytes)));
+    used_ = 0;
+  }
+  char* at = blocks_.back().get() + used_;
+  std::copy(name.begin(), name.end(), at);
+  at[name.size()] = '\0';
+  used_ += need;
+  return {at, name.size()};
+}
+
 class TreeBuilder {
  public:
   TreeBuilder(Tree& tree, const TreeOptions& options) : tree_(tree), options_(options) {}
 
   void build() {
-    auto& nodes = tree_.nodes_;
     Node root;
     root.kind = NodeKind::Directory;
     root.nlink = 2;
-    nodes.push_back(std::move(root));
-    const uint64_t meta_dir = directory(Tree::kRootIno, ".modelfs");
+    root.parent = Tree::kRootIno;
+    push(std::move(root));
+    meta_dir_ = directory(Tree::kRootIno, ".modelfs");
 
     // Folders first, so that a tensor file never takes a folder's name:
     // the folder keeps it and the file gets a "~N" suffix.
@@ -51,47 +66,71 @@ class TreeBuilder {
       components[i] = tensor_path_components(tensors[i].name, options_.flat);
       folder_of[i] = directories_for(components[i]);
     }
+    // The rest is known now: three files a tensor, and the documents with
+    // their folders. Growing past a reservation would copy the whole table.
+    size_t more = 3 * tensors.size() + 2;
+    for (const auto& document : tree_.catalog_.documents)
+      more += 1 + static_cast<size_t>(std::count(document.path.begin(), document.path.end(), '/'));
+    tree_.nodes_.reserve(tree_.nodes_.size() + more);
+    folder_ordinal_.reserve(tree_.nodes_.size() + more);
+
     tree_.tensor_paths_.reserve(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i)
       add_tensor(tensors[i], components[i], folder_of[i]);
-
-    add_documents(meta_dir);
-    for (auto& node : nodes) {
-      if (node.kind != NodeKind::Directory) continue;
-      std::sort(node.children.begin(), node.children.end(),
-                [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
-    }
+    add_documents();
+    finish_folders();
   }
 
  private:
+  static constexpr uint32_t kNotFolder = UINT32_MAX;
+  // Folders with at least kBigFolder entries get a map of their names.
+  static constexpr size_t kBigFolder = 16;
+  using NameMap = std::unordered_map<std::string_view, uint64_t>;
+
   Node& node(uint64_t ino) { return tree_.nodes_[ino - 1]; }
 
-  uint64_t add_node(uint64_t parent, const std::string& name, Node node_value) {
-    node_value.parent = parent;
-    tree_.nodes_.push_back(std::move(node_value));
-    const uint64_t ino = tree_.nodes_.size();
-    auto& children = node(parent).children;
-    children.push_back({name, ino});
-    if (auto names = big_folder_names_.find(parent); names != big_folder_names_.end())
-      names->second.insert(name);
-    else if (children.size() >= kBigFolder) {
-      auto& names_of_parent = big_folder_names_[parent];
-      for (const auto& entry : children) names_of_parent.insert(entry.name);
+  uint64_t push(Node value) {
+    const bool folder = value.kind == NodeKind::Directory;
+    tree_.nodes_.push_back(std::move(value));
+    folder_ordinal_.push_back(folder ? static_cast<uint32_t>(children_.size()) : kNotFolder);
+    if (folder) {
+      children_.emplace_back();
+      names_of_.emplace_back();
+    }
+    return tree_.nodes_.size();
+  }
+
+  uint64_t add_node(uint64_t parent, std::string_view name, Node value) {
+    value.parent = parent;
+    const uint64_t ino = push(std::move(value));
+    const uint32_t folder = folder_ordinal_[parent - 1];
+    auto& children = children_[folder];
+    children.push_back({tree_.names_.add(name), ino});
+    if (auto& names = names_of_[folder]) {
+      names->emplace(children.back().name, ino);
+    } else if (children.size() >= kBigFolder) {
+      names = std::make_unique<NameMap>();
+      for (const auto& entry : children) names->emplace(entry.name, entry.ino);
     }
     return ino;
   }
 
-  // Whether `dir` already holds `name`: a scan while the folder is small (a
-  // tensor's folder holds a few files), a set once it is big.
-  bool is_taken(uint64_t dir, const std::string& name) {
-    if (auto names = big_folder_names_.find(dir); names != big_folder_names_.end())
-      return names->second.count(name) != 0;
-    for (const auto& entry : node(dir).children)
-      if (entry.name == name) return true;
-    return false;
+  // The entry `name` of `dir`: a scan while the folder is small (a tensor's
+  // folder holds a few files), a map once it is big.
+  std::optional<uint64_t> find(uint64_t dir, std::string_view name) const {
+    const uint32_t folder = folder_ordinal_[dir - 1];
+    if (const auto& names = names_of_[folder]) {
+      auto it = names->find(name);
+      return it == names->end() ? std::nullopt : std::optional(it->second);
+    }
+    for (const auto& entry : children_[folder])
+      if (entry.name == name) return entry.ino;
+    return std::nullopt;
   }
 
-  uint64_t directory(uint64_t parent, const std::string& name) {
+  bool is_taken(uint64_t dir, std::string_view name) const { return find(dir, name).has_value(); }
+
+  uint64_t directory(uint64_t parent, std::string_view name) {
     Node dir;
     dir.kind = NodeKind::Directory;
     dir.nlink = 2;
@@ -102,8 +141,10 @@ class TreeBuilder {
 
   // The folders of a tensor's path, made as needed; returns the innermost.
   // Consecutive tensors mostly share folders (model.layers.3.*), so the
-  // previous tensor's chain is reused as far as it matches, and the map of
-  // folder paths is consulted only past that.
+  // previous tensor's chain is reused as far as it matches, and each folder
+  // past that is looked up in its parent. Only folders exist yet, and no
+  // component of a dotted name can be ".modelfs", so a name found is a
+  // folder to reuse.
   uint64_t directories_for(const std::vector<std::string>& parts) {
     const size_t depth = parts.empty() ? 0 : parts.size() - 1;
     size_t same = 0;
@@ -111,23 +152,17 @@ class TreeBuilder {
     chain_names_.resize(same);
     chain_inos_.resize(same);
     uint64_t parent = same ? chain_inos_.back() : Tree::kRootIno;
-    std::string path = same ? chain_paths_[same - 1] : std::string();
-    chain_paths_.resize(same);
     for (size_t i = same; i < depth; ++i) {
-      if (i) path += '/';
-      path += parts[i];
-      auto it = dir_paths_.find(path);
-      if (it == dir_paths_.end()) it = dir_paths_.emplace(path, directory(parent, parts[i])).first;
-      parent = it->second;
+      const auto found = find(parent, parts[i]);
+      parent = found && *found != meta_dir_ ? *found : directory(parent, parts[i]);
       chain_names_.push_back(parts[i]);
       chain_inos_.push_back(parent);
-      chain_paths_.push_back(path);
     }
     return parent;
   }
 
   // The first of base, base~1, base~2, ... whose file names are all free.
-  std::string free_name(uint64_t dir, const std::string& base, bool with_npy) {
+  std::string free_name(uint64_t dir, const std::string& base, bool with_npy) const {
     auto is_free = [&](const std::string& name) {
       return !is_taken(dir, name) && !is_taken(dir, name + ".json") &&
              (!with_npy || !is_taken(dir, name + ".npy"));
@@ -139,13 +174,15 @@ class TreeBuilder {
     }
   }
 
-  uint64_t add_file(uint64_t dir, const std::string& name, FileRole role,
-                    std::vector<ByteSpan> segments, const Tensor* tensor) {
+  uint64_t add_file(uint64_t dir, std::string_view name, FileRole role,
+                    std::initializer_list<Node::Segment> segments, const Tensor* tensor) {
     Node file;
     file.role = role;
     file.tensor = tensor;
-    for (const auto& s : segments) file.size += s.size();
-    file.segments = std::move(segments);
+    for (const auto& segment : segments) {
+      file.segment_array[file.segment_count++] = segment;
+      file.size += segment.size();
+    }
     return add_node(dir, name, std::move(file));
   }
 
@@ -159,29 +196,25 @@ class TreeBuilder {
     const std::string name = free_name(dir, parts.back(), npy);
     tree_.tensor_paths_.push_back(dir_path.empty() ? name : dir_path + "/" + name);
 
-    add_file(dir, name, FileRole::TensorData, {tensor.bytes}, &tensor);
+    add_file(dir, name, FileRole::TensorData, {tensor.bytes.span()}, &tensor);
     const uint64_t sidecar = add_file(dir, name + ".json", FileRole::Sidecar, {}, &tensor);
     node(sidecar).size = sidecar_text(tensor, tree_.catalog_.format).size();
     if (npy)
       add_file(dir, name + ".npy", FileRole::NpyView,
                {shared_npy_header(npy_header(*descr, tensor.shape, !c_order)),
-                tensor.c_order ? *tensor.c_order : tensor.bytes},
+                (tensor.c_order ? *tensor.c_order : tensor.bytes).span()},
                &tensor);
     tree_.total_bytes_ += tensor.bytes.size();
   }
 
   // Tensors of one dtype and shape share one .npy header: a model's layers
   // repeat a few shapes, and 100 000 copies of a 128-byte header add up.
-  ByteSpan shared_npy_header(std::string header) {
-    auto it = npy_headers_.find(header);
-    if (it == npy_headers_.end()) {
-      ByteSpan bytes = ByteSpan::owned(header);
-      it = npy_headers_.emplace(std::move(header), std::move(bytes)).first;
-    }
-    return it->second;
+  Node::Segment shared_npy_header(std::string header) {
+    const std::string& kept = *tree_.npy_headers_.insert(std::move(header)).first;
+    return std::as_bytes(std::span(kept.data(), kept.size()));
   }
 
-  void add_document(uint64_t meta_dir, const std::string& relative_path, std::string content) {
+  void add_document(const std::string& relative_path, const std::string& content) {
     std::vector<std::string> parts;
     size_t start = 0;
     for (size_t i = 0; i <= relative_path.size(); ++i) {
@@ -190,20 +223,24 @@ class TreeBuilder {
         start = i + 1;
       }
     }
-    uint64_t dir = meta_dir;
+    uint64_t dir = meta_dir_;
     for (size_t i = 0; i + 1 < parts.size(); ++i) {
-      auto existing = std::find_if(node(dir).children.begin(), node(dir).children.end(),
-                                   [&](const DirEntry& e) { return e.name == parts[i]; });
-      if (existing != node(dir).children.end() && node(existing->ino).kind == NodeKind::Directory)
-        dir = existing->ino;
+      const auto existing = find(dir, parts[i]);
+      if (existing && node(*existing).kind == NodeKind::Directory)
+        dir = *existing;
       else
         dir = directory(dir, free_name(dir, parts[i], false));
     }
     add_file(dir, free_name(dir, parts.back(), false), FileRole::Document,
-             {ByteSpan::owned(std::move(content))}, nullptr);
+             {std::as_bytes(std::span(content.data(), content.size()))}, nullptr);
   }
 
-  void add_documents(uint64_t meta_dir) {
+  // A document the tree made: kept by the tree, which its file points into.
+  void add_made_document(const std::string& relative_path, std::string content) {
+    add_document(relative_path, tree_.documents_.emplace_back(std::move(content)));
+  }
+
+  void add_documents() {
     const auto& catalog = tree_.catalog_;
     // index.json, as readable_json would print it, one line per tensor,
     // printed directly (it is the largest document of a big model).
@@ -230,37 +267,52 @@ class TreeBuilder {
       index += i + 1 < catalog.tensors.size() ? "},\n" : "}\n  ]";
     }
     index += "\n}\n";
-    add_document(meta_dir, "index.json", std::move(index));
+    add_made_document("index.json", std::move(index));
 
     nlohmann::ordered_json metadata;
     metadata["format"] = catalog.format;
     metadata["files"] = catalog.files;
     for (const auto& [key, value] : catalog.metadata.items()) metadata[key] = value;
-    add_document(meta_dir, "metadata.json", readable_json(metadata));
+    add_made_document("metadata.json", readable_json(metadata));
 
-    for (const auto& document : catalog.documents)
-      add_document(meta_dir, document.path, document.content);
+    // The catalog's documents stay where they are: the tree owns the catalog.
+    for (const auto& document : catalog.documents) add_document(document.path, document.content);
+  }
+
+  // Each folder's entries, sorted by name, laid end to end in one table.
+  void finish_folders() {
+    size_t total = 0;
+    for (const auto& children : children_) total += children.size();
+    auto& entries = tree_.entries_;
+    entries.reserve(total);  // exact: the spans below stay valid
+    for (size_t i = 0; i < tree_.nodes_.size(); ++i) {
+      if (folder_ordinal_[i] == kNotFolder) continue;
+      auto& children = children_[folder_ordinal_[i]];
+      std::sort(children.begin(), children.end(),
+                [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
+      const size_t first = entries.size();
+      entries.insert(entries.end(), children.begin(), children.end());
+      tree_.nodes_[i].children = std::span(entries.data() + first, children.size());
+      std::vector<DirEntry>().swap(children);
+    }
   }
 
   Tree& tree_;
   const TreeOptions& options_;
-  std::unordered_map<std::string, uint64_t> dir_paths_;
-  // Folders with at least kBigFolder entries get a set of their names.
-  static constexpr size_t kBigFolder = 16;
-  std::unordered_map<uint64_t, std::unordered_set<std::string>> big_folder_names_;
-  // The previous tensor's folders: names, inodes and paths, outermost first.
+  uint64_t meta_dir_ = 0;
+  // While building: for each node, its folder ordinal (or kNotFolder); for
+  // each folder, its entries so far and, once big, a map of their names.
+  std::vector<uint32_t> folder_ordinal_;
+  std::vector<std::vector<DirEntry>> children_;
+  std::vector<std::unique_ptr<NameMap>> names_of_;
+  // The previous tensor's folders: names and inodes, outermost first.
   std::vector<std::string> chain_names_;
   std::vector<uint64_t> chain_inos_;
-  std::vector<std::string> chain_paths_;
-  std::unordered_map<std::string, ByteSpan> npy_headers_;
 };
 
 std::unique_ptr<const Tree> Tree::build(Catalog catalog, const TreeOptions& options) {
   std::unique_ptr<Tree> tree(new Tree());
   tree->catalog_ = std::move(catalog);
-  // Three files per tensor plus folders: reserving avoids the copies (and
-  // the freed blocks left behind) of a table growing by doubling.
-  tree->nodes_.reserve(tree->catalog_.tensors.size() * 3 + 64);
   TreeBuilder(*tree, options).build();
   return tree;
 }

@@ -48,8 +48,8 @@ TEST(Tree, SplitsNamesIntoFoldersWithSidecarsAndNpyViews) {
   EXPECT_EQ(folder->children.size(), 6u);
   EXPECT_EQ(tree->node(*tree->resolve("model/layers/0/weight"))->size, 8u);
   const Node* npy = tree->node(*tree->resolve("model/layers/0/weight.npy"));
-  EXPECT_EQ(npy->size, npy->segments[0].size() + 8u);
-  EXPECT_EQ(npy->segments[0].size() % 64, 0u);
+  EXPECT_EQ(npy->size, npy->segments()[0].size() + 8u);
+  EXPECT_EQ(npy->segments()[0].size() % 64, 0u);
 }
 
 TEST(Tree, NoNpyWhereNumpyLacksTheDtype) {
@@ -181,14 +181,14 @@ TEST(Tree, IndexIsTheJsonObjectPrintedReadably) {
 TEST(Tree, SlicesSpanTheNpyHeaderAndTheData) {
   auto tree = build({tensor("w", DType::Float32, {4})});
   const Node* npy = tree->node(*tree->resolve("w.npy"));
-  ASSERT_EQ(npy->segments.size(), 2u);
-  const uint64_t header = npy->segments[0].size();
+  ASSERT_EQ(npy->segments().size(), 2u);
+  const uint64_t header = npy->segments()[0].size();
   std::array<iovec, Node::kMaxSegments> iov{};
   auto n = npy->slice(header - 4, 10, iov);
   ASSERT_EQ(n, 2u);
   EXPECT_EQ(iov[0].iov_len, 4u);
   EXPECT_EQ(iov[1].iov_len, 6u);
-  EXPECT_EQ(iov[1].iov_base, npy->segments[1].data());
+  EXPECT_EQ(iov[1].iov_base, npy->segments()[1].data());
   EXPECT_EQ(npy->slice(header + 16, 10, iov), 0u);
   EXPECT_EQ(npy->slice(header + 6, 100, iov), 1u);
   EXPECT_EQ(iov[0].iov_len, 10u);
