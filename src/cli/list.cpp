@@ -1,6 +1,7 @@
 #include "list.hpp"
 
 #include "modelfs/json_text.hpp"
+#include "modelfs/terminal_text.hpp"
 
 #include <algorithm>
 #include <array>
@@ -42,22 +43,31 @@ void print_table(const Catalog& catalog, std::ostream& out) {
   std::map<std::string, std::pair<size_t, uint64_t>> per_dtype;
   uint64_t total = 0;
   for (const auto& t : catalog.tensors) {
-    rows.push_back({t.name, t.dtype_name(), shape_text(t), std::to_string(t.bytes.size()),
-                    human_bytes(t.bytes.size())});
+    // Names come from the model: escaped, so none can drive the terminal.
+    rows.push_back({printable(t.name), printable(t.dtype_name()), shape_text(t),
+                    std::to_string(t.bytes.size()), human_bytes(t.bytes.size())});
     auto& [count, bytes] = per_dtype[t.dtype_name()];
     ++count;
     bytes += t.bytes.size();
     total += t.bytes.size();
   }
+  // Columns on the terminal, not bytes: a name in Cyrillic or Chinese
+  // takes fewer columns than bytes, and the table stays aligned.
+  std::vector<std::array<size_t, 5>> columns;
+  columns.reserve(rows.size());
   std::array<size_t, 5> width{};
-  for (const auto& row : rows)
-    for (size_t c = 0; c < 5; ++c) width[c] = std::max(width[c], row[c].size());
   for (const auto& row : rows) {
+    auto& used = columns.emplace_back();
+    for (size_t c = 0; c < 5; ++c) width[c] = std::max(width[c], used[c] = display_width(row[c]));
+  }
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const auto& row = rows[r];
+    const auto& used = columns[r];
     std::string line;
-    for (size_t c = 0; c < 3; ++c) line += row[c] + std::string(width[c] - row[c].size() + 2, ' ');
+    for (size_t c = 0; c < 3; ++c) line += row[c] + std::string(width[c] - used[c] + 2, ' ');
     // sizes right-aligned
-    line += std::string(width[3] - row[3].size(), ' ') + row[3] + "  ";
-    line += std::string(width[4] - row[4].size(), ' ') + row[4];
+    line += std::string(width[3] - used[3], ' ') + row[3] + "  ";
+    line += std::string(width[4] - used[4], ' ') + row[4];
     out << line << "\n";
   }
   out << "\n" << catalog.tensors.size() << " tensors, " << human_bytes(total) << " (" << total
@@ -73,7 +83,7 @@ void print_table(const Catalog& catalog, std::ostream& out) {
     char share[16];
     std::snprintf(share, sizeof share, "%.1f%%",
                   total == 0 ? 0.0 : 100.0 * static_cast<double>(stats.second) / static_cast<double>(total));
-    out << "  " << dtype << ": " << stats.first << (stats.first == 1 ? " tensor, " : " tensors, ")
+    out << "  " << printable(dtype) << ": " << stats.first << (stats.first == 1 ? " tensor, " : " tensors, ")
         << human_bytes(stats.second) << " ("
         << stats.second << " bytes, " << share << ")\n";
   }
@@ -114,7 +124,7 @@ void print_info(const Catalog& catalog, bool json, std::ostream& out) {
   }
   out << "format:   " << catalog.format << "\n";
   for (size_t i = 0; i < catalog.files.size(); ++i)
-    out << (i == 0 ? "files:    " : "          ") << catalog.files[i] << "\n";
+    out << (i == 0 ? "files:    " : "          ") << printable(catalog.files[i]) << "\n";
   out << "tensors:  " << catalog.tensors.size() << " (" << human_bytes(total) << ", " << total
       << " bytes)\n";
   out << "metadata: " << readable_json(nlohmann::ordered_json(catalog.metadata));

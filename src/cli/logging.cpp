@@ -1,10 +1,13 @@
 #include "logging.hpp"
 
 #include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/sinks/syslog_sink.h>
 #include <spdlog/spdlog.h>
 #include <syslog.h>
+
+#include "modelfs/terminal_text.hpp"
 
 namespace modelfs {
 namespace {
@@ -24,25 +27,50 @@ void install(std::shared_ptr<spdlog::logger> logger, LogLevel level) {
   spdlog::set_default_logger(std::move(logger));
 }
 
+// Hands each message on with its text made printable: messages quote
+// tensor and member names from the model, which could hold escape
+// sequences for the terminal or a newline that forges a line of the log.
+class PrintableSink final : public spdlog::sinks::sink {
+ public:
+  explicit PrintableSink(std::shared_ptr<spdlog::sinks::sink> inner) : inner_(std::move(inner)) {}
+
+  void log(const spdlog::details::log_msg& msg) override {
+    const std::string text = printable(std::string_view(msg.payload.data(), msg.payload.size()));
+    spdlog::details::log_msg clean = msg;
+    clean.payload = spdlog::string_view_t(text.data(), text.size());
+    inner_->log(clean);
+  }
+  void flush() override { inner_->flush(); }
+  void set_pattern(const std::string& pattern) override { inner_->set_pattern(pattern); }
+  void set_formatter(std::unique_ptr<spdlog::formatter> formatter) override {
+    inner_->set_formatter(std::move(formatter));
+  }
+
+ private:
+  std::shared_ptr<spdlog::sinks::sink> inner_;
+};
+
 // A logger is registered once by name: asking again (-d re-installs the
-// stderr logger at debug level) reuses it instead of throwing.
-template <typename Make>
-std::shared_ptr<spdlog::logger> registered(const std::string& name, Make&& make) {
+// stderr logger at debug level) reuses it instead of making a second.
+template <typename MakeSink>
+std::shared_ptr<spdlog::logger> registered(const std::string& name, MakeSink&& make_sink) {
   if (auto existing = spdlog::get(name)) return existing;
-  return make();
+  auto logger = std::make_shared<spdlog::logger>(name, std::make_shared<PrintableSink>(make_sink()));
+  spdlog::register_logger(logger);
+  return logger;
 }
 
 }  // namespace
 
 void log_to_stderr(LogLevel level) {
-  auto logger = registered("modelfs-stderr", [] { return spdlog::stderr_logger_mt("modelfs-stderr"); });
+  auto logger = registered("modelfs-stderr", [] { return std::make_shared<spdlog::sinks::stderr_sink_mt>(); });
   logger->set_pattern("modelfs: %l: %v");
   install(std::move(logger), level);
 }
 
 bool log_to_file(const std::string& path, LogLevel level) {
   try {
-    auto logger = registered("modelfs-file", [&] { return spdlog::basic_logger_mt("modelfs-file", path); });
+    auto logger = registered("modelfs-file", [&] { return std::make_shared<spdlog::sinks::basic_file_sink_mt>(path); });
     logger->set_pattern("%Y-%m-%d %H:%M:%S.%e modelfs[%P] %l: %v");
     install(std::move(logger), level);
     return true;
@@ -53,7 +81,7 @@ bool log_to_file(const std::string& path, LogLevel level) {
 
 void log_to_syslog(LogLevel level) {
   auto logger = registered("modelfs-syslog", [] {
-    return spdlog::syslog_logger_mt("modelfs-syslog", "modelfs", LOG_PID, LOG_DAEMON);
+    return std::make_shared<spdlog::sinks::syslog_sink_mt>("modelfs", LOG_PID, LOG_DAEMON, false);
   });
   logger->set_pattern("%l: %v");
   install(std::move(logger), level);

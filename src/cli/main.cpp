@@ -30,6 +30,7 @@
 #include "modelfs/check.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
+#include "modelfs/terminal_text.hpp"
 #include "fuse/fuse_server.hpp"
 #include "logging.hpp"
 #include "modelfs/tree.hpp"
@@ -417,7 +418,7 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {
-    std::cerr << "modelfs: " << e.what() << "\n";
+    std::cerr << "modelfs: " << modelfs::printable(e.what()) << "\n";
     return kExitUsage;
   }
 }

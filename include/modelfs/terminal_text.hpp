@@ -1,0 +1,25 @@
+#pragma once
+// Text from a model, shown to a person. Tensor names, archive member names
+// and shard file names end up in `--list` tables and in messages; a hostile
+// model could put terminal control sequences there (colours, cursor moves,
+// a newline that forges a log line), so whatever is printed for reading
+// goes through printable(). JSON output needs none of this: it escapes.
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace modelfs {
+
+// `text` with everything a terminal would act on escaped: C0 controls and
+// DEL as \xNN (newline and tab too: a message stays one line), C1 controls
+// and the bidirectional marks, embeddings and isolates as \u{NNNN}, and
+// every byte that is not part of well-formed UTF-8 as \xNN. Printable
+// characters of any script are kept as they are.
+std::string printable(std::string_view text);
+
+// The columns `text` takes on a UTF-8 terminal, for aligning tables: wide
+// (East Asian) characters count two, combining marks none. Meant for text
+// that printable() returned.
+size_t display_width(std::string_view text);
+
+}  // namespace modelfs

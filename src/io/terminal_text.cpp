@@ -1,0 +1,115 @@
+#include "modelfs/terminal_text.hpp"
+
+#include <locale.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cwchar>
+#include <optional>
+
+namespace modelfs {
+namespace {
+
+struct Decoded {
+  char32_t code_point;
+  size_t length;
+};
+
+bool continuation(unsigned char byte) { return (byte & 0xC0) == 0x80; }
+
+// The code point at the start of `text` if it is well-formed UTF-8 (no
+// overlong forms, no surrogates, nothing past U+10FFFF), as Unicode's
+// table 3-7 defines it.
+std::optional<Decoded> decode(std::string_view text) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(0);
+  if (lead < 0x80) return Decoded{lead, 1};
+  size_t length;
+  unsigned char low = 0x80, high = 0xBF;  // the allowed range of the second byte
+  char32_t value;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+    value = lead & 0x1F;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    value = lead & 0x0F;
+    if (lead == 0xE0) low = 0xA0;
+    if (lead == 0xED) high = 0x9F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    value = lead & 0x07;
+    if (lead == 0xF0) low = 0x90;
+    if (lead == 0xF4) high = 0x8F;
+  } else {
+    return std::nullopt;
+  }
+  if (text.size() < length || byte(1) < low || byte(1) > high) return std::nullopt;
+  for (size_t i = 1; i < length; ++i) {
+    if (!continuation(byte(i))) return std::nullopt;
+    value = (value << 6) | (byte(i) & 0x3F);
+  }
+  return Decoded{value, length};
+}
+
+// Characters that change how a terminal shows what follows them.
+bool is_control(char32_t c) {
+  return c < 0x20 || c == 0x7F || (c >= 0x80 && c <= 0x9F) ||  // C0, DEL, C1
+         c == 0x061C || c == 0x200E || c == 0x200F ||             // bidi marks
+         (c >= 0x202A && c <= 0x202E) ||                          // embeddings, overrides
+         (c >= 0x2066 && c <= 0x2069);                            // isolates
+}
+
+void append_escape(std::string& out, const char* format, unsigned value) {
+  char buffer[16];
+  std::snprintf(buffer, sizeof buffer, format, value);
+  out += buffer;
+}
+
+// glibc's C.UTF-8 locale carries the Unicode width tables; it is built into
+// glibc since 2.35, and absent elsewhere (every character then counts one).
+locale_t utf8_locale() {
+  static const locale_t locale = ::newlocale(LC_CTYPE_MASK, "C.UTF-8", static_cast<locale_t>(0));
+  return locale;
+}
+
+}  // namespace
+
+std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto decoded = decode(text.substr(i));
+    if (!decoded) {
+      append_escape(out, "\\x%02x", static_cast<unsigned char>(text[i]));
+      ++i;
+      continue;
+    }
+    if (is_control(decoded->code_point))
+      append_escape(out, decoded->code_point < 0x80 ? "\\x%02x" : "\\u{%04x}",
+                    static_cast<unsigned>(decoded->code_point));
+    else
+      out.append(text.substr(i, decoded->length));
+    i += decoded->length;
+  }
+  return out;
+}
+
+size_t display_width(std::string_view text) {
+  const locale_t locale = utf8_locale();
+  const locale_t previous = locale ? ::uselocale(locale) : static_cast<locale_t>(0);
+  size_t width = 0;
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto decoded = decode(text.substr(i));
+    const size_t length = decoded ? decoded->length : 1;
+    int columns = 1;
+    if (decoded && locale) columns = ::wcwidth(static_cast<wchar_t>(decoded->code_point));
+    width += columns < 0 ? 1 : static_cast<size_t>(columns);
+    i += length;
+  }
+  if (locale) ::uselocale(previous);
+  return width;
+}
+
+}  // namespace modelfs
