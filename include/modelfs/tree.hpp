@@ -97,6 +97,11 @@ class Tree {
   // A file's whole content (tests, small documents).
   std::string content(const Node& file) const;
 
+  // Nodes point into the tree's own tables: a copy would point into the
+  // original, so there is none (a Tree lives behind its unique_ptr).
+  Tree(const Tree&) = delete;
+  Tree& operator=(const Tree&) = delete;
+
   const Catalog& catalog() const noexcept { return catalog_; }
   // The path of each catalog tensor's raw file, relative to the root.
   const std::vector<std::string>& tensor_paths() const noexcept { return tensor_paths_; }
