@@ -44,9 +44,11 @@ void print_table(const Catalog& catalog, std::ostream& out) {
   uint64_t total = 0;
   for (const auto& t : catalog.tensors) {
     // Names come from the model: escaped, so none can drive the terminal.
-    rows.push_back({printable(t.name), printable(t.dtype_name()), shape_text(t),
-                    std::to_string(t.bytes.size()), human_bytes(t.bytes.size())});
-    auto& [count, bytes] = per_dtype[t.dtype_name()];
+    // Dtype names come from modelfs's own tables.
+    std::string dtype = t.dtype_name();
+    rows.push_back({printable(t.name), dtype, shape_text(t), std::to_string(t.bytes.size()),
+                    human_bytes(t.bytes.size())});
+    auto& [count, bytes] = per_dtype[std::move(dtype)];
     ++count;
     bytes += t.bytes.size();
     total += t.bytes.size();
@@ -83,7 +85,7 @@ void print_table(const Catalog& catalog, std::ostream& out) {
     char share[16];
     std::snprintf(share, sizeof share, "%.1f%%",
                   total == 0 ? 0.0 : 100.0 * static_cast<double>(stats.second) / static_cast<double>(total));
-    out << "  " << printable(dtype) << ": " << stats.first << (stats.first == 1 ? " tensor, " : " tensors, ")
+    out << "  " << dtype << ": " << stats.first << (stats.first == 1 ? " tensor, " : " tensors, ")
         << human_bytes(stats.second) << " ("
         << stats.second << " bytes, " << share << ")\n";
   }

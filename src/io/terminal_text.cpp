@@ -2,7 +2,6 @@
 
 #include <locale.h>
 
-#include <cstdint>
 #include <cstdio>
 #include <cwchar>
 #include <optional>

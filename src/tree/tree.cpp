@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <array>
-#include <unordered_map>
-#include <unordered_set>
 #include <initializer_list>
+#include <unordered_map>
 
 #include "modelfs/json_text.hpp"
 #include "modelfs/naming.hpp"
@@ -154,7 +153,7 @@ class TreeBuilder {
     uint64_t parent = same ? chain_inos_.back() : Tree::kRootIno;
     for (size_t i = same; i < depth; ++i) {
       const auto found = find(parent, parts[i]);
-      parent = found && *found != meta_dir_ ? *found : directory(parent, parts[i]);
+      parent = found ? *found : directory(parent, parts[i]);
       chain_names_.push_back(parts[i]);
       chain_inos_.push_back(parent);
     }
