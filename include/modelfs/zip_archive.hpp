@@ -6,8 +6,8 @@
 // The directory parsing is ours because libzip exposes no data offsets: to
 // serve a stored member straight from the mapping we need the offset of its
 // first byte, which only the local header (name and extra lengths, PyTorch's
-// alignment padding) gives. libzip is used for what it does well, inflating a
-// compressed member, once, into bytes modelfs then owns.
+// alignment padding) gives. A compressed member is inflated with zlib, once,
+// into bytes modelfs then owns.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -67,8 +67,8 @@ class ZipArchive {
   ByteSpan contents(const ZipMember& member) const;
   // For `modelfs --check`: one check per member comparing the CRC-32 of its
   // uncompressed bytes with the directory's. Mounting never pays for this:
-  // stored members are served as they are (deflated ones are verified by
-  // libzip when inflated).
+  // stored members are served as they are (deflated ones are verified when
+  // inflated).
   std::vector<IntegrityCheck> crc_checks() const;
 
   // Offset of a stored member's data in the mapped file.
@@ -81,6 +81,7 @@ class ZipArchive {
   [[noreturn]] void fail(uint64_t archive_offset, const std::string& reason) const;
   void read_directory();
   void read_member(ByteReader& directory, uint64_t directory_offset);
+  std::string inflate(const ZipMember& member) const;
 
   std::shared_ptr<const MappedFile> file_;
   std::string format_;

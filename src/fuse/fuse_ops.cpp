@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -162,10 +163,15 @@ void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, b
   const Node* dir = ctx.tree->node(ino);
   if (dir == nullptr) return (void)fuse_reply_err(req, ENOENT);
   if (dir->kind != NodeKind::Directory) return (void)fuse_reply_err(req, ENOTDIR);
-  // Reused by this thread's listings; never cleared (each reply sends only
-  // what was just written).
-  thread_local std::vector<char> buffer;
-  if (buffer.size() < size) buffer.resize(size);
+  // Reused by this thread's listings and never initialised: each reply sends
+  // only what was just written, and pages never written are never touched
+  // (the kernel asks for 64 KiB; a small folder's listing fills a page).
+  thread_local std::unique_ptr<char[]> buffer;
+  thread_local size_t capacity = 0;
+  if (capacity < size) {
+    buffer = std::make_unique_for_overwrite<char[]>(size);
+    capacity = size;
+  }
   size_t used = 0;
   const size_t total = dir->children.size() + 2;
   for (size_t index = static_cast<size_t>(std::max<off_t>(offset, 0)); index < total; ++index) {
@@ -188,18 +194,18 @@ void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, b
       // The kernel takes no lookup reference for "." and "..", and forget is
       // a no-op here anyway: inodes live as long as the mount.
       fuse_entry_param entry = entry_of(ctx, child, node);
-      entry_size = fuse_add_direntry_plus(req, buffer.data() + used, size - used, name, &entry, next);
+      entry_size = fuse_add_direntry_plus(req, buffer.get() + used, size - used, name, &entry, next);
       if (entry_size > size - used) break;
     } else {
       struct stat st {};
       st.st_ino = child;
       st.st_mode = node.kind == NodeKind::Directory ? S_IFDIR : S_IFREG;
-      entry_size = fuse_add_direntry(req, buffer.data() + used, size - used, name, &st, next);
+      entry_size = fuse_add_direntry(req, buffer.get() + used, size - used, name, &st, next);
       if (entry_size > size - used) break;
     }
     used += entry_size;
   }
-  fuse_reply_buf(req, buffer.data(), used);
+  fuse_reply_buf(req, buffer.get(), used);
 }
 
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
@@ -280,8 +286,10 @@ std::vector<std::pair<std::string, std::string>> xattrs_of(const Node& node) {
   if (node.tensor == nullptr || (node.role != FileRole::TensorData && node.role != FileRole::NpyView))
     return {};
   std::string shape = "[";
-  for (size_t i = 0; i < node.tensor->shape.size(); ++i)
-    shape += (i ? "," : "") + std::to_string(node.tensor->shape[i]);
+  for (size_t i = 0; i < node.tensor->shape.size(); ++i) {
+    if (i) shape += ',';
+    shape += std::to_string(node.tensor->shape[i]);
+  }
   shape += "]";
   return {{"user.modelfs.dtype", node.tensor->dtype_name()}, {"user.modelfs.shape", shape}};
 }

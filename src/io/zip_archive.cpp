@@ -2,8 +2,6 @@
 
 #include <zlib.h>
 
-#include <zip.h>
-
 #include <algorithm>
 
 #include "modelfs/byte_reader.hpp"
@@ -27,11 +25,29 @@ constexpr uint64_t kMaxCommentBytes = 0xFFFF;
 constexpr uint32_t kSaturated32 = 0xFFFFFFFF;
 constexpr uint16_t kSaturated16 = 0xFFFF;
 constexpr uint16_t kEncryptedFlag = 0x0001;
+constexpr uint64_t kMaxDeflateRatio = 1032;
 
 uint32_t le32(std::span<const std::byte> bytes, uint64_t at) {
   uint32_t value = 0;
   std::memcpy(&value, bytes.data() + at, 4);
   return value;
+}
+
+// zlib's crc32 takes 32-bit lengths.
+uLong crc32_update(uLong crc, const std::byte* data, uint64_t size) {
+  constexpr uint64_t kPiece = uint64_t{1} << 30;
+  for (uint64_t at = 0; at < size; at += kPiece) {
+    const uint64_t n = std::min(kPiece, size - at);
+    crc = ::crc32(crc, reinterpret_cast<const Bytef*>(data + at), static_cast<uInt>(n));
+  }
+  return crc;
+}
+
+std::string crc_mismatch(uLong computed, uint32_t recorded) {
+  char message[80];
+  std::snprintf(message, sizeof message, "CRC-32 is %08lx, the directory says %08x",
+                static_cast<unsigned long>(computed), recorded);
+  return message;
 }
 
 }  // namespace
@@ -224,17 +240,12 @@ std::vector<IntegrityCheck> ZipArchive::crc_checks() const {
                         constexpr uint64_t kChunk = 1 << 20;
                         for (uint64_t at = 0; at < bytes.size(); at += kChunk) {
                           const uint64_t n = std::min(kChunk, bytes.size() - at);
-                          crc = ::crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + at),
-                                        static_cast<uInt>(n));
+                          crc = crc32_update(crc, bytes.data() + at, n);
                           progress(n);
                         }
-                        if (crc != member.crc32) {
-                          char message[128];
-                          std::snprintf(message, sizeof message,
-                                        ": CRC-32 is %08lx, the directory says %08x",
-                                        static_cast<unsigned long>(crc), member.crc32);
-                          archive->fail(member.local_header_offset, "member " + member.name + message);
-                        }
+                        if (crc != member.crc32)
+                          archive->fail(member.local_header_offset,
+                                        "member " + member.name + ": " + crc_mismatch(crc, member.crc32));
                       }});
   }
   return checks;
@@ -251,39 +262,64 @@ ByteSpan ZipArchive::contents(const ZipMember& member) const {
     fail(member.local_header_offset, quote + "inflates to " + std::to_string(member.uncompressed_size) +
                                          " bytes, over the limit of " + std::to_string(kMaxInflatedBytes));
 
-  // libzip reads the archive from our mapping (no copy) and inflates the one
-  // member, checking its CRC.
-  zip_error_t error;
-  zip_error_init(&error);
-  zip_source_t* source = zip_source_buffer_create(file_->data() + base_, length_, 0, &error);
-  if (source == nullptr) fail(member.local_header_offset, quote + "libzip: " + zip_error_strerror(&error));
-  zip_t* archive = zip_open_from_source(source, ZIP_RDONLY, &error);
-  if (archive == nullptr) {
-    std::string why = zip_error_strerror(&error);
-    zip_source_free(source);
-    zip_error_fini(&error);
-    fail(member.local_header_offset, quote + "libzip cannot open the archive: " + why);
-  }
-  std::string out;
+  // Deflate expands at most 1032 to 1: a directory claiming more is lying,
+  // and is refused before anything is allocated for it.
+  if (member.uncompressed_size / kMaxDeflateRatio > member.compressed_size)
+    fail(member.local_header_offset,
+         quote + "cannot inflate: " + std::to_string(member.compressed_size) +
+             " compressed bytes cannot make " + std::to_string(member.uncompressed_size) +
+             " (deflate expands at most " +
+             std::to_string(kMaxDeflateRatio) + "×)");
+  return ByteSpan::owned(inflate(member));
+}
+
+std::string ZipArchive::inflate(const ZipMember& member) const {
+  const auto quote = "member " + member.name + ": cannot inflate: ";
+  // A raw deflate stream (no zlib or gzip wrapper), inflated straight into
+  // bytes of the size the directory gives: a stream that wants more room,
+  // ends early or fails its CRC is refused, never trusted.
+  z_stream stream{};
+  if (inflateInit2(&stream, -MAX_WBITS) != Z_OK)
+    fail(member.local_header_offset, quote + "zlib could not start");
+  std::string out(member.uncompressed_size, '\0');
+  const auto* in = reinterpret_cast<const Bytef*>(file_->data() + base_ + member.data_offset);
+  uint64_t in_left = member.compressed_size;
+  // zlib counts in 32 bits; the output fits (kMaxInflatedBytes), the input
+  // is fed in pieces.
+  constexpr uint64_t kPiece = uint64_t{1} << 30;
+  stream.next_out = reinterpret_cast<Bytef*>(out.data());
+  stream.avail_out = static_cast<uInt>(out.size());
+  int status = Z_OK;
   std::string why;
-  const zip_int64_t index = zip_name_locate(archive, member.name.c_str(), ZIP_FL_ENC_RAW);
-  zip_file_t* entry = index < 0 ? nullptr : zip_fopen_index(archive, static_cast<zip_uint64_t>(index), 0);
-  if (entry == nullptr) {
-    why = zip_strerror(archive);
-  } else {
-    out.resize(member.uncompressed_size);
-    const zip_int64_t got = zip_fread(entry, out.data(), out.size());
-    char extra_byte;
-    if (got < 0 || static_cast<uint64_t>(got) != out.size())
-      why = got < 0 ? zip_file_strerror(entry) : "inflated to fewer bytes than its size";
-    else if (zip_fread(entry, &extra_byte, 1) != 0)
-      why = "inflated to more bytes than its size";
-    zip_fclose(entry);
+  while (status == Z_OK) {
+    if (stream.avail_in == 0) {
+      if (in_left == 0) {
+        why = "the data ends before the deflate stream does";
+        break;
+      }
+      const uint64_t piece = std::min(in_left, kPiece);
+      stream.next_in = const_cast<Bytef*>(in);
+      stream.avail_in = static_cast<uInt>(piece);
+      in += piece;
+      in_left -= piece;
+    }
+    status = ::inflate(&stream, Z_NO_FLUSH);
+    if (status == Z_BUF_ERROR && stream.avail_out == 0) why = "inflates to more bytes than its size";
   }
-  zip_discard(archive);
-  zip_error_fini(&error);
-  if (!why.empty()) fail(member.local_header_offset, quote + "cannot inflate: " + why);
-  return ByteSpan::owned(std::move(out));
+  if (why.empty() && status != Z_STREAM_END)
+    why = stream.msg != nullptr ? stream.msg : "zlib error " + std::to_string(status);
+  const uint64_t produced = out.size() - stream.avail_out;
+  inflateEnd(&stream);
+  if (why.empty() && produced != out.size())
+    why = "inflates to " + std::to_string(produced) + " bytes, fewer than its size " +
+          std::to_string(out.size());
+  if (why.empty()) {
+    const uLong crc = crc32_update(::crc32(0L, Z_NULL, 0),
+                                   reinterpret_cast<const std::byte*>(out.data()), out.size());
+    if (crc != member.crc32) why = crc_mismatch(crc, member.crc32);
+  }
+  if (!why.empty()) fail(member.local_header_offset, quote + why);
+  return out;
 }
 
 }  // namespace modelfs

@@ -34,7 +34,8 @@ std::string_view NameStore::add(std::string_view name) {
   const size_t need = name.size() + 1;
   if (need > kBlockBytes - used_) {
     // A name longer than a block (never, with escaped components) gets its own.
-    blocks_.push_back(std::make_unique<char[]>(std::max(need, kBlockBytes)));
+    // Not zeroed: a small tree touches only the pages its names fill.
+    blocks_.push_back(std::make_unique_for_overwrite<char[]>(std::max(need, kBlockBytes)));
     used_ = 0;
   }
   char* at = blocks_.back().get() + used_;

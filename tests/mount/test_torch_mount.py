@@ -265,6 +265,24 @@ def test_tied_weights_share_bytes(tmp):
         assert a["storage"] == b["storage"]
 
 
+def test_deflated_archive_many_members(tmp):
+    """A torch.save whose members another tool compressed (Python's zipfile,
+    deflate): every member is inflated once, in linear time, and the bytes
+    match what torch itself loads from the same file."""
+    torch.manual_seed(0)
+    sd = {f"layers.{i}.weight": torch.randn(17, 3) * i for i in range(400)}
+    torch.save(sd, tmp / "stored.pt")
+    with zipfile.ZipFile(tmp / "stored.pt") as zin, \
+            zipfile.ZipFile(tmp / "deflated.pt", "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, zin.read(info.filename))
+    with zipfile.ZipFile(tmp / "deflated.pt") as z:
+        assert all(i.compress_type == zipfile.ZIP_DEFLATED for i in z.infolist())
+    loaded = torch.load(tmp / "deflated.pt")
+    with mounted(tmp / "deflated.pt") as mnt:
+        check_all(mnt, flatten(loaded))
+
+
 def test_quantized_tensors(tmp):
     x = torch.randn(4, 6)
     per_tensor = torch.quantize_per_tensor(x, 0.05, 3, torch.qint8)

@@ -3,6 +3,7 @@
 // protobuf bytes.
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,10 @@ struct ZipEntry {
   std::string name;
   std::string data;    // the member's content
   uint16_t method = 0;  // 8: written as a deflate stream of stored blocks
+  // When set, written as the member's bytes instead (a real or broken
+  // deflate stream), with `data` still giving the sizes and the CRC.
+  std::optional<std::string> payload = std::nullopt;
+  std::optional<uint32_t> crc = std::nullopt;  // overrides the CRC of `data`
 };
 
 struct ZipLayout {

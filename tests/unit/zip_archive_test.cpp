@@ -2,7 +2,7 @@
 // padding, forced ZIP64), stored and deflated members, a nested archive,
 // and truncated or corrupt directories refused with ModelError.
 #include <gtest/gtest.h>
-#include <zip.h>
+#include <zlib.h>
 
 #include "modelfs/error.hpp"
 #include "modelfs/zip_archive.hpp"
@@ -80,26 +80,93 @@ TEST(ZipArchive, DeflatedMemberIsInflatedIntoOwnedBytes) {
   EXPECT_EQ(text(zip.contents(*zip.find("a/data/0"))), "abcd");
 }
 
-TEST(ZipArchive, ArchiveCompressedByLibzip) {
-  TempDir dir;
-  const auto path = dir.path() / "libzip.zip";
+// A raw deflate stream made by zlib's own compressor (Huffman-coded
+// blocks, back references), not by the test's writer of stored blocks.
+std::string zlib_deflate(const std::string& data, int level = 9) {
+  z_stream stream{};
+  EXPECT_EQ(deflateInit2(&stream, level, Z_DEFLATED, -MAX_WBITS, 9, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string out(deflateBound(&stream, data.size()), '\0');
+  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  stream.avail_in = static_cast<uInt>(data.size());
+  stream.next_out = reinterpret_cast<Bytef*>(out.data());
+  stream.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&stream, Z_FINISH), Z_STREAM_END);
+  out.resize(stream.total_out);
+  deflateEnd(&stream);
+  return out;
+}
+
+std::string compressible_text() {
   std::string content(50'000, 'a');
   for (size_t i = 0; i < content.size(); i += 3) content[i] = 'b';
-  int error = 0;
-  zip_t* writer = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &error);
-  ASSERT_NE(writer, nullptr);
-  zip_source_t* source = zip_source_buffer(writer, content.data(), content.size(), 0);
-  const zip_int64_t index = zip_file_add(writer, "m/code.py", source, ZIP_FL_ENC_UTF_8);
-  ASSERT_GE(index, 0);
-  zip_set_file_compression(writer, static_cast<zip_uint64_t>(index), ZIP_CM_DEFLATE, 9);
-  ASSERT_EQ(zip_close(writer), 0);
+  for (size_t i = 0; i < content.size(); i += 1000) content[i] = static_cast<char>('0' + i % 10);
+  return content;
+}
 
-  auto zip = ZipArchive::open(MappedFile::open(path), "ZIP archive");
+TEST(ZipArchive, MemberCompressedByZlib) {
+  TempDir dir;
+  const std::string content = compressible_text();
+  const std::string stream = zlib_deflate(content);
+  ASSERT_LT(stream.size(), content.size() / 10) << "zlib compressed it for real";
+  auto zip = open_bytes(dir, zip_bytes({{"m/code.py", content, 8, stream}, {"m/data/0", "abcd", 0}}));
   const ZipMember* m = zip.find("m/code.py");
   ASSERT_NE(m, nullptr);
   EXPECT_EQ(m->method, ZipArchive::kDeflated);
-  EXPECT_LT(m->compressed_size, content.size());
+  EXPECT_EQ(m->compressed_size, stream.size());
   EXPECT_EQ(text(zip.contents(*m)), content);
+  EXPECT_EQ(text(zip.contents(*zip.find("m/data/0"))), "abcd");
+}
+
+TEST(ZipArchive, EmptyDeflatedMember) {
+  TempDir dir;
+  auto zip = open_bytes(dir, zip_bytes({{"m/empty", "", 8, zlib_deflate("")}}));
+  EXPECT_EQ(text(zip.contents(*zip.find("m/empty"))), "");
+}
+
+void expect_inflate_refused(const ZipEntry& entry, const std::string& why_part) {
+  TempDir dir;
+  auto zip = open_bytes(dir, zip_bytes({entry}));
+  try {
+    zip.contents(*zip.find(entry.name));
+    FAIL() << "inflated a bad member (" << why_part << ")";
+  } catch (const ModelError& e) {
+    EXPECT_NE(e.reason().find("cannot inflate"), std::string::npos) << e.what();
+    EXPECT_NE(e.reason().find(why_part), std::string::npos) << e.what();
+  }
+}
+
+TEST(ZipArchive, BadDeflateStreamsAreRefused) {
+  const std::string content = compressible_text();
+  const std::string stream = zlib_deflate(content);
+  // Cut short: the member's bytes end inside the stream.
+  expect_inflate_refused({"m/a", content, 8, stream.substr(0, stream.size() / 2)},
+                         "ends before the deflate stream does");
+  // The stream holds more than the directory's size.
+  expect_inflate_refused({"m/a", content.substr(0, 100), 8, stream}, "more bytes than its size");
+  // ... or less.
+  expect_inflate_refused({"m/a", content + "tail", 8, stream}, "fewer than its size");
+  // Right size, wrong bytes: the CRC catches it.
+  expect_inflate_refused({"m/a", content, 8, stream, 0x12345678u}, "CRC-32 is");
+  // Not deflate at all (block type 3 is reserved).
+  expect_inflate_refused({"m/a", "abc", 8, std::string("\xff\xff\xff\xff", 4)}, "invalid block type");
+  // No bytes at all for a non-empty member.
+  expect_inflate_refused({"m/a", "x", 8, std::string()}, "ends before");
+}
+
+TEST(ZipArchive, ImpossibleInflatedSizeIsRefusedBeforeAllocating) {
+  TempDir dir;
+  // 10 bytes of deflate cannot make 1 MB: refused on the sizes alone.
+  auto zip = open_bytes(dir, zip_bytes({{"m/bomb", std::string(1'000'000, 'x'), 8, std::string(10, '\0')}}));
+  try {
+    zip.contents(*zip.find("m/bomb"));
+    FAIL() << "accepted an impossible size";
+  } catch (const ModelError& e) {
+    EXPECT_NE(e.reason().find("cannot make 1000000"), std::string::npos) << e.what();
+  }
+  // A real stream near the limit still inflates.
+  const std::string zeros(2'000'000, '\0');
+  auto dense = open_bytes(dir, zip_bytes({{"m/zeros", zeros, 8, zlib_deflate(zeros)}}));
+  EXPECT_EQ(text(dense.contents(*dense.find("m/zeros"))), zeros);
 }
 
 TEST(ZipArchive, NestedArchiveReadInPlace) {
