@@ -8,13 +8,17 @@
 //   P.json     sidecar: printed when read (its size is fixed at build time;
 //              keeping 100 000 of them would cost tens of MiB for nothing)
 //   P.npy      .npy header (made) + the same mapped range
-//   .modelfs/  index.json, metadata.json and the format's documents
+//   .modelfs/  index.json (printed when first read, then kept: 12 MB for
+//              100 000 tensors that most mounts never read), metadata.json
+//              and the format's documents
 #include <sys/uio.h>
 
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -31,7 +35,7 @@ struct TreeOptions {
 };
 
 enum class NodeKind : uint8_t { Directory, File };
-enum class FileRole : uint8_t { None, TensorData, Sidecar, NpyView, Document };
+enum class FileRole : uint8_t { None, TensorData, Sidecar, NpyView, Document, Index };
 
 struct DirEntry {
   // Lives in the tree's name store and is followed by a NUL there, so
@@ -103,8 +107,9 @@ class Tree {
   Tree& operator=(const Tree&) = delete;
 
   const Catalog& catalog() const noexcept { return catalog_; }
-  // The path of each catalog tensor's raw file, relative to the root.
-  const std::vector<std::string>& tensor_paths() const noexcept { return tensor_paths_; }
+  // The path of each catalog tensor's raw file, relative to the root (made
+  // from the tree when asked: index.json and tests are the only users).
+  std::vector<std::string> tensor_paths() const;
   size_t node_count() const noexcept { return nodes_.size(); }
   uint64_t total_bytes() const noexcept { return total_bytes_; }
   timespec mtime() const noexcept { return catalog_.mtime; }
@@ -122,7 +127,13 @@ class Tree {
   // adding one never moves another.
   std::unordered_set<std::string> npy_headers_;
   std::deque<std::string> documents_;
-  std::vector<std::string> tensor_paths_;
+  std::vector<uint64_t> tensor_files_;  // each catalog tensor's raw file
+  // index.json, printed by the first reader (its size is fixed at build).
+  uint64_t index_size_ = 0;
+  mutable std::once_flag index_printed_;
+  mutable std::string index_text_;
+  const std::string& index_text() const;
+  void for_each_tensor_path(const std::function<void(size_t, std::string_view)>& visit) const;
   uint64_t total_bytes_ = 0;
 };
 

@@ -45,6 +45,36 @@ std::string_view NameStore::add(std::string_view name) {
   return {at, name.size()};
 }
 
+// index.json, as readable_json would print it, one line per tensor, printed
+// directly (it is the largest document of a big model). The builder measures
+// it with these same functions; the first reader prints it.
+void append_index_head(std::string& out, const Catalog& catalog) {
+  out += "{\n  \"format\": ";
+  append_json_string(out, catalog.format);
+  out += ",\n  \"files\": [";
+  for (size_t i = 0; i < catalog.files.size(); ++i) {
+    if (i) out += ',';
+    append_json_string(out, catalog.files[i]);
+  }
+  out += "],\n  \"tensors\": ";
+  out += catalog.tensors.empty() ? "[]" : "[\n";
+}
+
+void append_index_line(std::string& out, const Tensor& tensor, std::string_view path, bool last) {
+  out += "    {\"name\":";
+  append_json_string(out, tensor.name);
+  out += ",\"path\":";
+  append_json_string(out, path);
+  out += ",\"dtype\":";
+  append_json_string(out, tensor.dtype_name());
+  out += ",\"shape\":";
+  append_json_array(out, tensor.shape);
+  out += ",\"nbytes\":" + std::to_string(tensor.bytes.size());
+  out += last ? "}\n  ]" : "},\n";
+}
+
+void append_index_tail(std::string& out, const Catalog&) { out += "\n}\n"; }
+
 class TreeBuilder {
  public:
   TreeBuilder(Tree& tree, const TreeOptions& options) : tree_(tree), options_(options) {}
@@ -74,7 +104,7 @@ class TreeBuilder {
     tree_.nodes_.reserve(tree_.nodes_.size() + more);
     folder_ordinal_.reserve(tree_.nodes_.size() + more);
 
-    tree_.tensor_paths_.reserve(tensors.size());
+    tree_.tensor_files_.reserve(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i)
       add_tensor(tensors[i], components[i], folder_of[i]);
     add_documents();
@@ -187,16 +217,12 @@ class TreeBuilder {
   }
 
   void add_tensor(const Tensor& tensor, const std::vector<std::string>& parts, uint64_t dir) {
-    std::string dir_path;
-    for (size_t i = 0; i + 1 < parts.size(); ++i) dir_path += (i ? "/" : "") + parts[i];
-
     auto descr = numpy_descr(tensor.dtype);
     const bool c_order = tensor.c_order.has_value() || tensor.is_c_contiguous();
     const bool npy = descr && (c_order || tensor.is_f_contiguous());
     const std::string name = free_name(dir, parts.back(), npy);
-    tree_.tensor_paths_.push_back(dir_path.empty() ? name : dir_path + "/" + name);
 
-    add_file(dir, name, FileRole::TensorData, {tensor.bytes.span()}, &tensor);
+    tree_.tensor_files_.push_back(add_file(dir, name, FileRole::TensorData, {tensor.bytes.span()}, &tensor));
     const uint64_t sidecar = add_file(dir, name + ".json", FileRole::Sidecar, {}, &tensor);
     node(sidecar).size = sidecar_text(tensor, tree_.catalog_.format).size();
     if (npy)
@@ -205,6 +231,15 @@ class TreeBuilder {
                 (tensor.c_order ? *tensor.c_order : tensor.bytes).span()},
                &tensor);
     tree_.total_bytes_ += tensor.bytes.size();
+
+    // index.json's line for this tensor, printed only to be measured.
+    std::string& path = scratch_path_;
+    path.clear();
+    for (size_t i = 0; i + 1 < parts.size(); ++i) path.append(parts[i]).push_back('/');
+    path += name;
+    scratch_line_.clear();
+    append_index_line(scratch_line_, tensor, path, tree_.tensor_files_.size() == tree_.catalog_.tensors.size());
+    index_size_ += scratch_line_.size();
   }
 
   // Tensors of one dtype and shape share one .npy header: a model's layers
@@ -242,32 +277,12 @@ class TreeBuilder {
 
   void add_documents() {
     const auto& catalog = tree_.catalog_;
-    // index.json, as readable_json would print it, one line per tensor,
-    // printed directly (it is the largest document of a big model).
-    std::string index = "{\n  \"format\": ";
-    append_json_string(index, catalog.format);
-    index += ",\n  \"files\": [";
-    for (size_t i = 0; i < catalog.files.size(); ++i) {
-      if (i) index += ',';
-      append_json_string(index, catalog.files[i]);
-    }
-    index += "],\n  \"tensors\": ";
-    index += catalog.tensors.empty() ? "[]" : "[\n";
-    for (size_t i = 0; i < catalog.tensors.size(); ++i) {
-      const auto& t = catalog.tensors[i];
-      index += "    {\"name\":";
-      append_json_string(index, t.name);
-      index += ",\"path\":";
-      append_json_string(index, tree_.tensor_paths_[i]);
-      index += ",\"dtype\":";
-      append_json_string(index, t.dtype_name());
-      index += ",\"shape\":";
-      append_json_array(index, t.shape);
-      index += ",\"nbytes\":" + std::to_string(t.bytes.size());
-      index += i + 1 < catalog.tensors.size() ? "},\n" : "}\n  ]";
-    }
-    index += "\n}\n";
-    add_made_document("index.json", std::move(index));
+    std::string ends;
+    append_index_head(ends, catalog);
+    append_index_tail(ends, catalog);
+    const uint64_t index = add_file(meta_dir_, free_name(meta_dir_, "index.json", false), FileRole::Index, {}, nullptr);
+    node(index).size = index_size_ + ends.size();
+    tree_.index_size_ = node(index).size;
 
     nlohmann::ordered_json metadata;
     metadata["format"] = catalog.format;
@@ -308,6 +323,10 @@ class TreeBuilder {
   // The previous tensor's folders: names and inodes, outermost first.
   std::vector<std::string> chain_names_;
   std::vector<uint64_t> chain_inos_;
+  // index.json's size, its lines measured as the tensors are added.
+  uint64_t index_size_ = 0;
+  std::string scratch_path_;
+  std::string scratch_line_;
 };
 
 std::unique_ptr<const Tree> Tree::build(Catalog catalog, const TreeOptions& options) {
@@ -317,8 +336,56 @@ std::unique_ptr<const Tree> Tree::build(Catalog catalog, const TreeOptions& opti
   return tree;
 }
 
+void Tree::for_each_tensor_path(const std::function<void(size_t, std::string_view)>& visit) const {
+  // Each node's name, from its folder's entries; then each tensor file's
+  // path, walking up to the root (a folder's parent is always built before
+  // it, so the walk ends).
+  std::vector<std::string_view> name_of(nodes_.size() + 1);
+  for (const auto& entry : entries_) name_of[entry.ino] = entry.name;
+  std::vector<std::string_view> parts;
+  std::string path;
+  for (size_t i = 0; i < tensor_files_.size(); ++i) {
+    parts.clear();
+    for (uint64_t ino = tensor_files_[i]; ino != kRootIno; ino = nodes_[ino - 1].parent)
+      parts.push_back(name_of[ino]);
+    path.clear();
+    for (auto part = parts.rbegin(); part != parts.rend(); ++part) {
+      if (!path.empty()) path += '/';
+      path += *part;
+    }
+    visit(i, path);
+  }
+}
+
+std::vector<std::string> Tree::tensor_paths() const {
+  std::vector<std::string> paths;
+  paths.reserve(tensor_files_.size());
+  for_each_tensor_path([&](size_t, std::string_view path) { paths.emplace_back(path); });
+  return paths;
+}
+
+const std::string& Tree::index_text() const {
+  std::call_once(index_printed_, [this] {
+    index_text_.reserve(index_size_);
+    append_index_head(index_text_, catalog_);
+    for_each_tensor_path([this](size_t i, std::string_view path) {
+      append_index_line(index_text_, catalog_.tensors[i], path, i + 1 == tensor_files_.size());
+    });
+    append_index_tail(index_text_, catalog_);
+  });
+  return index_text_;
+}
+
 size_t Tree::read(const Node& file, uint64_t offset, uint64_t length,
                   std::span<iovec, Node::kMaxSegments> out, std::string& scratch) const {
+  if (file.role == FileRole::Index) {
+    // Served as printed; the size the builder measured is the file's size.
+    const std::string& text = index_text();
+    const uint64_t end = std::min<uint64_t>(file.size, text.size());
+    if (offset >= end) return 0;
+    out[0] = iovec{const_cast<char*>(text.data() + offset), std::min<uint64_t>(length, end - offset)};
+    return 1;
+  }
   if (file.role != FileRole::Sidecar || file.tensor == nullptr) return file.slice(offset, length, out);
   scratch = sidecar_text(*file.tensor, catalog_.format);
   if (offset >= scratch.size()) return 0;

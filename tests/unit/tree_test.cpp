@@ -35,6 +35,26 @@ std::string content(const Tree& tree, const std::string& path) {
   return tree.content(*tree.node(*ino));
 }
 
+// index.json is measured at build and printed when first read: its size is
+// the printed text's, and every path in it leads to that tensor's bytes.
+void expect_index_matches_tree(const Tree& tree) {
+  const Node* file = tree.node(*tree.resolve(".modelfs/index.json"));
+  const std::string text = tree.content(*file);
+  EXPECT_EQ(file->size, text.size());
+  const auto index = nlohmann::json::parse(text);
+  const auto paths = tree.tensor_paths();
+  ASSERT_EQ(index["tensors"].size(), tree.catalog().tensors.size());
+  for (size_t i = 0; i < paths.size(); ++i) {
+    std::string quoted;  // as JSON carries it: bytes that are not UTF-8 become U+FFFD
+    append_json_string(quoted, paths[i]);
+    EXPECT_EQ(index["tensors"][i]["path"], nlohmann::json::parse(quoted));
+    const auto ino = tree.resolve(paths[i]);
+    ASSERT_TRUE(ino) << paths[i];
+    EXPECT_EQ(tree.node(*ino)->tensor, &tree.catalog().tensors[i]) << paths[i];
+    EXPECT_EQ(tree.node(*ino)->role, FileRole::TensorData) << paths[i];
+  }
+}
+
 TEST(Tree, SplitsNamesIntoFoldersWithSidecarsAndNpyViews) {
   auto tree = build({tensor("model.layers.0.weight"), tensor("model.layers.0.bias")});
   EXPECT_EQ(tree->tensor_paths(), (std::vector<std::string>{"model/layers/0/weight",
@@ -102,6 +122,7 @@ TEST(Tree, FlatModeSidecarClashesGetSuffixes) {
   auto tree = build({tensor("x.json"), tensor("x"), tensor(".modelfs")}, true);
   EXPECT_EQ(tree->tensor_paths(), (std::vector<std::string>{"x.json", "x~1", ".modelfs~1"}));
   EXPECT_EQ(tree->node(*tree->resolve(".modelfs"))->kind, NodeKind::Directory);
+  expect_index_matches_tree(*tree);
 }
 
 // Big folders check names through a set, small ones by a scan: clashes
@@ -127,6 +148,8 @@ TEST(Tree, ClashesResolveAlikeInSmallAndBigFolders) {
     // x~1.npy is the view of x~1, so that tensor becomes x~1.npy~1.
     EXPECT_EQ(std::vector<std::string>(flat_paths.end() - 4, flat_paths.end()),
               (std::vector<std::string>{"x.json", "x~1", "x~1.npy~1", "y"}));
+    expect_index_matches_tree(*nested_tree);
+    expect_index_matches_tree(*flat_tree);
   }
 }
 
@@ -146,6 +169,7 @@ TEST(Tree, DotDotEmptyAndNonAsciiNamesAreReachable) {
   EXPECT_EQ(tree->tensor_paths()[1], "a/%/b");
   EXPECT_EQ(tree->tensor_paths()[2], "ñ/权重");
   EXPECT_EQ(tree->tensor_paths()[3], "%~1");  // "%" is already the folder of ".."
+  expect_index_matches_tree(*tree);
 }
 
 TEST(Tree, IndexListsEveryTensorWithItsPath) {
@@ -172,10 +196,12 @@ TEST(Tree, IndexIsTheJsonObjectPrintedReadably) {
                                    {"nbytes", t.bytes.size()}});
   }
   EXPECT_EQ(content(*tree, ".modelfs/index.json"), readable_json(expected));
+  expect_index_matches_tree(*tree);
   auto empty = build({});
   nlohmann::ordered_json none = {{"format", "safetensors"}, {"files", {"m.safetensors"}},
                                  {"tensors", nlohmann::ordered_json::array()}};
   EXPECT_EQ(content(*empty, ".modelfs/index.json"), readable_json(none));
+  expect_index_matches_tree(*empty);
 }
 
 TEST(Tree, SlicesSpanTheNpyHeaderAndTheData) {
