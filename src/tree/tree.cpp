@@ -89,13 +89,13 @@ class TreeBuilder {
 
     // Folders first, so that a tensor file never takes a folder's name:
     // the folder keeps it and the file gets a "~N" suffix.
+    // A name's components are split again in the second pass rather than
+    // kept: for 100 000 tensors they were 400 000 strings (26 MB) alive at
+    // once, and fresh pages cost more than splitting twice.
     const auto& tensors = tree_.catalog_.tensors;
-    std::vector<std::vector<std::string>> components(tensors.size());
     std::vector<uint64_t> folder_of(tensors.size());
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      components[i] = tensor_path_components(tensors[i].name, options_.flat);
-      folder_of[i] = directories_for(components[i]);
-    }
+    for (size_t i = 0; i < tensors.size(); ++i)
+      folder_of[i] = directories_for(tensor_path_components(tensors[i].name, options_.flat));
     // The rest is known now: three files a tensor, and the documents with
     // their folders. Growing past a reservation would copy the whole table.
     size_t more = 3 * tensors.size() + 2;
@@ -106,7 +106,7 @@ class TreeBuilder {
 
     tree_.tensor_files_.reserve(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i)
-      add_tensor(tensors[i], components[i], folder_of[i]);
+      add_tensor(tensors[i], tensor_path_components(tensors[i].name, options_.flat), folder_of[i]);
     add_documents();
     finish_folders();
   }
