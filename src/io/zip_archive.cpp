@@ -268,8 +268,7 @@ ByteSpan ZipArchive::contents(const ZipMember& member) const {
     fail(member.local_header_offset,
          quote + "cannot inflate: " + std::to_string(member.compressed_size) +
              " compressed bytes cannot make " + std::to_string(member.uncompressed_size) +
-             " (deflate expands at most " +
-             std::to_string(kMaxDeflateRatio) + "×)");
+             " (deflate expands at most " + std::to_string(kMaxDeflateRatio) + "×)");
   return ByteSpan::owned(inflate(member));
 }
 
@@ -278,10 +277,10 @@ std::string ZipArchive::inflate(const ZipMember& member) const {
   // A raw deflate stream (no zlib or gzip wrapper), inflated straight into
   // bytes of the size the directory gives: a stream that wants more room,
   // ends early or fails its CRC is refused, never trusted.
+  std::string out(member.uncompressed_size, '\0');
   z_stream stream{};
   if (inflateInit2(&stream, -MAX_WBITS) != Z_OK)
     fail(member.local_header_offset, quote + "zlib could not start");
-  std::string out(member.uncompressed_size, '\0');
   const auto* in = reinterpret_cast<const Bytef*>(file_->data() + base_ + member.data_offset);
   uint64_t in_left = member.compressed_size;
   // zlib counts in 32 bits; the output fits (kMaxInflatedBytes), the input

@@ -73,7 +73,7 @@ void append_index_line(std::string& out, const Tensor& tensor, std::string_view 
   out += last ? "}\n  ]" : "},\n";
 }
 
-void append_index_tail(std::string& out, const Catalog&) { out += "\n}\n"; }
+void append_index_tail(std::string& out) { out += "\n}\n"; }
 
 class TreeBuilder {
  public:
@@ -222,7 +222,8 @@ class TreeBuilder {
     const bool npy = descr && (c_order || tensor.is_f_contiguous());
     const std::string name = free_name(dir, parts.back(), npy);
 
-    tree_.tensor_files_.push_back(add_file(dir, name, FileRole::TensorData, {tensor.bytes.span()}, &tensor));
+    tree_.tensor_files_.push_back(
+        add_file(dir, name, FileRole::TensorData, {tensor.bytes.span()}, &tensor));
     const uint64_t sidecar = add_file(dir, name + ".json", FileRole::Sidecar, {}, &tensor);
     node(sidecar).size = sidecar_text(tensor, tree_.catalog_.format).size();
     if (npy)
@@ -238,7 +239,8 @@ class TreeBuilder {
     for (size_t i = 0; i + 1 < parts.size(); ++i) path.append(parts[i]).push_back('/');
     path += name;
     scratch_line_.clear();
-    append_index_line(scratch_line_, tensor, path, tree_.tensor_files_.size() == tree_.catalog_.tensors.size());
+    const bool last = tree_.tensor_files_.size() == tree_.catalog_.tensors.size();
+    append_index_line(scratch_line_, tensor, path, last);
     index_size_ += scratch_line_.size();
   }
 
@@ -279,8 +281,9 @@ class TreeBuilder {
     const auto& catalog = tree_.catalog_;
     std::string ends;
     append_index_head(ends, catalog);
-    append_index_tail(ends, catalog);
-    const uint64_t index = add_file(meta_dir_, free_name(meta_dir_, "index.json", false), FileRole::Index, {}, nullptr);
+    append_index_tail(ends);
+    const uint64_t index =
+        add_file(meta_dir_, free_name(meta_dir_, "index.json", false), FileRole::Index, {}, nullptr);
     node(index).size = index_size_ + ends.size();
     tree_.index_size_ = node(index).size;
 
@@ -371,7 +374,7 @@ const std::string& Tree::index_text() const {
     for_each_tensor_path([this](size_t i, std::string_view path) {
       append_index_line(index_text_, catalog_.tensors[i], path, i + 1 == tensor_files_.size());
     });
-    append_index_tail(index_text_, catalog_);
+    append_index_tail(index_text_);
   });
   return index_text_;
 }
