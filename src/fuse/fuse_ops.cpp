@@ -47,7 +47,11 @@ struct Context {
   std::atomic<bool> skip_opendir{false};
 };
 
-Context& context(fuse_req_t req) { return *static_cast<Context*>(fuse_req_userdata(req)); }
+// Requests only read it; INIT, the one writer, reaches it through its own
+// userdata pointer before any request is served.
+const Context& context(fuse_req_t req) {
+  return *static_cast<const Context*>(fuse_req_userdata(req));
+}
 
 struct stat attributes_of(const Context& ctx, uint64_t ino, const Node& node) {
   struct stat st {};
