@@ -251,10 +251,9 @@ class Bench:
                 self.add(name, f"read all bytes, {label} pass", fs, median(run[label]), "s")
                 self.add(name, f"{label} pass ÷ direct (×)", fs, median(run["ratio_" + label]), "x")
             self.add(name, "anon RSS after reading all", fs, max(run["rss"]), "MiB")
-            log(f"{name}: {fs} first {median(run['first']):.3f}s ({median(run['ratio_first']):.2f}×) "
-                f"second {median(run['second']):.3f}s ({median(run['ratio_second']):.2f}×) "
-                f"third {median(run['third']):.3f}s ({median(run['ratio_third']):.2f}×) "
-                f"(direct {median(direct):.3f}s)")
+            passes = " ".join(f"{label} {median(run[label]):.3f}s ({median(run['ratio_' + label]):.2f}×)"
+                              for label in PASSES)
+            log(f"{name}: {fs} {passes} (direct {median(direct):.3f}s)")
 
     def random_reads(self, name, files, tensors):
         big = max(tensors, key=lambda t: t["nbytes"])

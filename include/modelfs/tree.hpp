@@ -128,11 +128,11 @@ class Tree {
   std::unordered_set<std::string> npy_headers_;
   std::deque<std::string> documents_;
   std::vector<uint64_t> tensor_files_;  // each catalog tensor's raw file
-  // index.json, printed by the first reader (its size is fixed at build).
-  uint64_t index_size_ = 0;
+  // index.json, printed by the first reader (its size, measured at build,
+  // is the file's).
   mutable std::once_flag index_printed_;
   mutable std::string index_text_;
-  const std::string& index_text() const;
+  const std::string& index_text(uint64_t size) const;
   void for_each_tensor_path(const std::function<void(size_t, std::string_view)>& visit) const;
   uint64_t total_bytes_ = 0;
 };

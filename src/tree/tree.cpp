@@ -285,7 +285,6 @@ class TreeBuilder {
     const uint64_t index =
         add_file(meta_dir_, free_name(meta_dir_, "index.json", false), FileRole::Index, {}, nullptr);
     node(index).size = index_size_ + ends.size();
-    tree_.index_size_ = node(index).size;
 
     nlohmann::ordered_json metadata;
     metadata["format"] = catalog.format;
@@ -367,9 +366,9 @@ std::vector<std::string> Tree::tensor_paths() const {
   return paths;
 }
 
-const std::string& Tree::index_text() const {
-  std::call_once(index_printed_, [this] {
-    index_text_.reserve(index_size_);
+const std::string& Tree::index_text(uint64_t size) const {
+  std::call_once(index_printed_, [this, size] {
+    index_text_.reserve(size);
     append_index_head(index_text_, catalog_);
     for_each_tensor_path([this](size_t i, std::string_view path) {
       append_index_line(index_text_, catalog_.tensors[i], path, i + 1 == tensor_files_.size());
@@ -379,21 +378,30 @@ const std::string& Tree::index_text() const {
   return index_text_;
 }
 
+namespace {
+
+// [offset, offset + length) of a printed file, as one iovec (none past its end).
+size_t slice_text(std::string_view text, uint64_t offset, uint64_t length,
+                  std::span<iovec, Node::kMaxSegments> out) {
+  if (offset >= text.size()) return 0;
+  out[0] = iovec{const_cast<char*>(text.data() + offset),
+                 std::min<uint64_t>(length, text.size() - offset)};
+  return 1;
+}
+
+}  // namespace
+
 size_t Tree::read(const Node& file, uint64_t offset, uint64_t length,
                   std::span<iovec, Node::kMaxSegments> out, std::string& scratch) const {
+  // Printed files are served as printed, never past the size the builder
+  // measured (the file's size).
   if (file.role == FileRole::Index) {
-    // Served as printed; the size the builder measured is the file's size.
-    const std::string& text = index_text();
-    const uint64_t end = std::min<uint64_t>(file.size, text.size());
-    if (offset >= end) return 0;
-    out[0] = iovec{const_cast<char*>(text.data() + offset), std::min<uint64_t>(length, end - offset)};
-    return 1;
+    const std::string_view text = index_text(file.size);
+    return slice_text(text.substr(0, file.size), offset, length, out);
   }
   if (file.role != FileRole::Sidecar || file.tensor == nullptr) return file.slice(offset, length, out);
   scratch = sidecar_text(*file.tensor, catalog_.format);
-  if (offset >= scratch.size()) return 0;
-  out[0] = iovec{scratch.data() + offset, std::min<uint64_t>(length, scratch.size() - offset)};
-  return 1;
+  return slice_text(scratch, offset, length, out);
 }
 
 std::string Tree::content(const Node& file) const {
