@@ -18,8 +18,9 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstdio>
+#include <climits>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -137,9 +138,15 @@ void print_usage(const char* program) {
             << "    -o xattr               serve user.modelfs.dtype and user.modelfs.shape as\n"
             << "                           extended attributes (off: ls -l is faster)\n"
             << "\n"
-            << "FUSE options:\n";
+            << "FUSE options:\n"
+            << "    -h   --help            print help\n"
+            << "    -V   --version         print version\n"
+            << "    -d   -o debug          enable debug output (implies -f)\n"
+            << "    -f                     foreground operation\n"
+            << "    -s                     serve requests on one thread (default: one\n"
+            << "                           thread per CPU, each pinned to its CPU)\n"
+            << "    -o max_threads=N       at most N threads (default 10)\n";
   std::cout.flush();
-  fuse_cmdline_help();
   fuse_lowlevel_help();
   std::cout << "\nExit status: 0 ok, 1 usage or mount error, 2 the model cannot be read.\n"
             << "Unmount with: fusermount3 -u MOUNTPOINT\n";
@@ -338,6 +345,18 @@ int run(int argc, char** argv) {
   }
 
   if (fuse_parse_cmdline(&args, &cmdline) != 0) return kExitUsage;
+  // Settings of libfuse's own thread pool, which modelfs does not use: its
+  // workers are fixed, one per CPU (src/fuse/cpu_local_loop.hpp).
+  if (cmdline.clone_fd != 0 || cmdline.max_idle_threads != UINT_MAX) {
+    spdlog::error("-o {} is not supported: modelfs serves on one thread per CPU "
+                  "(-o max_threads=N bounds them, -s uses one)",
+                  cmdline.clone_fd != 0 ? "clone_fd" : "max_idle_threads");
+    return kExitUsage;
+  }
+  if (cmdline.max_threads == 0) {
+    spdlog::error("-o max_threads must be at least 1");
+    return kExitUsage;
+  }
   if (cmdline.mountpoint == nullptr) {
     spdlog::error("no mountpoint given (usage: {} [options] MODEL MOUNTPOINT)", argv[0]);
     return kExitUsage;
@@ -388,9 +407,7 @@ int run(int argc, char** argv) {
   serve.foreground = cmdline.foreground != 0;
   serve.single_thread = cmdline.singlethread != 0;
   serve.xattrs = config.xattr != 0;
-  serve.max_idle_threads = static_cast<int>(cmdline.max_idle_threads);
   serve.max_threads = cmdline.max_threads;
-  serve.clone_fd = cmdline.clone_fd != 0;
   serve.readahead_kb = config.readahead_kb >= 0 ? static_cast<unsigned>(config.readahead_kb)
                        : ::geteuid() == 0      ? kDefaultReadaheadKib
                                                : 0;

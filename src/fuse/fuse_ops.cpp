@@ -9,6 +9,8 @@
 // pages are kept between opens.
 #include "fuse_server.hpp"
 
+#include "cpu_local_loop.hpp"
+
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -449,21 +451,18 @@ int serve(const Tree& tree, fuse_args& args, const ServeOptions& options) {
   if (!options.foreground && options.on_daemonized) options.on_daemonized();
 
   std::thread readahead;
-  if (options.readahead_kb > 0)
+  if (options.readahead_kb > 0) {
+    // Born with the exit signals blocked: one landing on this thread would
+    // mark the session exited without waking the loop.
+    const sigset_t ending = exit_signals();
+    sigset_t before;
+    ::pthread_sigmask(SIG_BLOCK, &ending, &before);
     readahead = std::thread(raise_readahead, options.mountpoint, options.readahead_kb);
-
-  int status;
-  if (options.single_thread) {
-    status = fuse_session_loop(session);
-  } else {
-    fuse_loop_config* config = fuse_loop_cfg_create();
-    if (options.max_idle_threads >= 0)
-      fuse_loop_cfg_set_idle_threads(config, static_cast<unsigned>(options.max_idle_threads));
-    fuse_loop_cfg_set_max_threads(config, options.max_threads);
-    fuse_loop_cfg_set_clone_fd(config, options.clone_fd ? 1 : 0);
-    status = fuse_session_loop_mt(session, config);
-    fuse_loop_cfg_destroy(config);
+    ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   }
+
+  const int status = options.single_thread ? fuse_session_loop(session)
+                                           : serve_on_each_cpu(session, options.max_threads);
   fuse_session_unmount(session);
   if (readahead.joinable()) readahead.join();
   fuse_remove_signal_handlers(session);

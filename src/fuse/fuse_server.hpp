@@ -15,10 +15,9 @@ struct ServeOptions {
   std::string mountpoint;
   bool foreground = false;
   bool single_thread = false;
-  // The multithreaded loop's settings (fuse_parse_cmdline's -o options).
-  int max_idle_threads = -1;  // libfuse default when negative
-  unsigned max_threads = 10;  // libfuse's default
-  bool clone_fd = false;      // a /dev/fuse descriptor per worker thread
+  // Otherwise one worker per CPU (cpu_local_loop.hpp), at most this many
+  // (libfuse's -o max_threads, default 10).
+  unsigned max_threads = 10;
   // Readahead of the mount's backing device, in KiB; 0 leaves the kernel's
   // default (128 KiB). Larger requests are the biggest lever on sequential
   // throughput (performance.md). Needs root; skipped with a note otherwise.

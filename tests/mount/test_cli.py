@@ -1,10 +1,13 @@
 """The command line: bad models refused before mounting (exit 2, one line
 naming file, format, offset and reason), mountpoint mistakes, signals."""
+import contextlib
 import json
 import os
+import pathlib
 import signal
 import struct
 import subprocess
+import threading
 import time
 
 import numpy as np
@@ -124,18 +127,59 @@ def wait_mounted(path, process, timeout=20):
     raise AssertionError("mount did not appear")
 
 
+def start_foreground(model, mnt, *options):
+    process = subprocess.Popen([str(MODELFS), "-f", *options, str(model), str(mnt)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_mounted(mnt, process)
+    return process
+
+
+@contextlib.contextmanager
+def busy_reading(mnt, names, expected):
+    """Threads reading `names` under `mnt` over and over until the block
+    ends (the mount may go away under them: that ends a reader quietly).
+    A read that completes with bytes other than `expected` is a failure."""
+    stop = threading.Event()
+    wrong = []
+
+    def reader():
+        while not stop.is_set():
+            for name in names:
+                try:
+                    data = (mnt / name).read_bytes()
+                except OSError:
+                    return
+                if data != expected:
+                    wrong.append(name)
+
+    threads = [threading.Thread(target=reader) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(0.3)  # requests in flight on every worker
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+    assert not wrong, f"reads returned wrong bytes: {wrong[:5]}"
+
+
+BIG = np.arange(1 << 20, dtype=np.float32)  # 4 MiB: each read is many requests
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "reading"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
-def test_signals_unmount_cleanly(tmp, sig):
-    model = st.write(tmp / "m.safetensors", {"w": np.arange(8, dtype=np.float32)})
+def test_signals_unmount_cleanly(tmp, sig, busy):
+    model = st.write(tmp / "m.safetensors", {"w": np.arange(8, dtype=np.float32), "big": BIG})
     mnt = tmp / "mnt"
     mnt.mkdir()
-    process = subprocess.Popen([str(MODELFS), "-f", str(model), str(mnt)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = start_foreground(model, mnt)
     try:
-        wait_mounted(mnt, process)
         assert (mnt / "w").read_bytes() == np.arange(8, dtype=np.float32).tobytes()
-        process.send_signal(sig)
-        assert process.wait(timeout=20) == 0
+        with busy_reading(mnt, ["big"], BIG.tobytes()) if busy else contextlib.nullcontext():
+            process.send_signal(sig)
+            assert process.wait(timeout=20) == 0, process.communicate()
         assert not is_mounted(mnt)
     finally:
         if process.poll() is None:
@@ -144,14 +188,13 @@ def test_signals_unmount_cleanly(tmp, sig):
         unmount(mnt)
 
 
-def test_unmount_ends_the_daemon(tmp):
+@pytest.mark.parametrize("loop", [[], ["-s"]], ids=["per-cpu", "single"])
+def test_unmount_ends_the_daemon(tmp, loop):
     model = st.write(tmp / "m.safetensors", {"w": np.arange(8, dtype=np.float32)})
     mnt = tmp / "mnt"
     mnt.mkdir()
-    process = subprocess.Popen([str(MODELFS), "-f", "-s", str(model), str(mnt)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = start_foreground(model, mnt, *loop)
     try:
-        wait_mounted(mnt, process)
         # A just-closed file can keep the mount busy for a moment (the kernel
         # finishes the release asynchronously): retry as a script would.
         for _ in range(40):
@@ -164,6 +207,74 @@ def test_unmount_ends_the_daemon(tmp):
             process.kill()
             process.wait()
         unmount(mnt)
+
+
+def test_lazy_unmount_while_reading_ends_the_daemon(tmp):
+    model = st.write(tmp / "m.safetensors", {"big": BIG})
+    mnt = tmp / "mnt"
+    mnt.mkdir()
+    process = start_foreground(model, mnt)
+    try:
+        with busy_reading(mnt, ["big"], BIG.tobytes()):
+            subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=True, capture_output=True)
+        assert process.wait(timeout=20) == 0, process.communicate()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        unmount(mnt)
+
+
+def pinned_cpus_of_threads(pid):
+    """Each thread's allowed CPUs, as sets, from /proc."""
+    cpus = []
+    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        for line in (task / "status").read_text().splitlines():
+            if line.startswith("Cpus_allowed_list:"):
+                allowed = set()
+                for part in line.split(":", 1)[1].strip().split(","):
+                    first, _, last = part.partition("-")
+                    allowed.update(range(int(first), int(last or first) + 1))
+                cpus.append(allowed)
+    return cpus
+
+
+@pytest.mark.parametrize("case", ["every-cpu", "max_threads=1", "taskset"])
+def test_one_worker_pinned_to_each_cpu(tmp, case):
+    model = st.write(tmp / "m.safetensors", {"big": BIG})
+    mnt = tmp / "mnt"
+    mnt.mkdir()
+    available = sorted(os.sched_getaffinity(0))
+    prefix, options, expected = [], [], available[:10]
+    if case == "max_threads=1":
+        options, expected = ["-o", "max_threads=1"], available[:1]
+    elif case == "taskset":
+        prefix, expected = ["taskset", "-c", str(available[-1])], available[-1:]
+    process = subprocess.Popen([*prefix, str(MODELFS), "-f", "-o", "readahead_kb=0", *options,
+                                str(model), str(mnt)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_mounted(mnt, process)
+        with busy_reading(mnt, ["big"], BIG.tobytes()):
+            threads = pinned_cpus_of_threads(process.pid)
+        # Every thread is a worker, and each CPU has exactly one.
+        assert sorted(threads, key=min) == [{cpu} for cpu in expected]
+    finally:
+        unmount(mnt)
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
+@pytest.mark.parametrize("option", ["clone_fd", "max_idle_threads=4", "max_threads=0"])
+def test_thread_pool_options_modelfs_does_not_use_are_refused(tmp, option):
+    model = st.write(tmp / "m.safetensors", {"w": np.arange(8, dtype=np.float32)})
+    mnt = tmp / "mnt"
+    mnt.mkdir()
+    result = run_modelfs("-o", option, model, mnt)
+    assert result.returncode == 1
+    assert option.split("=")[0] in result.stderr and "thread" in result.stderr
+    assert not is_mounted(mnt)
 
 
 def test_log_file_receives_messages_after_detaching(tmp):
