@@ -118,6 +118,14 @@ std::vector<BadFile> bad_files() {
                          R"("t":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
                          "\1\2"),
        "duplicate JSON key \"t\"", std::nullopt},
+      {"of several names given twice, the smallest is reported",
+       safetensors_bytes(R"({"m.2":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
+                         R"("m.10":{"dtype":"U8","shape":[1],"data_offsets":[1,2]},)"
+                         R"("m.3":{"dtype":"U8","shape":[1],"data_offsets":[2,3]},)"
+                         R"("m.2":{"dtype":"U8","shape":[1],"data_offsets":[3,4]},)"
+                         R"("m.10":{"dtype":"U8","shape":[1],"data_offsets":[4,5]}})",
+                         "\1\2\3\4\5"),
+       "duplicate JSON key \"m.10\"", std::nullopt},
       {"nesting too deep", safetensors_bytes(deep_nesting(100000), four), "nests deeper",
        std::nullopt},
       // The header is read as a stream, not a DOM; these pin the rules a
