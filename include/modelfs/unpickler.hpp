@@ -15,8 +15,9 @@
 // modules) are still found.
 //
 // The machine is a loop over opcodes (no recursion), every length is checked
-// against the bytes that remain, and the stack, memo, marks, value count and
-// nesting depth are bounded by the limits below.
+// against the bytes that remain, and the stack, memo, marks, value count,
+// nesting depth and the bytes values copy from other values are bounded by
+// the limits below.
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -34,6 +35,10 @@ inline constexpr uint64_t kMaxMemoEntries = 10'000'000;
 inline constexpr uint64_t kMaxMarks = 100'000;          // open MARKs at once
 inline constexpr uint32_t kMaxNesting = 1'000;          // containers inside containers
 inline constexpr uint64_t kMaxLongBytes = 1'024;        // LONG1/LONG4 integers
+// Copied from value to value, in all (OrderedDict(d), bytearray(s), ...):
+// this much, plus this many bytes for each byte of the pickle.
+inline constexpr uint64_t kMaxCopiedBytes = 64ULL << 20;
+inline constexpr uint64_t kCopiedBytesPerPickleByte = 8;
 
 enum class Kind : uint8_t {
   None,

@@ -154,7 +154,11 @@ class Machine {
  public:
   Machine(std::span<const std::byte> bytes, const std::string& file, const std::string& format,
           uint64_t base)
-      : in_(bytes, file, format, base), file_(file), format_(format), base_(base) {}
+      : in_(bytes, file, format, base),
+        file_(file),
+        format_(format),
+        base_(base),
+        copy_budget_(kMaxCopiedBytes + kCopiedBytesPerPickleByte * bytes.size()) {}
 
   Pickle run() {
     while (true) {
@@ -221,6 +225,19 @@ class Machine {
     if (depth > kMaxNesting)
       fail("values nest deeper than " + std::to_string(kMaxNesting) + " levels");
     container->depth = std::max(container->depth, depth);
+  }
+
+  // What the pickle builds is bounded by its length, except where a value
+  // copies another's contents: OrderedDict(d), set(l), bytearray(s), keyword
+  // arguments set on an object, a BUILD merging two states. Each copy costs
+  // a few bytes of pickle when its source is memoized, so their sum is
+  // bounded here (by the pickle's length: a real one copies a value once or
+  // twice), or a small file could fill memory.
+  void charge_copy(uint64_t count, uint64_t unit_bytes) {
+    const uint64_t left = copy_budget_ - copied_bytes_;
+    if (count > left / unit_bytes)
+      fail("copies more than " + std::to_string(copy_budget_) + " bytes from value to value");
+    copied_bytes_ += count * unit_bytes;
   }
 
   Value* sequence(Kind kind, std::vector<Value*> items) {
@@ -309,8 +326,10 @@ class Machine {
         case KnownGlobal::Counter: {
           Value* dict = make(Kind::Dict);
           if (!newobj && arg && arg->kind == Kind::Dict) {
+            charge_copy(arg->entries.size(), sizeof(arg->entries[0]));
             for (auto& entry : arg->entries) add_entry(dict, entry.first, entry.second);
           } else if (!newobj && arg && (arg->is_sequence())) {
+            charge_copy(arg->items.size(), sizeof(std::pair<Value*, Value*>));
             for (Value* pair : arg->items)
               if (pair->is_sequence() && pair->items.size() == 2)
                 add_entry(dict, pair->items[0], pair->items[1]);
@@ -319,15 +338,21 @@ class Machine {
         }
         case KnownGlobal::Set:
         case KnownGlobal::FrozenSet:
-          if (!arg || arg->kind == Kind::List || arg->kind == Kind::Tuple || arg->kind == Kind::Set)
+          if (!arg || arg->kind == Kind::List || arg->kind == Kind::Tuple || arg->kind == Kind::Set) {
+            if (arg) charge_copy(arg->items.size(), sizeof(Value*));
             return sequence(Kind::Set, arg ? arg->items : std::vector<Value*>{});
+          }
           break;
         case KnownGlobal::Size:
-          if (!newobj && arg && arg->is_sequence()) return sequence(Kind::Tuple, arg->items);
+          if (!newobj && arg && arg->is_sequence()) {
+            charge_copy(arg->items.size(), sizeof(Value*));
+            return sequence(Kind::Tuple, arg->items);
+          }
           break;
         case KnownGlobal::CodecsEncode:
         case KnownGlobal::Bytearray:
           if (!arg) return make_text(Kind::Bytes, "");
+          if (arg->kind == Kind::Bytes || arg->kind == Kind::String) charge_copy(arg->text.size(), 1);
           if (arg->kind == Kind::Bytes) return make_text(Kind::Bytes, arg->text);
           if (arg->kind == Kind::String) {
             if (auto raw = latin1_bytes(arg->text)) return make_text(Kind::Bytes, *raw);
@@ -362,10 +387,16 @@ class Machine {
     target->items.push_back(item);
   }
 
+  // A second state updates the first, as Python updates __dict__.
   void build(Value* target, Value* state) {
     nest(target, state);
-    if (target->state && target->state->kind == Kind::Dict && state->kind == Kind::Dict) {
-      for (auto& entry : state->entries) target->state->entries.push_back(entry);
+    Value* into = target->state;
+    if (into && into->kind == Kind::Dict && state->kind == Kind::Dict) {
+      // The state may be that very dict (DUP): nothing to add, and a vector
+      // appended to itself would be read after it reallocated.
+      if (into == state) return;
+      charge_copy(state->entries.size(), sizeof(state->entries[0]));
+      into->entries.insert(into->entries.end(), state->entries.begin(), state->entries.end());
       return;
     }
     target->state = state;
@@ -550,8 +581,10 @@ class Machine {
         Value* args = pop();
         Value* cls = pop();
         Value* object = reduce(cls, args, true);
-        if (kwargs->kind == Kind::Dict && object->kind == Kind::Call)
+        if (kwargs->kind == Kind::Dict && object->kind == Kind::Call) {
+          charge_copy(kwargs->entries.size(), sizeof(kwargs->entries[0]));
           for (auto& entry : kwargs->entries) add_entry(object, entry.first, entry.second);
+        }
         push(object);
         break;
       }
@@ -672,6 +705,8 @@ class Machine {
   Pickle out_;
   std::vector<Value*> stack_;
   std::vector<size_t> marks_;
+  uint64_t copy_budget_;
+  uint64_t copied_bytes_ = 0;  // see charge_copy
   std::unordered_map<uint64_t, Value*> memo_;
   uint64_t next_memo_ = 0;
   std::unordered_set<std::string> unknown_seen_;

@@ -176,6 +176,39 @@ TEST(Unpickler, KnownGlobalsFoldIntoPlainValues) {
   EXPECT_EQ(py2.root->kind, Kind::Set);
 }
 
+TEST(Unpickler, BuildMergesStatesAndAStateMergedIntoItselfIsUnchanged) {
+  // obj.__setstate__-less BUILD twice with one memoized dict (DUP-like, as
+  // a fuzzer found: appending a vector to itself read freed memory), then
+  // with a second dict, which Python merges into __dict__.
+  auto p = load(P2 + "cargparse\nNamespace\n)\x81}q\x00"s + unicode("a") + "K\x01sb"s + "h\x00"s + "b}" +
+                unicode("b") + "K\x02sb."s);
+  ASSERT_EQ(p.root->kind, Kind::Call);
+  ASSERT_NE(p.root->state, nullptr);
+  ASSERT_EQ(p.root->state->entries.size(), 2u);
+  EXPECT_EQ(p.root->state->entries[0].first->text, "a");
+  EXPECT_EQ(p.root->state->entries[1].first->text, "b");
+}
+
+TEST(Unpickler, CopiesFromValueToValueAreBounded) {
+  // bytearray-like copies of one memoized 64 KiB string, and OrderedDict
+  // copies of one memoized dict of 4 096 entries: each copy is 7 bytes of
+  // pickle, so without a bound a small file could fill memory.
+  auto copies = [](const std::string& source, const std::string& global, int count) {
+    std::string p = P2 + source + "q\x00"s + global + "q\x01"s;
+    for (int i = 0; i < count; ++i) p += "h\x01h\x00\x85R0"s;
+    return p + "N.";
+  };
+  const std::string text = unicode(std::string(65536, 'a'));
+  std::string dict = "}(";
+  for (int i = 0; i < 4096; ++i) dict += "K\x01K\x02"s;
+  dict += "u";
+  for (const auto& [source, global] : {std::pair{text, "c_codecs\nencode\n"s},
+                                       std::pair{dict, "ccollections\nOrderedDict\n"s}}) {
+    EXPECT_EQ(refusal(copies(source, global, 100)), "<accepted>");
+    EXPECT_NE(refusal(copies(source, global, 1100)).find("bytes from value to value"), std::string::npos);
+  }
+}
+
 TEST(Unpickler, PersistentIdsAreRecorded) {
   auto p = load(P2 + "(" + unicode("storage") + "ctorch\nFloatStorage\n" + unicode("0") +
                 unicode("cpu") + "K\x04tQ."s);
