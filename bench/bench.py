@@ -136,9 +136,8 @@ def in_turn(names, rounds):
     another's unmount gets the pages that unmount freed, and that decides
     how contiguous its page cache is (96-99 % of pages following their
     predecessor for one order of two mounts read one after the other,
-    50-68 % for the other). With the order fixed, the passes the kernel
-    serves from that cache were 14 % slower on modelfs than on squashfuse
-    in every run."""
+    50-68 % for the other). The order was fixed before, modelfs always
+    first, so each file system met the same memory every round."""
     for r in range(whole_cycles(rounds, len(names))):
         shift = r % len(names)
         yield from names[shift:] + names[:shift]
