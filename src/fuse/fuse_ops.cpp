@@ -27,6 +27,7 @@
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -457,7 +458,11 @@ int serve(const Tree& tree, fuse_args& args, const ServeOptions& options) {
     const sigset_t ending = exit_signals();
     sigset_t before;
     ::pthread_sigmask(SIG_BLOCK, &ending, &before);
-    readahead = std::thread(raise_readahead, options.mountpoint, options.readahead_kb);
+    try {
+      readahead = std::thread(raise_readahead, options.mountpoint, options.readahead_kb);
+    } catch (const std::system_error& e) {
+      spdlog::info("readahead left as it is: {}", e.what());
+    }
     ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   }
 
