@@ -127,11 +127,21 @@ def wait_mounted(path, process, timeout=20):
     raise AssertionError("mount did not appear")
 
 
-def start_foreground(model, mnt, *options):
-    process = subprocess.Popen([str(MODELFS), "-f", *options, str(model), str(mnt)],
+@contextlib.contextmanager
+def foreground(model, mnt, *options, prefix=()):
+    """modelfs -f serving `model` at `mnt` (run under `prefix`, a command such
+    as taskset); yields the process once mounted, and unmounts and reaps it
+    at the end, also when the mount never appeared."""
+    process = subprocess.Popen([*prefix, str(MODELFS), "-f", *options, str(model), str(mnt)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    wait_mounted(mnt, process)
-    return process
+    try:
+        wait_mounted(mnt, process)
+        yield process
+    finally:
+        unmount(mnt)
+        if process.poll() is None:
+            process.kill()
+        process.wait()
 
 
 @contextlib.contextmanager
@@ -174,18 +184,12 @@ def test_signals_unmount_cleanly(tmp, sig, busy):
     model = st.write(tmp / "m.safetensors", {"w": np.arange(8, dtype=np.float32), "big": BIG})
     mnt = tmp / "mnt"
     mnt.mkdir()
-    process = start_foreground(model, mnt)
-    try:
+    with foreground(model, mnt) as process:
         assert (mnt / "w").read_bytes() == np.arange(8, dtype=np.float32).tobytes()
         with busy_reading(mnt, ["big"], BIG.tobytes()) if busy else contextlib.nullcontext():
             process.send_signal(sig)
             assert process.wait(timeout=20) == 0, process.communicate()
         assert not is_mounted(mnt)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        unmount(mnt)
 
 
 @pytest.mark.parametrize("loop", [[], ["-s"]], ids=["per-cpu", "single"])
@@ -193,8 +197,7 @@ def test_unmount_ends_the_daemon(tmp, loop):
     model = st.write(tmp / "m.safetensors", {"w": np.arange(8, dtype=np.float32)})
     mnt = tmp / "mnt"
     mnt.mkdir()
-    process = start_foreground(model, mnt, *loop)
-    try:
+    with foreground(model, mnt, *loop) as process:
         # A just-closed file can keep the mount busy for a moment (the kernel
         # finishes the release asynchronously): retry as a script would.
         for _ in range(40):
@@ -202,27 +205,16 @@ def test_unmount_ends_the_daemon(tmp, loop):
                 break
             time.sleep(0.05)
         assert process.wait(timeout=20) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        unmount(mnt)
 
 
 def test_lazy_unmount_while_reading_ends_the_daemon(tmp):
     model = st.write(tmp / "m.safetensors", {"big": BIG})
     mnt = tmp / "mnt"
     mnt.mkdir()
-    process = start_foreground(model, mnt)
-    try:
+    with foreground(model, mnt) as process:
         with busy_reading(mnt, ["big"], BIG.tobytes()):
             subprocess.run(["fusermount3", "-u", "-z", str(mnt)], check=True, capture_output=True)
         assert process.wait(timeout=20) == 0, process.communicate()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        unmount(mnt)
 
 
 def pinned_cpus_of_threads(pid):
@@ -250,20 +242,11 @@ def test_one_worker_pinned_to_each_cpu(tmp, case):
         options, expected = ["-o", "max_threads=1"], available[:1]
     elif case == "taskset":
         prefix, expected = ["taskset", "-c", str(available[-1])], available[-1:]
-    process = subprocess.Popen([*prefix, str(MODELFS), "-f", "-o", "readahead_kb=0", *options,
-                                str(model), str(mnt)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        wait_mounted(mnt, process)
+    with foreground(model, mnt, "-o", "readahead_kb=0", *options, prefix=prefix) as process:
         with busy_reading(mnt, ["big"], BIG.tobytes()):
             threads = pinned_cpus_of_threads(process.pid)
         # Every thread is a worker, and each CPU has exactly one.
         assert sorted(threads, key=min) == [{cpu} for cpu in expected]
-    finally:
-        unmount(mnt)
-        if process.poll() is None:
-            process.kill()
-        process.wait()
 
 
 @pytest.mark.parametrize("option", ["clone_fd", "max_idle_threads=4", "max_threads=0"])
