@@ -243,9 +243,12 @@ class Bench:
         return whole_cycles(max(5, self.rounds), len(self.peers))
 
     def numpy_ways(self):
-        """Each file system's np.memmap (and the model file's), and np.load of
-        modelfs's .npy views."""
-        return len(self.peers) + 1 + ("modelfs" in self.peers)
+        """(file system, how) of each numpy measure: np.memmap on the model
+        file and on every file system, and np.load of modelfs's .npy views."""
+        ways = [(fs, "np.memmap") for fs in ["direct", *self.peers]]
+        if "modelfs" in self.peers:
+            ways.append(("modelfs", "np.load of the .npy"))
+        return ways
 
     def sequential(self, name, files, tensors, data_files):
         """First, second and third pass of every file system, taken in turn
@@ -323,12 +326,12 @@ class Bench:
         def npy_loads(fs, root):
             return [np.load(root / (t["path"] + ".npy"), mmap_mode="r") for t in usable]
 
-        ways = [(fs, "np.memmap", memmaps) for fs in ["direct", *self.peers]]
-        if "modelfs" in self.peers:
-            ways.append(("modelfs", "np.load of the .npy", npy_loads))
+        openers = {"np.memmap": memmaps, "np.load of the .npy": npy_loads}
+        ways = self.numpy_ways()
         timings = [([], [], []) for _ in ways]
         for way in in_turn(list(range(len(ways))), self.rounds):
-            fs, how, open_all = ways[way]
+            fs, how = ways[way]
+            open_all = openers[how]
             load, first, second = timings[way]
             with contextlib.ExitStack() as stack:
                 if fs != "direct":
@@ -341,7 +344,7 @@ class Bench:
                 second.append(numpy_pass(arrays))
                 del arrays  # the mappings must go before the unmount
                 gc.collect()
-        for (fs, how, _), (load, first, second) in zip(ways, timings):
+        for (fs, how), (load, first, second) in zip(ways, timings):
             self.add(name, f"numpy: open every tensor ({how})", fs, median(load) * 1e3, "ms")
             self.add(name, f"numpy: full pass, first ({how})", fs, median(first), "s")
             self.add(name, f"numpy: full pass, second ({how})", fs, median(second), "s")
@@ -523,7 +526,7 @@ def main():
             writer.writerow({**meta, **r})
     header = [f"modelfs benchmark — {meta['date']}, {host} ({meta['cpus']} CPUs, Linux {meta['kernel']}), "
               f"commit {commit}, medians of {args.rounds} rounds (sequential: of {bench.sequential_rounds()}, each pass against a direct read just before it; "
-              f"numpy: of {whole_cycles(args.rounds, bench.numpy_ways())}; file systems taken in turn)"
+              f"numpy: of {whole_cycles(args.rounds, len(bench.numpy_ways()))}; file systems taken in turn)"
               + (f", modelfs {meta['modelfs_opts']}" if meta["modelfs_opts"] else "")]
     table = markdown(bench.rows, header)
     (results / f"{stem}.md").write_text(table + "\n")
