@@ -318,5 +318,35 @@ TEST(Unpickler, EveryTruncationIsRefused) {
     EXPECT_THROW(load(whole.substr(0, n)), ModelError) << "prefix of " << n << " bytes";
 }
 
+TEST(ValueStore, AddressesStayPutAcrossChunksAndMoves) {
+  ValueStore store;
+  std::vector<Value*> made;
+  const size_t count = 2 * ValueStore::kChunkValues + 3;  // into a third chunk
+  for (size_t i = 0; i < count; ++i) {
+    Value& v = store.emplace_back();
+    EXPECT_EQ(v.kind, Kind::None);  // default-constructed
+    v.integer = static_cast<int64_t>(i);
+    v.text = "value " + std::to_string(i);  // owns heap memory: destroyed with the store
+    made.push_back(&v);
+  }
+  ASSERT_EQ(store.size(), count);
+  ValueStore moved = std::move(store);
+  EXPECT_EQ(store.size(), 0u);
+  EXPECT_EQ(store.begin(), store.end());
+  size_t i = 0;
+  for (const Value& v : moved) {
+    ASSERT_LT(i, count);
+    EXPECT_EQ(&v, made[i]);
+    EXPECT_EQ(v.integer, static_cast<int64_t>(i));
+    ++i;
+  }
+  EXPECT_EQ(i, count);
+  ValueStore other;
+  other.emplace_back().text = "replaced";
+  other = std::move(moved);
+  EXPECT_EQ(other.size(), count);
+  EXPECT_EQ(other.begin()->text, "value 0");
+}
+
 }  // namespace
 }  // namespace modelfs::pickle
