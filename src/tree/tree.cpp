@@ -291,6 +291,9 @@ class TreeBuilder {
     metadata["files"] = catalog.files;
     for (const auto& [key, value] : catalog.metadata.items()) metadata[key] = value;
     add_made_document("metadata.json", readable_json(metadata));
+    // Served from that text from now on; the parsed form (an ONNX graph's
+    // inputs and outputs: tens of KiB of small nodes) would only hold memory.
+    tree_.catalog_.metadata = nlohmann::json::object();
 
     // The catalog's documents stay where they are: the tree owns the catalog.
     for (const auto& document : catalog.documents) add_document(document.path, document.content);
