@@ -19,6 +19,7 @@ import signal
 import socket
 import statistics
 import subprocess
+import textwrap
 import sys
 import time
 
@@ -522,7 +523,7 @@ def chart(rows, path, title):
             for bar, style in ((0.3, ":"), (0.8, "--")):
                 ax.axhline(bar, color="red", linestyle=style, linewidth=0.8)
         ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=11)
+    fig.suptitle(textwrap.fill(title, 190), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
 
