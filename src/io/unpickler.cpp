@@ -7,10 +7,11 @@
 #include <array>
 #include <bit>
 #include <charconv>
-#include <new>
 #include <cstring>
+#include <new>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "modelfs/byte_reader.hpp"
 #include "modelfs/error.hpp"
