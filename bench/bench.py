@@ -19,8 +19,8 @@ import signal
 import socket
 import statistics
 import subprocess
-import textwrap
 import sys
+import textwrap
 import time
 
 import numpy as np
@@ -165,7 +165,7 @@ def balanced_order(names, rounds):
     kernel-served pass over pages in ascending physical order took 0.10 s,
     over descending ones 0.13 s; reading a descending file backwards was 22 %
     faster than forwards (pagemap). With the file systems merely rotated,
-    modelfs always followed fuse-zip and squashfuse mostly modelfs, and
+    modelfs followed fuse-zip and squashfuse modelfs in 4 of 6 rounds, and
     squashfuse's pages came out ascending far more often; alternating the
     two over 10 rounds, balanced, gave both the same (0.115 against 0.116 s
     per GiB, 63 % and 54 % of pages ascending)."""
@@ -289,10 +289,9 @@ class Bench:
     def sequential(self, name, files, tensors, data_files):
         """First, second and third pass of every file system, mounted in an
         order balanced for predecessors (`balanced_order`), each pass right
-        after a direct read of the model file: a
-        pass's ratio is taken to the direct read just before it, and the
-        median of those ratios is kept, so a noisy moment of the machine
-        weighs on both sides alike. The third pass is there because the
+        after a direct read of the model file: a pass's ratio is taken to the
+        direct read just before it, and the median of those ratios is kept,
+        so a noisy moment of the machine weighs on both sides alike. The third pass is there because the
         second pays the kernel's promotion of each page to the active list (a
         page's second access), which the model file, read many times already,
         no longer pays."""

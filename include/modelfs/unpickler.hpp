@@ -182,7 +182,9 @@ class ValueStore {
   const_iterator end() const { return {this, size_}; }
 
  private:
-  const Value& at(size_t i) const { return chunks_[i / kChunkValues][i % kChunkValues]; }
+  // Where value i lives (or will live, for i == size()).
+  Value* slot(size_t i) const { return chunks_[i / kChunkValues] + i % kChunkValues; }
+  const Value& at(size_t i) const { return *slot(i); }
   void release() noexcept;
 
   std::vector<Value*> chunks_;

@@ -236,6 +236,10 @@ class Machine {
   // a few bytes of pickle when its source is memoized, so their sum is
   // bounded here (by the pickle's length: a real one copies a value once or
   // twice), or a small file could fill memory.
+  // What one copied dict entry and one copied item cost.
+  static constexpr uint64_t kEntryBytes = sizeof(decltype(Value::entries)::value_type);
+  static constexpr uint64_t kItemBytes = sizeof(decltype(Value::items)::value_type);
+
   void charge_copy(uint64_t count, uint64_t unit_bytes) {
     const uint64_t left = copy_budget_ - copied_bytes_;
     if (count > left / unit_bytes)
@@ -329,10 +333,10 @@ class Machine {
         case KnownGlobal::Counter: {
           Value* dict = make(Kind::Dict);
           if (!newobj && arg && arg->kind == Kind::Dict) {
-            charge_copy(arg->entries.size(), sizeof(arg->entries[0]));
+            charge_copy(arg->entries.size(), kEntryBytes);
             for (auto& entry : arg->entries) add_entry(dict, entry.first, entry.second);
           } else if (!newobj && arg && (arg->is_sequence())) {
-            charge_copy(arg->items.size(), sizeof(std::pair<Value*, Value*>));
+            charge_copy(arg->items.size(), kEntryBytes);
             for (Value* pair : arg->items)
               if (pair->is_sequence() && pair->items.size() == 2)
                 add_entry(dict, pair->items[0], pair->items[1]);
@@ -342,13 +346,13 @@ class Machine {
         case KnownGlobal::Set:
         case KnownGlobal::FrozenSet:
           if (!arg || arg->kind == Kind::List || arg->kind == Kind::Tuple || arg->kind == Kind::Set) {
-            if (arg) charge_copy(arg->items.size(), sizeof(Value*));
+            if (arg) charge_copy(arg->items.size(), kItemBytes);
             return sequence(Kind::Set, arg ? arg->items : std::vector<Value*>{});
           }
           break;
         case KnownGlobal::Size:
           if (!newobj && arg && arg->is_sequence()) {
-            charge_copy(arg->items.size(), sizeof(Value*));
+            charge_copy(arg->items.size(), kItemBytes);
             return sequence(Kind::Tuple, arg->items);
           }
           break;
@@ -398,7 +402,7 @@ class Machine {
       // The state may be that very dict (DUP): nothing to add, and a vector
       // appended to itself would be read after it reallocated.
       if (into == state) return;
-      charge_copy(state->entries.size(), sizeof(state->entries[0]));
+      charge_copy(state->entries.size(), kEntryBytes);
       into->entries.insert(into->entries.end(), state->entries.begin(), state->entries.end());
       return;
     }
@@ -585,7 +589,7 @@ class Machine {
         Value* cls = pop();
         Value* object = reduce(cls, args, true);
         if (kwargs->kind == Kind::Dict && object->kind == Kind::Call) {
-          charge_copy(kwargs->entries.size(), sizeof(kwargs->entries[0]));
+          charge_copy(kwargs->entries.size(), kEntryBytes);
           for (auto& entry : kwargs->entries) add_entry(object, entry.first, entry.second);
         }
         push(object);
@@ -799,7 +803,7 @@ ValueStore& ValueStore::operator=(ValueStore&& other) noexcept {
 ValueStore::~ValueStore() { release(); }
 
 void ValueStore::release() noexcept {
-  for (size_t i = 0; i < size_; ++i) chunks_[i / kChunkValues][i % kChunkValues].~Value();
+  for (size_t i = 0; i < size_; ++i) slot(i)->~Value();
   for (Value* chunk : chunks_) unmap_chunk(chunk);
   chunks_.clear();
   size_ = 0;
@@ -810,7 +814,7 @@ Value& ValueStore::emplace_back() {
     chunks_.reserve(chunks_.size() + 1);  // before the mapping, so a throw leaks nothing
     chunks_.push_back(static_cast<Value*>(map_chunk()));
   }
-  Value* v = new (&chunks_.back()[size_ % kChunkValues]) Value();
+  Value* v = new (slot(size_)) Value();
   ++size_;
   return *v;
 }
