@@ -110,6 +110,9 @@ class Tree {
   // The path of each catalog tensor's raw file, relative to the root (made
   // from the tree when asked: index.json and tests are the only users).
   std::vector<std::string> tensor_paths() const;
+  // One node's path relative to the root, '/'-separated ("" for the root),
+  // into `out`; each level's name is found among its folder's entries.
+  void path(uint64_t ino, std::string& out) const;
   size_t node_count() const noexcept { return nodes_.size(); }
   uint64_t total_bytes() const noexcept { return total_bytes_; }
   timespec mtime() const noexcept { return catalog_.mtime; }

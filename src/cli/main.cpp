@@ -57,6 +57,7 @@ struct Config {
   char* log_file = nullptr;
   int readahead_kb = -1;
   int xattr = 0;
+  int noprefetch = 0;
   int show_help = 0;
   int show_version = 0;
 };
@@ -80,6 +81,7 @@ const fuse_opt kOptions[] = {
     MODELFS_OPT("log_file=%s", log_file, 0),
     MODELFS_OPT("readahead_kb=%d", readahead_kb, 0),
     MODELFS_OPT("xattr", xattr, 1),
+    MODELFS_OPT("noprefetch", noprefetch, 1),
     MODELFS_KEY("-h", kKeyHelp),
     MODELFS_KEY("--help", kKeyHelp),
     MODELFS_KEY("-V", kKeyVersion),
@@ -137,6 +139,8 @@ void print_usage(const char* program) {
             << kDefaultReadaheadKib << ", 0 keeps the kernel's)\n"
             << "    -o xattr               serve user.modelfs.dtype and user.modelfs.shape as\n"
             << "                           extended attributes (off: ls -l is faster)\n"
+            << "    -o noprefetch          do not read ahead of sequential readers from a\n"
+            << "                           thread of the daemon's own\n"
             << "\n"
             << "FUSE options:\n"
             << "    -h   --help            print help\n"
@@ -407,6 +411,7 @@ int run(int argc, char** argv) {
   serve.foreground = cmdline.foreground != 0;
   serve.single_thread = cmdline.singlethread != 0;
   serve.xattrs = config.xattr != 0;
+  serve.prefetch = config.noprefetch == 0;
   serve.max_threads = cmdline.max_threads;
   serve.readahead_kb = config.readahead_kb >= 0 ? static_cast<unsigned>(config.readahead_kb)
                        : ::geteuid() == 0      ? kDefaultReadaheadKib

@@ -10,6 +10,7 @@
 #include "fuse_server.hpp"
 
 #include "cpu_local_loop.hpp"
+#include "prefetcher.hpp"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
@@ -26,6 +27,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <system_error>
 #include <thread>
@@ -42,6 +44,7 @@ struct Context {
   uid_t uid;
   gid_t gid;
   bool xattrs;  // serve user.modelfs.* (-o xattr)
+  Prefetcher* prefetcher;  // null: -o noprefetch
   // Set at INIT when the kernel can skip OPEN/RELEASE and OPENDIR/
   // RELEASEDIR: then the first open answers ENOSYS and the kernel stops
   // asking, defaulting to what modelfs would answer anyway (keep the page
@@ -263,12 +266,14 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
     std::array<iovec, Node::kMaxSegments> iov{};
     thread_local std::string scratch;  // a sidecar printed for this read
     const size_t count = context(req).tree->read(*node, start, length, iov, scratch);
+    Prefetcher* const prefetcher = context(req).prefetcher;  // `req` is gone once answered
     // The kernel copies straight from the mapping: no intermediate buffer.
     // If the model file shrank under the mount, that copy faults in the
     // kernel (EFAULT here, never SIGBUS in the daemon) and the kernel answers
     // the reader EIO: an error, never wrong bytes.
     if (const int error = fuse_reply_iov(req, iov.data(), static_cast<int>(count)); error < 0)
-      warn_failed_read(*node, start, -error);
+      return warn_failed_read(*node, start, -error);
+    if (prefetcher != nullptr) prefetcher->note_read(ino, start, length);
   });
 }
 
@@ -434,7 +439,7 @@ void route_libfuse_logs() { fuse_set_log_func(log_from_libfuse); }
 
 int serve(const Tree& tree, fuse_args& args, const ServeOptions& options) {
   route_libfuse_logs();
-  Context ctx{&tree, ::getuid(), ::getgid(), options.xattrs};
+  Context ctx{&tree, ::getuid(), ::getgid(), options.xattrs, nullptr};
   const fuse_lowlevel_ops ops = make_operations();
   fuse_session* session = fuse_session_new(&args, &ops, sizeof(ops), &ctx);
   if (session == nullptr) return 1;
@@ -466,9 +471,13 @@ int serve(const Tree& tree, fuse_args& args, const ServeOptions& options) {
     ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   }
 
+  std::optional<Prefetcher> prefetcher;
+  if (options.prefetch) ctx.prefetcher = &prefetcher.emplace(tree, options.mountpoint);
+
   const int status = options.single_thread ? fuse_session_loop(session)
                                            : serve_on_each_cpu(session, options.max_threads);
   fuse_session_unmount(session);
+  if (prefetcher) prefetcher->stop();
   if (readahead.joinable()) readahead.join();
   fuse_remove_signal_handlers(session);
   fuse_session_destroy(session);

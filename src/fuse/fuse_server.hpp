@@ -26,6 +26,9 @@ struct ServeOptions {
   // Off by default: the kernel then never asks again (ENOSYS), which spares
   // `ls -l` two round trips a file.
   bool xattrs = false;
+  // Read ahead of sequential readers from a thread of the daemon's own
+  // (prefetcher.hpp); -o noprefetch turns it off.
+  bool prefetch = true;
   // Called once the mount is live and before the daemon detaches, so the
   // CLI can say where the model is mounted while stderr still reaches the user.
   std::function<void()> on_mounted;

@@ -362,6 +362,21 @@ void Tree::for_each_tensor_path(const std::function<void(size_t, std::string_vie
   }
 }
 
+void Tree::path(uint64_t ino, std::string& out) const {
+  out.clear();
+  if (node(ino) == nullptr) return;
+  // Built from the leaf up, each name reversed, then the whole reversed once.
+  for (; ino != kRootIno; ino = nodes_[ino - 1].parent) {
+    const auto& siblings = nodes_[nodes_[ino - 1].parent - 1].children;
+    const auto entry = std::find_if(siblings.begin(), siblings.end(),
+                                    [ino](const DirEntry& e) { return e.ino == ino; });
+    if (entry == siblings.end()) return out.clear();
+    if (!out.empty()) out += '/';
+    out.append(entry->name.rbegin(), entry->name.rend());
+  }
+  std::reverse(out.begin(), out.end());
+}
+
 std::vector<std::string> Tree::tensor_paths() const {
   std::vector<std::string> paths;
   paths.reserve(tensor_files_.size());

@@ -218,9 +218,12 @@ def test_lazy_unmount_while_reading_ends_the_daemon(tmp):
 
 
 def pinned_cpus_of_threads(pid):
-    """Each thread's allowed CPUs, as sets, from /proc."""
+    """Each thread's allowed CPUs, as sets, from /proc; the thread that reads
+    ahead of sequential readers (named so) is not a worker and is left out."""
     cpus = []
     for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        if (task / "comm").read_text().strip() == "read-ahead":
+            continue
         for line in (task / "status").read_text().splitlines():
             if line.startswith("Cpus_allowed_list:"):
                 allowed = set()
@@ -247,6 +250,18 @@ def test_one_worker_pinned_to_each_cpu(tmp, case):
             threads = pinned_cpus_of_threads(process.pid)
         # Every thread is a worker, and each CPU has exactly one.
         assert sorted(threads, key=min) == [{cpu} for cpu in expected]
+
+
+@pytest.mark.parametrize("options, threads", [((), 1), (("-o", "noprefetch"), 0)], ids=["default", "noprefetch"])
+def test_one_read_ahead_thread_unless_noprefetch(tmp, options, threads):
+    model = st.write(tmp / "m.safetensors", {"big": BIG})
+    mnt = tmp / "mnt"
+    mnt.mkdir()
+    with foreground(model, mnt, *options) as process:
+        with busy_reading(mnt, ["big"], BIG.tobytes()):
+            names = [(task / "comm").read_text().strip()
+                     for task in pathlib.Path(f"/proc/{process.pid}/task").iterdir()]
+        assert names.count("read-ahead") == threads, names
 
 
 @pytest.mark.parametrize("option", ["clone_fd", "max_idle_threads=4", "max_threads=0"])

@@ -321,6 +321,39 @@ def test_concurrent_readers_see_exact_bytes(tmp):
     assert not errors, errors
 
 
+@pytest.mark.parametrize("options", [(), ("-o", "noprefetch")], ids=["read-ahead", "noprefetch"])
+def test_large_tensors_read_sequentially_exact_with_and_without_read_ahead(tmp, options):
+    """Tensors of tens of MiB, where the daemon reads ahead of sequential
+    readers from a thread of its own: whole reads, two readers at once, a
+    reader that stops early and starts again, and np.memmap, all exact."""
+    rng = np.random.default_rng(11)
+    tensors = {"big.a": rng.standard_normal((10, 1024, 1024)).astype(np.float32),  # 40 MiB
+               "big.b": rng.integers(0, 2**31, (6, 1024, 1024), dtype=np.int32)}  # 24 MiB
+    model = st.write(tmp / "large.safetensors", tensors)
+    digests = {name: hashlib.sha256(array.tobytes()).hexdigest() for name, array in tensors.items()}
+    with mounted(model, *options) as mnt:
+        paths = {name: mnt / name.replace(".", "/") for name in tensors}
+        first_5_mib = subprocess.run(["head", "-c", str(5 << 20), str(paths["big.a"])], check=True,
+                                     capture_output=True).stdout
+        assert first_5_mib == tensors["big.a"].tobytes()[:5 << 20]
+        results = {}
+
+        def whole(name):
+            out = subprocess.run(["sha256sum", str(paths[name])], capture_output=True, text=True)
+            results[name] = out.stdout.split()[0] if out.returncode == 0 else out.stderr
+
+        readers = [threading.Thread(target=whole, args=(name,)) for name in tensors]
+        for t in readers:
+            t.start()
+        for t in readers:
+            t.join()
+        assert results == digests
+        for name, array in tensors.items():
+            mapped = np.memmap(paths[name], dtype=array.dtype, mode="r", shape=array.shape)
+            assert np.array_equal(mapped, array)
+            del mapped
+
+
 def test_list_and_json_without_mounting(tmp):
     tensors = {"b.w": np.zeros((2, 3), np.float32), "a.s": np.array(1, np.int64)}
     model = st.write(tmp / "m.safetensors", tensors)

@@ -55,6 +55,22 @@ void expect_index_matches_tree(const Tree& tree) {
   }
 }
 
+// Every node's path, made from the inode up, resolves back to that inode.
+TEST(Tree, PathOfEveryNodeResolvesToIt) {
+  auto tree = build({tensor("model.layers.0.weight"), tensor("model.layers.10.bias"), tensor("head")});
+  std::string path = "stale";
+  tree->path(Tree::kRootIno, path);
+  EXPECT_EQ(path, "");
+  for (uint64_t ino = 1; ino <= tree->node_count(); ++ino) {
+    tree->path(ino, path);
+    EXPECT_EQ(tree->resolve(path), ino) << path;
+  }
+  tree->path(*tree->resolve("model/layers/10/bias.npy"), path);
+  EXPECT_EQ(path, "model/layers/10/bias.npy");
+  tree->path(tree->node_count() + 1, path);  // no such inode
+  EXPECT_EQ(path, "");
+}
+
 TEST(Tree, SplitsNamesIntoFoldersWithSidecarsAndNpyViews) {
   auto tree = build({tensor("model.layers.0.weight"), tensor("model.layers.0.bias")});
   EXPECT_EQ(tree->tensor_paths(), (std::vector<std::string>{"model/layers/0/weight",
