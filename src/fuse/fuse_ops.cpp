@@ -266,14 +266,16 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
     std::array<iovec, Node::kMaxSegments> iov{};
     thread_local std::string scratch;  // a sidecar printed for this read
     const size_t count = context(req).tree->read(*node, start, length, iov, scratch);
-    Prefetcher* const prefetcher = context(req).prefetcher;  // `req` is gone once answered
+    // `req` is gone once answered.
+    Prefetcher* const prefetcher = context(req).prefetcher;
+    const pid_t reader = fuse_req_ctx(req)->pid;
     // The kernel copies straight from the mapping: no intermediate buffer.
     // If the model file shrank under the mount, that copy faults in the
     // kernel (EFAULT here, never SIGBUS in the daemon) and the kernel answers
     // the reader EIO: an error, never wrong bytes.
     if (const int error = fuse_reply_iov(req, iov.data(), static_cast<int>(count)); error < 0)
       return warn_failed_read(*node, start, -error);
-    if (prefetcher != nullptr) prefetcher->note_read(ino, start, length);
+    if (prefetcher != nullptr) prefetcher->note_read(ino, start, length, reader);
   });
 }
 

@@ -27,6 +27,7 @@ Prefetcher::Prefetcher(const Tree& tree, std::string mountpoint)
   try {
     thread_ = std::thread([this] {
       ::pthread_setname_np(::pthread_self(), kThreadName);  // told apart from the workers in ps, tests
+      thread_id_ = ::gettid();
       run();
     });
   } catch (const std::system_error& e) {
@@ -47,18 +48,27 @@ void Prefetcher::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Prefetcher::note_read(uint64_t ino, uint64_t offset, uint64_t length) {
-  if (disabled_.load(std::memory_order_relaxed)) return;
+void Prefetcher::note_read(uint64_t ino, uint64_t offset, uint64_t length, pid_t reader) {
+  // The reads this thread's own WILLNEED causes are not a reader's progress.
+  if (disabled_.load(std::memory_order_relaxed) || reader == thread_id_.load(std::memory_order_relaxed))
+    return;
   const uint64_t end = offset + length;
   std::lock_guard lock(mutex_);
   Stream& stream = streams_[ino % kStreams];
-  const bool continues = stream.ino == ino && offset == stream.reader_end;
+  // A reader shows itself sequential when a read continues those before:
+  // the kernel's readahead asks for its next window only once the reader
+  // has consumed into the last. The reads of one window reach the workers
+  // in any order, so "continues" means: starting at or a little before the
+  // furthest end seen. A first read alone says nothing (np.load reading a
+  // .npy header, `head -c 100` and `file` make one of 256 KiB), and random
+  // reads seldom land just below the frontier. Large reads (the kernel's
+  // readahead in full swing) lead the whole way; small ones (a 128 KiB
+  // readahead) only as far as they are long, as the kernel's own ramps up.
+  const bool continues = stream.ino == ino && offset > 0 && offset <= stream.reader_end &&
+                         offset + 2 * length >= stream.reader_end;
   if (stream.ino != ino) stream = Stream{ino};
-  stream.reader_end = end;
-  // The kernel sends large reads only once its readahead has seen a
-  // sequential reader; small reads count when they continue the last one,
-  // and then lead only as far as the reads are long (as readahead ramps up).
-  if (length < kLargeRead && !continues) return;
+  stream.reader_end = std::max(stream.reader_end, end);
+  if (!continues) return;
   const uint64_t lead = length >= kLargeRead ? kAhead : std::min(kAhead, 16 * length);
   stream.target_end = std::max(stream.target_end, end + lead);
   if (!stream.queued && stream.target_end > std::max(stream.asked_end, end)) {

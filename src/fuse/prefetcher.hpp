@@ -13,8 +13,8 @@
 //
 // Pages read ahead so are not marked accessed (FUSE_NOTIFY_STORE's are), so
 // what a reader reads once through the mount stays on the inactive list, as
-// with the kernel's own readahead. Random readers (small reads that do not
-// continue the previous one) never start it. The thread holds a file open
+// with the kernel's own readahead. Only a read that continues the one
+// before starts it: not a file's first read, not random reads. The thread holds a file open
 // only while it asks for one step ahead of a reader that is still reading,
 // so an unmount after the reader is done finds nothing open.
 #include <sys/types.h>
@@ -39,9 +39,9 @@ class Prefetcher {
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
 
-  // A READ of [offset, offset + length) of file `ino` was answered (any
-  // worker; takes a lock only for reads that look sequential or large).
-  void note_read(uint64_t ino, uint64_t offset, uint64_t length);
+  // A READ of [offset, offset + length) of file `ino`, made for process
+  // `reader` (the request's pid), was answered. Any worker may call it.
+  void note_read(uint64_t ino, uint64_t offset, uint64_t length, pid_t reader);
 
   // Ends the thread. Call it once the session is unmounted: a request the
   // thread waits on can then no longer hang, the kernel having failed it.
@@ -59,8 +59,7 @@ class Prefetcher {
   };
   static constexpr const char* kThreadName = "read-ahead";
   static constexpr size_t kStreams = 64;  // readers followed at once
-  // Reads this large come only from the kernel's readahead of a sequential
-  // reader (random 4 KiB reads come as they are).
+  // Reads this large come from the kernel's readahead in full swing.
   static constexpr uint64_t kLargeRead = 256 << 10;
   // The next few MiB are the reader's own readahead's; this thread reads
   // from there on, up to 16 MiB ahead of the reader (16, 32 and 64 MiB gave
@@ -86,6 +85,7 @@ class Prefetcher {
   std::condition_variable wake_;
   bool stopping_ = false;
   std::atomic<bool> disabled_{false};
+  std::atomic<pid_t> thread_id_{-1};  // the thread's, as FUSE requests carry it
   dev_t device_ = 0;
   bool device_known_ = false;
   std::thread thread_;
