@@ -61,16 +61,13 @@ void Prefetcher::note_read(uint64_t ino, uint64_t offset, uint64_t length, pid_t
   // in any order, so "continues" means: starting at or a little before the
   // furthest end seen. A first read alone says nothing (np.load reading a
   // .npy header, `head -c 100` and `file` make one of 256 KiB), and random
-  // reads seldom land just below the frontier. Large reads (the kernel's
-  // readahead in full swing) lead the whole way; small ones (a 128 KiB
-  // readahead) only as far as they are long, as the kernel's own ramps up.
+  // reads seldom land just below the frontier.
   const bool continues = stream.ino == ino && offset > 0 && offset <= stream.reader_end &&
                          offset + 2 * length >= stream.reader_end;
   if (stream.ino != ino) stream = Stream{ino};
   stream.reader_end = std::max(stream.reader_end, end);
   if (!continues) return;
-  const uint64_t lead = length >= kLargeRead ? kAhead : std::min(kAhead, 16 * length);
-  stream.target_end = std::max(stream.target_end, end + lead);
+  stream.target_end = std::max(stream.target_end, end + kAhead);
   if (!stream.queued && stream.target_end > std::max(stream.asked_end, end)) {
     stream.queued = true;
     wake_.notify_one();

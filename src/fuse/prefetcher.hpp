@@ -13,10 +13,10 @@
 //
 // Pages read ahead so are not marked accessed (FUSE_NOTIFY_STORE's are), so
 // what a reader reads once through the mount stays on the inactive list, as
-// with the kernel's own readahead. Only a read that continues the one
-// before starts it: not a file's first read, not random reads. The thread holds a file open
-// only while it asks for one step ahead of a reader that is still reading,
-// so an unmount after the reader is done finds nothing open.
+// with the kernel's own readahead. Only a read that continues those before
+// starts it: not a file's first read, not random reads. The thread holds a
+// file open only while it asks for one step ahead of a reader that is still
+// reading, so an unmount after the reader is done finds nothing open.
 #include <sys/types.h>
 
 #include <array>
@@ -59,11 +59,10 @@ class Prefetcher {
   };
   static constexpr const char* kThreadName = "read-ahead";
   static constexpr size_t kStreams = 64;  // readers followed at once
-  // Reads this large come from the kernel's readahead in full swing.
-  static constexpr uint64_t kLargeRead = 256 << 10;
-  // The next few MiB are the reader's own readahead's; this thread reads
-  // from there on, up to 16 MiB ahead of the reader (16, 32 and 64 MiB gave
-  // the same first pass; less is less to waste when a reader stops early).
+  // The next few MiB are the reader's own readahead's (1 MiB as root); this
+  // thread reads from there on, up to 16 MiB ahead of the reader (16, 64
+  // and 256 MiB gave the same first pass; less is less to waste when a
+  // reader stops early).
   static constexpr uint64_t kLeftToReader = 4 << 20;
   static constexpr uint64_t kAhead = 16 << 20;
   // One WILLNEED (one 1 MiB request) at a time: the file is open for as
