@@ -117,9 +117,10 @@ def cache_afresh(files):
     read from the disk is cached: on Linux 6.18's ext4, in large folios (of
     the 1 GiB safetensors' 262 144 pages, 261 000 in multi-page folios),
     where the same file as its writer left it sat mostly in 4 KiB pages and
-    `cat` took 0.15–0.20 s instead of 0.09. The reference's speed must not hang on how the
-    generator or the previous run left it. Returns the seconds of the second
-    read (the first comes from the disk): a direct file's own second read."""
+    `cat` took 0.15–0.20 s instead of 0.09. The reference's speed must not
+    hang on how the generator or the previous run left it. Returns the
+    seconds of the second read (the first comes from the disk): a direct
+    file's own second read."""
     for f in files:
         fd = os.open(f, os.O_RDONLY)
         try:

@@ -460,17 +460,12 @@ int serve(const Tree& tree, fuse_args& args, const ServeOptions& options) {
 
   std::thread readahead;
   if (options.readahead_kb > 0) {
-    // Born with the exit signals blocked: one landing on this thread would
-    // mark the session exited without waking the loop.
-    const sigset_t ending = exit_signals();
-    sigset_t before;
-    ::pthread_sigmask(SIG_BLOCK, &ending, &before);
     try {
-      readahead = std::thread(raise_readahead, options.mountpoint, options.readahead_kb);
+      readahead = thread_without_exit_signals(
+          [mountpoint = options.mountpoint, kib = options.readahead_kb] { raise_readahead(mountpoint, kib); });
     } catch (const std::system_error& e) {
       spdlog::info("readahead left as it is: {}", e.what());
     }
-    ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   }
 
   std::optional<Prefetcher> prefetcher;

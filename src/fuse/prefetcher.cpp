@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,13 +18,8 @@ Prefetcher::Prefetcher(const Tree& tree, std::string mountpoint)
     : tree_(tree), mountpoint_(std::move(mountpoint)) {
   relative_.reserve(PATH_MAX);
   path_.reserve(mountpoint_.size() + 1 + PATH_MAX);
-  // Born with the exit signals blocked: one landing here would mark the
-  // session exited without waking the loop.
-  const sigset_t ending = exit_signals();
-  sigset_t before;
-  ::pthread_sigmask(SIG_BLOCK, &ending, &before);
   try {
-    thread_ = std::thread([this] {
+    thread_ = thread_without_exit_signals([this] {
       ::pthread_setname_np(::pthread_self(), kThreadName);  // told apart from the workers in ps, tests
       thread_id_ = ::gettid();
       run();
@@ -34,7 +28,6 @@ Prefetcher::Prefetcher(const Tree& tree, std::string mountpoint)
     disabled_ = true;
     spdlog::debug("no reading ahead of sequential readers: {}", e.what());
   }
-  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
 }
 
 Prefetcher::~Prefetcher() { stop(); }
