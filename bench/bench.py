@@ -1,6 +1,9 @@
 """modelfs benchmark (issue 7): the model file read directly from the page
 cache is the reference; squashfuse (uncompressed image) and fuse-zip (stored
 member) are the peers; everything is measured in one run, medians of rounds.
+For the 1 GiB models a third peer serves what modelfs serves: squashfuse over
+an image of modelfs's tensor files, read by the same paths (the first two
+serve one file, the model file, which the kernel reads faster than many).
 
   /usr/bin/python3 bench/bench.py [--work DIR] [--rounds N] [--build DIR]
 
@@ -30,7 +33,9 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 import gen_models  # noqa: E402
 
-FS = ["direct", "modelfs", "squashfuse", "fuse-zip"]
+FS = ["direct", "modelfs", "squashfuse", "fuse-zip", "squashfuse, tensor files"]
+# Serves the tensor files under modelfs's paths, not the model file.
+TENSOR_PEER = "squashfuse, tensor files"
 # Sequential passes over the same mount: the first fills its page cache.
 PASSES = ("first", "second", "third")
 MiB = 1 << 20
@@ -214,6 +219,9 @@ class Bench:
         self.modelfs_opts = args.modelfs_opt or []
         self.parts = set(args.parts.split(","))
         self.peers = [fs for fs in FS[1:] if fs == "modelfs" or not args.no_peers]
+        # Per model file: the tensor peer's image and the paths it serves.
+        self.tensor_images = {}
+        self.tensor_paths = {}
 
     def add(self, model, metric, fs, value, unit, note=""):
         self.rows.append(dict(model=model, metric=metric, fs=fs, value=value, unit=unit, note=note))
@@ -229,7 +237,36 @@ class Bench:
         if fs == "fuse-zip":
             archive = self.peer_image(model_files, "zip")
             return foreground(["fuse-zip", "-r", "-f", str(archive), str(self.mnt / fs)], self.mnt / fs, ready)
+        if fs == TENSOR_PEER:
+            image = self.tensor_images[model_files[0].name]
+            return foreground(["squashfuse_ll", "-f", str(image), str(self.mnt / fs)], self.mnt / fs,
+                              self.tensor_paths[model_files[0].name][0])
         raise ValueError(fs)
+
+    def tensor_image(self, files, paths):
+        """An uncompressed squashfs image of modelfs's tensor files (its tree
+        without sidecars, .npy views and .modelfs/), made once from the
+        mounted tree and kept in the work folder."""
+        path = self.work / "peers" / (files[0].name + ".tensors.sqfs")
+        stamp = path.with_suffix(path.suffix + ".ok")
+        key = json.dumps([[f.name, f.stat().st_size, f.stat().st_mtime] for f in files] + [paths])
+        if path.exists() and stamp.exists() and stamp.read_text() == key:
+            return path
+        path.parent.mkdir(exist_ok=True)
+        path.unlink(missing_ok=True)
+        log(f"making {path.name} from the mounted tree")
+        with self.mount("modelfs", files, None):
+            subprocess.run(["mksquashfs", str(self.mnt / "modelfs"), str(path), "-noI", "-noD", "-noF", "-noX",
+                            "-no-xattrs", "-quiet", "-no-progress", "-wildcards",
+                            "-e", "... *.json", "... *.npy", ".modelfs"], check=True, stdout=subprocess.DEVNULL)
+        listed = set(subprocess.run(["unsquashfs", "-d", "", "-lc", str(path)], capture_output=True, text=True,
+                                    check=True).stdout.split("\n"))
+        missing = [p for p in paths if "/" + p not in listed]
+        if missing:  # a tensor named *.json or *.npy would be excluded
+            path.unlink()
+            raise RuntimeError(f"{path.name} lacks tensor files: {missing[:3]}")
+        stamp.write_text(key)
+        return path
 
     def peer_image(self, files, kind):
         """The model's files in an uncompressed squashfs image or a stored ZIP,
@@ -274,6 +311,9 @@ class Bench:
                 tensors.append(dict(path=t["path"], nbytes=t["nbytes"], shape=t["shape"], dtype=side.get("numpy"),
                                     file=side["source"]["file"], offset=side["source"].get("offset")))
         data_files = sorted({t["file"] for t in tensors})
+        self.tensor_paths[files[0].name] = [t["path"] for t in tensors]
+        if TENSOR_PEER in self.peers:
+            self.tensor_images[files[0].name] = self.tensor_image(files, self.tensor_paths[files[0].name])
         log(f"{name}: {len(tensors)} tensors in {data_files}; caching the model and the peers' images afresh")
         # Nothing maps them now (every mount is down): each is dropped from
         # the page cache and read back, so all sit in the page cache alike.
@@ -282,6 +322,8 @@ class Bench:
         for fs, kind in (("squashfuse", "sqfs"), ("fuse-zip", "zip")):
             if fs in self.peers:
                 cache_afresh([self.peer_image(files, kind)])
+        if TENSOR_PEER in self.peers:
+            cache_afresh([self.tensor_images[files[0].name]])
 
         if "seq" in self.parts:
             self.sequential(name, files, tensors, data_files)
@@ -328,7 +370,8 @@ class Bench:
             run = runs[fs]
             with self.mount(fs, files, data_files[0]) as (pid, _):
                 root = self.mnt / fs
-                paths = [root / t["path"] for t in tensors] if fs == "modelfs" else [root / f for f in data_files]
+                paths = ([root / t["path"] for t in tensors] if fs in ("modelfs", TENSOR_PEER)
+                         else [root / f for f in data_files])
                 if not measured:
                     cat(paths)
                     continue
@@ -360,7 +403,7 @@ class Bench:
                         res = randread(self.randread_tool, self.work / big["file"], big["offset"], length, threads, r)
                     else:
                         with self.mount(fs, files, big["file"]):
-                            if fs == "modelfs":
+                            if fs in ("modelfs", TENSOR_PEER):
                                 res = randread(self.randread_tool, self.mnt / fs / big["path"], 0, length, threads, r)
                             else:
                                 res = randread(self.randread_tool, self.mnt / fs / big["file"], big["offset"],
@@ -381,7 +424,7 @@ class Bench:
         usable = [t for t in tensors if t["dtype"] and t["offset"] is not None]
 
         def memmaps(fs, root):
-            if fs == "modelfs":
+            if fs in ("modelfs", TENSOR_PEER):
                 return [np.memmap(root / t["path"], dtype=t["dtype"], mode="r", shape=tuple(t["shape"]))
                         for t in usable]
             return [np.memmap(root / t["file"], dtype=t["dtype"], mode="r", offset=t["offset"],
@@ -430,7 +473,8 @@ class Bench:
                 # What the peers' mount times stand on: an image of the tree,
                 # made once beforehand (timed when it was made).
                 self.add(name, "image of the tree, made beforehand", fs, seconds, "s")
-        for fs in self.peers:
+        # Its squashfuse peer is already an image of modelfs's tree.
+        for fs in [fs for fs in self.peers if fs != TENSOR_PEER]:
             ready, find, lsr, rss = [], [], [], []
             for _ in range(self.rounds):
                 for walk, times in ((["find"], find), (["ls", "-lR"], lsr)):
@@ -516,7 +560,8 @@ def chart(rows, path, title):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"direct": "#555555", "modelfs": "#1f77b4", "squashfuse": "#ff7f0e", "fuse-zip": "#2ca02c"}
+    colors = {"direct": "#555555", "modelfs": "#1f77b4", "squashfuse": "#ff7f0e", "fuse-zip": "#2ca02c",
+              TENSOR_PEER: "#ffbb78"}
     panels = [
         ("Sequential read of all tensors\n(throughput ÷ direct; higher is better)",
          lambda r: r["unit"] == "x", False),
