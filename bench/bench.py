@@ -36,6 +36,10 @@ import gen_models  # noqa: E402
 FS = ["direct", "modelfs", "squashfuse", "fuse-zip", "squashfuse, tensor files"]
 # Serves the tensor files under modelfs's paths, not the model file.
 TENSOR_PEER = "squashfuse, tensor files"
+# The file systems read by modelfs's tensor paths (the others: the model file).
+BY_TENSOR_PATH = ("modelfs", TENSOR_PEER)
+# mksquashfs's options for an image that stores every byte as it is.
+UNCOMPRESSED_SQUASHFS = ["-noI", "-noD", "-noF", "-noX", "-no-xattrs", "-quiet", "-no-progress"]
 # Sequential passes over the same mount: the first fills its page cache.
 PASSES = ("first", "second", "third")
 MiB = 1 << 20
@@ -243,49 +247,47 @@ class Bench:
                               self.tensor_paths[model_files[0].name][0])
         raise ValueError(fs)
 
-    def tensor_image(self, files, paths):
-        """An uncompressed squashfs image of modelfs's tensor files (its tree
-        without sidecars, .npy views and .modelfs/), made once from the
-        mounted tree and kept in the work folder."""
-        path = self.work / "peers" / (files[0].name + ".tensors.sqfs")
+    def kept_image(self, files, suffix, make, also_keyed=()):
+        """peers/<model file><suffix>, made by `make(path)` once and kept
+        while the model's files (and `also_keyed`) stay as they were."""
+        path = self.work / "peers" / (files[0].name + suffix)
         stamp = path.with_suffix(path.suffix + ".ok")
-        key = json.dumps([[f.name, f.stat().st_size, f.stat().st_mtime] for f in files] + [paths])
-        if path.exists() and stamp.exists() and stamp.read_text() == key:
-            return path
-        path.parent.mkdir(exist_ok=True)
-        path.unlink(missing_ok=True)
-        log(f"making {path.name} from the mounted tree")
-        with self.mount("modelfs", files, None):
-            subprocess.run(["mksquashfs", str(self.mnt / "modelfs"), str(path), "-noI", "-noD", "-noF", "-noX",
-                            "-no-xattrs", "-quiet", "-no-progress", "-wildcards",
-                            "-e", "... *.json", "... *.npy", ".modelfs"], check=True, stdout=subprocess.DEVNULL)
-        listed = set(subprocess.run(["unsquashfs", "-d", "", "-lc", str(path)], capture_output=True, text=True,
-                                    check=True).stdout.split("\n"))
-        missing = [p for p in paths if "/" + p not in listed]
-        if missing:  # a tensor named *.json or *.npy would be excluded
-            path.unlink()
-            raise RuntimeError(f"{path.name} lacks tensor files: {missing[:3]}")
-        stamp.write_text(key)
-        return path
-
-    def peer_image(self, files, kind):
-        """The model's files in an uncompressed squashfs image or a stored ZIP,
-        made once and kept in the work folder."""
-        path = self.work / "peers" / (files[0].name + "." + kind)
-        stamp = path.with_suffix(path.suffix + ".ok")
-        key = json.dumps([[f.name, f.stat().st_size, f.stat().st_mtime] for f in files])
+        key = json.dumps([[f.name, f.stat().st_size, f.stat().st_mtime] for f in files] + list(also_keyed))
         if path.exists() and stamp.exists() and stamp.read_text() == key:
             return path
         path.parent.mkdir(exist_ok=True)
         path.unlink(missing_ok=True)
         log(f"making {path.name}")
-        if kind == "sqfs":
-            subprocess.run(["mksquashfs", *map(str, files), str(path), "-noI", "-noD", "-noF", "-noX",
-                            "-no-xattrs", "-quiet", "-no-progress"], check=True, stdout=subprocess.DEVNULL)
-        else:
-            subprocess.run(["zip", "-0", "-j", "-q", str(path), *map(str, files)], check=True)
+        make(path)
         stamp.write_text(key)
         return path
+
+    def tensor_image(self, files, paths):
+        """An uncompressed squashfs image of modelfs's tensor files (its tree
+        without sidecars, .npy views and .modelfs/), made from the mounted
+        tree."""
+        def make(path):
+            with self.mount("modelfs", files, None):
+                subprocess.run(["mksquashfs", str(self.mnt / "modelfs"), str(path), *UNCOMPRESSED_SQUASHFS,
+                                "-wildcards", "-e", "... *.json", "... *.npy", ".modelfs"],
+                               check=True, stdout=subprocess.DEVNULL)
+            listed = set(subprocess.run(["unsquashfs", "-d", "", "-lc", str(path)], capture_output=True,
+                                        text=True, check=True).stdout.split("\n"))
+            missing = [p for p in paths if "/" + p not in listed]
+            if missing:  # a tensor named *.json or *.npy would be excluded
+                path.unlink()
+                raise RuntimeError(f"{path.name} lacks tensor files: {missing[:3]}")
+        return self.kept_image(files, ".tensors.sqfs", make, [paths])
+
+    def peer_image(self, files, kind):
+        """The model's files in an uncompressed squashfs image or a stored ZIP."""
+        def make(path):
+            if kind == "sqfs":
+                subprocess.run(["mksquashfs", *map(str, files), str(path), *UNCOMPRESSED_SQUASHFS],
+                               check=True, stdout=subprocess.DEVNULL)
+            else:
+                subprocess.run(["zip", "-0", "-j", "-q", str(path), *map(str, files)], check=True)
+        return self.kept_image(files, "." + kind, make)
 
     def refused(self, model_file):
         out = subprocess.run([str(self.modelfs), "--list", str(model_file)], capture_output=True, text=True)
@@ -370,7 +372,7 @@ class Bench:
             run = runs[fs]
             with self.mount(fs, files, data_files[0]) as (pid, _):
                 root = self.mnt / fs
-                paths = ([root / t["path"] for t in tensors] if fs in ("modelfs", TENSOR_PEER)
+                paths = ([root / t["path"] for t in tensors] if fs in BY_TENSOR_PATH
                          else [root / f for f in data_files])
                 if not measured:
                     cat(paths)
@@ -403,7 +405,7 @@ class Bench:
                         res = randread(self.randread_tool, self.work / big["file"], big["offset"], length, threads, r)
                     else:
                         with self.mount(fs, files, big["file"]):
-                            if fs in ("modelfs", TENSOR_PEER):
+                            if fs in BY_TENSOR_PATH:
                                 res = randread(self.randread_tool, self.mnt / fs / big["path"], 0, length, threads, r)
                             else:
                                 res = randread(self.randread_tool, self.mnt / fs / big["file"], big["offset"],
@@ -424,7 +426,7 @@ class Bench:
         usable = [t for t in tensors if t["dtype"] and t["offset"] is not None]
 
         def memmaps(fs, root):
-            if fs in ("modelfs", TENSOR_PEER):
+            if fs in BY_TENSOR_PATH:
                 return [np.memmap(root / t["path"], dtype=t["dtype"], mode="r", shape=tuple(t["shape"]))
                         for t in usable]
             return [np.memmap(root / t["file"], dtype=t["dtype"], mode="r", offset=t["offset"],
@@ -512,8 +514,8 @@ class Bench:
             log(f"making {path.name} from the mounted tree")
             start = time.perf_counter()
             if kind == "sqfs":
-                subprocess.run(["mksquashfs", str(src), str(path), "-noI", "-noD", "-noF", "-noX", "-no-xattrs",
-                                "-quiet", "-no-progress"], check=True, capture_output=True)
+                subprocess.run(["mksquashfs", str(src), str(path), *UNCOMPRESSED_SQUASHFS], check=True,
+                               capture_output=True)
             else:
                 subprocess.run(["zip", "-0", "-r", "-q", "-y", str(path), "."], cwd=src, check=True)
             seconds = time.perf_counter() - start
