@@ -2,6 +2,7 @@
 // The JSON sidecar beside every tensor file (design.md, "The sidecar"):
 // name, dtype, shape, strides, nbytes, byte_order, numpy, format, source,
 // then the format's extras. Keys keep this order so `cat P.json` reads well.
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -14,5 +15,15 @@ namespace modelfs {
 nlohmann::ordered_json sidecar_json(const Tensor& tensor, std::string_view format);
 // The file's content: one key per line (see json_text.hpp).
 std::string sidecar_text(const Tensor& tensor, std::string_view format);
+
+// The lines the format's extras add after "source", printed once so that a
+// tree can keep them as text rather than as parsed JSON (an ONNX tensor's
+// extras took 1.1 KiB as JSON, 0.2 KiB as text). None when an extra reuses a
+// fixed key: it then replaces that key in place, and only the two-argument
+// sidecar_text prints it.
+std::optional<std::string> sidecar_extras_lines(const nlohmann::json& extras);
+// The file's content, given the tensor's extras as those lines (its own
+// `extras` are not read).
+std::string sidecar_text(const Tensor& tensor, std::string_view format, std::string_view extras_lines);
 
 }  // namespace modelfs

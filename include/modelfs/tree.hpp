@@ -58,21 +58,30 @@ struct Node {
   uint64_t size = 0;                  // files: bytes; folders: 0
   const Tensor* tensor = nullptr;     // tensor files and .npy views
   std::span<const DirEntry> children; // folders: sorted by name (a range of the tree's entries)
-  // Files: the content is the concatenation of the first segment_count
-  // (sidecars have none: they are printed). The bytes belong to the tree.
+  // Files: the content is the concatenation of the first segment_count.
+  // Sidecars are printed instead; their one segment, when their tensor has
+  // format extras, holds those extras' lines, printed once at build. The
+  // bytes belong to the tree.
   std::array<Segment, kMaxSegments> segment_array{};
 
   std::span<const Segment> segments() const noexcept { return {segment_array.data(), segment_count}; }
+  // A sidecar's extras lines (see sidecar_extras_lines); empty for none.
+  std::string_view sidecar_extras_lines() const noexcept {
+    if (role != FileRole::Sidecar || segment_count == 0) return {};
+    return {reinterpret_cast<const char*>(segment_array[0].data()), segment_array[0].size()};
+  }
   // The parts of [offset, offset + length) of the content, as iovecs into
   // the segments (no byte is copied); returns how many were written.
   size_t slice(uint64_t offset, uint64_t length, std::span<iovec, kMaxSegments> out) const;
 };
 
-// The names of a tree's entries, each followed by a NUL, in blocks that never
-// move once written: entries point into them for the life of the tree.
-class NameStore {
+// Text the tree keeps (its entries' names, its sidecars' extras lines), each
+// followed by a NUL, in blocks that never move once written: entries and
+// nodes point into them for the life of the tree. One block holds many
+// strings, where a std::string each would be a heap block each.
+class TextStore {
  public:
-  std::string_view add(std::string_view name);
+  std::string_view add(std::string_view text);
 
  private:
   static constexpr size_t kBlockBytes = 64 << 10;
@@ -106,6 +115,9 @@ class Tree {
   Tree(const Tree&) = delete;
   Tree& operator=(const Tree&) = delete;
 
+  // The catalog the tree was built from; its tensors' `extras` are null
+  // once the builder has printed them into their sidecars' nodes (unless
+  // one reuses a fixed sidecar key).
   const Catalog& catalog() const noexcept { return catalog_; }
   // The path of each catalog tensor's raw file, relative to the root (made
   // from the tree when asked: index.json and tests are the only users).
@@ -124,7 +136,7 @@ class Tree {
   Catalog catalog_;
   std::vector<Node> nodes_;
   std::vector<DirEntry> entries_;  // every folder's children, folder after folder
-  NameStore names_;
+  TextStore texts_;
   // Bytes the tree made and files point into: .npy headers (one per dtype
   // and shape) and the documents it printed. Node-based and deque storage:
   // adding one never moves another.

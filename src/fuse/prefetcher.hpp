@@ -75,8 +75,8 @@ class Prefetcher {
 
   const Tree& tree_;
   const std::string mountpoint_;
-  // Scratch, reserved up front so that the thread never allocates (a thread
-  // that calls malloc gets an arena of its own: resident memory for nothing).
+  // Scratch, reserved up front so that the thread never allocates while it
+  // follows readers (no heap traffic beside the workers').
   std::string relative_;
   std::string path_;
   std::array<Stream, kStreams> streams_{};

@@ -22,17 +22,26 @@ nlohmann::ordered_json sidecar_json(const Tensor& tensor, std::string_view forma
   return out;
 }
 
-std::string sidecar_text(const Tensor& tensor, std::string_view format) {
+std::optional<std::string> sidecar_extras_lines(const nlohmann::json& extras) {
   static constexpr std::string_view kFixedKeys[] = {"name",       "dtype", "shape",  "strides", "nbytes",
                                                     "byte_order", "numpy", "format", "source"};
-  // An extra that reuses a fixed key replaces it in place: the general path.
-  for (const auto& [key, value] : tensor.extras.items())
+  std::string out;
+  for (const auto& [key, value] : extras.items()) {
+    // An extra that reuses a fixed key replaces it in place: the general path.
     for (auto fixed : kFixedKeys)
-      if (key == fixed) return readable_json(sidecar_json(tensor, format));
+      if (key == fixed) return std::nullopt;
+    out += ",\n  ";
+    append_json_string(out, key);
+    out += ": ";
+    out += nlohmann::ordered_json(value).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  return out;
+}
 
+std::string sidecar_text(const Tensor& tensor, std::string_view format, std::string_view extras_lines) {
   // The same text as readable_json(sidecar_json(...)), printed directly.
   std::string out;
-  out.reserve(256 + tensor.name.size());
+  out.reserve(256 + tensor.name.size() + extras_lines.size());
   out += "{\n  \"name\": ";
   append_json_string(out, tensor.name);
   out += ",\n  \"dtype\": ";
@@ -53,14 +62,14 @@ std::string sidecar_text(const Tensor& tensor, std::string_view format) {
   append_json_string(out, tensor.source.file);
   if (tensor.source.offset) out += ",\"offset\":" + std::to_string(*tensor.source.offset);
   out += "}";
-  for (const auto& [key, value] : tensor.extras.items()) {
-    out += ",\n  ";
-    append_json_string(out, key);
-    out += ": ";
-    out += nlohmann::ordered_json(value).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  }
+  out += extras_lines;
   out += "\n}\n";
   return out;
+}
+
+std::string sidecar_text(const Tensor& tensor, std::string_view format) {
+  if (auto lines = sidecar_extras_lines(tensor.extras)) return sidecar_text(tensor, format, *lines);
+  return readable_json(sidecar_json(tensor, format));
 }
 
 }  // namespace modelfs

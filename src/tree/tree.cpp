@@ -30,19 +30,19 @@ size_t Node::slice(uint64_t offset, uint64_t length, std::span<iovec, kMaxSegmen
   return count;
 }
 
-std::string_view NameStore::add(std::string_view name) {
-  const size_t need = name.size() + 1;
+std::string_view TextStore::add(std::string_view text) {
+  const size_t need = text.size() + 1;
   if (need > kBlockBytes - used_) {
-    // A name longer than a block (never, with escaped components) gets its own.
+    // A text longer than a block (never a name, with escaped components) gets its own.
     // Not zeroed: a small tree touches only the pages its names fill.
     blocks_.push_back(std::make_unique_for_overwrite<char[]>(std::max(need, kBlockBytes)));
     used_ = 0;
   }
   char* at = blocks_.back().get() + used_;
-  std::copy(name.begin(), name.end(), at);
-  at[name.size()] = '\0';
+  std::copy(text.begin(), text.end(), at);
+  at[text.size()] = '\0';
   used_ += need;
-  return {at, name.size()};
+  return {at, text.size()};
 }
 
 // index.json, as readable_json would print it, one line per tensor, printed
@@ -92,7 +92,7 @@ class TreeBuilder {
     // A name's components are split again in the second pass rather than
     // kept: for 100 000 tensors they were 400 000 strings (26 MB) alive at
     // once, and fresh pages cost more than splitting twice.
-    const auto& tensors = tree_.catalog_.tensors;
+    auto& tensors = tree_.catalog_.tensors;
     std::vector<uint64_t> folder_of(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i)
       folder_of[i] = directories_for(tensor_path_components(tensors[i].name, options_.flat));
@@ -135,7 +135,7 @@ class TreeBuilder {
     const uint64_t ino = push(std::move(value));
     const uint32_t folder = folder_ordinal_[parent - 1];
     auto& children = children_[folder];
-    children.push_back({tree_.names_.add(name), ino});
+    children.push_back({tree_.texts_.add(name), ino});
     if (auto& names = names_of_[folder]) {
       names->emplace(children.back().name, ino);
     } else if (children.size() >= kBigFolder) {
@@ -216,7 +216,7 @@ class TreeBuilder {
     return add_node(dir, name, std::move(file));
   }
 
-  void add_tensor(const Tensor& tensor, const std::vector<std::string>& parts, uint64_t dir) {
+  void add_tensor(Tensor& tensor, const std::vector<std::string>& parts, uint64_t dir) {
     auto descr = numpy_descr(tensor.dtype);
     const bool c_order = tensor.c_order.has_value() || tensor.is_c_contiguous();
     const bool npy = descr && (c_order || tensor.is_f_contiguous());
@@ -225,7 +225,19 @@ class TreeBuilder {
     tree_.tensor_files_.push_back(
         add_file(dir, name, FileRole::TensorData, {tensor.bytes.span()}, &tensor));
     const uint64_t sidecar = add_file(dir, name + ".json", FileRole::Sidecar, {}, &tensor);
-    node(sidecar).size = sidecar_text(tensor, tree_.catalog_.format).size();
+    if (auto lines = sidecar_extras_lines(tensor.extras)) {
+      // Kept as text from now on: as parsed JSON, a few extras are a dozen
+      // heap blocks a tensor.
+      Node& file = node(sidecar);
+      if (!lines->empty()) {
+        const std::string_view kept = tree_.texts_.add(*lines);
+        file.segment_array[file.segment_count++] = std::as_bytes(std::span(kept.data(), kept.size()));
+      }
+      file.size = sidecar_text(tensor, tree_.catalog_.format, *lines).size();
+      tensor.extras = nullptr;
+    } else {
+      node(sidecar).size = sidecar_text(tensor, tree_.catalog_.format).size();
+    }
     if (npy)
       add_file(dir, name + ".npy", FileRole::NpyView,
                {shared_npy_header(npy_header(*descr, tensor.shape, !c_order)),
@@ -274,6 +286,7 @@ class TreeBuilder {
 
   // A document the tree made: kept by the tree, which its file points into.
   void add_made_document(const std::string& relative_path, std::string content) {
+    content.shrink_to_fit();
     add_document(relative_path, tree_.documents_.emplace_back(std::move(content)));
   }
 
@@ -296,7 +309,12 @@ class TreeBuilder {
     tree_.catalog_.metadata = nlohmann::json::object();
 
     // The catalog's documents stay where they are: the tree owns the catalog.
-    for (const auto& document : catalog.documents) add_document(document.path, document.content);
+    // A printed document's string has up to twice its length in capacity
+    // (ONNX's graph.json: 61 KiB held for 35).
+    for (auto& document : tree_.catalog_.documents) {
+      document.content.shrink_to_fit();
+      add_document(document.path, document.content);
+    }
   }
 
   // Each folder's entries, sorted by name, laid end to end in one table.
@@ -418,7 +436,10 @@ size_t Tree::read(const Node& file, uint64_t offset, uint64_t length,
     return slice_text(text.substr(0, file.size), offset, length, out);
   }
   if (file.role != FileRole::Sidecar || file.tensor == nullptr) return file.slice(offset, length, out);
-  scratch = sidecar_text(*file.tensor, catalog_.format);
+  // Extras still parsed are those that reuse a fixed key (see the builder).
+  scratch = file.tensor->extras.is_null()
+                ? sidecar_text(*file.tensor, catalog_.format, file.sidecar_extras_lines())
+                : sidecar_text(*file.tensor, catalog_.format);
   return slice_text(scratch, offset, length, out);
 }
 

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "modelfs/json_text.hpp"
+#include "modelfs/sidecar.hpp"
 #include "modelfs/tree.hpp"
 
 namespace modelfs {
@@ -234,6 +235,31 @@ TEST(Tree, SlicesSpanTheNpyHeaderAndTheData) {
   EXPECT_EQ(npy->slice(header + 16, 10, iov), 0u);
   EXPECT_EQ(npy->slice(header + 6, 100, iov), 1u);
   EXPECT_EQ(iov[0].iov_len, 10u);
+}
+
+// The builder keeps a tensor's extras as their printed lines: the sidecar
+// says what the parsed extras said, at the size the file reports, and only
+// extras that reuse a fixed key stay parsed (they replace that key).
+TEST(Tree, SidecarsPrintTheExtrasTheBuilderKeptAsText) {
+  std::vector<Tensor> tensors = {tensor("plain"), tensor("extra"), tensor("clash")};
+  tensors[1].extras = {{"requires_grad", true}, {"storage", {{"key", "3"}, {"offset", 0}}},
+                       {"note", "é \"q\""}};
+  tensors[2].extras = {{"kind", "buffer"}, {"byte_order", "big"}};
+  std::vector<std::string> expected;
+  for (const auto& t : tensors) expected.push_back(readable_json(sidecar_json(t, "safetensors")));
+
+  auto tree = build(tensors);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    SCOPED_TRACE(tensors[i].name);
+    const Node* sidecar = tree->node(*tree->resolve(tensors[i].name + ".json"));
+    EXPECT_EQ(tree->content(*sidecar), expected[i]);
+    EXPECT_EQ(sidecar->size, expected[i].size());
+  }
+  EXPECT_TRUE(tree->catalog().tensors[1].extras.is_null());
+  EXPECT_FALSE(tree->node(*tree->resolve("extra.json"))->sidecar_extras_lines().empty());
+  EXPECT_TRUE(tree->node(*tree->resolve("plain.json"))->sidecar_extras_lines().empty());
+  EXPECT_EQ(tree->catalog().tensors[2].extras["byte_order"], "big");
+  EXPECT_EQ(nlohmann::json::parse(expected[2])["byte_order"], "big");
 }
 
 TEST(Tree, DocumentsLiveUnderModelfs) {
