@@ -45,6 +45,8 @@ class ByteSpan {
   ByteSpan subspan(uint64_t offset, uint64_t length) const;
   // The mapped file these bytes lie in, or null for owned bytes.
   const MappedFile* mapped_file() const noexcept { return file_; }
+  // What keeps the bytes alive (a holder of it may drop the span).
+  const std::shared_ptr<const void>& owner() const noexcept { return owner_; }
 
  private:
   std::shared_ptr<const void> owner_;

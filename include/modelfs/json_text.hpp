@@ -19,9 +19,9 @@ std::string readable_json(const nlohmann::ordered_json& value);
 // appenders replace building a JSON object for each (100 000 tensors: the
 // difference between seconds and a fraction of one).
 void append_json_string(std::string& out, std::string_view text);
-// Appends "[a,b,c]".
-template <typename Integer>
-void append_json_array(std::string& out, const std::vector<Integer>& values) {
+// Appends "[a,b,c]" (a vector or span of integers).
+template <typename Integers>
+void append_json_array(std::string& out, const Integers& values) {
   out += '[';
   for (size_t i = 0; i < values.size(); ++i) {
     if (i) out += ',';

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "modelfs/catalog.hpp"
+#include "modelfs/tensor_record.hpp"
 
 namespace modelfs {
 
@@ -19,11 +20,10 @@ std::string sidecar_text(const Tensor& tensor, std::string_view format);
 // The lines the format's extras add after "source", printed once so that a
 // tree can keep them as text rather than as parsed JSON (an ONNX tensor's
 // extras took 1.1 KiB as JSON, 0.2 KiB as text). None when an extra reuses a
-// fixed key: it then replaces that key in place, and only the two-argument
-// sidecar_text prints it.
+// fixed key: it then replaces that key in place, and only sidecar_json
+// prints it.
 std::optional<std::string> sidecar_extras_lines(const nlohmann::json& extras);
-// The file's content, given the tensor's extras as those lines (its own
-// `extras` are not read).
-std::string sidecar_text(const Tensor& tensor, std::string_view format, std::string_view extras_lines);
+// The file's content from what a tree keeps of the tensor.
+std::string sidecar_text(const TensorRecord& tensor, std::string_view format);
 
 }  // namespace modelfs

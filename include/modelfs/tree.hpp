@@ -26,7 +26,9 @@
 #include <unordered_set>
 #include <vector>
 
+#include "modelfs/block_store.hpp"
 #include "modelfs/catalog.hpp"
+#include "modelfs/tensor_record.hpp"
 
 namespace modelfs {
 
@@ -56,37 +58,16 @@ struct Node {
   uint32_t nlink = 1;
   uint64_t parent = 1;                // the folder holding it; the root's is itself
   uint64_t size = 0;                  // files: bytes; folders: 0
-  const Tensor* tensor = nullptr;     // tensor files and .npy views
+  const TensorRecord* tensor = nullptr;  // tensor files, sidecars and .npy views
   std::span<const DirEntry> children; // folders: sorted by name (a range of the tree's entries)
-  // Files: the content is the concatenation of the first segment_count.
-  // Sidecars are printed instead; their one segment, when their tensor has
-  // format extras, holds those extras' lines, printed once at build. The
-  // bytes belong to the tree.
+  // Files: the content is the concatenation of the first segment_count
+  // (sidecars have none: they are printed). The bytes belong to the tree.
   std::array<Segment, kMaxSegments> segment_array{};
 
   std::span<const Segment> segments() const noexcept { return {segment_array.data(), segment_count}; }
-  // A sidecar's extras lines (see sidecar_extras_lines); empty for none.
-  std::string_view sidecar_extras_lines() const noexcept {
-    if (role != FileRole::Sidecar || segment_count == 0) return {};
-    return {reinterpret_cast<const char*>(segment_array[0].data()), segment_array[0].size()};
-  }
   // The parts of [offset, offset + length) of the content, as iovecs into
   // the segments (no byte is copied); returns how many were written.
   size_t slice(uint64_t offset, uint64_t length, std::span<iovec, kMaxSegments> out) const;
-};
-
-// Text the tree keeps (its entries' names, its sidecars' extras lines), each
-// followed by a NUL, in blocks that never move once written: entries and
-// nodes point into them for the life of the tree. One block holds many
-// strings, where a std::string each would be a heap block each.
-class TextStore {
- public:
-  std::string_view add(std::string_view text);
-
- private:
-  static constexpr size_t kBlockBytes = 64 << 10;
-  std::vector<std::unique_ptr<char[]>> blocks_;
-  size_t used_ = kBlockBytes;  // of the last block; full before the first
 };
 
 class Tree {
@@ -115,10 +96,12 @@ class Tree {
   Tree(const Tree&) = delete;
   Tree& operator=(const Tree&) = delete;
 
-  // The catalog the tree was built from; its tensors' `extras` are null
-  // once the builder has printed them into their sidecars' nodes (unless
-  // one reuses a fixed sidecar key).
+  // The catalog the tree was built from, without its tensors (the tree
+  // keeps records of them instead: tensors()) or its parsed metadata
+  // (served as metadata.json).
   const Catalog& catalog() const noexcept { return catalog_; }
+  // The catalog's tensors, in its (file) order.
+  std::span<const TensorRecord> tensors() const noexcept { return tensors_; }
   // The path of each catalog tensor's raw file, relative to the root (made
   // from the tree when asked: index.json and tests are the only users).
   std::vector<std::string> tensor_paths() const;
@@ -136,13 +119,20 @@ class Tree {
   Catalog catalog_;
   std::vector<Node> nodes_;
   std::vector<DirEntry> entries_;  // every folder's children, folder after folder
+  std::vector<TensorRecord> tensors_;
+  // What nodes and records point into: names, extras lines and the few
+  // distinct source files and block types; shapes and strides; and the
+  // owners of the tensors' bytes (the mappings, buffers a reader made).
   TextStore texts_;
+  BlockStore<uint64_t> shapes_;
+  BlockStore<int64_t> strides_;
+  std::vector<std::shared_ptr<const void>> byte_owners_;
   // Bytes the tree made and files point into: .npy headers (one per dtype
   // and shape) and the documents it printed. Node-based and deque storage:
   // adding one never moves another.
   std::unordered_set<std::string> npy_headers_;
   std::deque<std::string> documents_;
-  std::vector<uint64_t> tensor_files_;  // each catalog tensor's raw file
+  std::vector<uint64_t> tensor_files_;  // each tensor's raw file
   // index.json, printed by the first reader (its size, measured at build,
   // is the file's).
   mutable std::once_flag index_printed_;

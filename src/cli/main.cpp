@@ -424,7 +424,7 @@ int run(int argc, char** argv) {
   serve.readahead_kb = config.readahead_kb >= 0 ? static_cast<unsigned>(config.readahead_kb)
                        : ::geteuid() == 0      ? kDefaultReadaheadKib
                                                : 0;
-  const size_t tensors = tree->catalog().tensors.size();
+  const size_t tensors = tree->tensors().size();
   serve.on_mounted = [&] {
     // Said to a person at a terminal; scripts and mount(8) get silence.
     if (!cmdline.foreground && ::isatty(STDERR_FILENO))

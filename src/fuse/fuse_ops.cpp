@@ -248,7 +248,7 @@ void warn_failed_read(const Node& node, uint64_t offset, int error) {
   constexpr int kMaxWarnings = 20;
   const int n = warnings.fetch_add(1, std::memory_order_relaxed);
   if (n >= kMaxWarnings) return;
-  const std::string name = node.tensor ? node.tensor->name : std::string("a document");
+  const std::string name = node.tensor ? std::string(node.tensor->name) : std::string("a document");
   spdlog::warn("read of {} at offset {} failed ({}); the reader got EIO. Was the model file "
                "truncated or changed under the mount?{}",
                name, offset, std::strerror(error), n + 1 == kMaxWarnings ? " (further failures not logged)" : "");
@@ -305,7 +305,7 @@ std::vector<std::pair<std::string, std::string>> xattrs_of(const Node& node) {
     shape += std::to_string(node.tensor->shape[i]);
   }
   shape += "]";
-  return {{"user.modelfs.dtype", node.tensor->dtype_name()}, {"user.modelfs.shape", shape}};
+  return {{"user.modelfs.dtype", std::string(node.tensor->dtype_name)}, {"user.modelfs.shape", shape}};
 }
 
 void reply_xattr_value(fuse_req_t req, const std::string& value, size_t size) {

@@ -38,19 +38,20 @@ std::optional<std::string> sidecar_extras_lines(const nlohmann::json& extras) {
   return out;
 }
 
-std::string sidecar_text(const Tensor& tensor, std::string_view format, std::string_view extras_lines) {
+std::string sidecar_text(const TensorRecord& tensor, std::string_view format) {
+  if (tensor.sidecar_printed_whole) return std::string(tensor.extras_lines);
   // The same text as readable_json(sidecar_json(...)), printed directly.
   std::string out;
-  out.reserve(256 + tensor.name.size() + extras_lines.size());
+  out.reserve(256 + tensor.name.size() + tensor.extras_lines.size());
   out += "{\n  \"name\": ";
   append_json_string(out, tensor.name);
   out += ",\n  \"dtype\": ";
-  append_json_string(out, tensor.dtype_name());
+  append_json_string(out, tensor.dtype_name);
   out += ",\n  \"shape\": ";
   append_json_array(out, tensor.shape);
   out += ",\n  \"strides\": ";
   append_json_array(out, tensor.strides);
-  out += ",\n  \"nbytes\": " + std::to_string(tensor.bytes.size());
+  out += ",\n  \"nbytes\": " + std::to_string(tensor.nbytes);
   out += ",\n  \"byte_order\": \"little\"";
   if (auto descr = numpy_descr(tensor.dtype)) {
     out += ",\n  \"numpy\": ";
@@ -59,17 +60,20 @@ std::string sidecar_text(const Tensor& tensor, std::string_view format, std::str
   out += ",\n  \"format\": ";
   append_json_string(out, format);
   out += ",\n  \"source\": {\"file\":";
-  append_json_string(out, tensor.source.file);
-  if (tensor.source.offset) out += ",\"offset\":" + std::to_string(*tensor.source.offset);
+  append_json_string(out, tensor.source_file);
+  if (tensor.source_offset) out += ",\"offset\":" + std::to_string(*tensor.source_offset);
   out += "}";
-  out += extras_lines;
+  out += tensor.extras_lines;
   out += "\n}\n";
   return out;
 }
 
 std::string sidecar_text(const Tensor& tensor, std::string_view format) {
-  if (auto lines = sidecar_extras_lines(tensor.extras)) return sidecar_text(tensor, format, *lines);
-  return readable_json(sidecar_json(tensor, format));
+  auto lines = sidecar_extras_lines(tensor.extras);
+  if (!lines) return readable_json(sidecar_json(tensor, format));
+  TensorRecord record = record_of(tensor);
+  record.extras_lines = *lines;
+  return sidecar_text(record, format);
 }
 
 }  // namespace modelfs

@@ -4,6 +4,7 @@
 #include <array>
 #include <initializer_list>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "modelfs/json_text.hpp"
 #include "modelfs/naming.hpp"
@@ -30,25 +31,10 @@ size_t Node::slice(uint64_t offset, uint64_t length, std::span<iovec, kMaxSegmen
   return count;
 }
 
-std::string_view TextStore::add(std::string_view text) {
-  const size_t need = text.size() + 1;
-  if (need > kBlockBytes - used_) {
-    // A text longer than a block (never a name, with escaped components) gets its own.
-    // Not zeroed: a small tree touches only the pages its names fill.
-    blocks_.push_back(std::make_unique_for_overwrite<char[]>(std::max(need, kBlockBytes)));
-    used_ = 0;
-  }
-  char* at = blocks_.back().get() + used_;
-  std::copy(text.begin(), text.end(), at);
-  at[text.size()] = '\0';
-  used_ += need;
-  return {at, text.size()};
-}
-
 // index.json, as readable_json would print it, one line per tensor, printed
 // directly (it is the largest document of a big model). The builder measures
 // it with these same functions; the first reader prints it.
-void append_index_head(std::string& out, const Catalog& catalog) {
+void append_index_head(std::string& out, const Catalog& catalog, size_t tensor_count) {
   out += "{\n  \"format\": ";
   append_json_string(out, catalog.format);
   out += ",\n  \"files\": [";
@@ -57,19 +43,19 @@ void append_index_head(std::string& out, const Catalog& catalog) {
     append_json_string(out, catalog.files[i]);
   }
   out += "],\n  \"tensors\": ";
-  out += catalog.tensors.empty() ? "[]" : "[\n";
+  out += tensor_count == 0 ? "[]" : "[\n";
 }
 
-void append_index_line(std::string& out, const Tensor& tensor, std::string_view path, bool last) {
+void append_index_line(std::string& out, const TensorRecord& tensor, std::string_view path, bool last) {
   out += "    {\"name\":";
   append_json_string(out, tensor.name);
   out += ",\"path\":";
   append_json_string(out, path);
   out += ",\"dtype\":";
-  append_json_string(out, tensor.dtype_name());
+  append_json_string(out, tensor.dtype_name);
   out += ",\"shape\":";
   append_json_array(out, tensor.shape);
-  out += ",\"nbytes\":" + std::to_string(tensor.bytes.size());
+  out += ",\"nbytes\":" + std::to_string(tensor.nbytes);
   out += last ? "}\n  ]" : "},\n";
 }
 
@@ -92,7 +78,7 @@ class TreeBuilder {
     // A name's components are split again in the second pass rather than
     // kept: for 100 000 tensors they were 400 000 strings (26 MB) alive at
     // once, and fresh pages cost more than splitting twice.
-    auto& tensors = tree_.catalog_.tensors;
+    const auto& tensors = tree_.catalog_.tensors;
     std::vector<uint64_t> folder_of(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i)
       folder_of[i] = directories_for(tensor_path_components(tensors[i].name, options_.flat));
@@ -105,10 +91,14 @@ class TreeBuilder {
     folder_ordinal_.reserve(tree_.nodes_.size() + more);
 
     tree_.tensor_files_.reserve(tensors.size());
+    tree_.tensors_.reserve(tensors.size());  // exact: nodes point at records
     for (size_t i = 0; i < tensors.size(); ++i)
       add_tensor(tensors[i], tensor_path_components(tensors[i].name, options_.flat), folder_of[i]);
     add_documents();
     finish_folders();
+    // Everything is in the records now; the catalog's tensors were a heap
+    // block per name, shape and stride list among the reader's garbage.
+    std::vector<Tensor>().swap(tree_.catalog_.tensors);
   }
 
  private:
@@ -205,7 +195,7 @@ class TreeBuilder {
   }
 
   uint64_t add_file(uint64_t dir, std::string_view name, FileRole role,
-                    std::initializer_list<Node::Segment> segments, const Tensor* tensor) {
+                    std::initializer_list<Node::Segment> segments, const TensorRecord* tensor) {
     Node file;
     file.role = role;
     file.tensor = tensor;
@@ -216,33 +206,22 @@ class TreeBuilder {
     return add_node(dir, name, std::move(file));
   }
 
-  void add_tensor(Tensor& tensor, const std::vector<std::string>& parts, uint64_t dir) {
+  void add_tensor(const Tensor& tensor, const std::vector<std::string>& parts, uint64_t dir) {
     auto descr = numpy_descr(tensor.dtype);
     const bool c_order = tensor.c_order.has_value() || tensor.is_c_contiguous();
     const bool npy = descr && (c_order || tensor.is_f_contiguous());
     const std::string name = free_name(dir, parts.back(), npy);
+    const TensorRecord* record = &tree_.tensors_.emplace_back(record_for(tensor));
 
     tree_.tensor_files_.push_back(
-        add_file(dir, name, FileRole::TensorData, {tensor.bytes.span()}, &tensor));
-    const uint64_t sidecar = add_file(dir, name + ".json", FileRole::Sidecar, {}, &tensor);
-    if (auto lines = sidecar_extras_lines(tensor.extras)) {
-      // Kept as text from now on: as parsed JSON, a few extras are a dozen
-      // heap blocks a tensor.
-      Node& file = node(sidecar);
-      if (!lines->empty()) {
-        const std::string_view kept = tree_.texts_.add(*lines);
-        file.segment_array[file.segment_count++] = std::as_bytes(std::span(kept.data(), kept.size()));
-      }
-      file.size = sidecar_text(tensor, tree_.catalog_.format, *lines).size();
-      tensor.extras = nullptr;
-    } else {
-      node(sidecar).size = sidecar_text(tensor, tree_.catalog_.format).size();
-    }
+        add_file(dir, name, FileRole::TensorData, {keep(tensor.bytes)}, record));
+    const uint64_t sidecar = add_file(dir, name + ".json", FileRole::Sidecar, {}, record);
+    node(sidecar).size = sidecar_text(*record, tree_.catalog_.format).size();
     if (npy)
       add_file(dir, name + ".npy", FileRole::NpyView,
                {shared_npy_header(npy_header(*descr, tensor.shape, !c_order)),
-                (tensor.c_order ? *tensor.c_order : tensor.bytes).span()},
-               &tensor);
+                keep(tensor.c_order ? *tensor.c_order : tensor.bytes)},
+               record);
     tree_.total_bytes_ += tensor.bytes.size();
 
     // index.json's line for this tensor, printed only to be measured.
@@ -252,8 +231,42 @@ class TreeBuilder {
     path += name;
     scratch_line_.clear();
     const bool last = tree_.tensor_files_.size() == tree_.catalog_.tensors.size();
-    append_index_line(scratch_line_, tensor, path, last);
+    append_index_line(scratch_line_, *record, path, last);
     index_size_ += scratch_line_.size();
+  }
+
+  // The tree's record of a tensor, in the tree's stores.
+  TensorRecord record_for(const Tensor& tensor) {
+    TensorRecord record = record_of(tensor);
+    record.name = tree_.texts_.add(record.name);
+    record.dtype_name = intern(record.dtype_name);
+    record.source_file = intern(record.source_file);
+    record.shape = tree_.shapes_.add(record.shape);
+    record.strides = tree_.strides_.add(record.strides);
+    if (auto lines = sidecar_extras_lines(tensor.extras)) {
+      if (!lines->empty()) record.extras_lines = tree_.texts_.add(*lines);
+    } else {
+      record.extras_lines = tree_.texts_.add(readable_json(sidecar_json(tensor, tree_.catalog_.format)));
+      record.sidecar_printed_whole = true;
+    }
+    return record;
+  }
+
+  // The few texts many records share (source files, dtype names), kept once.
+  std::string_view intern(std::string_view text) {
+    auto it = interned_.find(text);
+    if (it == interned_.end()) {
+      const std::string_view kept = tree_.texts_.add(text);
+      it = interned_.emplace(kept, kept).first;
+    }
+    return it->second;
+  }
+
+  // The bytes' span, their owner kept by the tree (once per owner).
+  Node::Segment keep(const ByteSpan& bytes) {
+    if (bytes.owner() && kept_owners_.insert(bytes.owner().get()).second)
+      tree_.byte_owners_.push_back(bytes.owner());
+    return bytes.span();
   }
 
   // Tensors of one dtype and shape share one .npy header: a model's layers
@@ -293,7 +306,7 @@ class TreeBuilder {
   void add_documents() {
     const auto& catalog = tree_.catalog_;
     std::string ends;
-    append_index_head(ends, catalog);
+    append_index_head(ends, catalog, catalog.tensors.size());
     append_index_tail(ends);
     const uint64_t index =
         add_file(meta_dir_, free_name(meta_dir_, "index.json", false), FileRole::Index, {}, nullptr);
@@ -350,6 +363,8 @@ class TreeBuilder {
   uint64_t index_size_ = 0;
   std::string scratch_path_;
   std::string scratch_line_;
+  std::unordered_map<std::string_view, std::string_view> interned_;
+  std::unordered_set<const void*> kept_owners_;
 };
 
 std::unique_ptr<const Tree> Tree::build(Catalog catalog, const TreeOptions& options) {
@@ -405,9 +420,9 @@ std::vector<std::string> Tree::tensor_paths() const {
 const std::string& Tree::index_text(uint64_t size) const {
   std::call_once(index_printed_, [this, size] {
     index_text_.reserve(size);
-    append_index_head(index_text_, catalog_);
+    append_index_head(index_text_, catalog_, tensors_.size());
     for_each_tensor_path([this](size_t i, std::string_view path) {
-      append_index_line(index_text_, catalog_.tensors[i], path, i + 1 == tensor_files_.size());
+      append_index_line(index_text_, tensors_[i], path, i + 1 == tensor_files_.size());
     });
     append_index_tail(index_text_);
   });
@@ -436,10 +451,7 @@ size_t Tree::read(const Node& file, uint64_t offset, uint64_t length,
     return slice_text(text.substr(0, file.size), offset, length, out);
   }
   if (file.role != FileRole::Sidecar || file.tensor == nullptr) return file.slice(offset, length, out);
-  // Extras still parsed are those that reuse a fixed key (see the builder).
-  scratch = file.tensor->extras.is_null()
-                ? sidecar_text(*file.tensor, catalog_.format, file.sidecar_extras_lines())
-                : sidecar_text(*file.tensor, catalog_.format);
+  scratch = sidecar_text(*file.tensor, catalog_.format);
   return slice_text(scratch, offset, length, out);
 }
 

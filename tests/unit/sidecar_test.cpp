@@ -94,12 +94,6 @@ TEST(Sidecar, DirectTextEqualsTheJsonObjectPrinted) {
   for (const auto& t : cases) {
     SCOPED_TRACE(t.name);
     EXPECT_EQ(sidecar_text(t, "pytorch"), readable_json(sidecar_json(t, "pytorch")));
-    // Printed from the extras' lines made beforehand, as the tree prints it.
-    if (auto lines = sidecar_extras_lines(t.extras)) {
-      auto without = t;
-      without.extras = nullptr;
-      EXPECT_EQ(sidecar_text(without, "pytorch", *lines), sidecar_text(t, "pytorch"));
-    }
   }
   EXPECT_FALSE(sidecar_extras_lines(clash.extras).has_value());
   EXPECT_EQ(sidecar_extras_lines(nlohmann::json()), "");

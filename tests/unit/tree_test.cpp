@@ -44,14 +44,14 @@ void expect_index_matches_tree(const Tree& tree) {
   EXPECT_EQ(file->size, text.size());
   const auto index = nlohmann::json::parse(text);
   const auto paths = tree.tensor_paths();
-  ASSERT_EQ(index["tensors"].size(), tree.catalog().tensors.size());
+  ASSERT_EQ(index["tensors"].size(), tree.tensors().size());
   for (size_t i = 0; i < paths.size(); ++i) {
     std::string quoted;  // as JSON carries it: bytes that are not UTF-8 become U+FFFD
     append_json_string(quoted, paths[i]);
     EXPECT_EQ(index["tensors"][i]["path"], nlohmann::json::parse(quoted));
     const auto ino = tree.resolve(paths[i]);
     ASSERT_TRUE(ino) << paths[i];
-    EXPECT_EQ(tree.node(*ino)->tensor, &tree.catalog().tensors[i]) << paths[i];
+    EXPECT_EQ(tree.node(*ino)->tensor, &tree.tensors()[i]) << paths[i];
     EXPECT_EQ(tree.node(*ino)->role, FileRole::TensorData) << paths[i];
   }
 }
@@ -206,11 +206,12 @@ TEST(Tree, IndexIsTheJsonObjectPrintedReadably) {
   expected["format"] = "safetensors";
   expected["files"] = {"m.safetensors"};
   expected["tensors"] = nlohmann::ordered_json::array();
-  for (size_t i = 0; i < tree->catalog().tensors.size(); ++i) {
-    const auto& t = tree->catalog().tensors[i];
+  for (size_t i = 0; i < tree->tensors().size(); ++i) {
+    const auto& t = tree->tensors()[i];
     expected["tensors"].push_back({{"name", t.name}, {"path", tree->tensor_paths()[i]},
-                                   {"dtype", t.dtype_name()}, {"shape", t.shape},
-                                   {"nbytes", t.bytes.size()}});
+                                   {"dtype", t.dtype_name},
+                                   {"shape", std::vector<uint64_t>(t.shape.begin(), t.shape.end())},
+                                   {"nbytes", t.nbytes}});
   }
   EXPECT_EQ(content(*tree, ".modelfs/index.json"), readable_json(expected));
   expect_index_matches_tree(*tree);
@@ -237,9 +238,10 @@ TEST(Tree, SlicesSpanTheNpyHeaderAndTheData) {
   EXPECT_EQ(iov[0].iov_len, 10u);
 }
 
-// The builder keeps a tensor's extras as their printed lines: the sidecar
-// says what the parsed extras said, at the size the file reports, and only
-// extras that reuse a fixed key stay parsed (they replace that key).
+// The tree keeps records of the tensors in its own stores, extras as their
+// printed lines, and drops the catalog's tensors: every file still says and
+// serves what the tensor did, at the size the file reports. Extras that
+// reuse a fixed key (they replace that key) keep the whole sidecar printed.
 TEST(Tree, SidecarsPrintTheExtrasTheBuilderKeptAsText) {
   std::vector<Tensor> tensors = {tensor("plain"), tensor("extra"), tensor("clash")};
   tensors[1].extras = {{"requires_grad", true}, {"storage", {{"key", "3"}, {"offset", 0}}},
@@ -255,11 +257,16 @@ TEST(Tree, SidecarsPrintTheExtrasTheBuilderKeptAsText) {
     EXPECT_EQ(tree->content(*sidecar), expected[i]);
     EXPECT_EQ(sidecar->size, expected[i].size());
   }
-  EXPECT_TRUE(tree->catalog().tensors[1].extras.is_null());
-  EXPECT_FALSE(tree->node(*tree->resolve("extra.json"))->sidecar_extras_lines().empty());
-  EXPECT_TRUE(tree->node(*tree->resolve("plain.json"))->sidecar_extras_lines().empty());
-  EXPECT_EQ(tree->catalog().tensors[2].extras["byte_order"], "big");
+  EXPECT_TRUE(tree->catalog().tensors.empty());
+  ASSERT_EQ(tree->tensors().size(), 3u);
+  EXPECT_TRUE(tree->tensors()[0].extras_lines.empty());
+  EXPECT_FALSE(tree->tensors()[1].sidecar_printed_whole);
+  EXPECT_TRUE(tree->tensors()[2].sidecar_printed_whole);
   EXPECT_EQ(nlohmann::json::parse(expected[2])["byte_order"], "big");
+  // The raw file's bytes outlive the catalog: the tree keeps their owner.
+  EXPECT_EQ(content(*tree, "extra"), std::string(8, 'x'));
+  EXPECT_EQ(tree->tensors()[1].shape.size(), 1u);
+  EXPECT_EQ(tree->tensors()[1].shape[0], 2u);
 }
 
 TEST(Tree, DocumentsLiveUnderModelfs) {
