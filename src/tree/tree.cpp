@@ -255,11 +255,8 @@ class TreeBuilder {
   // The few texts many records share (source files, dtype names), kept once.
   std::string_view intern(std::string_view text) {
     auto it = interned_.find(text);
-    if (it == interned_.end()) {
-      const std::string_view kept = tree_.texts_.add(text);
-      it = interned_.emplace(kept, kept).first;
-    }
-    return it->second;
+    if (it == interned_.end()) it = interned_.insert(tree_.texts_.add(text)).first;
+    return *it;
   }
 
   // The bytes' span, their owner kept by the tree (once per owner).
@@ -363,7 +360,7 @@ class TreeBuilder {
   uint64_t index_size_ = 0;
   std::string scratch_path_;
   std::string scratch_line_;
-  std::unordered_map<std::string_view, std::string_view> interned_;
+  std::unordered_set<std::string_view> interned_;
   std::unordered_set<const void*> kept_owners_;
 };
 
