@@ -14,6 +14,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -75,7 +76,7 @@ struct Tensor {
   nlohmann::json extras;         // format extras for the sidecar (null: none)
 
   // "float32", ..., or the ggml block type name.
-  std::string dtype_name() const;
+  std::string_view dtype_name() const;
   // Number of elements (1 for a scalar). Readers validate shapes, so this
   // cannot overflow for a tensor in a Catalog.
   uint64_t numel() const;

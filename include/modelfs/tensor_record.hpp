@@ -37,8 +37,7 @@ inline TensorRecord record_of(const Tensor& tensor) {
   TensorRecord r;
   r.name = tensor.name;
   r.dtype = tensor.dtype;
-  r.dtype_name = tensor.dtype == DType::GgmlBlock ? std::string_view(tensor.block_type)
-                                                   : modelfs::dtype_name(tensor.dtype);
+  r.dtype_name = tensor.dtype_name();
   r.shape = tensor.shape;
   r.strides = tensor.strides;
   r.nbytes = tensor.bytes.size();

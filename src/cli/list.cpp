@@ -45,7 +45,7 @@ void print_table(const Catalog& catalog, std::ostream& out) {
   for (const auto& t : catalog.tensors) {
     // Names come from the model: escaped, so none can drive the terminal.
     // Dtype names come from modelfs's own tables.
-    std::string dtype = t.dtype_name();
+    std::string dtype(t.dtype_name());
     rows.push_back({printable(t.name), dtype, shape_text(t), std::to_string(t.bytes.size()),
                     human_bytes(t.bytes.size())});
     auto& [count, bytes] = per_dtype[std::move(dtype)];

@@ -11,6 +11,7 @@
 
 #include "cpu_local_loop.hpp"
 #include "prefetcher.hpp"
+#include "modelfs/json_text.hpp"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
@@ -299,12 +300,8 @@ void op_statfs(fuse_req_t req, fuse_ino_t) {
 std::vector<std::pair<std::string, std::string>> xattrs_of(const Node& node) {
   if (node.tensor == nullptr || (node.role != FileRole::TensorData && node.role != FileRole::NpyView))
     return {};
-  std::string shape = "[";
-  for (size_t i = 0; i < node.tensor->shape.size(); ++i) {
-    if (i) shape += ',';
-    shape += std::to_string(node.tensor->shape[i]);
-  }
-  shape += "]";
+  std::string shape;
+  append_json_array(shape, node.tensor->shape);
   return {{"user.modelfs.dtype", std::string(node.tensor->dtype_name)}, {"user.modelfs.shape", shape}};
 }
 

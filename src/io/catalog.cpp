@@ -36,9 +36,9 @@ ByteSpan ByteSpan::subspan(uint64_t offset, uint64_t length) const {
   return span;
 }
 
-std::string Tensor::dtype_name() const {
+std::string_view Tensor::dtype_name() const {
   if (dtype == DType::GgmlBlock) return block_type;
-  return std::string(modelfs::dtype_name(dtype));
+  return modelfs::dtype_name(dtype);
 }
 
 uint64_t Tensor::numel() const { return checked_numel(shape).value_or(0); }
