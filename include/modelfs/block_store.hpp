@@ -24,16 +24,26 @@ class BlockStore {
   T* copy(std::span<const T> items, size_t spare) {
     const size_t need = items.size() + spare;
     if (need == 0) return nullptr;
-    if (need > kBlockItems - used_) {
-      // An item list longer than a block gets a block of its own. Blocks are
-      // not zeroed: a small tree touches only the pages its items fill.
-      blocks_.push_back(std::make_unique_for_overwrite<T[]>(std::max(need, kBlockItems)));
-      used_ = 0;
+    T* at;
+    if (need > kBlockItems) {
+      // An item list longer than a block gets a block of its own, kept
+      // before the current one: the current block's free space stays the
+      // one items are appended to.
+      auto own = std::make_unique_for_overwrite<T[]>(need);
+      at = own.get();
+      blocks_.insert(blocks_.end() - (blocks_.empty() ? 0 : 1), std::move(own));
+    } else {
+      if (need > kBlockItems - used_) {
+        // Blocks are not zeroed: a small tree touches only the pages its
+        // items fill.
+        blocks_.push_back(std::make_unique_for_overwrite<T[]>(kBlockItems));
+        used_ = 0;
+      }
+      at = blocks_.back().get() + used_;
+      used_ += need;
     }
-    T* at = blocks_.back().get() + used_;
     std::copy(items.begin(), items.end(), at);
     std::fill(at + items.size(), at + need, T{});
-    used_ += need;
     return at;
   }
 
