@@ -23,7 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // gone by now, so this reads through what the tree kept (its records,
     // stores and the bytes' owners). A printed file must be exactly the
     // size the builder measured; tensor bytes are touched at both ends.
-    std::array<iovec, modelfs::Node::kMaxSegments> iov{};
+    std::array<iovec, modelfs::Node::kMaxParts> iov{};
     std::string scratch;
     unsigned sum = 0;
     for (uint64_t ino = 1; ino <= tree->node_count(); ++ino) {

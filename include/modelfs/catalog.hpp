@@ -69,9 +69,6 @@ struct Tensor {
   std::vector<uint64_t> shape;   // outermost first; empty for a scalar
   std::vector<int64_t> strides;  // in elements, as torch counts them
   ByteSpan bytes;                // exactly what the raw file serves
-  // The elements in C order, when `bytes` is a strided view that is neither
-  // C- nor F-contiguous and the reader gathered a copy: what P.npy serves.
-  std::optional<ByteSpan> c_order;
   TensorSource source;
   nlohmann::json extras;         // format extras for the sidecar (null: none)
 

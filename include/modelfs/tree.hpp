@@ -4,10 +4,12 @@
 // locks. The inode number is the index in the table plus one (1 = root, as
 // FUSE wants), so the hot path does no map lookup.
 //
-//   P          tensor bytes: one segment, a range of the mapping
+//   P          tensor bytes: one part, a range of the mapping
 //   P.json     sidecar: printed when read (its size is fixed at build time;
-//              keeping 100 000 of them would cost tens of MiB for nothing)
-//   P.npy      .npy header (made) + the same mapped range
+//              keeping 100 000 of them would cost tens of MiB for nothing),
+//              or, when big, printed at build and kept
+//   P.npy      .npy header (made) + the same mapped range, or, for a strided
+//              view, its elements gathered into C order on each read
 //   .modelfs/  index.json (printed when first read, then kept: 12 MB for
 //              100 000 tensors that most mounts never read), metadata.json
 //              and the format's documents
@@ -46,28 +48,52 @@ struct DirEntry {
   uint64_t ino;
 };
 
+// Bytes a file part computes for each read rather than holds: a strided
+// view's elements gathered into C order, for instance. Sizes are fixed at
+// build; a read costs in proportion to the range it asks for.
+class ComputedBytes {
+ public:
+  virtual ~ComputedBytes() = default;
+  // Writes bytes [offset, offset + out.size()) of the part into `out`; the
+  // range lies within the part.
+  virtual void fill(uint64_t offset, std::span<std::byte> out) const = 0;
+};
+
+// A part of a file's content: bytes held in memory (a range of a mapping,
+// text the tree printed) or bytes computed for each read.
+struct Part {
+  const std::byte* bytes = nullptr;         // held, or
+  const ComputedBytes* computed = nullptr;  // computed (then `bytes` is null)
+  uint64_t size = 0;
+
+  static Part held(std::span<const std::byte> span) { return {span.data(), nullptr, span.size()}; }
+};
+
 // Every field is inline: a model with 100 000 tensors has 400 000 nodes, and
-// a vector per node (its children, its segments) was a heap block each.
+// a vector per node (its children, its parts) was a heap block each.
 struct Node {
-  static constexpr size_t kMaxSegments = 2;
-  using Segment = std::span<const std::byte>;
+  static constexpr size_t kMaxParts = 2;
 
   NodeKind kind = NodeKind::File;
   FileRole role = FileRole::None;
-  uint8_t segment_count = 0;
+  uint8_t part_count = 0;
   uint32_t nlink = 1;
   uint64_t parent = 1;                // the folder holding it; the root's is itself
   uint64_t size = 0;                  // files: bytes; folders: 0
   const TensorRecord* tensor = nullptr;  // tensor files, sidecars and .npy views
   std::span<const DirEntry> children; // folders: sorted by name (a range of the tree's entries)
-  // Files: the content is the concatenation of the first segment_count
-  // (sidecars have none: they are printed). The bytes belong to the tree.
-  std::array<Segment, kMaxSegments> segment_array{};
+  // Files: the content is the concatenation of the first part_count parts
+  // (small sidecars have none: they are printed when read). The bytes
+  // belong to the tree.
+  std::array<Part, kMaxParts> part_array{};
 
-  std::span<const Segment> segments() const noexcept { return {segment_array.data(), segment_count}; }
-  // The parts of [offset, offset + length) of the content, as iovecs into
-  // the segments (no byte is copied); returns how many were written.
-  size_t slice(uint64_t offset, uint64_t length, std::span<iovec, kMaxSegments> out) const;
+  std::span<const Part> parts() const noexcept { return {part_array.data(), part_count}; }
+  // The parts of [offset, offset + length) of the content, as iovecs: into
+  // held bytes without a copy, into `scratch` for computed bytes (at most
+  // one computed part a file; `scratch` must outlive the iovecs). Returns
+  // how many were written.
+  size_t slice(uint64_t offset, uint64_t length, std::span<iovec, kMaxParts> out,
+               std::string& scratch) const;
 };
 
 class Tree {
@@ -84,10 +110,11 @@ class Tree {
   std::optional<uint64_t> resolve(std::string_view path) const;
 
   // The parts of [offset, offset + length) of a file's content, as iovecs
-  // (no tensor byte is copied). A sidecar is printed into `scratch` first,
-  // which must outlive the iovecs. Returns how many were written.
+  // (no tensor byte is copied). A small sidecar is printed, and computed
+  // bytes are computed, into `scratch` first, which must outlive the
+  // iovecs. Returns how many were written.
   size_t read(const Node& file, uint64_t offset, uint64_t length,
-              std::span<iovec, Node::kMaxSegments> out, std::string& scratch) const;
+              std::span<iovec, Node::kMaxParts> out, std::string& scratch) const;
   // A file's whole content (tests, small documents).
   std::string content(const Node& file) const;
 
@@ -127,6 +154,8 @@ class Tree {
   BlockStore<uint64_t> shapes_;
   BlockStore<int64_t> strides_;
   std::vector<std::shared_ptr<const void>> byte_owners_;
+  // What computed parts compute with (strided views' gathers).
+  std::deque<std::unique_ptr<const ComputedBytes>> computed_;
   // Bytes the tree made and files point into: .npy headers (one per dtype
   // and shape) and the documents it printed. Node-based and deque storage:
   // adding one never moves another.

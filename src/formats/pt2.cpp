@@ -384,16 +384,6 @@ Tensor ArchiveReader::raw_tensor(const std::string& name, const std::string& fqn
   }
   extras["payload"] = {{"path", payload.name.substr(root_.size())}, {"storage_offset", storage_offset}};
 
-  if (*numel > 0 && !t.is_c_contiguous() && !t.is_f_contiguous() && numpy_descr(t.dtype)) {
-    auto gathered = checked_mul(*numel, e);
-    if (gathered && *gathered <= torch::kMaxGatherBytes)
-      t.c_order = ByteSpan::owned(torch::gather_c_order(t.bytes.data(), t.shape, t.strides, *numel,
-                                                        static_cast<uint32_t>(e)));
-    else
-      spdlog::warn("{}: pt2: tensor \"{}\" is a strided view of {} elements; no .npy (C-order copy "
-                   "over the {}-byte limit); read it through its strides",
-                   display_, name, *numel, torch::kMaxGatherBytes);
-  }
   return t;
 }
 

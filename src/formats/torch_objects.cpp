@@ -164,27 +164,6 @@ std::optional<StorageId> parse_storage_id(const Value& id, std::string* why) {
   return out;
 }
 
-std::string gather_c_order(const std::byte* bytes, const std::vector<uint64_t>& shape,
-                           const std::vector<int64_t>& strides, uint64_t numel, uint32_t element_size) {
-  std::string out(numel * element_size, '\0');
-  const size_t rank = shape.size();
-  std::vector<uint64_t> index(rank, 0);
-  uint64_t offset = 0;  // in elements
-  for (uint64_t n = 0; n < numel; ++n) {
-    std::memcpy(out.data() + n * element_size, bytes + offset * element_size, element_size);
-    for (size_t d = rank; d-- > 0;) {
-      const auto stride = static_cast<uint64_t>(strides[d]);
-      if (++index[d] < shape[d]) {
-        offset += stride;
-        break;
-      }
-      offset -= stride * (shape[d] - 1);
-      index[d] = 0;
-    }
-  }
-  return out;
-}
-
 std::string key_text(const Value* key) {
   switch (key->kind) {
     case Kind::String: return key->text;
@@ -624,16 +603,6 @@ void ObjectWalker::make_tensor(const Value* storage, const Value& args, size_t f
   if (!id->location.empty() && id->location != "cpu") extras["device"] = id->location;
   t.extras = std::move(extras);
 
-  if (*numel > 0 && !t.is_c_contiguous() && !t.is_f_contiguous() && numpy_descr(t.dtype)) {
-    auto gathered = checked_mul(*numel, e);
-    if (gathered && *gathered <= kMaxGatherBytes)
-      t.c_order = ByteSpan::owned(gather_c_order(span.data(), t.shape, t.strides, *numel,
-                                                 static_cast<uint32_t>(e)));
-    else
-      spdlog::warn("{}: {}: tensor \"{}\" is a strided view of {} elements; no .npy (C-order copy "
-                   "over the {}-byte limit); read it through its strides",
-                   options_.file, options_.format, name, *numel, kMaxGatherBytes);
-  }
   tensors_.push_back(std::move(t));
 }
 

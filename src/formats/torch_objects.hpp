@@ -64,8 +64,6 @@ struct WalkOptions {
   std::map<std::string, std::vector<std::string>> buffers_by_class;
 };
 
-// Above this many bytes, a strided view gets no C-order copy (and so no .npy).
-inline constexpr uint64_t kMaxGatherBytes = uint64_t{256} << 20;
 // Big-endian storages are swapped into memory up to this many bytes.
 inline constexpr uint64_t kMaxSwapBytes = uint64_t{1} << 30;
 // Values visited while walking one object (bounds a DAG shared through the memo).
@@ -111,12 +109,6 @@ class ObjectWalker {
   uint64_t plain_nodes_ = 0;
   const pickle::Value* current_ = nullptr;  // what is being read, for messages
 };
-
-// Copies a strided view into C order (what P.npy serves). `bytes` starts at
-// the view's first element; strides are in elements and bounds-checked by
-// the caller.
-std::string gather_c_order(const std::byte* bytes, const std::vector<uint64_t>& shape,
-                           const std::vector<int64_t>& strides, uint64_t numel, uint32_t element_size);
 
 // The element key of a dict key or index, as a name component.
 std::string key_text(const pickle::Value* key);

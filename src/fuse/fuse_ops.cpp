@@ -264,7 +264,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
     const uint64_t start = static_cast<uint64_t>(offset);
     if (start >= node->size) return (void)fuse_reply_buf(req, nullptr, 0);
     const uint64_t length = std::min<uint64_t>(size, node->size - start);
-    std::array<iovec, Node::kMaxSegments> iov{};
+    std::array<iovec, Node::kMaxParts> iov{};
     thread_local std::string scratch;  // a sidecar printed for this read
     const size_t count = context(req).tree->read(*node, start, length, iov, scratch);
     // `req` is gone once answered.

@@ -10,23 +10,31 @@
 #include "modelfs/naming.hpp"
 #include "modelfs/npy.hpp"
 #include "modelfs/sidecar.hpp"
+#include "strided_view.hpp"
 
 namespace modelfs {
 
-size_t Node::slice(uint64_t offset, uint64_t length, std::span<iovec, kMaxSegments> out) const {
+size_t Node::slice(uint64_t offset, uint64_t length, std::span<iovec, kMaxParts> out,
+                   std::string& scratch) const {
   size_t count = 0;
-  uint64_t segment_start = 0;
-  for (const auto& segment : segments()) {
+  uint64_t part_start = 0;
+  for (const auto& part : parts()) {
     if (length == 0 || count == out.size()) break;
-    const uint64_t segment_end = segment_start + segment.size();
-    if (offset < segment_end) {
-      const uint64_t within = offset - segment_start;
-      const uint64_t take = std::min(length, segment.size() - within);
-      out[count++] = iovec{const_cast<std::byte*>(segment.data() + within), take};
+    const uint64_t part_end = part_start + part.size;
+    if (offset < part_end) {
+      const uint64_t within = offset - part_start;
+      const uint64_t take = std::min(length, part.size - within);
+      if (part.computed != nullptr) {
+        scratch.resize(take);
+        part.computed->fill(within, std::as_writable_bytes(std::span(scratch.data(), take)));
+        out[count++] = iovec{scratch.data(), take};
+      } else {
+        out[count++] = iovec{const_cast<std::byte*>(part.bytes + within), take};
+      }
       offset += take;
       length -= take;
     }
-    segment_start = segment_end;
+    part_start = part_end;
   }
   return count;
 }
@@ -103,6 +111,9 @@ class TreeBuilder {
 
  private:
   static constexpr uint32_t kNotFolder = UINT32_MAX;
+  // Sidecars up to this size are printed for each read (most are a few
+  // hundred bytes, and a read asks for the whole file).
+  static constexpr size_t kPrintedWhenRead = 16 << 10;
   // Folders with at least kBigFolder entries get a map of their names.
   static constexpr size_t kBigFolder = 16;
   using NameMap = std::unordered_map<std::string_view, uint64_t>;
@@ -195,33 +206,56 @@ class TreeBuilder {
   }
 
   uint64_t add_file(uint64_t dir, std::string_view name, FileRole role,
-                    std::initializer_list<Node::Segment> segments, const TensorRecord* tensor) {
+                    std::initializer_list<Part> parts, const TensorRecord* tensor) {
     Node file;
     file.role = role;
     file.tensor = tensor;
-    for (const auto& segment : segments) {
-      file.segment_array[file.segment_count++] = segment;
-      file.size += segment.size();
+    for (const auto& part : parts) {
+      file.part_array[file.part_count++] = part;
+      file.size += part.size;
     }
     return add_node(dir, name, std::move(file));
   }
 
   void add_tensor(const Tensor& tensor, const std::vector<std::string>& parts, uint64_t dir) {
-    auto descr = numpy_descr(tensor.dtype);
-    const bool c_order = tensor.c_order.has_value() || tensor.is_c_contiguous();
-    const bool npy = descr && (c_order || tensor.is_f_contiguous());
-    const std::string name = free_name(dir, parts.back(), npy);
     const TensorRecord* record = &tree_.tensors_.emplace_back(record_for(tensor));
+    // The .npy: the stored bytes where they are in C or Fortran order, else
+    // the view's elements gathered into C order on each read.
+    auto descr = numpy_descr(tensor.dtype);
+    std::optional<Part> npy_body;
+    bool fortran = false;
+    if (descr && tensor.is_c_contiguous()) {
+      npy_body = keep(tensor.bytes);
+    } else if (descr && tensor.is_f_contiguous()) {
+      npy_body = keep(tensor.bytes);
+      fortran = true;
+    } else if (descr) {
+      auto gather = StridedGather::make(tensor.bytes.span(), record->shape, record->strides,
+                                        dtype_bits(tensor.dtype) / 8);
+      if (gather) {
+        keep(tensor.bytes);
+        npy_body = Part{nullptr, gather.get(), gather->size()};
+        tree_.computed_.push_back(std::move(gather));
+      }
+    }
+    const std::string name = free_name(dir, parts.back(), npy_body.has_value());
 
     tree_.tensor_files_.push_back(
         add_file(dir, name, FileRole::TensorData, {keep(tensor.bytes)}, record));
-    const uint64_t sidecar = add_file(dir, name + ".json", FileRole::Sidecar, {}, record);
-    node(sidecar).size = sidecar_text(*record, tree_.catalog_.format).size();
-    if (npy)
+    // A sidecar is printed when read, but one too big to print again for
+    // every small read (a shape of millions of dimensions) is kept as
+    // printed: its size follows the metadata the model file holds.
+    std::string sidecar = sidecar_text(*record, tree_.catalog_.format);
+    if (sidecar.size() > kPrintedWhenRead) {
+      const std::string& kept = tree_.documents_.emplace_back(std::move(sidecar));
+      add_file(dir, name + ".json", FileRole::Sidecar, {Part::held(std::as_bytes(std::span(kept)))}, record);
+    } else {
+      const uint64_t file = add_file(dir, name + ".json", FileRole::Sidecar, {}, record);
+      node(file).size = sidecar.size();
+    }
+    if (npy_body)
       add_file(dir, name + ".npy", FileRole::NpyView,
-               {shared_npy_header(npy_header(*descr, tensor.shape, !c_order)),
-                keep(tensor.c_order ? *tensor.c_order : tensor.bytes)},
-               record);
+               {shared_npy_header(npy_header(*descr, tensor.shape, fortran)), *npy_body}, record);
     tree_.total_bytes_ += tensor.bytes.size();
 
     // index.json's line for this tensor, printed only to be measured.
@@ -259,18 +293,18 @@ class TreeBuilder {
     return *it;
   }
 
-  // The bytes' span, their owner kept by the tree (once per owner).
-  Node::Segment keep(const ByteSpan& bytes) {
+  // The bytes as a part, their owner kept by the tree (once per owner).
+  Part keep(const ByteSpan& bytes) {
     if (bytes.owner() && kept_owners_.insert(bytes.owner().get()).second)
       tree_.byte_owners_.push_back(bytes.owner());
-    return bytes.span();
+    return Part::held(bytes.span());
   }
 
   // Tensors of one dtype and shape share one .npy header: a model's layers
   // repeat a few shapes, and 100 000 copies of a 128-byte header add up.
-  Node::Segment shared_npy_header(std::string header) {
+  Part shared_npy_header(std::string header) {
     const std::string& kept = *tree_.npy_headers_.insert(std::move(header)).first;
-    return std::as_bytes(std::span(kept.data(), kept.size()));
+    return Part::held(std::as_bytes(std::span(kept.data(), kept.size())));
   }
 
   void add_document(const std::string& relative_path, const std::string& content) {
@@ -291,7 +325,7 @@ class TreeBuilder {
         dir = directory(dir, free_name(dir, parts[i], false));
     }
     add_file(dir, free_name(dir, parts.back(), false), FileRole::Document,
-             {std::as_bytes(std::span(content.data(), content.size()))}, nullptr);
+             {Part::held(std::as_bytes(std::span(content.data(), content.size())))}, nullptr);
   }
 
   // A document the tree made: kept by the tree, which its file points into.
@@ -430,7 +464,7 @@ namespace {
 
 // [offset, offset + length) of a printed file, as one iovec (none past its end).
 size_t slice_text(std::string_view text, uint64_t offset, uint64_t length,
-                  std::span<iovec, Node::kMaxSegments> out) {
+                  std::span<iovec, Node::kMaxParts> out) {
   if (offset >= text.size()) return 0;
   out[0] = iovec{const_cast<char*>(text.data() + offset),
                  std::min<uint64_t>(length, text.size() - offset)};
@@ -440,20 +474,22 @@ size_t slice_text(std::string_view text, uint64_t offset, uint64_t length,
 }  // namespace
 
 size_t Tree::read(const Node& file, uint64_t offset, uint64_t length,
-                  std::span<iovec, Node::kMaxSegments> out, std::string& scratch) const {
+                  std::span<iovec, Node::kMaxParts> out, std::string& scratch) const {
   // Printed files are served as printed, never past the size the builder
   // measured (the file's size).
   if (file.role == FileRole::Index) {
     const std::string_view text = index_text(file.size);
     return slice_text(text.substr(0, file.size), offset, length, out);
   }
-  if (file.role != FileRole::Sidecar || file.tensor == nullptr) return file.slice(offset, length, out);
-  scratch = sidecar_text(*file.tensor, catalog_.format);
-  return slice_text(scratch, offset, length, out);
+  if (file.role == FileRole::Sidecar && file.part_count == 0 && file.tensor != nullptr) {
+    scratch = sidecar_text(*file.tensor, catalog_.format);
+    return slice_text(scratch, offset, length, out);
+  }
+  return file.slice(offset, length, out, scratch);
 }
 
 std::string Tree::content(const Node& file) const {
-  std::array<iovec, Node::kMaxSegments> iov{};
+  std::array<iovec, Node::kMaxParts> iov{};
   std::string scratch;
   std::string out;
   const size_t n = read(file, 0, file.size, iov, scratch);

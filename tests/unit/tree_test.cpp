@@ -85,8 +85,8 @@ TEST(Tree, SplitsNamesIntoFoldersWithSidecarsAndNpyViews) {
   EXPECT_EQ(folder->children.size(), 6u);
   EXPECT_EQ(tree->node(*tree->resolve("model/layers/0/weight"))->size, 8u);
   const Node* npy = tree->node(*tree->resolve("model/layers/0/weight.npy"));
-  EXPECT_EQ(npy->size, npy->segments()[0].size() + 8u);
-  EXPECT_EQ(npy->segments()[0].size() % 64, 0u);
+  EXPECT_EQ(npy->size, npy->parts()[0].size + 8u);
+  EXPECT_EQ(npy->parts()[0].size % 64, 0u);
 }
 
 TEST(Tree, NoNpyWhereNumpyLacksTheDtype) {
@@ -96,7 +96,7 @@ TEST(Tree, NoNpyWhereNumpyLacksTheDtype) {
   EXPECT_FALSE(tree->resolve("w.npy"));
 }
 
-TEST(Tree, StridedViewsGetANpyOnlyFromTheirCOrderCopy) {
+TEST(Tree, StridedViewsGetANpyGatheredWhenRead) {
   // A 2x2 transpose of [[a, b], [c, d]]: raw bytes stay as stored.
   Tensor t = tensor("t", DType::UInt8, {2, 2});
   t.strides = {1, 2};
@@ -104,19 +104,39 @@ TEST(Tree, StridedViewsGetANpyOnlyFromTheirCOrderCopy) {
   Tensor strided = t;
   strided.name = "s";
   strided.shape = {2, 2};
-  strided.strides = {3, 1};  // rows [a, b] and [d, ...]: neither C nor F order
+  strided.strides = {3, 1};  // rows [a, b] and [d, e]: neither C nor F order
   strided.bytes = ByteSpan::owned("abcde");
-  Tensor gathered = strided;
-  gathered.name = "g";
-  gathered.c_order = ByteSpan::owned("abde");
-  auto tree = build({t, strided, gathered});
+  Tensor outside = strided;
+  outside.name = "o";
+  outside.bytes = ByteSpan::owned("abcd");  // its last element would be past the end
+  auto tree = build({t, strided, outside});
   EXPECT_EQ(content(*tree, "t"), "abcd");
   EXPECT_TRUE(content(*tree, "t.npy").ends_with("abcd"));  // F order, served as is
-  EXPECT_FALSE(tree->resolve("s.npy"));
-  EXPECT_EQ(content(*tree, "g"), "abcde");
-  const std::string npy = content(*tree, "g.npy");
+  EXPECT_EQ(content(*tree, "s"), "abcde");
+  const std::string npy = content(*tree, "s.npy");
   EXPECT_TRUE(npy.ends_with("abde"));
   EXPECT_NE(npy.find("'fortran_order': False"), std::string::npos);
+  EXPECT_EQ(tree->node(*tree->resolve("s.npy"))->size, npy.size());
+  EXPECT_FALSE(tree->resolve("o.npy"));
+}
+
+TEST(Tree, ABigSidecarIsKeptAsPrintedAndReadByRange) {
+  // A million dimensions of 1: the sidecar is megabytes, read in pieces.
+  Tensor t = tensor("w", DType::Float32, {});
+  t.shape.assign(1'000'000, 1);
+  t.strides.assign(1'000'000, 1);
+  t.bytes = ByteSpan::owned("abcd");
+  auto tree = build({t});
+  const Node* file = tree->node(*tree->resolve("w.json"));
+  ASSERT_EQ(file->parts().size(), 1u);  // held, not printed per read
+  const std::string whole = content(*tree, "w.json");
+  EXPECT_EQ(whole.size(), file->size);
+  EXPECT_TRUE(whole == sidecar_text(tree->tensors()[0], "safetensors"));
+  std::array<iovec, Node::kMaxParts> iov{};
+  std::string scratch;
+  ASSERT_EQ(tree->read(*file, 4096, 4096, iov, scratch), 1u);
+  EXPECT_EQ(std::string_view(static_cast<const char*>(iov[0].iov_base), iov[0].iov_len),
+            std::string_view(whole).substr(4096, 4096));
 }
 
 TEST(Tree, ANameThatIsBothFileAndFolderKeepsBothReachable) {
@@ -225,16 +245,17 @@ TEST(Tree, IndexIsTheJsonObjectPrintedReadably) {
 TEST(Tree, SlicesSpanTheNpyHeaderAndTheData) {
   auto tree = build({tensor("w", DType::Float32, {4})});
   const Node* npy = tree->node(*tree->resolve("w.npy"));
-  ASSERT_EQ(npy->segments().size(), 2u);
-  const uint64_t header = npy->segments()[0].size();
-  std::array<iovec, Node::kMaxSegments> iov{};
-  auto n = npy->slice(header - 4, 10, iov);
+  ASSERT_EQ(npy->parts().size(), 2u);
+  const uint64_t header = npy->parts()[0].size;
+  std::array<iovec, Node::kMaxParts> iov{};
+  std::string scratch;
+  auto n = npy->slice(header - 4, 10, iov, scratch);
   ASSERT_EQ(n, 2u);
   EXPECT_EQ(iov[0].iov_len, 4u);
   EXPECT_EQ(iov[1].iov_len, 6u);
-  EXPECT_EQ(iov[1].iov_base, npy->segments()[1].data());
-  EXPECT_EQ(npy->slice(header + 16, 10, iov), 0u);
-  EXPECT_EQ(npy->slice(header + 6, 100, iov), 1u);
+  EXPECT_EQ(iov[1].iov_base, npy->parts()[1].bytes);
+  EXPECT_EQ(npy->slice(header + 16, 10, iov, scratch), 0u);
+  EXPECT_EQ(npy->slice(header + 6, 100, iov, scratch), 1u);
   EXPECT_EQ(iov[0].iov_len, 10u);
 }
 
