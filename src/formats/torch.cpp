@@ -138,7 +138,7 @@ WalkedRecord walk_record(const ZipArchive& zip, const ZipMember& member,
     if (record->stored() && in_file) out.file_offset = zip.file_offset(*record);
     return out;
   });
-  walker.walk(pickled.root, name_prefix);
+  walker.walk(pickled.root, name_prefix, pickled.end);
   WalkedRecord walked;
   walked.contents.tensors = std::move(walker.tensors());
   walked.contents.values = std::move(walker.values());
@@ -341,7 +341,7 @@ Catalog open_legacy(const std::filesystem::path& model) {
                        "storage " + id.key + " is not in the file's storage list");
     return StorageBytes{ByteSpan::mapped(file, it->second.offset, it->second.length), it->second.offset};
   });
-  walker.walk(object.root, "");
+  walker.walk(object.root, "", object.end);
 
   Catalog catalog;
   catalog.format = format;

@@ -192,7 +192,8 @@ void ObjectWalker::fail(const std::string& reason) const {
   throw ModelError(options_.file, options_.format, at, reason);
 }
 
-void ObjectWalker::walk(const Value* root, const std::string& prefix) {
+void ObjectWalker::walk(const Value* root, const std::string& prefix, uint64_t pickle_bytes) {
+  max_names_ += pickle_bytes;
   auto plain_root = visit(root, prefix, 0, "");
   if (plain_root && options_.collect_values && !plain_root->is_null())
     values_[prefix.empty() ? "." : prefix] = *plain_root;
@@ -215,9 +216,6 @@ nlohmann::json ObjectWalker::plain(const Value* v, uint32_t) {
 
 std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const std::string& path,
                                                   uint32_t depth, const std::string& kind) {
-  if (++steps_ > kMaxWalkSteps)
-    fail("the pickled object has more than " + std::to_string(kMaxWalkSteps) +
-         " values along its paths (a structure shared too many times)");
   if (depth > pickle::kMaxNesting)
     fail("the pickled object nests deeper than " + std::to_string(pickle::kMaxNesting) + " levels");
   if (std::find(path_stack_.begin(), path_stack_.end(), v) != path_stack_.end())
@@ -238,6 +236,11 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const std::str
     path_stack_.pop_back();
     return std::nullopt;
   }
+  if (walked_.contains(v)) {
+    path_stack_.pop_back();
+    return revisit(v, path);
+  }
+  const size_t first_tensor = tensors_.size();
   struct Child {
     std::string path;
     std::string key;  // for dict-shaped JSON; empty for positional
@@ -340,6 +343,7 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const std::str
 
   const bool all_plain = std::all_of(children.begin(), children.end(),
                                      [](const Child& c) { return c.plain.has_value(); });
+  walked_.emplace(v, Walked{path, first_tensor, tensors_.size(), all_plain && tensors_.size() == first_tensor});
   if (all_plain) {
     nlohmann::json out = keyed ? nlohmann::json::object() : nlohmann::json::array();
     if (v->kind == Kind::Call) out["object"] = class_name;
@@ -359,6 +363,24 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const std::str
     for (auto& child : children)
       if (child.plain && !child.plain->is_null() && plain_nodes_ <= kMaxPlainValues)
         values_[child.path] = std::move(*child.plain);
+  return std::nullopt;
+}
+
+std::optional<nlohmann::json> ObjectWalker::revisit(const Value* v, const std::string& path) {
+  const Walked& first = walked_.at(v);
+  if (first.plain) return nlohmann::json{{"$ref", first.path.empty() ? "." : first.path}};
+  // The same tensors under this path: a module used twice is two prefixes
+  // in a state_dict too. Copies share the bytes.
+  if (tensors_.size() + (first.end_tensor - first.first_tensor) > max_names_)
+    fail("the pickled object names more tensors through structure shared in its memo than the "
+         "pickle has bytes (" + std::to_string(max_names_) + ")");
+  tensors_.reserve(tensors_.size() + (first.end_tensor - first.first_tensor));
+  for (size_t i = first.first_tensor; i < first.end_tensor; ++i) {
+    Tensor copy = tensors_[i];
+    const std::string_view rest = std::string_view(copy.name).substr(first.path.size());
+    copy.name = first.path.empty() ? join(path, copy.name) : path + std::string(rest);
+    tensors_.push_back(std::move(copy));
+  }
   return std::nullopt;
 }
 

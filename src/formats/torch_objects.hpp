@@ -6,6 +6,7 @@
 // collects the plain values of the object for metadata.json.
 #include <functional>
 #include <map>
+#include <unordered_map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -66,8 +67,6 @@ struct WalkOptions {
 
 // Big-endian storages are swapped into memory up to this many bytes.
 inline constexpr uint64_t kMaxSwapBytes = uint64_t{1} << 30;
-// Values visited while walking one object (bounds a DAG shared through the memo).
-inline constexpr uint64_t kMaxWalkSteps = 50'000'000;
 // JSON nodes kept in metadata "values"; the rest is elided.
 inline constexpr uint64_t kMaxPlainValues = 100'000;
 inline constexpr size_t kMaxRank = 64;
@@ -80,12 +79,17 @@ class ObjectWalker {
   ObjectWalker(WalkOptions options, Resolver resolver);
 
   // Walks `root`, naming what it finds under `prefix` ("" at the top).
-  void walk(const pickle::Value* root, const std::string& prefix);
+  // `pickle_bytes`, the length of the pickle `root` came from, bounds how
+  // many tensor names a structure shared through the memo may add.
+  void walk(const pickle::Value* root, const std::string& prefix, uint64_t pickle_bytes);
 
   std::vector<Tensor>& tensors() { return tensors_; }
   nlohmann::json& values() { return values_; }
 
  private:
+  // A container reached again through the memo, at `path`: its tensors
+  // named again under `path`, its plain values by reference.
+  std::optional<nlohmann::json> revisit(const pickle::Value* v, const std::string& path);
   std::optional<nlohmann::json> visit(const pickle::Value* v, const std::string& path, uint32_t depth,
                                       const std::string& owner_class);
   bool try_tensor(const pickle::Value* v, const std::string& path, const std::string& kind,
@@ -105,7 +109,18 @@ class ObjectWalker {
   nlohmann::json values_ = nlohmann::json::object();
   std::map<std::string, StorageBytes> storages_;
   std::vector<const pickle::Value*> path_stack_;
-  uint64_t steps_ = 0;
+  // Each container is walked once, at the first path that reaches it: a
+  // structure shared through the memo (d = {'l': d, 'r': d}, 60 times over)
+  // has 2^60 paths but as many containers as the pickle made.
+  struct Walked {
+    std::string path;
+    size_t first_tensor = 0, end_tensor = 0;  // the tensors its walk named
+    bool plain = false;                       // it held no tensor
+  };
+  std::unordered_map<const pickle::Value*, Walked> walked_;
+  // Tensor names a walk may give: the pickles' lengths in bytes (a pickled
+  // tensor takes tens of bytes, so a file's own tensors stay far below).
+  uint64_t max_names_ = 0;
   uint64_t plain_nodes_ = 0;
   const pickle::Value* current_ = nullptr;  // what is being read, for messages
 };
