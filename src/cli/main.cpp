@@ -28,6 +28,7 @@
 #include <string>
 
 #include "list.hpp"
+#include "modelfs/budget.hpp"
 #include "modelfs/check.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
@@ -63,6 +64,7 @@ struct Config {
   int readahead_kb = -1;
   int xattr = 0;
   int noprefetch = 0;
+  int max_parse_mb = 0;  // 0: the budget follows the model's metadata
   int show_help = 0;
   int show_version = 0;
 };
@@ -87,6 +89,7 @@ const fuse_opt kOptions[] = {
     MODELFS_OPT("readahead_kb=%d", readahead_kb, 0),
     MODELFS_OPT("xattr", xattr, 1),
     MODELFS_OPT("noprefetch", noprefetch, 1),
+    MODELFS_OPT("max_parse_mb=%d", max_parse_mb, 0),
     MODELFS_KEY("-h", kKeyHelp),
     MODELFS_KEY("--help", kKeyHelp),
     MODELFS_KEY("-V", kKeyVersion),
@@ -146,6 +149,8 @@ void print_usage(const char* program) {
             << "                           extended attributes (off: ls -l is faster)\n"
             << "    -o noprefetch          do not read ahead of sequential readers from a\n"
             << "                           thread of the daemon's own\n"
+            << "    -o max_parse_mb=N      memory reading the model may take, in MiB (default:\n"
+            << "                           64 plus 8 bytes per byte of the model's metadata)\n"
             << "\n"
             << "FUSE options:\n"
             << "    -h   --help            print help\n"
@@ -325,6 +330,14 @@ int run(int argc, char** argv) {
     spdlog::error("--json goes with --list or --info");
     return kExitUsage;
   }
+  if (config.max_parse_mb < 0) {
+    spdlog::error("-o max_parse_mb must be a positive number of MiB");
+    return kExitUsage;
+  }
+  // One budget for reading the model and building its tree.
+  modelfs::Budget budget(config.max_parse_mb > 0
+                             ? std::optional<uint64_t>(uint64_t(config.max_parse_mb) << 20)
+                             : std::nullopt);
   if (config.model == nullptr) {
     std::cerr << "usage: " << argv[0] << " [options] MODEL MOUNTPOINT (see --help)\n";
     return kExitUsage;
@@ -337,7 +350,10 @@ int run(int argc, char** argv) {
       return kExitUsage;
     }
     try {
-      auto catalog = modelfs::open_model(config.model);
+      auto catalog = [&] {
+        modelfs::BudgetScope scope(budget);
+        return modelfs::open_model(config.model);
+      }();
       if (config.check)
         return run_check(config.model, catalog);
       if (config.info)
@@ -381,6 +397,7 @@ int run(int argc, char** argv) {
 
   std::unique_ptr<const modelfs::Tree> tree;
   try {
+    modelfs::BudgetScope scope(budget);
     auto catalog = modelfs::open_model(config.model);
     // A mount never verifies (that is --check's work): a torch.save archive's
     // checks, one per record, were 30 MB for 100 000 tensors.

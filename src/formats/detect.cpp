@@ -4,6 +4,7 @@
 #include <cstring>
 #include <system_error>
 
+#include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
 #include "modelfs/formats/gguf.hpp"
@@ -41,7 +42,9 @@ const std::array kReaders{
 
 std::span<const FormatReader> format_readers() { return kReaders; }
 
-Catalog open_model(const std::filesystem::path& model) {
+namespace {
+
+Catalog open_detected(const std::filesystem::path& model) {
   std::error_code ec;
   const auto status = std::filesystem::status(model, ec);
   if (ec || !std::filesystem::exists(status))
@@ -64,6 +67,15 @@ Catalog open_model(const std::filesystem::path& model) {
   throw ModelError(model.string(), "unknown", 0,
                    "not a model file modelfs recognises (" + std::to_string(file->size()) +
                        " bytes; expected safetensors, GGUF, ONNX or a PyTorch file)");
+}
+
+}  // namespace
+
+Catalog open_model(const std::filesystem::path& model) {
+  if (current_budget() != nullptr) return open_detected(model);
+  Budget budget;
+  BudgetScope scope(budget);
+  return open_detected(model);
 }
 
 }  // namespace modelfs

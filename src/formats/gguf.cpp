@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "modelfs/budget.hpp"
 #include "modelfs/byte_reader.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
@@ -253,6 +254,10 @@ class Parser {
                                  : element_type == kArray ? 4 + width_bytes()
                                                           : kValueTypes[element_type].fixed_size;
     require_room(count_at, count, min_element, "array length");
+    // Each element becomes a JSON value of 16 bytes (and a string's text):
+    // a one-byte element in the file costs sixteen here.
+    add_metadata_bytes(count * min_element);
+    charge_budget(count * sizeof(nlohmann::json), file_->display_name(), kFormat, "metadata array");
     type_name = "array[" + std::string(kValueTypes[element_type].name) + "]";
     nlohmann::json array = nlohmann::json::array();
     array.get_ref<nlohmann::json::array_t&>().reserve(std::min<uint64_t>(count, kReserveLimit));

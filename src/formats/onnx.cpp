@@ -9,6 +9,7 @@
 #include <system_error>
 #include <vector>
 
+#include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
@@ -193,6 +194,9 @@ class Reader {
                   std::to_string(kMaxModelBytes) + " bytes, larger models keep weights in "
                   "external data");
     model_name_ = model_path_.filename().string();
+    // An .onnx file has no header apart from its weights: it all counts as
+    // metadata (external data does not).
+    add_metadata_bytes(model_->size());
     std::error_code ec;
     folder_ = fs::canonical(fs::absolute(model_path_, ec).parent_path(), ec);
     if (ec) fail(std::nullopt, "cannot resolve the model's folder: " + ec.message());
@@ -784,6 +788,10 @@ class Reader {
       t.source = {model_name_, occurrences.front().offset};
       return;
     }
+    // Decoded into bytes of our own: varints take 8 bytes each, whatever
+    // their size in the file.
+    charge_budget(fixed ? nbytes : 2 * nbytes, context_.file, context_.format,
+                  quote + "decoding " + std::string(typed_field_name(field)));
     std::string out;
     if (fixed) {
       const WireType element_type = entry_bytes == 4 ? WireType::Fixed32 : WireType::Fixed64;

@@ -4,6 +4,7 @@
 
 #include "safetensors_header.hpp"
 #include "sharded_index.hpp"
+#include "modelfs/budget.hpp"
 #include "modelfs/byte_reader.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
@@ -30,6 +31,7 @@ class Parser {
     if (n > file_->size() - 8)
       fail(0, "header length " + std::to_string(n) + " runs past the end of the file (" +
                   std::to_string(file_->size()) + " bytes)");
+    add_metadata_bytes(n);
     header_ = reader.take_string(n, "header");
     data_start_ = 8 + n;
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 
@@ -379,6 +380,7 @@ std::optional<nlohmann::json> ObjectWalker::revisit(const Value* v, const std::s
     Tensor copy = tensors_[i];
     const std::string_view rest = std::string_view(copy.name).substr(first.path.size());
     copy.name = first.path.empty() ? join(path, copy.name) : path + std::string(rest);
+    charge_tensor(copy);
     tensors_.push_back(std::move(copy));
   }
   return std::nullopt;
@@ -609,6 +611,7 @@ void ObjectWalker::make_tensor(const Value* storage, const Value& args, size_t f
     if (span.size() > kMaxSwapBytes)
       fail("tensor \"" + name + "\": big-endian storage of " + std::to_string(span.size()) +
            " bytes exceeds the byte-swap limit of " + std::to_string(kMaxSwapBytes));
+    charge_budget(span.size(), options_.file, options_.format, "byte-swapping tensor \"" + name + "\"");
     std::string swapped(span.view());
     for (uint64_t at = 0; at + unit <= swapped.size(); at += unit)
       std::reverse(swapped.begin() + static_cast<std::ptrdiff_t>(at),
@@ -625,7 +628,13 @@ void ObjectWalker::make_tensor(const Value* storage, const Value& args, size_t f
   if (!id->location.empty() && id->location != "cpu") extras["device"] = id->location;
   t.extras = std::move(extras);
 
+  charge_tensor(t);
   tensors_.push_back(std::move(t));
+}
+
+void ObjectWalker::charge_tensor(const Tensor& t) {
+  charge_budget(sizeof(Tensor) + t.name.size() + 16 * t.shape.size(), options_.file, options_.format,
+                "tensor \"" + t.name + "\"");
 }
 
 void ObjectWalker::storage_only(const Value* v, const std::string& path) {

@@ -99,6 +99,7 @@ class ObjectWalker {
                    std::optional<StorageType> dtype_override, const std::string& path,
                    nlohmann::json extras);
   StorageBytes storage_bytes(const StorageId& id);
+  void charge_tensor(const Tensor& t);
   void storage_only(const pickle::Value* v, const std::string& path);
   [[noreturn]] void fail(const std::string& reason) const;
   nlohmann::json plain(const pickle::Value* v, uint32_t depth);

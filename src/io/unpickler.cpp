@@ -13,6 +13,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "modelfs/budget.hpp"
 #include "modelfs/byte_reader.hpp"
 #include "modelfs/error.hpp"
 
@@ -821,7 +822,12 @@ Value& ValueStore::emplace_back() {
 
 Pickle unpickle(std::span<const std::byte> bytes, const std::string& file,
                 const std::string& format, uint64_t base) {
-  return Machine(bytes, file, format, base).run();
+  Pickle pickle = Machine(bytes, file, format, base).run();
+  // The unpickler's own limits bound what it made by the pickle's length;
+  // the model's budget learns of both.
+  add_metadata_bytes(pickle.end);
+  charge_budget(pickle.values.size() * sizeof(Value), file, format, "the pickle's values");
+  return pickle;
 }
 
 }  // namespace modelfs::pickle

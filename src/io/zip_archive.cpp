@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "modelfs/budget.hpp"
 #include "modelfs/byte_reader.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
@@ -274,6 +275,7 @@ ByteSpan ZipArchive::contents(const ZipMember& member) const {
          quote + "cannot inflate: " + std::to_string(member.compressed_size) +
              " compressed bytes cannot make " + std::to_string(member.uncompressed_size) +
              " (deflate expands at most " + std::to_string(kMaxDeflateRatio) + "×)");
+  charge_budget(member.uncompressed_size, file_->display_name(), format_, "inflating " + member.name);
   return ByteSpan::owned(inflate(member));
 }
 

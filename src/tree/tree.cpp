@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "modelfs/budget.hpp"
 #include "modelfs/json_text.hpp"
 #include "modelfs/naming.hpp"
 #include "modelfs/npy.hpp"
@@ -217,7 +218,16 @@ class TreeBuilder {
     return add_node(dir, name, std::move(file));
   }
 
+  // What the tree keeps for the mount is charged to the model's budget.
+  void charge(uint64_t bytes, std::string_view what) {
+    const auto& catalog = tree_.catalog_;
+    charge_budget(bytes, catalog.files.empty() ? std::string() : catalog.files.front(), catalog.format, what);
+  }
+
   void add_tensor(const Tensor& tensor, const std::vector<std::string>& parts, uint64_t dir) {
+    charge(sizeof(TensorRecord) + 3 * (sizeof(Node) + sizeof(DirEntry)) + 2 * tensor.name.size() +
+               16 * tensor.shape.size() + 64,
+           "the tree's record of a tensor");
     const TensorRecord* record = &tree_.tensors_.emplace_back(record_for(tensor));
     // The .npy: the stored bytes where they are in C or Fortran order, else
     // the view's elements gathered into C order on each read.
@@ -247,6 +257,7 @@ class TreeBuilder {
     // printed: its size follows the metadata the model file holds.
     std::string sidecar = sidecar_text(*record, tree_.catalog_.format);
     if (sidecar.size() > kPrintedWhenRead) {
+      charge(sidecar.size(), "a sidecar of " + std::to_string(sidecar.size()) + " bytes");
       const std::string& kept = tree_.documents_.emplace_back(std::move(sidecar));
       add_file(dir, name + ".json", FileRole::Sidecar, {Part::held(std::as_bytes(std::span(kept)))}, record);
     } else {
@@ -342,6 +353,7 @@ class TreeBuilder {
     const uint64_t index =
         add_file(meta_dir_, free_name(meta_dir_, "index.json", false), FileRole::Index, {}, nullptr);
     node(index).size = index_size_ + ends.size();
+    charge(node(index).size, "index.json");
 
     nlohmann::ordered_json metadata;
     metadata["format"] = catalog.format;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/zip_archive.hpp"
 #include "test_files.hpp"
@@ -262,6 +263,33 @@ TEST(ZipArchive, RefusesRangeOutsideTheFile) {
   TempDir dir;
   auto file = MappedFile::open(dir.write("a.zip", zip_bytes(kEntries)));
   EXPECT_THROW(ZipArchive::open(file, 10, file->size(), "ZIP archive"), ModelError);
+}
+
+}  // namespace
+}  // namespace modelfs
+
+namespace modelfs {
+namespace {
+
+// What members inflate to is charged to the model's budget, all of them
+// together: each within the per-member limit, the total not.
+TEST(ZipArchive, InflatedMembersTogetherAreBoundByTheBudget) {
+  TempDir dir;
+  const std::string content = compressible_text();  // 50 000 bytes
+  const std::string stream = zlib_deflate(content);
+  auto zip = open_bytes(dir, zip_bytes({{"m/a", content, 8, stream}, {"m/b", content, 8, stream},
+                                        {"m/c", content, 8, stream}}));
+  Budget budget(120'000);  // room for two members, not three
+  BudgetScope scope(budget);
+  EXPECT_EQ(text(zip.contents(*zip.find("m/a"))), content);
+  EXPECT_EQ(text(zip.contents(*zip.find("m/b"))), content);
+  try {
+    (void)zip.contents(*zip.find("m/c"));
+    FAIL() << "a third member inflated past the budget";
+  } catch (const ModelError& e) {
+    EXPECT_NE(e.reason().find("inflating m/c"), std::string::npos) << e.reason();
+    EXPECT_NE(e.reason().find("max_parse_mb"), std::string::npos) << e.reason();
+  }
 }
 
 }  // namespace
