@@ -137,18 +137,14 @@ def torch_zip_members(pickle_bytes, storages=()):
 # --------------------------------------------------------------------------
 # The cases. Sizes are module constants so the seeds script can shrink them.
 
-def long_name(folder):
+LONG_NAME = 70000
+
+
+def long_name(folder, name_bytes=LONG_NAME):
     """1. A 70 000-byte name among short ones (heap corruption)."""
     return st.write(folder / "long_name.safetensors",
-                    {"a" * 70000: np.ones(1, F32), "b": np.ones(1, F32),
+                    {"a" * name_bytes: np.ones(1, F32), "b": np.ones(1, F32),
                      "c" * 100: np.ones(1, F32), "d": np.ones(1, F32)})
-
-
-def _shared(levels, make):
-    x = make(None)
-    for _ in range(levels):
-        x = make(x)
-    return x
 
 
 def shared_pickle_dict(folder, levels=60):

@@ -29,7 +29,7 @@ import time
 import pytest
 
 import hostile_corpus as hc
-from conftest import MODELFS, is_mounted, unmount
+from conftest import MODELFS, REPO, is_mounted, unmount
 
 # Bounds. Every case is under 7 MB on disk and holds at most ~1 000 tensors;
 # a reader whose memory is bounded by the file it reads (plus the tree it
@@ -366,3 +366,15 @@ def test_zip_bomb_writer_makes_what_torch_loads(tmp_path):
     for tensor in loaded.values():
         assert tensor.dtype == hc.torch.float32 and tuple(tensor.shape) == (MiB // 4,)
         assert not tensor.any()
+
+
+def test_fuzz_seeds_are_made_small(tmp_path):
+    """fuzz/make_seeds.py gives each target its hostile shapes, each under 64 KiB."""
+    sys.path.insert(0, str(REPO / "fuzz"))
+    import make_seeds
+    written = make_seeds.make_seeds(tmp_path)
+    targets = {target for target, _ in written}
+    assert {"fuzz_safetensors", "fuzz_gguf", "fuzz_open_model"} <= targets
+    if hc.torch is not None:
+        assert {"fuzz_torch", "fuzz_zip", "fuzz_unpickler"} <= targets
+    assert all(0 < path.stat().st_size <= make_seeds.MAX_SEED_BYTES for _, path in written)
