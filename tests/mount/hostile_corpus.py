@@ -20,7 +20,6 @@ import pathlib
 import pickle
 import struct
 import sys
-import zipfile
 import zlib
 
 import numpy as np

@@ -7,9 +7,9 @@ refused, a NUL in a name shown escaped, the --list table bounded, an
 expanded view read back equal to torch's).
 
 Each modelfs process runs in its own process group under an address-space
-guard; its peak RSS is the kernel's (wait4's ru_maxrss, what
-`/usr/bin/time -f %M` prints); the mount's daemon detaches, so its peak is
-its VmHWM, read before the unmount. A command over its time cap is killed
+guard and under `/usr/bin/time -f %M` (peak RSS in KiB); the mount's daemon
+detaches, so its peak is its VmHWM (/proc/PID/status), read after the
+reads and before the unmount. A command over its time cap is killed
 with its group, and every daemon found serving the mountpoint is unmounted
 and, if still alive, killed: nothing outlives a failing test.
 
@@ -83,25 +83,49 @@ def _guard():
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_GUARD, ADDRESS_SPACE_GUARD))
 
 
-def run_bounded(argv, timeout=COMMAND_SECONDS, keep_stdout=64 * 1024):
-    """Runs argv in a new process group under the address-space guard; kills
-    the group at `timeout`. stdout is kept up to `keep_stdout` bytes (its
-    full size is measured)."""
+def children(pid):
+    """Pids whose parent is `pid`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    return found
+
+
+def run_bounded(argv, timeout=COMMAND_SECONDS, keep_stdout=64 * 1024, measure=True):
+    """Runs argv in a new process group under the address-space guard, and
+    with `measure`, under /usr/bin/time for its peak RSS (a fork of this
+    test process would start from pytest's own peak: the kernel keeps the
+    old image's high-water mark across exec). At `timeout` the group is
+    killed, and the peak is the command's VmHWM just before. stdout is kept
+    up to `keep_stdout` bytes (its full size is measured)."""
     argv = [str(a) for a in argv]
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile("r") as rusage:
+        wrapped = ["/usr/bin/time", "-o", rusage.name, "-f", "%M"] + argv if measure else argv
         start = time.monotonic()
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+        proc = subprocess.Popen(wrapped, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                 start_new_session=True, preexec_fn=_guard)
-        timed_out = False
+        timed_out, peak_kib = False, 0
         try:
             while True:
-                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                pid, status = os.waitpid(proc.pid, os.WNOHANG)
                 if pid:
                     break
                 if time.monotonic() - start > timeout:
                     timed_out = True
+                    for child in children(proc.pid) if measure else [proc.pid]:
+                        try:
+                            peak_kib = max(peak_kib, vm_hwm_kib(child))
+                        except OSError:
+                            pass
                     os.killpg(proc.pid, signal.SIGKILL)
-                    pid, status, usage = os.wait4(proc.pid, 0)
+                    pid, status = os.waitpid(proc.pid, 0)
                     break
                 time.sleep(0.01)
         except BaseException:  # interrupted: leave nothing running
@@ -113,13 +137,18 @@ def run_bounded(argv, timeout=COMMAND_SECONDS, keep_stdout=64 * 1024):
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        returncode = proc.returncode = os.waitstatus_to_exitcode(status)
+        if measure and not timed_out:
+            lines = rusage.read().splitlines()
+            peak_kib = int(lines[-1]) if lines and lines[-1].isdigit() else 0
+            for line in lines:  # time exits 128 + N for a command killed by signal N
+                if line.startswith("Command terminated by signal "):
+                    returncode = -int(line.split()[-1])
         size = os.fstat(out.fileno()).st_size
         out.seek(0)
         err.seek(0)
-        return Run(argv, proc.returncode, size, out.read(keep_stdout),
-                   err.read(64 * 1024).decode("utf-8", "replace"), seconds, usage.ru_maxrss,
-                   timed_out)
+        return Run(argv, returncode, size, out.read(keep_stdout),
+                   err.read(64 * 1024).decode("utf-8", "replace"), seconds, peak_kib, timed_out)
 
 
 def daemon_pids(mnt):
@@ -178,13 +207,8 @@ def _one_line(run):
     return run.stderr.strip().splitlines()[0] if run.stderr.strip() else ""
 
 
-def expect_refused(step, run, problems):
-    if run.returncode != 2 and not run.timed_out:
-        problems.append(f"{step}: must be refused (exit 2), got exit {run.returncode}")
-
-
 def expect_escaped_nul(step, run, problems):
-    expect_refused(step, run, problems)
+    """Refused (exit 2, checked by within_bounds) naming the tensor escaped, whole, then why."""
     escaped = "a\\x00b\\x1b[31m"
     line = _one_line(run)
     if "\x1b" in run.stderr or "\0" in run.stderr:
@@ -196,8 +220,6 @@ def expect_escaped_nul(step, run, problems):
 
 
 def expect_bounded_list(step, run, problems):
-    if run.returncode != 0:
-        problems.append(f"{step}: a long name is no reason to refuse: exit {run.returncode}")
     if run.stdout_size >= LIST_OUTPUT_BYTES:
         problems.append(f"{step}: printed {run.stdout_size} bytes (cap {LIST_OUTPUT_BYTES})")
 
@@ -237,7 +259,8 @@ def check_expanded_view(mnt, problems):
     want = {"shape": [n], "dtype": "float32",
             "digests": [hashlib.sha256(expected[b:e].contiguous().numpy().tobytes()).hexdigest()
                         for b, e in slices]}
-    run = run_bounded([sys.executable, "-c", NUMPY_SLICES, mnt / "v0.npy", json.dumps(slices)])
+    run = run_bounded([sys.executable, "-c", NUMPY_SLICES, mnt / "v0.npy", json.dumps(slices)],
+                      measure=False)
     if run.returncode != 0:
         problems.append(f"numpy read of v0.npy: {run.summary()}: {run.stderr[-500:]}")
         return
@@ -251,14 +274,14 @@ def check_expanded_view(mnt, problems):
 def check_sidecar_direct(mnt, problems):
     """The 6 MB sidecar read 4 KiB at a time with O_DIRECT (each read a FUSE request)."""
     run = run_bounded(["dd", f"if={mnt / 'w.json'}", "of=/dev/null", "bs=4096", "iflag=direct",
-                       "status=none"])
+                       "status=none"], measure=False)
     if run.returncode != 0 or run.timed_out:
         problems.append(f"dd iflag=direct of w.json: {run.summary()}: {run.stderr[-300:]}")
 
 
 # case -> {"exits": allowed exits, step name -> check, "mounted": check}
 EXPECT = {
-    "long_listed_name": {"--list": expect_bounded_list, "--list --json": expect_whole_json},
+    "long_listed_name": {"exits": (0,), "--list": expect_bounded_list, "--list --json": expect_whole_json},
     "nul_name_bad_offsets": {"exits": (2,), "--list": expect_escaped_nul,
                              "--check": expect_escaped_nul, "mount": expect_escaped_nul},
     "fifo_model": {"exits": (2,)},
@@ -316,7 +339,9 @@ def test_hostile_case_is_answered_within_bounds(corpus, case):
     steps = [["--list"], ["--check"]] + ([["--list", "--json"]] if "--list --json" in expect else [])
     for options in steps:
         step = " ".join(options)
-        run = run_bounded([MODELFS, *options, model])
+        # --list --json is read whole; a table is kept only in part (it is measured).
+        run = run_bounded([MODELFS, *options, model],
+                          keep_stdout=64 << 20 if "--json" in options else 64 << 10)
         report(case, step, run)
         within_bounds(step, run, exits, problems)
         if step in expect and not run.timed_out:
@@ -331,14 +356,14 @@ def test_hostile_case_is_answered_within_bounds(corpus, case):
         if not run.timed_out and (run.returncode == 0) != mounted_now:
             problems.append(f"mount: exit {run.returncode} but mounted: {mounted_now}")
         if mounted_now and pids:
-            reader = run_bounded(["bash", "-c", READER, "reader", mnt, READ_FILES])
+            reader = run_bounded(["bash", "-c", READER, "reader", mnt, READ_FILES], measure=False)
             if reader.timed_out:
                 problems.append(f"reads through the mount: {reader.summary()}")
             errors = [line for line in reader.stderr.splitlines()
                       if not any(e in line for e in BENIGN_READ_ERRORS)]
             if errors:
                 problems.append("reads through the mount failed: " + "; ".join(errors[:5]))
-            if "mounted" in expect and not problems:
+            if "mounted" in expect and not reader.timed_out:
                 expect["mounted"](mnt, problems)
             daemon = [p for p in pids if alive(p)]
             if not daemon:
