@@ -12,6 +12,7 @@ PACKAGES=(
   libgtest-dev googletest
   python3 python3-numpy python3-pytest python3-torch python3-onnx
   attr dpkg-dev bash-completion man-db
+  time  # /usr/bin/time: peak RSS in tests/mount/test_hostile_corpus.py
   "$@"
 )
 

@@ -1,0 +1,87 @@
+#!/usr/bin/python3
+"""Seeds from the hostile corpus (tests/mount/hostile_corpus.py) for the fuzz
+targets' corpora: a long name, deep sharing, expanded views, a ZIP bomb,
+deep nesting, huge GGUF counts, each small (under 64 KiB). Whole files for
+the file targets, the pickle bytes for fuzz_unpickler.
+
+    fuzz/make_seeds.py CORPUS_ROOT      writes CORPUS_ROOT/<target>/hostile-<case>
+
+Called by fuzz/run.sh. Cases that need torch are left out without it."""
+import pathlib
+import sys
+import tempfile
+import zipfile
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "mount"))
+import hostile_corpus as hc  # noqa: E402
+
+MAX_SEED_BYTES = 64 * 1024
+MiB = 1 << 20
+
+# case -> (targets, make(folder) -> path): sizes shrunk to fit a seed, the
+# shape of each case kept (the long name stays just under 64 KiB: mutations
+# that insert bytes carry it past 65 535).
+SEEDS = {
+    "long_name": (("fuzz_safetensors", "fuzz_open_model"),
+                  lambda d: hc.long_name(d, name_bytes=65_100)),
+    "long_listed_name": (("fuzz_safetensors", "fuzz_open_model"),
+                         lambda d: hc.long_listed_name(d, name_bytes=4000, others=100)),
+    "huge_sidecar": (("fuzz_safetensors", "fuzz_open_model"),
+                     lambda d: hc.huge_sidecar(d, dims=30_000)),
+    "nul_name_bad_offsets": (("fuzz_safetensors", "fuzz_open_model"), hc.nul_name_bad_offsets),
+    "deep_json_header": (("fuzz_safetensors", "fuzz_open_model"),
+                         lambda d: hc.deep_json_header(d, depth=30_000)),
+    "safetensors_header_2_63": (("fuzz_safetensors", "fuzz_open_model"),
+                                hc.safetensors_header_2_63),
+    "shared_pickle_dict": (("fuzz_torch", "fuzz_zip", "fuzz_open_model"), hc.shared_pickle_dict),
+    "shared_pickle_list": (("fuzz_torch", "fuzz_zip", "fuzz_open_model"), hc.shared_pickle_list),
+    "expanded_views": (("fuzz_torch", "fuzz_zip", "fuzz_open_model"), hc.expanded_views),
+    "zip_bomb": (("fuzz_torch", "fuzz_zip", "fuzz_open_model"),
+                 lambda d: hc.zip_bomb(d, size=MiB)),
+    "deep_pickle": (("fuzz_torch", "fuzz_zip", "fuzz_open_model"),
+                    lambda d: hc.deep_pickle(d, depth=30_000)),
+    "truncated_central_directory": (("fuzz_torch", "fuzz_zip", "fuzz_open_model"),
+                                    hc.truncated_central_directory),
+    "gguf_huge_array_count": (("fuzz_gguf", "fuzz_open_model"), hc.gguf_huge_array_count),
+    "gguf_huge_string_length": (("fuzz_gguf", "fuzz_open_model"), hc.gguf_huge_string_length),
+}
+# The unpickler is given the pickles inside the torch cases.
+PICKLE_TARGET = "fuzz_unpickler"
+
+
+def make_seeds(root):
+    """Writes every seed under `root`; returns [(target, path)]."""
+    root = pathlib.Path(root)
+    written = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for case, (targets, make) in SEEDS.items():
+            if hc.CASES[case][1] and hc.torch is None:
+                print(f"make_seeds: {case} left out (needs torch)", file=sys.stderr)
+                continue
+            folder = pathlib.Path(scratch) / case
+            folder.mkdir()
+            model = make(folder)
+            blobs = [(t, model.read_bytes()) for t in targets]
+            if "fuzz_torch" in targets:
+                try:
+                    with zipfile.ZipFile(model) as z:
+                        pickles = [n for n in z.namelist() if n.endswith("data.pkl")]
+                        blobs += [(PICKLE_TARGET, z.read(n)) for n in pickles[:1]]
+                except zipfile.BadZipFile:  # the truncated directory: the file only
+                    pass
+            for target, blob in blobs:
+                if len(blob) > MAX_SEED_BYTES:
+                    raise SystemExit(f"make_seeds: {case} for {target} is {len(blob)} bytes, "
+                                     f"over {MAX_SEED_BYTES}")
+                path = root / target / f"hostile-{case}"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(blob)
+                written.append((target, path))
+    return written
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__)
+    for target, path in make_seeds(sys.argv[1]):
+        print(f"{target}: {path.name} ({path.stat().st_size} bytes)")

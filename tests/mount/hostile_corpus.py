@@ -1,0 +1,378 @@
+"""A corpus of hostile model files ("Hostile input, round two"), each made
+small on disk by a function of its own, for tests/mount/test_hostile_corpus.py
+and fuzz/make_seeds.py.
+
+Every case is a function `make(folder) -> path of the model to give
+modelfs` (a file or a folder). Files are written with the tests' own
+writers (safetensors_writer, gguf_writer), torch.save, struct, or the small
+ZIP writer below; none of them holds a big tensor in memory: the big ones
+are views (expand) or deflated zeros, made from a repeated chunk.
+
+    python3 tests/mount/hostile_corpus.py OUT_FOLDER [CASE...]
+
+writes the named cases (default: all) into OUT_FOLDER/<case>/.
+"""
+import collections
+import io
+import json
+import os
+import pathlib
+import pickle
+import struct
+import sys
+import zlib
+
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import gguf_writer as gg  # noqa: E402
+import safetensors_writer as st  # noqa: E402
+
+try:
+    import torch
+except ImportError:  # the torch cases are skipped by the test
+    torch = None
+
+MiB = 1 << 20
+F32 = np.float32
+
+
+# --------------------------------------------------------------------------
+# A minimal ZIP writer: torch.save's layout (archive/...), stored or deflated
+# members, ZIP64 records. It takes a member's deflate stream as a list of
+# chunks, so a 256 MiB member of zeros is its ~260 KB compressed form and
+# never 256 MiB in memory. Python's zipfile cannot write precompressed data,
+# and deflating 6 x 256 MiB through it takes 26 s (level 6) or 9 s (level 1);
+# this takes 0.3 s.
+
+class Member:
+    def __init__(self, name, data=b"", *, deflate_chunks=None, size=None, crc=None):
+        self.name = name.encode()
+        if deflate_chunks is None:
+            self.method, self.payload = 0, [bytes(data)]
+            self.size, self.crc = len(data), zlib.crc32(data)
+        else:
+            self.method, self.payload, self.size, self.crc = 8, deflate_chunks, size, crc
+        self.csize = sum(len(c) for c in self.payload)
+
+
+def write_zip(path, members):
+    """Writes `members` with ZIP64 extra fields and end records (as torch does)."""
+    with open(path, "wb") as f:
+        central = []
+        for m in members:
+            offset = f.tell()
+            # ZIP64 extra: uncompressed size, compressed size (local header)
+            extra = struct.pack("<HHQQ", 1, 16, m.size, m.csize)
+            f.write(struct.pack("<IHHHHHIIIHH", 0x04034B50, 45, 0, m.method, 0, 0x21,
+                                m.crc, 0xFFFFFFFF, 0xFFFFFFFF, len(m.name), len(extra)))
+            f.write(m.name + extra)
+            for chunk in m.payload:
+                f.write(chunk)
+            cextra = struct.pack("<HHQQQ", 1, 24, m.size, m.csize, offset)
+            central.append(struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 45, 45, 0, m.method, 0,
+                                       0x21, m.crc, 0xFFFFFFFF, 0xFFFFFFFF, len(m.name),
+                                       len(cextra), 0, 0, 0, 0, 0xFFFFFFFF) + m.name + cextra)
+        cd_offset = f.tell()
+        cd = b"".join(central)
+        f.write(cd)
+        eocd64 = f.tell()
+        f.write(struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 45, 45, 0, 0, len(members),
+                            len(members), len(cd), cd_offset))
+        f.write(struct.pack("<IIQI", 0x07064B50, 0, eocd64, 1))
+        f.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF,
+                            0xFFFFFFFF, 0))
+    return path
+
+
+def deflated_zeros(size, chunk=MiB):
+    """(chunks, crc) of a raw deflate stream of `size` zero bytes: one
+    full-flushed block of `chunk` zeros repeated (a full flush resets the
+    window, so each copy decodes alone), then the final block."""
+    assert size % chunk == 0
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = c.compress(bytes(chunk)) + c.flush(zlib.Z_FULL_FLUSH)
+    tail = zlib.compressobj(9, zlib.DEFLATED, -15).flush(zlib.Z_FINISH)  # empty final block
+    crc, zeros = 0, bytes(chunk)
+    for _ in range(size // chunk):
+        crc = zlib.crc32(zeros, crc)
+    return [block] * (size // chunk) + [tail], crc
+
+
+class _StorageRef:
+    def __init__(self, key, numel):
+        self.key, self.numel = key, numel
+
+
+class _TensorRef:
+    """Pickles as torch.save pickles a contiguous float tensor of `numel`."""
+
+    def __init__(self, key, numel):
+        self.storage = _StorageRef(key, numel)
+
+    def __reduce__(self):
+        return (torch._utils._rebuild_tensor_v2,
+                (self.storage, 0, (self.storage.numel,), (1,), False, collections.OrderedDict()))
+
+
+class _TorchPickler(pickle.Pickler):
+    def persistent_id(self, obj):
+        if isinstance(obj, _StorageRef):
+            return ("storage", torch.FloatStorage, obj.key, "cpu", obj.numel)
+        return None
+
+
+def torch_pickle(obj):
+    out = io.BytesIO()
+    _TorchPickler(out, protocol=2).dump(obj)
+    return out.getvalue()
+
+
+def torch_zip_members(pickle_bytes, storages=()):
+    return ([Member("archive/data.pkl", pickle_bytes)] + list(storages)
+            + [Member("archive/version", b"3\n")])
+
+
+# --------------------------------------------------------------------------
+# The cases. Sizes are module constants so the seeds script can shrink them.
+
+LONG_NAME = 70000
+
+
+def long_name(folder, name_bytes=LONG_NAME):
+    """1. A 70 000-byte name among short ones (heap corruption)."""
+    return st.write(folder / "long_name.safetensors",
+                    {"a" * name_bytes: np.ones(1, F32), "b": np.ones(1, F32),
+                     "c" * 100: np.ones(1, F32), "d": np.ones(1, F32)})
+
+
+def shared_pickle_dict(folder, levels=60):
+    """2. A dict whose two values are one memoized dict, 60 levels: 2^60
+    paths through 60 objects."""
+    d = {}
+    for _ in range(levels):
+        d = {"l": d, "r": d}
+    path = folder / "shared_dict.pt"
+    torch.save({"w": torch.zeros(2), "x": d}, path)
+    return path
+
+
+def shared_pickle_list(folder, levels=60):
+    """2. The same with lists: a = [a, a]."""
+    a = []
+    for _ in range(levels):
+        a = [a, a]
+    path = folder / "shared_list.pt"
+    torch.save({"w": torch.zeros(2), "x": a}, path)
+    return path
+
+
+EXPANDED_VIEWS = 12
+EXPANDED_NUMEL = 64 * MiB
+
+
+def expanded_views(folder, views=EXPANDED_VIEWS, numel=EXPANDED_NUMEL):
+    """3. Twelve views of one 4-byte storage, each 64 Mi elements (stride 0)."""
+    s = torch.zeros(1)
+    path = folder / "expanded_views.pt"
+    torch.save({f"v{i}": s.expand(numel) for i in range(views)}, path)
+    return path
+
+
+ZIP_BOMB_MEMBERS = 6
+ZIP_BOMB_BYTES = 256 * MiB
+
+
+def zip_bomb(folder, members=ZIP_BOMB_MEMBERS, size=ZIP_BOMB_BYTES):
+    """4. A torch.save-shaped ZIP whose six float storages of 64 Mi elements
+    are deflated members of 256 MiB of zeros each (1.5 MB on disk)."""
+    chunks, crc = deflated_zeros(size, chunk=min(size, MiB))
+    numel = size // 4
+    pkl = torch_pickle({f"w{i}": _TensorRef(str(i), numel) for i in range(members)})
+    storages = [Member(f"archive/data/{i}", deflate_chunks=chunks, size=size, crc=crc)
+                for i in range(members)]
+    return write_zip(folder / "zip_bomb.pt", torch_zip_members(pkl, storages))
+
+
+HUGE_SIDECAR_DIMS = 3_000_000
+
+
+def huge_sidecar(folder, dims=HUGE_SIDECAR_DIMS):
+    """5. One F32 element of shape [1] * 3 000 000: a 6 MB header and sidecar."""
+    header = {"w": {"dtype": "F32", "shape": [1] * dims, "data_offsets": [0, 4]}}
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((-len(text)) % 8)
+    path = folder / "huge_sidecar.safetensors"
+    path.write_bytes(struct.pack("<Q", len(text)) + text + bytes(4))
+    return path
+
+
+LONG_LISTED_NAME = 100_000
+LISTED_BESIDE = 1000
+
+
+def long_listed_name(folder, name_bytes=LONG_LISTED_NAME, others=LISTED_BESIDE):
+    """6. One 100 000-byte name beside 1 000 normal tensors (--list pads every row to it)."""
+    tensors = {"n" * name_bytes: np.ones(1, F32)}
+    tensors.update({f"layer{i}.weight": np.full(1, i, F32) for i in range(others)})
+    return st.write(folder / "long_listed_name.safetensors", tensors)
+
+
+NUL_NAME = "a\u0000b\u001b[31m"
+
+
+def nul_name_bad_offsets(folder):
+    """7. A name holding NUL and an escape sequence, whose offsets run past the data."""
+    header = {NUL_NAME: {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}
+    text = json.dumps(header).encode()  # ensure_ascii: the NUL is written \\u0000
+    path = folder / "nul_name.safetensors"
+    path.write_bytes(struct.pack("<Q", len(text)) + text + bytes(8))
+    return path
+
+
+def fifo_model(folder):
+    """8. A FIFO given as the model (opening it for reading blocks until a writer comes)."""
+    path = folder / "fifo.safetensors"
+    os.mkfifo(path)
+    return path
+
+
+def _index(folder, weight_map):
+    path = folder / "model.safetensors.index.json"
+    path.write_text(json.dumps({"metadata": {"total_size": 8}, "weight_map": weight_map}))
+    return path
+
+
+def fifo_shard(folder):
+    """8. A sharded index whose weight_map names a FIFO beside a good shard."""
+    st.write(folder / "model-00001-of-00002.safetensors", {"a": np.ones(1, F32)})
+    os.mkfifo(folder / "model-00002-of-00002.safetensors")
+    return _index(folder, {"a": "model-00001-of-00002.safetensors",
+                           "b": "model-00002-of-00002.safetensors"})
+
+
+def _escaping_link(folder):
+    outside = folder / "outside"
+    outside.mkdir()
+    st.write(outside / "secret.safetensors", {"secret": np.arange(2, dtype=F32)})
+    model = folder / "model"
+    model.mkdir()
+    st.write(model / "model-00001-of-00002.safetensors", {"a": np.ones(1, F32)})
+    os.symlink("../outside/secret.safetensors", model / "link.safetensors")
+    return _index(model, {"a": "model-00001-of-00002.safetensors", "secret": "link.safetensors"})
+
+
+def symlink_escape_index(folder):
+    """9. A shard that is a symlink out of the index's folder, the index given."""
+    return _escaping_link(folder)
+
+
+def symlink_escape_folder(folder):
+    """9. The same, the folder given."""
+    return _escaping_link(folder).parent
+
+
+# Old hostile shapes worth keeping.
+
+DEEP_JSON = 100_000
+
+
+def deep_json_header(folder, depth=DEEP_JSON):
+    """A safetensors header nesting arrays 100 000 deep."""
+    text = b'{"w":' + b"[" * depth + b"]" * depth + b"}"
+    path = folder / "deep_json.safetensors"
+    path.write_bytes(struct.pack("<Q", len(text)) + text)
+    return path
+
+
+DEEP_PICKLE = 100_000
+
+
+def deep_pickle(folder, depth=DEEP_PICKLE):
+    """A torch.save ZIP whose pickle is {'x': [[[...]]]} 100 000 lists deep
+    (EMPTY_LIST x depth, then APPEND x depth - 1)."""
+    pkl = (b"\x80\x02}X\x01\x00\x00\x00x" + b"]" * depth + b"a" * (depth - 1) + b"s.")
+    return write_zip(folder / "deep_pickle.pt", torch_zip_members(pkl))
+
+
+def _gguf_head(kv_count=1):
+    return b"GGUF" + struct.pack("<IQQ", 3, 0, kv_count)
+
+
+def gguf_huge_array_count(folder):
+    """A GGUF key-value array of uint32 claiming 2^62 items, none present."""
+    body = struct.pack("<Q", 1) + b"a" + struct.pack("<IIQ", gg.ARRAY, gg.UINT32, 1 << 62)
+    path = folder / "huge_array.gguf"
+    path.write_bytes(_gguf_head() + body + bytes(64))
+    return path
+
+
+def gguf_huge_string_length(folder):
+    """A GGUF string value claiming 2^63 bytes."""
+    body = struct.pack("<Q", 1) + b"s" + struct.pack("<IQ", gg.STRING, 1 << 63) + b"abc"
+    path = folder / "huge_string.gguf"
+    path.write_bytes(_gguf_head() + body + bytes(64))
+    return path
+
+
+def safetensors_header_2_63(folder):
+    """A safetensors header length of 2^63."""
+    path = folder / "header_2_63.safetensors"
+    path.write_bytes(struct.pack("<Q", 1 << 63) + b'{"w":{"dtype":"F32","shape":[1],'
+                     b'"data_offsets":[0,4]}}' + bytes(4))
+    return path
+
+
+def truncated_central_directory(folder):
+    """A torch.save file whose central directory is cut in half; the end
+    records are kept (and now overlap where the directory claims to be)."""
+    buf = io.BytesIO()
+    torch.save({"w": torch.arange(4.0), "b": torch.ones(2)}, buf)
+    data = buf.getvalue()
+    eocd = data.rfind(b"PK\x05\x06")
+    locator = data.rfind(b"PK\x06\x07", 0, eocd)
+    zip64 = data.rfind(b"PK\x06\x06", 0, eocd)
+    (cd_size, cd_offset) = struct.unpack_from("<QQ", data, zip64 + 40)
+    end = min(p for p in (zip64, locator, eocd) if p >= 0)
+    path = folder / "truncated_cd.pt"
+    path.write_bytes(data[:cd_offset + cd_size // 2] + data[end:])
+    return path
+
+
+# name -> (make, needs torch)
+CASES = {
+    "long_name": (long_name, False),
+    "shared_pickle_dict": (shared_pickle_dict, True),
+    "shared_pickle_list": (shared_pickle_list, True),
+    "expanded_views": (expanded_views, True),
+    "zip_bomb": (zip_bomb, True),
+    "huge_sidecar": (huge_sidecar, False),
+    "long_listed_name": (long_listed_name, False),
+    "nul_name_bad_offsets": (nul_name_bad_offsets, False),
+    "fifo_model": (fifo_model, False),
+    "fifo_shard": (fifo_shard, False),
+    "symlink_escape_index": (symlink_escape_index, False),
+    "symlink_escape_folder": (symlink_escape_folder, False),
+    "deep_json_header": (deep_json_header, False),
+    "deep_pickle": (deep_pickle, False),
+    "gguf_huge_array_count": (gguf_huge_array_count, False),
+    "gguf_huge_string_length": (gguf_huge_string_length, False),
+    "safetensors_header_2_63": (safetensors_header_2_63, False),
+    "truncated_central_directory": (truncated_central_directory, True),
+}
+
+
+def make(name, folder):
+    """Writes case `name` into `folder` (made if missing); returns the model path."""
+    function, needs_torch = CASES[name]
+    if needs_torch and torch is None:
+        raise RuntimeError(f"{name} needs torch")
+    folder = pathlib.Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    return function(folder)
+
+
+if __name__ == "__main__":
+    out = pathlib.Path(sys.argv[1])
+    for case in sys.argv[2:] or CASES:
+        print(case, make(case, out / case))
