@@ -74,6 +74,19 @@ inline constexpr uint64_t kMaxWalkSteps = 50'000'000;
 inline constexpr uint64_t kMaxPlainValues = 100'000;
 inline constexpr size_t kMaxRank = 64;
 
+// Where a value lies in the pickled object: the keys, attributes and
+// indices that lead to it, joined with '.'. The top of the object has no
+// name at all, which is not the name "" of a value under an empty key:
+// {'': t} names t "" (a lone tensor at the top is "tensor").
+struct ObjectPath {
+  std::string name;
+  bool top = false;
+
+  ObjectPath child(const std::string& key) const { return {top ? key : name + "." + key, false}; }
+  // The name of what lies here, `at_top` for the top itself.
+  std::string name_or(std::string_view at_top) const { return top ? std::string(at_top) : name; }
+};
+
 class ObjectWalker {
  public:
   // Resolves a storage key to its bytes (a record, or a range of a legacy file).
@@ -88,16 +101,16 @@ class ObjectWalker {
   nlohmann::json& values() { return values_; }
 
  private:
-  std::optional<nlohmann::json> visit(const pickle::Value* v, const std::string& path, uint32_t depth,
+  std::optional<nlohmann::json> visit(const pickle::Value* v, const ObjectPath& path, uint32_t depth,
                                       const std::string& owner_class);
-  bool try_tensor(const pickle::Value* v, const std::string& path, const std::string& kind,
+  bool try_tensor(const pickle::Value* v, const ObjectPath& path, const std::string& kind,
                   uint32_t depth);
   bool try_tensor_or_skip(const pickle::Value* v, const std::string& name, uint32_t depth);
   void make_tensor(const pickle::Value* storage, const pickle::Value& args, size_t first,
                    std::optional<StorageType> dtype_override, const std::string& path,
                    nlohmann::json extras);
   StorageBytes storage_bytes(const StorageId& id);
-  void storage_only(const pickle::Value* v, const std::string& path);
+  void storage_only(const pickle::Value* v, const ObjectPath& path);
   [[noreturn]] void fail(const std::string& reason) const;
   nlohmann::json plain(const pickle::Value* v, uint32_t depth);
 

@@ -93,12 +93,14 @@ def check_tensor(path, name, t, kind=None):
     return meta
 
 
-def flatten(obj, prefix=""):
-    """name -> tensor, named as the design says (keys, attributes, indices joined with '.')."""
+def flatten(obj, prefix=None):
+    """name -> tensor, named as the design says (keys, attributes, indices joined with '.').
+    The top of the object has no name (None): a lone tensor there is `tensor`,
+    while a tensor under an empty key is named ""."""
     out = {}
-    join = (lambda k: f"{prefix}.{k}" if prefix else str(k))
+    join = (lambda k: str(k) if prefix is None else f"{prefix}.{k}")
     if isinstance(obj, torch.Tensor):
-        out[prefix or "tensor"] = obj
+        out["tensor" if prefix is None else prefix] = obj
     elif isinstance(obj, dict):
         for k, v in obj.items():
             out.update(flatten(v, join(k)))
@@ -172,6 +174,26 @@ def test_lone_tensor_and_parameters(tmp):
         assert meta["requires_grad"] is True
         assert sidecar(mnt / "frozen")["requires_grad"] is False
         assert sidecar(mnt / "frozen")["kind"] == "parameter"
+
+
+@pytest.mark.parametrize("zipfile_format", [True, False], ids=["zip", "legacy"])
+def test_empty_keys_are_named_empty_not_tensor(tmp, zipfile_format):
+    """An empty key is the name "" (path %), at the top as below it; only a
+    lone tensor is `tensor`."""
+    torch.manual_seed(3)
+    obj = {"": torch.randn(2, 3), "tensor": torch.randn(4), "a": {"": torch.arange(5)},
+           "b": {"": {"": torch.ones(2, dtype=torch.float64)}}}
+    path = tmp / "empty_keys.pt"
+    torch.save(obj, path, _use_new_zipfile_serialization=zipfile_format)
+    loaded = torch.load(path)
+    expected = flatten(loaded)
+    assert set(expected) == {"", "tensor", "a.", "b.."}
+    with mounted(path) as mnt:
+        paths = check_all(mnt, expected)
+        assert paths[""] == mnt / "%"
+        assert paths["tensor"] == mnt / "tensor"
+        assert paths["a."] == mnt / "a" / "%"
+        assert paths["b.."] == mnt / "b" / "%" / "%"
 
 
 @pytest.mark.parametrize("zipfile_format", [True, False], ids=["zip", "legacy"])

@@ -62,6 +62,18 @@ std::string refusal(const std::string& bytes) {
   return "<accepted>";
 }
 
+// {'': t}: the empty key names t "", never the lone tensor's "tensor".
+TEST(TorchSave, EmptyKeyAtTheTopIsTheEmptyName) {
+  std::string pickle = state_pickle("0", 4, 0, {2, 2}, {2, 1});
+  const std::string key_w = u("w");
+  pickle.replace(pickle.find(key_w), key_w.size(), u(""));
+  TempDir dir;
+  auto catalog = open_bytes(dir, archive(pickle));
+  ASSERT_EQ(catalog.tensors.size(), 1u);
+  EXPECT_EQ(catalog.tensors[0].name, "");
+  EXPECT_EQ(catalog.tensors[0].bytes.view(), kFloats);
+}
+
 TEST(TorchSave, MinimalArchiveServesStorageInPlace) {
   TempDir dir;
   const std::string bytes = archive(state_pickle("0", 4, 0, {2, 2}, {2, 1}));
