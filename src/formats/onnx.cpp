@@ -11,6 +11,7 @@
 
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
+#include "modelfs/json_text.hpp"
 #include "modelfs/mapped_file.hpp"
 #include "modelfs/protobuf_wire.hpp"
 #include "modelfs/sha1.hpp"
@@ -28,6 +29,9 @@ using protobuf::WireType;
 using Json = nlohmann::ordered_json;
 
 constexpr std::string_view kFormat = "onnx";
+// What the sidecar of a STRING tensor says of its raw file.
+constexpr std::string_view kStringText =
+    "JSON Lines: one JSON string per element, in C order; a byte that is not UTF-8 is \\udcXX";
 
 // Field numbers of onnx.proto (formats.md §6.2, §6.3).
 namespace model_field {
@@ -74,7 +78,7 @@ constexpr uint64_t kUndefined = 0, kFloat = 1, kInt = 2, kString = 3, kTensor = 
 struct DataTypeInfo {
   uint64_t code;
   std::string_view name;
-  std::optional<DType> dtype;  // none for STRING
+  DType dtype;
   uint32_t typed_field;
 };
 
@@ -86,7 +90,7 @@ constexpr DataTypeInfo kDataTypes[] = {
     {5, "INT16", DType::Int16, tensor_field::kInt32Data},
     {6, "INT32", DType::Int32, tensor_field::kInt32Data},
     {7, "INT64", DType::Int64, tensor_field::kInt64Data},
-    {8, "STRING", std::nullopt, tensor_field::kStringData},
+    {8, "STRING", DType::String, tensor_field::kStringData},
     {9, "BOOL", DType::Bool, tensor_field::kInt32Data},
     {10, "FLOAT16", DType::Float16, tensor_field::kInt32Data},
     {11, "DOUBLE", DType::Float64, tensor_field::kDoubleData},
@@ -246,7 +250,6 @@ class Reader {
     for (size_t i = 0; i < training.size(); ++i)
       graph_doc["training_info"].push_back(read_training_info(model.child(training[i]), i));
 
-    meta["string_tensors"] = string_tensors_;
     for (const auto& [key, value] : meta.items()) catalog_.metadata[key] = value;
     const auto replace = nlohmann::json::error_handler_t::replace;
     catalog_.documents.push_back({"graph.json", graph_doc.dump(2, ' ', false, replace) + "\n"});
@@ -690,8 +693,10 @@ class Reader {
     // Exactly one place holds the data (the checker's rule); a tensor with
     // no elements may hold none.
     std::vector<uint32_t> holders;
+    // string_data counts by its entries: strings may all be empty.
     for (auto [field, bytes] : data_bytes)
-      if (bytes > 0 || field == kRawData) holders.push_back(field);
+      if (bytes > 0 || field == kRawData || (field == kStringData && info->dtype == DType::String))
+        holders.push_back(field);
     const bool is_external = location == 1;
     if (is_external) holders.push_back(kExternalData);
     if (holders.size() > 1)
@@ -709,23 +714,36 @@ class Reader {
     extras["graph"] = graph_path;
     if (!stored_name.empty() && stored_name != name) extras["onnx_name"] = stored_name;
 
-    if (!info->dtype) {  // STRING: listed, not served
+    Tensor t;
+    t.name = name;
+    t.dtype = info->dtype;
+    t.strides = contiguous_strides(shape);
+    t.shape = std::move(shape);
+
+    if (t.dtype == DType::String) {
       if (holder == kRawData || is_external)
         fail(at, quote() + "a STRING tensor must store its data in string_data");
-      Json entry;
-      entry["name"] = name;
-      entry["shape"] = shape;
-      entry["kind"] = kind;
-      entry["graph"] = graph_path;
-      string_tensors_.push_back(entry);
+      std::vector<std::string_view> elements;
+      tensor.scan([&](const WireField& f) {
+        if (f.number != kStringData) return;
+        if (f.type != WireType::Length)
+          fail(f.offset, quote() + "string_data has wire type " + std::to_string(static_cast<int>(f.type)));
+        // Collected only up to one more than the tensor holds.
+        if (elements.size() <= *numel) elements.push_back(protobuf::field_text(f, context_));
+      });
+      if (elements.size() != *numel)
+        fail(at, quote() + "string_data holds " + std::to_string(elements.size()) +
+                     (elements.size() > *numel ? " or more" : "") + " entries but the shape needs " +
+                     std::to_string(*numel));
+      t.bytes = ByteSpan::owned(json_lines(elements, at, quote()));
+      t.source = {model_name_, std::nullopt};
+      extras["storage"] = elements.empty() ? "none" : "string_data";
+      extras["text"] = kStringText;
+      for (const auto& [key, value] : extras.items()) t.extras[key] = value;
+      catalog_.tensors.push_back(std::move(t));
       return name;
     }
 
-    Tensor t;
-    t.name = name;
-    t.dtype = *info->dtype;
-    t.strides = contiguous_strides(shape);
-    t.shape = std::move(shape);
     const uint32_t bits = dtype_bits(t.dtype);
     auto total_bits = checked_mul(*numel, bits);
     if (!total_bits || !checked_add(*total_bits, 7)) fail(at, quote() + "byte size of the shape overflows");
@@ -758,6 +776,26 @@ class Reader {
     for (const auto& [key, value] : extras.items()) t.extras[key] = value;
     catalog_.tensors.push_back(std::move(t));
     return name;
+  }
+
+  // Text elements as JSON Lines (dtype.hpp, DType::String), within what the
+  // model may make of them in all (kMaxStringTextBytes).
+  std::string json_lines(const std::vector<std::string_view>& elements, uint64_t at, const std::string& quote) {
+    uint64_t length = 0;
+    // At most seven bytes of text per byte of the model, plus three per
+    // element: no overflow.
+    for (auto element : elements) length += json_bytes_length(element) + 1;
+    if (length > kMaxStringTextBytes - string_text_bytes_)
+      fail(at, quote + "its strings as JSON Lines take " + std::to_string(length) + " bytes, over what is left of the " +
+                   std::to_string(kMaxStringTextBytes) + "-byte limit on a model's string tensors");
+    string_text_bytes_ += length;
+    std::string out;
+    out.reserve(length);
+    for (auto element : elements) {
+      append_json_bytes(out, element);
+      out += '\n';
+    }
+    return out;
   }
 
   // float_data / double_data (fixed width) and the varint fields.
@@ -942,7 +980,7 @@ class Reader {
   WireContext context_;
   Catalog catalog_;
   Json metadata_ = Json::object();
-  Json string_tensors_ = Json::array();
+  uint64_t string_text_bytes_ = 0;  // made so far for STRING tensors
   std::map<std::string, std::shared_ptr<const MappedFile>> external_;
 };
 

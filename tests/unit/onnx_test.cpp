@@ -212,6 +212,42 @@ TEST(Onnx, BadTensorsRefused) {
   expect_refused(dir, pb_uint(1, 8) + pb_bytes(8, pb_uint(2, 13)), "no graph");
 }
 
+// STRING tensors are served as JSON Lines text, one JSON string per element
+// in C order, bytes that are not UTF-8 as \udcXX.
+TEST(Onnx, StringTensorsAreJsonLines) {
+  TempDir dir;
+  const std::string strings = pb_bytes(6, "cat") + pb_bytes(6, "") + pb_bytes(6, "caf\xc3\xa9") +
+                              pb_bytes(6, "q\"\\\n\x01") + pb_bytes(6, "\xff\xc3") + pb_bytes(6, "\xed\xb2\x80");
+  auto catalog = open_bytes(dir, model(initializer(tensor("labels", 8, {2, 3}, strings)) +
+                                       initializer(tensor("empty", 8, {0}, "")) +
+                                       initializer(tensor("blanks", 8, {2}, pb_bytes(6, "") + pb_bytes(6, "")))));
+  ASSERT_EQ(catalog.tensors.size(), 3u);
+  const Tensor& t = catalog.tensors[0];
+  EXPECT_EQ(t.name, "labels");
+  EXPECT_EQ(t.dtype, DType::String);
+  EXPECT_EQ(t.dtype_name(), "string");
+  EXPECT_EQ(t.shape, (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(t.strides, (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(t.bytes.view(),
+            "\"cat\"\n\"\"\n\"caf\xc3\xa9\"\n\"q\\\"\\\\\\n\\u0001\"\n\"\\udcff\\udcc3\"\n"
+            "\"\\udced\\udcb2\\udc80\"\n");
+  EXPECT_FALSE(t.source.offset);
+  EXPECT_EQ(t.extras["onnx_data_type"], "STRING");
+  EXPECT_EQ(t.extras["storage"], "string_data");
+  EXPECT_EQ(catalog.tensors[1].bytes.size(), 0u);
+  EXPECT_EQ(catalog.tensors[2].bytes.view(), "\"\"\n\"\"\n");
+  EXPECT_FALSE(catalog.metadata.contains("string_tensors"));
+
+  expect_refused(dir, model(initializer(tensor("s", 8, {3}, pb_bytes(6, "a") + pb_bytes(6, "b")))),
+                 "string_data holds 2 entries but the shape needs 3");
+  expect_refused(dir, model(initializer(tensor("s", 8, {1}, pb_bytes(6, "a") + pb_bytes(6, "b")))),
+                 "string_data holds 2 or more entries");
+  expect_refused(dir, model(initializer(tensor("s", 8, {2}, ""))), "string_data holds 0 entries");
+  expect_refused(dir, model(initializer(tensor("s", 8, {1}, pb_uint(6, 1)))), "string_data has wire type 0");
+  expect_refused(dir, model(initializer(tensor("s", 8, {1}, pb_bytes(6, "a") + pb_bytes(4, floats({1}))))),
+                 "data is stored in both");
+}
+
 TEST(Onnx, TruncatedModelsRefused) {
   TempDir dir;
   const std::string good = model(initializer(tensor("w", 1, {4}, pb_bytes(9, floats({1, 2, 3, 4})))));
