@@ -463,6 +463,10 @@ class Reader {
       const auto bits = static_cast<uint32_t>(f.value);
       return static_cast<double>(std::bit_cast<float>(bits));
     };
+    if (constant_name && constant_value_tensor(fields, name, *constant_name, graph_path, attribute.offset())) {
+      value["tensor"] = *constant_name;
+      return {name, value};
+    }
     switch (type) {
       case attribute_type::kFloat: {
         const auto* f = fields.last(kF);
@@ -566,6 +570,115 @@ class Reader {
         break;
     }
     return {name, value};
+  }
+
+  // A Constant node's value_float(s), value_int(s) or value_string(s): a
+  // float32, int64 or string tensor named like its `value` would be, 0-D
+  // for the one-value forms and 1-D for the lists. The attribute's name
+  // says which, as the operator reads it, not its type: onnx's helper marks
+  // an empty list INTS whatever its name. False for any other attribute.
+  bool constant_value_tensor(const Fields& fields, const std::string& name, const std::string& tensor_name,
+                             const std::string& graph_path, uint64_t at) {
+    using namespace attribute_field;
+    struct Form {
+      std::string_view attribute;
+      DType dtype;
+      std::string_view onnx_type;
+      bool list;
+    };
+    static constexpr Form kForms[] = {
+        {"value_float", DType::Float32, "FLOAT", false},   {"value_floats", DType::Float32, "FLOAT", true},
+        {"value_int", DType::Int64, "INT64", false},       {"value_ints", DType::Int64, "INT64", true},
+        {"value_string", DType::String, "STRING", false},  {"value_strings", DType::String, "STRING", true},
+    };
+    const Form* form = nullptr;
+    for (const auto& f : kForms)
+      if (f.attribute == name) form = &f;
+    if (!form) return false;
+    const std::string quote = "tensor \"" + tensor_name + "\" (Constant " + name + "): ";
+
+    Tensor t;
+    t.name = tensor_name;
+    t.dtype = form->dtype;
+    std::string bytes;
+    uint64_t count = 0;
+    auto append_le = [&](uint64_t v, int width) {
+      for (int b = 0; b < width; ++b) bytes.push_back(static_cast<char>((v >> (8 * b)) & 0xFF));
+    };
+    if (form->dtype == DType::Float32) {
+      // One float (field f, fixed32), or a list (field floats, packed or one
+      // fixed32 each); a one-value form without its field is 0, proto's default.
+      if (form->list) {
+        for (const auto& f : fields.every(kFloats)) {
+          if (f.type == WireType::Length) {
+            if (f.length % 4 != 0) fail(f.offset, quote + "packed floats of odd length");
+            bytes.append(reinterpret_cast<const char*>(f.payload.data()), f.payload.size());
+          } else if (f.type == WireType::Fixed32) {
+            append_le(f.value, 4);
+          } else {
+            fail(f.offset, quote + "floats has wire type " + std::to_string(static_cast<int>(f.type)));
+          }
+        }
+      } else {
+        const auto* f = fields.last(kF);
+        if (f && f->type != WireType::Fixed32) fail(f->offset, quote + "f is not a float");
+        append_le(f ? f->value : 0, 4);
+      }
+      count = bytes.size() / 4;
+    } else if (form->dtype == DType::Int64) {
+      if (form->list) {
+        // Eight bytes for each varint, which may take one byte of the file:
+        // counted (a varint ends at a byte below 0x80) and bounded first.
+        const auto list = fields.every(kInts);
+        uint64_t entries = 0;
+        for (const auto& f : list) {
+          if (f.type != WireType::Length) {
+            ++entries;
+            continue;
+          }
+          for (std::byte b : f.payload) entries += std::to_integer<uint8_t>(b) < 0x80;
+        }
+        if (entries > kMaxConstantListBytes / 8)
+          fail(at, quote + std::to_string(entries) + " integers take more than the " +
+                       std::to_string(kMaxConstantListBytes) + "-byte limit on a Constant's list");
+        bytes.reserve(entries * 8);
+        for (const auto& f : list) {
+          if (f.type == WireType::Varint) {
+            append_le(f.value, 8);
+          } else if (f.type == WireType::Length) {
+            for (uint64_t pos = 0; pos < f.payload.size();)
+              append_le(protobuf::read_varint(f.payload, pos, context_, f.offset), 8);
+          } else {
+            fail(f.offset, quote + "ints has wire type " + std::to_string(static_cast<int>(f.type)));
+          }
+        }
+      } else {
+        const auto* f = fields.last(kI);
+        append_le(f ? varint(*f) : 0, 8);
+      }
+      count = bytes.size() / 8;
+    } else {
+      std::vector<std::string_view> elements;
+      if (form->list) {
+        for (const auto& f : fields.every(kStrings)) elements.push_back(protobuf::field_text(f, context_));
+      } else {
+        const auto* f = fields.last(kS);
+        elements.push_back(f ? protobuf::field_text(*f, context_) : std::string_view());
+      }
+      bytes = json_lines(elements, at, quote);
+      count = elements.size();
+      t.extras["text"] = kStringText;
+    }
+    if (form->list) t.shape = {count};
+    t.strides = contiguous_strides(t.shape);
+    t.bytes = ByteSpan::owned(std::move(bytes));
+    t.source = {model_name_, std::nullopt};
+    t.extras["onnx_data_type"] = form->onnx_type;
+    t.extras["kind"] = "constant";
+    t.extras["graph"] = graph_path;
+    t.extras["storage"] = name;
+    catalog_.tensors.push_back(std::move(t));
+    return true;
   }
 
   Json read_function(const WireMessage& function) {

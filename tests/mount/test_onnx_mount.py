@@ -65,6 +65,11 @@ def expected_bytes(t):
     return np.ascontiguousarray(numpy_helper.to_array(t)).tobytes()
 
 
+# A Constant's value_* forms, and the numpy type onnx's operator gives each.
+VALUE_FORMS = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64,
+               "value_ints": np.int64, "value_string": object, "value_strings": object}
+
+
 def node_ident(node, index):
     if node.name:
         return node.name
@@ -87,6 +92,11 @@ def collect(model):
     def attributes(node_like_attrs, owner, constant_name):
         for a in node_like_attrs:
             base = f"{owner}/{a.name}"
+            if constant_name and a.name in VALUE_FORMS and not a.ref_attr_name:
+                # The tensor the Constant makes: onnx reads the attribute,
+                # numpy_helper writes it as a TensorProto.
+                value = np.array(helper.get_attribute_value(a), dtype=VALUE_FORMS[a.name])
+                add(constant_name, numpy_helper.from_array(value, constant_name))
             if a.HasField("t"):
                 add(constant_name or base, a.t)
             for i, t in enumerate(a.tensors):
@@ -483,6 +493,50 @@ def test_string_tensors_are_json_lines(tmp):
     listed = run_modelfs("--list", path)
     assert listed.returncode == 0
     assert any(line.split()[:2] == ["labels", "string"] for line in listed.stdout.splitlines())
+    assert run_modelfs("--check", path).returncode == 0
+
+
+def test_constant_value_forms(tmp):
+    """Constant's value_float(s), value_int(s), value_string(s): float32, int64
+    and string tensors named by the node's output, 0-D or 1-D."""
+    floats = [1.5, -0.25, 3.0e38, float("inf")]
+    ints = [-(2**63), -1, 0, 2**63 - 1, 7]
+    nodes = [helper.make_node("Constant", [], ["c.float"], value_float=-2.5),
+             helper.make_node("Constant", [], ["c.floats"], value_floats=floats),
+             helper.make_node("Constant", [], ["c.int"], value_int=-7),
+             helper.make_node("Constant", [], ["c.ints"], value_ints=ints),
+             helper.make_node("Constant", [], ["c.string"], value_string="caf\u00e9"),
+             helper.make_node("Constant", [], ["c.strings"], value_strings=[b"a", b"", b"\xfe"]),
+             helper.make_node("Constant", [], ["c.no_floats"], value_floats=[]),
+             helper.make_node("Constant", [], ["c.named"], name="/k/Constant", value_int=3)]
+    loop_body = helper.make_graph(
+        [helper.make_node("Constant", [], ["inner"], value_ints=[4, 5])], "body", [],
+        [helper.make_tensor_value_info("inner", TensorProto.INT64, [2])])
+    nodes.append(helper.make_node("If", ["cond"], ["z"], name="branch", then_branch=loop_body,
+                                  else_branch=loop_body))
+    model = simple_model([numpy_helper.from_array(np.array(True), "cond")], nodes)
+    path = tmp / "values.onnx"
+    onnx.save(model, str(path))
+    with mounted(path) as mnt:
+        paths, _ = check_model(mnt, path)
+        assert np.load(str(paths["c.floats"][0]) + ".npy").tolist() == \
+            np.array(floats, np.float32).tolist()
+        assert np.load(str(paths["c.ints"][0]) + ".npy").tolist() == ints
+        assert np.load(str(paths["c.float"][0]) + ".npy").shape == ()
+        assert np.load(str(paths["c.int"][0]) + ".npy").reshape(()) == -7
+        assert read_json_lines(cat(paths["c.string"][0])) == ["caf\u00e9".encode()]
+        assert read_json_lines(cat(paths["c.strings"][0])) == [b"a", b"", b"\xfe"]
+        assert np.load(str(paths["c.no_floats"][0]) + ".npy").shape == (0,)
+        assert paths["c.ints"] == [mnt / "c" / "ints"] and paths["c.named"] == [mnt / "c" / "named"]
+        assert len(paths["inner"]) == 2  # one per branch, the later ~1
+        side = json.loads(cat(str(paths["c.strings"][0]) + ".json"))
+        assert side["dtype"] == "string" and side["shape"] == [3] and side["kind"] == "constant"
+        assert side["storage"] == "value_strings" and side["onnx_data_type"] == "STRING"
+        side = json.loads(cat(str(paths["c.float"][0]) + ".json"))
+        assert side["dtype"] == "float32" and side["shape"] == [] and side["storage"] == "value_float"
+        graph = json.loads((mnt / ".modelfs" / "graph.json").read_text())["graph"]
+        by_output = {n["outputs"][0]: n for n in graph["nodes"]}
+        assert by_output["c.ints"]["attributes"] == {"value_ints": {"tensor": "c.ints"}}
     assert run_modelfs("--check", path).returncode == 0
 
 

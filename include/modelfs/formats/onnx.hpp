@@ -9,6 +9,10 @@
 //                                       the dense shape in the sidecar
 //   Constant node `value`               the node's first output
 //   Constant node `sparse_value`        <first output>.values / .indices
+//   Constant node value_float(s),       the node's first output: float32,
+//     value_int(s), value_string(s)     int64, string; 0-D for the one-value
+//                                       forms, 1-D for the lists (graph.json
+//                                       then names the tensor)
 //   any other node attribute tensor     <node>/<attribute>, and for a list
 //                                       attribute <node>/<attribute>/<i>;
 //                                       <node> is the node's name, else its
@@ -44,6 +48,9 @@ inline constexpr uint64_t kMaxModelBytes = 2147483647;
 // element can take up to six times its bytes (\udcXX), so a hostile model
 // could otherwise make a dozen GiB of text.
 inline constexpr uint64_t kMaxStringTextBytes = uint64_t{1} << 30;
+// A Constant node's value_ints become eight bytes each, from as little as
+// one byte of the file: a list beyond this is refused.
+inline constexpr uint64_t kMaxConstantListBytes = uint64_t{1} << 30;
 
 // A bounded trial parse of the head: the first field is ir_version, and the
 // fields after it are ModelProto fields with their declared wire types.
