@@ -481,6 +481,44 @@ def test_big_endian_archive_is_byte_swapped(tmp):
         assert sidecar(mnt / "f")["byte_order_in_file"] == "big"
 
 
+def write_pre_14_torchscript(path):
+    """A TorchScript archive as torch 1.0-1.3 laid it out: the module
+    described in model.json, its tensors' bytes in tensors/, no data.pkl."""
+    weight = np.arange(6, dtype="<f4")
+    model_json = {
+        "protoVersion": "6", "producerName": "pytorch", "producerVersion": "1.1",
+        "mainModule": {"torchscriptArena": {"key": "code/archive.py"}, "name": "archive",
+                       "optimize": True,
+                       "parameters": [{"isBuffer": False, "tensorId": "0", "name": "weight"}]},
+        "tensors": [{"dims": ["2", "3"], "offset": "0", "strides": ["3", "1"],
+                     "requiresGrad": True, "dataType": "FLOAT",
+                     "data": {"key": "tensors/0"}, "device": "cpu"}]}
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/version", "1\n")
+        z.writestr("archive/model.json", json.dumps(model_json))
+        z.writestr("archive/tensors/0", weight.tobytes())
+        z.writestr("archive/code/archive.py", "op_version_set = 0\ndef forward(self, x):\n  return x\n")
+
+
+def test_torchscript_before_14_refused_as_such(tmp):
+    path = tmp / "old_script.pt"
+    write_pre_14_torchscript(path)
+    # The oracle: torch itself (1.13) does not load that layout either.
+    with pytest.raises(RuntimeError, match="Legacy model format"):
+        torch.jit.load(str(path))
+    mnt = tmp / "mnt"
+    mnt.mkdir()
+    for args in (["--list", path], [path, mnt]):
+        result = run_modelfs(*args)
+        assert result.returncode == 2, result
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, result.stderr
+        assert f"{path}: torchscript:" in lines[0]
+        assert "a TorchScript archive from before torch 1.4" in lines[0]
+        assert "archive/model.json and tensors/" in lines[0]
+    assert not os.listdir(mnt)
+
+
 BAD = {
     "truncated_zip": lambda good, legacy: good[: len(good) // 2],
     "truncated_legacy": lambda good, legacy: legacy[:-10],

@@ -74,6 +74,16 @@ TEST(TorchSave, EmptyKeyAtTheTopIsTheEmptyName) {
   EXPECT_EQ(catalog.tensors[0].bytes.view(), kFloats);
 }
 
+// torch 1.0-1.3's TorchScript layout: model.json and tensors/, no data.pkl.
+TEST(TorchScript, ArchivesFromBeforeTorch14AreRefusedAsSuch) {
+  const std::string bytes = zip_bytes({{"old/version", "1\n", 0},
+                                       {"old/model.json", R"({"protoVersion": "6", "mainModule": {}})", 0},
+                                       {"old/tensors/0", kFloats, 0}});
+  EXPECT_EQ(refusal(bytes),
+            "torchscript: a TorchScript archive from before torch 1.4 (old/model.json and tensors/, no "
+            "old/data.pkl): that old layout is not supported, and torch itself no longer loads it");
+}
+
 TEST(TorchSave, MinimalArchiveServesStorageInPlace) {
   TempDir dir;
   const std::string bytes = archive(state_pickle("0", 4, 0, {2, 2}, {2, 1}));
