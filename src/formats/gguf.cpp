@@ -25,7 +25,10 @@ constexpr std::string_view kFormat = "gguf";
 // remaining bytes still cannot make one huge allocation.
 constexpr uint64_t kReserveLimit = 1 << 16;
 constexpr std::string_view kMagic = "GGUF";
-// The magic byte-reversed: one gguf-py version marked big-endian files so.
+// The magic byte-reversed. GGUF's development branch, before the format's
+// release, wrote its magic as the integer 0x47475546 little-endian, so its
+// draft files begin "FUGG" (with a little-endian version); proposals since
+// (never adopted) would mark big-endian files so. Neither is GGUF.
 constexpr std::string_view kReversedMagic = "FUGG";
 
 // formats.md §5.5. Ids missing here were removed from ggml (or never used
@@ -171,18 +174,21 @@ class Parser {
       fail(0, "file is " + std::to_string(file_->size()) +
                   " bytes, too short for the magic and version");
     const auto magic = reader_.take_string(4, "magic");
-    if (magic == kReversedMagic)
-      fail(0, "big-endian GGUF file (magic \"FUGG\"): modelfs serves tensor bytes as stored "
-              "and reads only little-endian GGUF");
-    if (magic != kMagic) fail(0, "not a GGUF file (magic is not \"GGUF\")");
+    const bool reversed = magic == kReversedMagic;
+    if (magic != kMagic && !reversed) fail(0, "not a GGUF file (magic is not \"GGUF\")");
     const uint32_t version = reader_.u32("version");
     // A big-endian file's small version number reads as a multiple of 65536.
     if (version != 0 && (version & 0xFFFF) == 0) {
       const uint32_t swapped = (version >> 24) | ((version >> 8) & 0xFF00);
-      fail(4, "big-endian GGUF file (version " + std::to_string(swapped) +
-                  " written big-endian): modelfs serves tensor bytes as stored and reads only "
-                  "little-endian GGUF");
+      fail(reversed ? 0 : 4, "big-endian GGUF file (version " + std::to_string(swapped) + " written big-endian" +
+                                 (reversed ? ", magic \"FUGG\"" : "") +
+                                 "): modelfs serves tensor bytes as stored and reads only little-endian GGUF");
     }
+    if (reversed)
+      fail(0, "not GGUF but a pre-release draft of it (magic \"FUGG\", version " + std::to_string(version) +
+                  " little-endian: written before the format's release fixed the magic bytes as \"GGUF\"); "
+                  "modelfs reads released GGUF, versions " + std::to_string(kMinVersion) + " to " +
+                  std::to_string(kMaxVersion));
     if (version < kMinVersion || version > kMaxVersion)
       fail(4, "GGUF version " + std::to_string(version) + " is not one modelfs reads (" +
                   std::to_string(kMinVersion) + " to " + std::to_string(kMaxVersion) + ")");

@@ -242,6 +242,9 @@ class HeaderReader {
       case Slot::Top:
         if (key_ == kMetadataKey) {
           if (object) return Slot::Metadata;
+          // The reference crate reads the field as an Option, so `null`
+          // means no metadata (MLX writes that); nothing else does.
+          if (value.kind == Value::Null) return Slot::Ignored;
           problem(key_, "__metadata__ is not an object of strings");
           return Slot::Ignored;
         }

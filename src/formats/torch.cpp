@@ -188,9 +188,12 @@ Catalog open_zip(const std::filesystem::path& model) {
   const std::string prefix = archive_folder(zip);
   const ZipMember* data_pkl = zip.find(prefix + "data.pkl");
   if (!data_pkl) {
+    // torch 1.0-1.3 described the module in JSON, its tensors in tensors/;
+    // torch dropped that layout (1.13 cannot load it either).
     if (zip.find(prefix + "model.json"))
-      throw refuse("TorchScript (pre-1.4)",
-                   "archives with model.json and tensors/ (TorchScript before torch 1.4) are not supported");
+      throw refuse("torchscript",
+                   "a TorchScript archive from before torch 1.4 (" + prefix + "model.json and tensors/, no " +
+                       prefix + "data.pkl): that old layout is not supported, and torch itself no longer loads it");
     throw refuse("ZIP archive", "holds no " + prefix +
                                     "data.pkl: not a torch.save or TorchScript archive");
   }

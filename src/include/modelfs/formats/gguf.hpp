@@ -10,7 +10,10 @@
 //   v2, v3: count, dim and string/array lengths are u64; v1: all three u32
 //   (the tensor offset stays u64). v3 differs from v2 only in allowing
 //   big-endian files, which modelfs refuses: it serves tensor bytes from the
-//   mapping as they are, and sidecars promise little-endian bytes.
+//   mapping as they are, and sidecars promise little-endian bytes. A file
+//   beginning "FUGG" with a little-endian version is a pre-release draft of
+//   the format (its development branch wrote the magic as an integer,
+//   little-endian), not GGUF: refused as such.
 //   string = length + bytes (no terminator); array value = u32 elem_type |
 //   length | elements (arrays of arrays allowed, up to kMaxArrayDepth).
 //   alignment = the UINT32 key general.alignment, a power of two, else 32;

@@ -10,7 +10,8 @@
 //                     keys) followed by the raw storages, in key order
 //
 // Tensors are named by the path of dict keys, attributes and indices from the
-// pickled root, joined with '.' (a lone tensor is "tensor"); their bytes are
+// pickled root, joined with '.' (a lone tensor is "tensor", a tensor under an
+// empty key "": {'': t} is "", never "tensor"); their bytes are
 // the part of their storage their view covers, served from the mapping.
 // PT2 archives (torch.export) share the ZIP container: open_zip hands them to
 // the PT2 reader (formats/pt2.hpp), which reads its nested saves through
