@@ -509,7 +509,9 @@ Catalog open_split(const std::filesystem::path& folder, const SplitName& split) 
     const std::string name = split_file_name(split.prefix, number, split.count);
     const auto path = folder / name;
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec))
+    // exists, not is_regular_file: a member that is there but is no file
+    // (a FIFO) gets MappedFile's message, not "missing".
+    if (!std::filesystem::exists(path, ec))
       throw ModelError((folder / first_name).string(), std::string(kFormat), std::nullopt,
                        "split set of " + std::to_string(split.count) + " files is incomplete: " +
                            name + " is missing");

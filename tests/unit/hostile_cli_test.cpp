@@ -1,6 +1,8 @@
 // Hostile input, round two: what reaches a person (messages, the --list
 // table, the log) and what a model may make modelfs open.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <spdlog/spdlog.h>
 
 #include <fstream>
@@ -10,6 +12,7 @@
 #include "cli/list.hpp"
 #include "cli/logging.hpp"
 #include "modelfs/error.hpp"
+#include "modelfs/mapped_file.hpp"
 #include "modelfs/terminal_text.hpp"
 #include "test_files.hpp"
 
@@ -115,6 +118,31 @@ TEST(HostileCli, ListTableCapsTheNameColumn) {
   std::ostringstream json;
   cli::print_json(catalog, json);
   EXPECT_NE(json.str().find("\"" + std::string(100000, 'x') + "\""), std::string::npos);
+}
+
+// --- FIFOs are refused, not opened for reading ----------------------------
+
+TEST(HostileCli, MappedFileRefusesAFifoWithoutWaitingForAWriter) {
+  TempDir dir;
+  const auto fifo = dir.path() / "model.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    MappedFile::open(fifo);  // before: blocked in open(2) until a writer came
+    FAIL() << "a FIFO was opened";
+  } catch (const ModelError& e) {
+    EXPECT_EQ(std::string(e.what()), fifo.string() + ": file: is a FIFO (named pipe), not a regular "
+                                                      "file; modelfs reads only regular files");
+  }
+  try {
+    MappedFile::open(dir.path());
+    FAIL() << "a folder was opened";
+  } catch (const ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("is a folder, not a regular file"), std::string::npos);
+  }
+  // A regular file is still read, and its descriptor is blocking again.
+  const auto file = MappedFile::open(dir.write("ok.bin", "abcd"));
+  EXPECT_EQ(file->size(), 4u);
+  EXPECT_EQ(::fcntl(file->fd(), F_GETFL) & O_NONBLOCK, 0);
 }
 
 }  // namespace
