@@ -8,6 +8,12 @@
 // (`link.safetensors -> ../outside/secret.safetensors`). Links that stay
 // inside the folder are followed.
 //
+// One place besides the folder is inside: the Hugging Face hub cache keeps
+// a repository as models--ORG--NAME/{blobs,snapshots/REV}/, every file of a
+// snapshot a link to ../../blobs/HASH. When the model's folder is (in) a
+// snapshot of such a repository, that repository's blobs/ folder counts as
+// inside: files directly in it, which are only that repository's own files.
+//
 // The files the user names (the model, or a folder) are the user's choice
 // and are not checked.
 #include <filesystem>
@@ -43,10 +49,13 @@ class ModelFolder {
   Resolved resolve(std::string_view name) const;
 
   const std::filesystem::path& path() const noexcept { return folder_; }
+  // The hub cache's blobs/ folder that also counts as inside, or empty.
+  const std::filesystem::path& hub_blobs() const noexcept { return hub_blobs_; }
 
  private:
-  explicit ModelFolder(std::filesystem::path folder) : folder_(std::move(folder)) {}
+  explicit ModelFolder(std::filesystem::path folder);
   std::filesystem::path folder_;
+  std::filesystem::path hub_blobs_;  // the hub cache repository's blobs/, or empty
 };
 
 }  // namespace modelfs

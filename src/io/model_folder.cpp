@@ -22,7 +22,27 @@ fs::path resolved_folder(const fs::path& folder, const fs::path& named, const st
   return absolute;
 }
 
+// models--ORG--NAME (datasets--, spaces--): a repository of the hub cache.
+bool is_hub_repository(const fs::path& folder) {
+  const std::string name = folder.filename().string();
+  for (std::string_view kind : {"models--", "datasets--", "spaces--"})
+    if (name.size() > kind.size() && name.starts_with(kind)) return true;
+  return false;
+}
+
 }  // namespace
+
+ModelFolder::ModelFolder(fs::path folder) : folder_(std::move(folder)) {
+  // REPO/snapshots/REV, or a folder below it (a model in a subfolder of
+  // the repository links to ../../../blobs/HASH).
+  for (fs::path at = folder_; at.has_relative_path(); at = at.parent_path()) {
+    const fs::path snapshots = at.parent_path();
+    if (snapshots.filename() == "snapshots" && is_hub_repository(snapshots.parent_path())) {
+      hub_blobs_ = snapshots.parent_path() / "blobs";
+      break;
+    }
+  }
+}
 
 ModelFolder ModelFolder::of_file(const fs::path& model, const std::string& format) {
   std::error_code ec;
@@ -55,7 +75,8 @@ ModelFolder::Resolved ModelFolder::resolve(std::string_view name) const {
   if (ec) return refuse(Problem::Unresolvable, "cannot be opened: " + ec.message());
   // The folder itself (".") is inside; opening it is refused as a folder.
   const fs::path inside = resolved.lexically_relative(folder_);
-  if (inside.empty() || inside.is_absolute() || !is_dotdot_free(inside))
+  const bool in_hub_blobs = !hub_blobs_.empty() && resolved.parent_path() == hub_blobs_;
+  if (!in_hub_blobs && (inside.empty() || inside.is_absolute() || !is_dotdot_free(inside)))
     return refuse(Problem::Outside, "resolves to " + resolved.string() + ", outside the model's folder " +
                                         folder_.string());
   return Resolved{Problem::None, std::move(resolved), {}};

@@ -242,6 +242,39 @@ def test_shard_symlink_out_of_the_folder_is_refused(tmp):
     assert [t["name"] for t in json.loads(result.stdout)["tensors"]] == ["x"]
 
 
+def test_hub_cache_snapshot_links_to_its_blobs_are_followed(tmp):
+    """The Hugging Face hub cache: every file of a snapshot is a link to
+    ../../blobs/HASH of its repository; those are inside, nothing else is."""
+    repo = tmp / "hub" / "models--org--name"
+    (repo / "blobs").mkdir(parents=True)
+    snapshot = repo / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    expected = {}
+    weight_map = {}
+    for i in range(2):
+        name = f"model-0000{i + 1}-of-00002.safetensors"
+        values = np.full(3, i, np.float32)
+        st.write(repo / "blobs" / f"blob{i}", {f"w{i}": values})
+        (snapshot / name).symlink_to(f"../../blobs/blob{i}")
+        expected[f"w{i}"] = values.tobytes()
+        weight_map[f"w{i}"] = name
+    (repo / "blobs" / "index").write_text(json.dumps({"weight_map": weight_map}))
+    (snapshot / "model.safetensors.index.json").symlink_to("../../blobs/index")
+    mnt = tmp / "mnt"
+    mnt.mkdir()
+    try:
+        result = run_modelfs(snapshot, mnt)
+        assert result.returncode == 0, result.stderr
+        assert {name: (mnt / name).read_bytes() for name in expected} == expected
+    finally:
+        unmount(mnt)
+    # Out of the repository's blobs/: refused as anywhere else.
+    outside = outside_secret(tmp)
+    (snapshot / "model-00002-of-00002.safetensors").unlink()
+    (snapshot / "model-00002-of-00002.safetensors").symlink_to(outside / "secret.safetensors")
+    assert_refused_as_outside(run_modelfs("--list", snapshot), "model-00002-of-00002.safetensors")
+
+
 def test_torch_shard_and_gguf_member_symlinks_out_of_the_folder_are_refused(tmp):
     torch = pytest.importorskip("torch")
     outside = tmp / "outside"

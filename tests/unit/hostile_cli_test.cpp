@@ -200,5 +200,42 @@ TEST(HostileCli, ModelFolderKeepsNamedFilesInside) {
   EXPECT_TRUE(folder.resolve("."));
 }
 
+// The Hugging Face hub cache: a snapshot's files link to its repository's
+// blobs/, which counts as inside; nothing else beside it does.
+TEST(HostileCli, ModelFolderAcceptsTheHubCacheBlobsOfItsOwnRepository) {
+  namespace fs = std::filesystem;
+  TempDir dir;
+  const fs::path repo = dir.path() / "hub" / "models--org--name";
+  dir.write("hub/models--org--name/blobs/0a1b", "shard");
+  dir.write("hub/models--org--name/blobs/sub/0a1b", "deeper");
+  dir.write("hub/models--org--name/refs/main", "rev");
+  dir.write("hub/models--other--name/blobs/ffff", "another repository");
+  dir.write("hub/models--org--name/snapshots/rev/onnx/.keep", "");
+  const fs::path snapshot = repo / "snapshots" / "rev";
+  fs::create_symlink("../../blobs/0a1b", snapshot / "model-00001-of-00002.safetensors");
+  fs::create_symlink("../../../blobs/0a1b", snapshot / "onnx" / "model.onnx_data");
+  fs::create_symlink("../../blobs/sub/0a1b", snapshot / "deeper.bin");
+  fs::create_symlink("../../refs/main", snapshot / "refs.bin");
+  fs::create_symlink("../../../models--other--name/blobs/ffff", snapshot / "other.bin");
+
+  const auto folder = ModelFolder::of_file(snapshot / "model.safetensors.index.json", "test");
+  EXPECT_EQ(folder.hub_blobs(), fs::canonical(repo / "blobs"));
+  const auto shard = folder.resolve("model-00001-of-00002.safetensors");
+  ASSERT_TRUE(shard) << shard.reason;
+  EXPECT_EQ(shard.path, fs::canonical(repo / "blobs" / "0a1b"));
+  // A subfolder of the snapshot (ONNX models often live in onnx/).
+  EXPECT_TRUE(ModelFolder::of_file(snapshot / "onnx" / "model.onnx", "test").resolve("model.onnx_data"));
+  // Only files directly in blobs/ of this repository.
+  for (const char* name : {"deeper.bin", "refs.bin", "other.bin"})
+    EXPECT_EQ(folder.resolve(name).problem, ModelFolder::Problem::Outside) << name;
+  // A folder that merely looks like a snapshot gets no such exception.
+  dir.write("plain/blobs/0a1b", "x");
+  dir.write("plain/snapshots/rev/.keep", "");
+  fs::create_symlink("../../blobs/0a1b", dir.path() / "plain" / "snapshots" / "rev" / "s.safetensors");
+  const auto plain = ModelFolder::at(dir.path() / "plain" / "snapshots" / "rev", "test");
+  EXPECT_TRUE(plain.hub_blobs().empty());
+  EXPECT_EQ(plain.resolve("s.safetensors").problem, ModelFolder::Problem::Outside);
+}
+
 }  // namespace
 }  // namespace modelfs
