@@ -15,6 +15,7 @@
 #include "modelfs/byte_reader.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
+#include "modelfs/model_folder.hpp"
 
 namespace modelfs::gguf {
 namespace {
@@ -508,9 +509,14 @@ Catalog open_single(std::shared_ptr<const MappedFile> mapped, File file, const s
   return catalog;
 }
 
-// The whole set `split` belongs to, from the folder holding it.
-Catalog open_split(const std::filesystem::path& folder, const SplitName& split) {
+// The whole set `split` belongs to, from the folder holding it. Members
+// other than `named` (the one the user named, if any) must lie inside the
+// folder (model_folder.hpp).
+Catalog open_split(const std::filesystem::path& folder, const SplitName& split,
+                   const std::string& named = {}) {
   const std::string first_name = split_file_name(split.prefix, 1, split.count);
+  const ModelFolder model_folder =
+      ModelFolder::at(folder.empty() ? std::filesystem::path(".") : folder, std::string(kFormat));
   Catalog catalog;
   nlohmann::json others = nlohmann::json::array();
   std::unordered_map<std::string, std::string> file_of_tensor;
@@ -520,10 +526,17 @@ Catalog open_split(const std::filesystem::path& folder, const SplitName& split) 
     const std::string name = split_file_name(split.prefix, number, split.count);
     const auto path = folder / name;
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec))
+    // exists, not is_regular_file: a member that is there but is no file
+    // (a FIFO) gets MappedFile's message, not "missing".
+    if (!std::filesystem::exists(path, ec))
       throw ModelError((folder / first_name).string(), std::string(kFormat), std::nullopt,
                        "split set of " + std::to_string(split.count) + " files is incomplete: " +
                            name + " is missing");
+    if (name != named) {
+      if (auto member = model_folder.resolve(name); member.problem == ModelFolder::Problem::Outside)
+        throw ModelError((folder / first_name).string(), std::string(kFormat), std::nullopt,
+                         "split set member " + name + " " + member.reason);
+    }
     auto mapped = MappedFile::open(path);
     File file = parse(mapped, name);
     const std::string display = mapped->display_name();
@@ -651,7 +664,7 @@ Catalog open(const std::filesystem::path& model) {
     throw ModelError(mapped->display_name(), std::string(kFormat), std::nullopt,
                      "split.count is " + std::to_string(*count) + " but the file name says " +
                          std::to_string(split->count));
-  return open_split(model.parent_path(), *split);
+  return open_split(model.parent_path(), *split, name);
 }
 
 }  // namespace modelfs::gguf

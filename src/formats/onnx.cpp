@@ -14,6 +14,7 @@
 #include "modelfs/error.hpp"
 #include "modelfs/json_text.hpp"
 #include "modelfs/mapped_file.hpp"
+#include "modelfs/model_folder.hpp"
 #include "modelfs/protobuf_wire.hpp"
 #include "modelfs/sha1.hpp"
 
@@ -164,12 +165,6 @@ class Fields {
   std::vector<WireField> fields_;
 };
 
-bool is_dotdot_free(const fs::path& p) {
-  for (const auto& part : p)
-    if (part == "..") return false;
-  return true;
-}
-
 // Strict decimal for external_data offset/length: digits only, no overflow.
 std::optional<uint64_t> parse_decimal(std::string_view text) {
   if (text.empty() || text.size() > 20) return std::nullopt;
@@ -201,9 +196,7 @@ class Reader {
     // An .onnx file has no header apart from its weights: it all counts as
     // metadata (external data does not).
     add_metadata_bytes(model_->size());
-    std::error_code ec;
-    folder_ = fs::canonical(fs::absolute(model_path_, ec).parent_path(), ec);
-    if (ec) fail(std::nullopt, "cannot resolve the model's folder: " + ec.message());
+    folder_ = ModelFolder::of_file(model_path_, std::string(kFormat));
 
     catalog_.format = std::string(kFormat);
     // Nothing in ONNX forbids two external-data entries naming one range.
@@ -1059,26 +1052,21 @@ class Reader {
   }
 
   // The external data file a location names, mapped once however many
-  // tensors point into it. The rules of onnx's checker: a relative path
-  // without "..", which stays inside the model's folder once symlinks are
-  // resolved.
+  // tensors point into it. The rules of onnx's checker, which are
+  // modelfs's rule for every file a model names (model_folder.hpp): a
+  // relative path without "..", which stays inside the model's folder once
+  // symlinks are resolved.
   std::shared_ptr<const MappedFile> external_file(const std::string& location, uint64_t at,
                                                   const std::string& quote) {
     auto refuse = [&](const std::string& why) {
       fail(at, quote + "external data location \"" + location + "\" " + why);
     };
-    if (location.empty()) refuse("is empty");
-    if (location.front() == '#') refuse("is an in-memory placeholder, not a file");
-    if (location.find('\0') != std::string::npos) refuse("contains a NUL byte");
-    const fs::path relative(location);
-    if (relative.is_absolute()) refuse("is absolute; it must be relative to the model's folder");
-    if (!is_dotdot_free(relative)) refuse("contains \"..\"; it must stay inside the model's folder");
+    if (!location.empty() && location.front() == '#')
+      refuse("is an in-memory placeholder, not a file");
+    auto named = folder_->resolve(location);
+    if (!named) refuse(named.reason);
+    const fs::path& resolved = named.path;
     std::error_code ec;
-    const fs::path resolved = fs::canonical(folder_ / relative, ec);
-    if (ec) refuse("cannot be opened: " + ec.message());
-    const fs::path inside = resolved.lexically_relative(folder_);
-    if (inside.empty() || !is_dotdot_free(inside) || inside.is_absolute())
-      refuse("resolves to " + resolved.string() + ", outside the model's folder " + folder_.string());
     if (!fs::is_regular_file(resolved, ec)) refuse("is not a regular file");
     const std::string key = resolved.string();
     auto it = external_.find(key);
@@ -1097,7 +1085,7 @@ class Reader {
   fs::path model_path_;
   std::shared_ptr<const MappedFile> model_;
   std::string model_name_;
-  fs::path folder_;
+  std::optional<ModelFolder> folder_;
   WireContext context_;
   Catalog catalog_;
   Json metadata_ = Json::object();

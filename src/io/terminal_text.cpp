@@ -55,21 +55,53 @@ std::string printable(std::string_view text) {
   return out;
 }
 
-size_t display_width(std::string_view text) {
+namespace {
+
+// Calls `each(length, columns)` for every character of `text` in order,
+// until it returns false.
+template <typename Each>
+void for_each_width(std::string_view text, Each&& each) {
   const locale_t locale = utf8_locale();
   const locale_t previous = locale ? ::uselocale(locale) : static_cast<locale_t>(0);
-  size_t width = 0;
   size_t i = 0;
   while (i < text.size()) {
     const auto decoded = decode_utf8(text.substr(i));
     const size_t length = decoded ? decoded->length : 1;
     int columns = 1;
     if (decoded && locale) columns = ::wcwidth(static_cast<wchar_t>(decoded->code_point));
-    width += columns < 0 ? 1 : static_cast<size_t>(columns);
+    if (!each(length, columns < 0 ? size_t{1} : static_cast<size_t>(columns))) break;
     i += length;
   }
   if (locale) ::uselocale(previous);
+}
+
+}  // namespace
+
+size_t display_width(std::string_view text) {
+  size_t width = 0;
+  for_each_width(text, [&](size_t, size_t columns) {
+    width += columns;
+    return true;
+  });
   return width;
+}
+
+std::string fit_width(std::string_view text, size_t columns) {
+  if (columns == 0) return {};
+  size_t width = 0;
+  size_t kept = 0;  // bytes of the prefix that fits in columns - 1
+  bool fits = true;
+  for_each_width(text, [&](size_t length, size_t wide) {
+    width += wide;
+    if (width > columns) {
+      fits = false;
+      return false;
+    }
+    if (width <= columns - 1) kept += length;
+    return true;
+  });
+  if (fits) return std::string(text);
+  return std::string(text.substr(0, kept)) + "\u2026";
 }
 
 }  // namespace modelfs
