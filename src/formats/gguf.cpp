@@ -513,7 +513,7 @@ Catalog open_single(std::shared_ptr<const MappedFile> mapped, File file, const s
 // other than `named` (the one the user named, if any) must lie inside the
 // folder (model_folder.hpp).
 Catalog open_split(const std::filesystem::path& folder, const SplitName& split,
-                   const std::string& named = {}) {
+                   const std::string& named = {}, std::shared_ptr<const MappedFile> named_mapped = nullptr) {
   const std::string first_name = split_file_name(split.prefix, 1, split.count);
   const ModelFolder model_folder =
       ModelFolder::at(folder.empty() ? std::filesystem::path(".") : folder, std::string(kFormat));
@@ -537,7 +537,8 @@ Catalog open_split(const std::filesystem::path& folder, const SplitName& split,
         throw ModelError((folder / first_name).string(), std::string(kFormat), std::nullopt,
                          "split set member " + name + " " + member.reason);
     }
-    auto mapped = MappedFile::open(path);
+    // The member the user named is mapped already.
+    auto mapped = name == named && named_mapped ? named_mapped : MappedFile::open(path);
     File file = parse(mapped, name);
     const std::string display = mapped->display_name();
 
@@ -630,25 +631,24 @@ bool probe_file(std::span<const std::byte> head) {
 
 bool probe_folder(const std::filesystem::path& folder) { return !split_sets_in(folder).empty(); }
 
-Catalog open(const std::filesystem::path& model) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(model, ec)) {
-    auto sets = split_sets_in(model);
-    if (sets.size() != 1) {
-      std::string names;
-      for (const auto& p : sets) names += " " + p.filename().string();
-      throw ModelError(model.string(), "gguf split set", std::nullopt,
-                       "folder holds " + std::to_string(sets.size()) +
-                           " split sets (first files:" + names + "); name the one to mount");
-    }
-    auto split = parse_split_name(sets.front().filename().string());
-    // A "set" of one file may lack the split.* keys: mount it as a file.
-    if (split->count == 1) return open(sets.front());
-    return open_split(model, *split);
+Catalog open_folder(const std::filesystem::path& model) {
+  auto sets = split_sets_in(model);
+  if (sets.size() != 1) {
+    std::string names;
+    for (const auto& p : sets) names += " " + p.filename().string();
+    throw ModelError(model.string(), "gguf split set", std::nullopt,
+                     "folder holds " + std::to_string(sets.size()) +
+                         " split sets (first files:" + names + "); name the one to mount");
   }
+  auto split = parse_split_name(sets.front().filename().string());
+  // A "set" of one file may lack the split.* keys: mount it as a file.
+  if (split->count == 1) return open_file(ModelFile::open(sets.front()));
+  return open_split(model, *split);
+}
 
-  auto mapped = MappedFile::open(model);
-  const std::string name = model.filename().string();
+Catalog open_file(const ModelFile& model) {
+  const auto& mapped = model.mapped;
+  const std::string name = model.path.filename().string();
   File file = parse(mapped, name);
   auto count = integer_kv(file, "split.count", mapped->display_name());
   if (!count || *count <= 1) return open_single(mapped, std::move(file), name);
@@ -664,7 +664,7 @@ Catalog open(const std::filesystem::path& model) {
     throw ModelError(mapped->display_name(), std::string(kFormat), std::nullopt,
                      "split.count is " + std::to_string(*count) + " but the file name says " +
                          std::to_string(split->count));
-  return open_split(model.parent_path(), *split, name);
+  return open_split(model.path.parent_path(), *split, name, mapped);
 }
 
 }  // namespace modelfs::gguf

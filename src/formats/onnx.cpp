@@ -182,10 +182,9 @@ std::optional<uint64_t> parse_decimal(std::string_view text) {
 
 class Reader {
  public:
-  explicit Reader(const fs::path& model) : model_path_(model) {}
+  explicit Reader(const ModelFile& model) : model_path_(model.path), model_(model.mapped) {}
 
   Catalog read() {
-    model_ = MappedFile::open(model_path_);
     context_ = {model_->display_name(), std::string(kFormat)};
     if (model_->size() > kMaxModelBytes)
       fail(0, "file is " + std::to_string(model_->size()) +
@@ -1145,6 +1144,6 @@ bool probe_file(std::span<const std::byte> head) {
   return fields >= 2;
 }
 
-Catalog open(const std::filesystem::path& model) { return Reader(model).read(); }
+Catalog open_file(const ModelFile& model) { return Reader(model).read(); }
 
 }  // namespace modelfs::onnx

@@ -30,13 +30,27 @@ std::vector<std::filesystem::path> index_files_in(const std::filesystem::path& f
   return found;
 }
 
-Catalog open_sharded_index(const std::filesystem::path& index_path, const ShardedFormat& format,
-                           const OpenShard& open_shard) {
+ModelFile single_index_in(const std::filesystem::path& folder,
+                          std::initializer_list<std::string_view> suffixes, const ShardedFormat& format) {
+  const auto indexes = index_files_in(folder, suffixes);
+  if (indexes.size() != 1) {
+    std::string names;
+    for (const auto& p : indexes) names += (names.empty() ? "" : ", ") + p.filename().string();
+    throw ModelError(folder.string(), std::string(format.index), std::nullopt,
+                     "folder holds " + std::to_string(indexes.size()) + " *" + std::string(*suffixes.begin()) +
+                         " files" + (names.empty() ? std::string() : " (" + names + ")") +
+                         "; name the one to mount");
+  }
+  return ModelFile::open(indexes.front());
+}
+
+Catalog open_sharded_index(const ModelFile& index_model, const ShardedFormat& format, const OpenShard& open_shard) {
+  const std::filesystem::path& index_path = index_model.path;
   const std::string index_name = index_path.string();
   auto refuse = [&](const std::string& reason) {
     return ModelError(index_name, std::string(format.index), std::nullopt, reason);
   };
-  auto index_file = MappedFile::open(index_path);
+  const auto& index_file = index_model.mapped;
   const std::string_view text(reinterpret_cast<const char*>(index_file->data()), index_file->size());
   nlohmann::json index = parse_json_limited(text, index_name, format.index, 0, format.max_json_depth);
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())

@@ -175,8 +175,8 @@ SaveContents read_save(const ZipArchive& zip, const NestedSave& how) {
 bool probe_zip(std::span<const std::byte> head) { return starts_with(head, kZipMagic); }
 bool probe_legacy(std::span<const std::byte> head) { return starts_with(head, kLegacyMagic); }
 
-Catalog open_zip(const std::filesystem::path& model) {
-  auto file = MappedFile::open(model);
+Catalog open_zip(const ModelFile& model) {
+  const auto& file = model.mapped;
   const std::string display = file->display_name();
   ZipArchive zip = ZipArchive::open(file, "ZIP archive");
   auto refuse = [&](const std::string& format, const std::string& reason) {
@@ -184,7 +184,7 @@ Catalog open_zip(const std::filesystem::path& model) {
   };
   if (zip.members().empty()) throw refuse("ZIP archive", "archive is empty");
 
-  if (pt2::is_pt2_archive(zip)) return pt2::open_archive(model, file, zip);
+  if (pt2::is_pt2_archive(zip)) return pt2::open_archive(model.path, file, zip);
   const std::string prefix = archive_folder(zip);
   const ZipMember* data_pkl = zip.find(prefix + "data.pkl");
   if (!data_pkl) {
@@ -224,11 +224,11 @@ Catalog open_zip(const std::filesystem::path& model) {
   Catalog catalog;
   catalog.format = format;
   catalog.mtime = file->mtime();
-  catalog.files.push_back(file_name(model));
+  catalog.files.push_back(file_name(model.path));
   WalkOptions options;
   options.file = display;
   options.format = format;
-  options.source = file_name(model);
+  options.source = file_name(model.path);
   options.byte_swap = big_endian;
   options.collect_values = !script;
   if (script) read_script_classes(zip, prefix, options);
@@ -256,8 +256,8 @@ Catalog open_zip(const std::filesystem::path& model) {
   return catalog;
 }
 
-Catalog open_legacy(const std::filesystem::path& model) {
-  auto file = MappedFile::open(model);
+Catalog open_legacy(const ModelFile& model) {
+  const auto& file = model.mapped;
   const std::string display = file->display_name();
   const std::string format = "pytorch";
   const auto bytes = file->bytes();
@@ -336,7 +336,7 @@ Catalog open_legacy(const std::filesystem::path& model) {
   WalkOptions options;
   options.file = display;
   options.format = format;
-  options.source = file_name(model);
+  options.source = file_name(model.path);
   ObjectWalker walker(options, [&](const StorageId& id) {
     auto it = ranges.find(id.key);
     if (it == ranges.end())
@@ -349,7 +349,7 @@ Catalog open_legacy(const std::filesystem::path& model) {
   Catalog catalog;
   catalog.format = format;
   catalog.mtime = file->mtime();
-  catalog.files.push_back(file_name(model));
+  catalog.files.push_back(file_name(model.path));
   catalog.tensors = std::move(walker.tensors());
   catalog.metadata["values"] = std::move(walker.values());
   catalog.metadata["torch"] = info;
@@ -363,15 +363,15 @@ namespace {
 constexpr int kMaxIndexJsonDepth = 64;
 constexpr std::string_view kIndexFormat = "pytorch index";
 
-std::vector<std::filesystem::path> index_files_in(const std::filesystem::path& folder) {
-  return modelfs::index_files_in(folder, {".bin.index.json", ".pt.index.json", ".pth.index.json"});
-}
+const std::initializer_list<std::string_view> kIndexSuffixes = {".bin.index.json", ".pt.index.json",
+                                                                     ".pth.index.json"};
+const ShardedFormat kSharded{kIndexFormat, "pytorch", kMaxIndexJsonDepth};
 
 Catalog open_shard(const std::filesystem::path& path) {
-  auto file = MappedFile::open(path);
-  auto head = file->bytes().first(std::min<uint64_t>(file->size(), 64));
-  if (probe_zip(head)) return open_zip(path);
-  if (probe_legacy(head)) return open_legacy(path);
+  const ModelFile shard = ModelFile::open(path);
+  auto head = shard.mapped->bytes().first(std::min<uint64_t>(shard.mapped->size(), 64));
+  if (probe_zip(head)) return open_zip(shard);
+  if (probe_legacy(head)) return open_legacy(shard);
   throw ModelError(path.string(), std::string(kIndexFormat), 0,
                    "shard is neither a torch.save ZIP archive nor a legacy torch.save file");
 }
@@ -391,24 +391,19 @@ bool probe_index_file(std::span<const std::byte> head) {
   return torch_shard && shards.find(".safetensors\"") == std::string_view::npos;
 }
 
-bool probe_folder(const std::filesystem::path& folder) { return !index_files_in(folder).empty(); }
+bool probe_folder(const std::filesystem::path& folder) {
+  return !index_files_in(folder, kIndexSuffixes).empty();
+}
 
-Catalog open_index(const std::filesystem::path& model) {
-  std::filesystem::path index_path = model;
-  std::error_code ec;
-  if (std::filesystem::is_directory(model, ec)) {
-    auto indexes = index_files_in(model);
-    if (indexes.size() != 1)
-      throw ModelError(model.string(), std::string(kIndexFormat), std::nullopt,
-                       "folder holds " + std::to_string(indexes.size()) +
-                           " *.bin.index.json files; name the one to mount");
-    index_path = indexes.front();
-  }
+Catalog open_index_file(const ModelFile& index) {
   Catalog catalog = open_sharded_index(
-      index_path, {kIndexFormat, "pytorch", kMaxIndexJsonDepth},
-      [](const std::filesystem::path& path, const std::string&) { return open_shard(path); });
+      index, kSharded, [](const std::filesystem::path& path, const std::string&) { return open_shard(path); });
   catalog.tensors_may_share_bytes = true;
   return catalog;
+}
+
+Catalog open_folder(const std::filesystem::path& folder) {
+  return open_index_file(single_index_in(folder, kIndexSuffixes, kSharded));
 }
 
 }  // namespace modelfs::torch

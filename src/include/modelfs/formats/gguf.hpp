@@ -57,6 +57,7 @@
 #include <vector>
 
 #include "modelfs/catalog.hpp"
+#include "modelfs/formats.hpp"
 
 namespace modelfs::gguf {
 
@@ -104,6 +105,7 @@ bool probe_file(std::span<const std::byte> head);
 bool probe_folder(const std::filesystem::path& folder);
 
 // A single file, any member of a split set, or a folder holding a set.
-Catalog open(const std::filesystem::path& model);
+Catalog open_file(const ModelFile& model);
+Catalog open_folder(const std::filesystem::path& folder);
 
 }  // namespace modelfs::gguf

@@ -38,6 +38,7 @@
 #include <span>
 
 #include "modelfs/catalog.hpp"
+#include "modelfs/formats.hpp"
 
 namespace modelfs::onnx {
 
@@ -56,6 +57,6 @@ inline constexpr uint64_t kMaxConstantListBytes = uint64_t{1} << 30;
 // fields after it are ModelProto fields with their declared wire types.
 bool probe_file(std::span<const std::byte> head);
 
-Catalog open(const std::filesystem::path& model);
+Catalog open_file(const ModelFile& model);
 
 }  // namespace modelfs::onnx

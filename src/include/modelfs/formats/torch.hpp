@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "modelfs/catalog.hpp"
+#include "modelfs/formats.hpp"
 #include "modelfs/zip_archive.hpp"
 
 namespace modelfs::torch {
@@ -33,7 +34,7 @@ bool probe_zip(std::span<const std::byte> head);
 bool probe_legacy(std::span<const std::byte> head);
 
 // torch.save ZIP or TorchScript archive.
-Catalog open_zip(const std::filesystem::path& model);
+Catalog open_zip(const ModelFile& model);
 // A torch.save archive that is part of a larger file (a PT2 archive's
 // serialized_state_dict.pt, a use_pickle payload): how to name and describe
 // what it holds.
@@ -58,13 +59,15 @@ struct SaveContents {
 SaveContents read_save(const ZipArchive& zip, const NestedSave& how);
 
 // Legacy (pre-1.6) torch.save.
-Catalog open_legacy(const std::filesystem::path& model);
+Catalog open_legacy(const ModelFile& model);
 
 // Sharded checkpoints (pytorch_model.bin.index.json beside its shards): the
 // same {"weight_map": {name: shard}} scheme as safetensors, with shards that
 // are torch.save files (ZIP or legacy); merged into one catalog.
 bool probe_index_file(std::span<const std::byte> head);
 bool probe_folder(const std::filesystem::path& folder);
-Catalog open_index(const std::filesystem::path& model);
+// A sharded checkpoint: its index JSON, or a folder holding one.
+Catalog open_index_file(const ModelFile& index);
+Catalog open_folder(const std::filesystem::path& folder);
 
 }  // namespace modelfs::torch
