@@ -23,7 +23,7 @@ struct DTypeCode {
   DType dtype;
 };
 
-// formats.md §4.2: every dtype string the format defines.
+// docs/formats.md, "safetensors dtypes": every dtype string the format defines.
 constexpr DTypeCode kDTypes[] = {
     {"BOOL", DType::Bool},
     {"F4", DType::Float4E2M1},

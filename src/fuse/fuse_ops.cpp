@@ -102,8 +102,8 @@ void guarded(fuse_req_t req, const char* op, Body&& body) {
 
 void op_init(void* userdata, fuse_conn_info* conn) {
   auto& ctx = *static_cast<Context*>(userdata);
-  // Splice moves pages without a copy but measured slower here for replies
-  // from an mmap (performance.md); plain writev of iovecs is used instead.
+  // Splice sends each reply through a pipe, which costs more than one copy
+  // from the mapping (docs/performance.md, "No splice"): writev of iovecs.
   conn->want &= ~static_cast<unsigned>(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
                                        FUSE_CAP_SPLICE_MOVE);
   // Lookups and readdirs of different folders need no serialisation here.

@@ -1,5 +1,5 @@
 #pragma once
-// The JSON sidecar beside every tensor file (design.md, "The sidecar"):
+// The JSON sidecar beside every tensor file (docs/design.md, "The sidecar"):
 // name, dtype, shape, strides, nbytes, byte_order, numpy, format, source,
 // then the format's extras. Keys keep this order so `cat P.json` reads well.
 #include <optional>

@@ -1,5 +1,6 @@
 #pragma once
-// A restricted unpickler (formats.md §2.2-§2.5): it reads the pickle opcodes
+// A restricted unpickler (docs/formats.md, "Pickle opcodes" to "Tensor
+// rebuilds"): it reads the pickle opcodes
 // of protocols 0-5 that torch files use and builds plain values, but it never
 // imports or calls anything. A GLOBAL becomes a Global value naming what the
 // pickle asked for; REDUCE, NEWOBJ and BUILD become Call values recording the
