@@ -313,7 +313,8 @@ void reply_xattr_value(fuse_req_t req, const std::string& value, size_t size) {
 
 // Without -o xattr, ENOSYS: the kernel then stops asking. `ls -l` asks two
 // attributes of every file (security.selinux, system.posix_acl_access);
-// over 300 000 files those round trips were most of an `ls -lR`.
+// those round trips would be most of an `ls -lR` (docs/performance.md,
+// "Extended attributes off by default").
 void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   guarded(req, "getxattr", [&] {
     if (!context(req).xattrs) return (void)fuse_reply_err(req, ENOSYS);

@@ -134,8 +134,8 @@ struct Value {
 // Where a pickle's values live: stable addresses, in chunks mapped from the
 // kernel and unmapped whole with the pickle. On the heap (a std::deque, two
 // values per 512-byte block) they were interleaved with the strings the
-// catalog keeps, and once freed left holes the heap could not give back: a
-// 64-tensor checkpoint's mount held 0.25 MiB more than a safetensors one.
+// catalog keeps, and once freed left holes the heap could not give back,
+// held for the life of the mount.
 class ValueStore {
  public:
   // Values per chunk: 4096 (864 KiB, mapped); 64 under AddressSanitizer,
