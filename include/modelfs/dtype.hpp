@@ -1,6 +1,6 @@
 #pragma once
 // Element types, under the canonical lowercase names of the sidecar contract
-// (design.md, "The sidecar"). Each format maps its own type codes onto these.
+// (docs/design.md, "The sidecar"). Each format maps its own type codes onto these.
 #include <cstdint>
 #include <optional>
 #include <string_view>

@@ -53,10 +53,9 @@ constexpr int kExitUsage = 1;
 constexpr int kExitBadModel = 2;
 // Readahead set on the mount when running as root: the kernel then sends
 // 1 MiB requests (the most libfuse 3.14 offers), and the read-ahead thread
-// reads further ahead (prefetcher.hpp). With the thread, 1 MiB made first
-// passes 11 % (cat) and 20 % (numpy's mapped pass) faster than 8 MiB, the
-// reader's own readahead no longer racing the thread for the same pages;
-// without it, 1 and 8 MiB were equal.
+// reads further ahead (prefetcher.hpp). A larger window would make the
+// reader's own readahead race the thread for the same pages
+// (docs/performance.md, "Readahead").
 constexpr unsigned kDefaultReadaheadKib = 1024;
 
 struct Config {
@@ -489,7 +488,7 @@ int run(int argc, char** argv) {
     modelfs::BudgetScope scope(budget);
     auto catalog = modelfs::open_model(config.model);
     // A mount never verifies (that is --check's work): a torch.save archive's
-    // checks, one per record, were 30 MB for 100 000 tensors.
+    // checks, one per record, would be held for the life of the mount.
     std::vector<modelfs::IntegrityCheck>().swap(catalog.integrity_checks);
     tree = modelfs::Tree::build(std::move(catalog), {.flat = config.flat != 0});
   } catch (const modelfs::ModelError& e) {
@@ -498,8 +497,7 @@ int run(int argc, char** argv) {
   }
   // Parsing and building free a lot of short-lived memory (the header's JSON
   // DOM, the index being assembled); hand it back to the system, or the
-  // daemon keeps it as anonymous RSS for the life of the mount (100 000
-  // tensors: 395 -> 292 MiB).
+  // daemon keeps it as anonymous RSS for the life of the mount.
   ::malloc_trim(0);
 
   // The mount is read-only at the kernel too, the kernel enforces the 0444
@@ -553,7 +551,7 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   // One malloc arena for every thread: the serving threads allocate only
   // libfuse's small per-request blocks, which their thread caches recycle,
-  // and an arena each kept 8-16 KiB resident for that.
+  // so an arena each would only keep pages resident for that.
   ::mallopt(M_ARENA_MAX, 1);
   try {
     return run(argc, argv);

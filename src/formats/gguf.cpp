@@ -32,7 +32,7 @@ constexpr std::string_view kMagic = "GGUF";
 // (never adopted) would mark big-endian files so. Neither is GGUF.
 constexpr std::string_view kReversedMagic = "FUGG";
 
-// formats.md §5.5. Ids missing here were removed from ggml (or never used
+// docs/formats.md, "ggml types". Ids missing here were removed from ggml (or never used
 // in files) and are refused.
 constexpr GgmlType kGgmlTypes[] = {
     {0, "f32", 1, 4, DType::Float32},
@@ -42,7 +42,8 @@ constexpr GgmlType kGgmlTypes[] = {
     {6, "q5_0", 32, 22, std::nullopt},
     {7, "q5_1", 32, 24, std::nullopt},
     {8, "q8_0", 32, 34, std::nullopt},
-    {9, "q8_1", 32, 36, std::nullopt},  // ggml's struct; gguf-py says 40 (§9)
+    // ggml's struct; gguf-py says 40 (docs/formats.md, "Open questions").
+    {9, "q8_1", 32, 36, std::nullopt},
     {10, "q2_k", 256, 84, std::nullopt},
     {11, "q3_k", 256, 110, std::nullopt},
     {12, "q4_k", 256, 144, std::nullopt},
@@ -81,7 +82,7 @@ constexpr RemovedType kRemovedTypes[] = {
     {33, "q4_0_8_8"},  {36, "iq4_nl_4_4"}, {37, "iq4_nl_4_8"}, {38, "iq4_nl_8_8"},
 };
 
-// Metadata value types (formats.md §5.2), indexed by their id.
+// Metadata value types (docs/formats.md, "GGUF metadata values"), indexed by their id.
 enum ValueType : uint32_t { kUInt8, kInt8, kUInt16, kInt16, kUInt32, kInt32, kFloat32, kBool,
                             kString, kArray, kUInt64, kInt64, kFloat64, kValueTypeCount };
 

@@ -35,7 +35,7 @@ constexpr std::string_view kFormat = "onnx";
 constexpr std::string_view kStringText =
     "JSON Lines: one JSON string per element, in C order; a byte that is not UTF-8 is \\udcXX";
 
-// Field numbers of onnx.proto (formats.md §6.2, §6.3).
+// Field numbers of onnx.proto (docs/formats.md, "ONNX fields" and "TensorProto").
 namespace model_field {
 constexpr uint32_t kIrVersion = 1, kProducerName = 2, kProducerVersion = 3, kDomain = 4,
                    kModelVersion = 5, kDocString = 6, kGraph = 7, kOpsetImport = 8,
@@ -76,7 +76,7 @@ constexpr uint64_t kUndefined = 0, kFloat = 1, kInt = 2, kString = 3, kTensor = 
                    kSparseTensor = 11, kSparseTensors = 12, kTypeProto = 13, kTypeProtos = 14;
 }
 
-// TensorProto.DataType (formats.md §6.4) and the typed field that stores it.
+// TensorProto.DataType (docs/formats.md, "ONNX data types") and the typed field that stores it.
 struct DataTypeInfo {
   uint64_t code;
   std::string_view name;

@@ -33,10 +33,10 @@ constexpr uint64_t kMaxJsonBytes = uint64_t{256} << 20;
 // files shown as documents.
 constexpr uint64_t kMaxRecordBytes = 4096;
 constexpr uint64_t kMaxDocumentBytes = uint64_t{16} << 20;
-// Layout code of a strided tensor (formats.md §3.5, Layout).
+// Layout code of a strided tensor (docs/formats.md, "Export schema codes").
 constexpr int64_t kLayoutStrided = 7;
 
-// ScalarType codes of the export schema (formats.md §3.5); they differ from
+// ScalarType codes of the export schema (docs/formats.md, "Export schema codes"); they differ from
 // c10's numbering. complex32 has no canonical dtype: served as the unsigned
 // integers of its width, the sidecar's torch_dtype saying what they are.
 struct ScalarCode {
@@ -96,7 +96,7 @@ std::optional<std::string> archive_root(const ZipArchive& zip) {
   return std::nullopt;
 }
 
-// The variant of a union of the export schema (formats.md §3.5): an object
+// The variant of a union of the export schema (docs/formats.md, "Export schema codes"): an object
 // with one key naming it, {"as_int": 5}. The serializers of torch 2.1-2.2
 // (dataclasses.asdict) wrote every variant, the unused ones null:
 // {"as_expr": null, "as_int": 5}; the variant is then the one non-null
@@ -444,7 +444,8 @@ Tensor ArchiveReader::raw_tensor(const std::string& name, const std::string& fqn
   return t;
 }
 
-// formats.md §3.4: {"config": {fqn: {path_name, is_param, use_pickle, tensor_meta}}}.
+// {"config": {fqn: {path_name, is_param, use_pickle, tensor_meta}}}
+// (docs/formats.md, "Payload configs").
 void ArchiveReader::read_payload_config(Model& model, const ZipMember& config_member,
                                         const std::string& folder, bool constants) {
   const json config = json_of(config_member);

@@ -55,7 +55,7 @@ class Parser {
     fail(key_position(header_, name), reason);
   }
 
-  // Rules 5-7 of formats.md §4.3, in the reference crate's order.
+  // Rules 5-7 of docs/formats.md, "safetensors validation", in the reference crate's order.
   void validate_offsets(std::vector<HeaderEntry>& entries) const {
     std::sort(entries.begin(), entries.end(), [](const HeaderEntry& a, const HeaderEntry& b) {
       return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);

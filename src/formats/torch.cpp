@@ -22,7 +22,8 @@ using pickle::Kind;
 using pickle::Value;
 
 constexpr std::string_view kZipMagic = "PK\x03\x04";
-// formats.md §2.6: PROTO 2, LONG1 of 10 bytes: the magic number 0x1950a86a20f9469cfc6c.
+// PROTO 2, LONG1 of 10 bytes: the magic number 0x1950a86a20f9469cfc6c
+// (docs/formats.md, "Legacy torch.save").
 constexpr std::string_view kLegacyMagic = "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19";
 constexpr std::string_view kLegacyMagicNumber = "\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19";
 constexpr int64_t kLegacyProtocolVersion = 1001;

@@ -26,7 +26,7 @@ struct TypeEntry {
   bool packed = false;
 };
 
-// formats.md §2.3 (typed storage classes) and §2.4 (v3 dtypes). Types with
+// docs/formats.md, "Storage classes" and "Tensor rebuilds" (v3 dtypes). Types with
 // no modelfs dtype of their own are served as the unsigned integers of
 // their width, the sidecar's "torch_dtype" saying what they are.
 constexpr TypeEntry kTypes[] = {

@@ -1,9 +1,10 @@
 #pragma once
 // What the three PyTorch readers share: turning an unpickled object into
-// tensors (formats.md §2.3-§2.4). The walker follows dict keys, attributes
-// and indices from the root, names every tensor by that path (design.md
-// "The tree"), resolves each storage through the reader's callback, and
-// collects the plain values of the object for metadata.json.
+// tensors (docs/formats.md, "Storage classes", "Tensor rebuilds"). The
+// walker follows dict keys, attributes and indices from the root, names
+// every tensor by that path (docs/design.md, "Tensor names"), resolves each
+// storage through the reader's callback, and collects the plain values of
+// the object for metadata.json.
 #include <functional>
 #include <map>
 #include <unordered_map>

@@ -1,5 +1,5 @@
 """A safetensors writer for the tests, written from the format's spec
-(formats.md §4), independent of modelfs. Tensors are given as numpy arrays,
+(docs/formats.md, "safetensors"), independent of modelfs. Tensors are given as numpy arrays,
 or as (dtype code, shape, raw bytes) for types numpy lacks."""
 import json
 import struct

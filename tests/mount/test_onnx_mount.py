@@ -20,7 +20,7 @@ from conftest import cat, mounted, run_modelfs
 
 OPSET = [helper.make_opsetid("", 13)]
 
-# Canonical dtype names of modelfs by ONNX DataType code (formats.md §6.4).
+# Canonical dtype names of modelfs by ONNX DataType code (docs/formats.md, "ONNX data types").
 DTYPE_NAMES = {
     1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64",
     8: "string", 9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 14: "complex64",
@@ -46,7 +46,7 @@ def read_json_lines(data):
     return [json.loads(line).encode("utf-8", "surrogateescape") for line in data.split(b"\n")[:-1]]
 
 
-# ---- the oracle: tensors the onnx library sees, named by design.md's rules --
+# ---- the oracle: tensors the onnx library sees, named as docs/design.md, "Tensor names", says --
 
 def expected_bytes(t):
     """C-order little-endian bytes of a TensorProto, as modelfs must serve them."""

@@ -1,7 +1,7 @@
 """PT2 archives (torch.export.save) through a real mount, in every layout.
 
 The Debian torch (1.13) has no torch.export, so archives are laid out here
-the way torch's writers lay them out (formats.md §3): the layered archive of
+the way torch's writers lay them out (docs/formats.md, "PT2 archives"): the layered archive of
 2.8/2.9+ through torch._C.PyTorchFileWriter (the container PT2ArchiveWriter
 uses: top folder, 64-byte alignment, data descriptors) with its payload
 config JSON and raw storages; the flat 2.1-2.7 layout and early AOTInductor

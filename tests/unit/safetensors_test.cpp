@@ -1,5 +1,5 @@
 // The safetensors reader: every validation rule of the reference crate
-// (formats.md §4.3), each with a hand-made bad file, and the good cases.
+// (docs/formats.md, "safetensors validation"), each with a hand-made bad file, and the good cases.
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -172,7 +172,7 @@ TEST(TorchScript, ConstantsArchiveIsTorchScript) {
   EXPECT_EQ(catalog.tensors.size(), 1u);
 }
 
-// Five pickles then the storages, as formats.md §2.6 lays them out.
+// Five pickles then the storages, as docs/formats.md, "Legacy torch.save", lays them out.
 std::string legacy_file(int64_t numel_in_file, const std::string& data) {
   std::string out = "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19."s;
   out += "\x80\x02M\xe9\x03."s;

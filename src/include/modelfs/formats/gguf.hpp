@@ -1,5 +1,5 @@
 #pragma once
-// GGUF (ggml's model format; formats.md §5). All integers little-endian:
+// GGUF (ggml's model format; docs/formats.md, "GGUF"). All integers little-endian:
 //
 //   "GGUF" | u32 version | count tensor_count | count kv_count
 //   kv_count x   { string key | u32 value_type | value }
@@ -68,7 +68,7 @@ inline constexpr uint32_t kMaxDims = 4;            // GGML_MAX_DIMS
 inline constexpr uint64_t kMaxNameBytes = 65535;   // keys and tensor names
 inline constexpr int kMaxArrayDepth = 8;           // arrays of arrays of ...
 
-// One ggml tensor type (formats.md §5.5).
+// One ggml tensor type (docs/formats.md, "ggml types").
 struct GgmlType {
   uint32_t id;
   std::string_view name;  // lowercase ggml name: "f32", "q4_k", ...

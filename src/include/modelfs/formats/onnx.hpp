@@ -1,9 +1,9 @@
 #pragma once
-// ONNX (onnx/onnx.proto; formats.md §6): one serialized ModelProto, no
+// ONNX (onnx/onnx.proto; docs/formats.md, "ONNX"): one serialized ModelProto, no
 // magic, read with the lazy wire scanner (protobuf_wire.hpp) so that weight
 // bytes stay in the mapping.
 //
-// Tensors and their names (design.md, "The tree"):
+// Tensors and their names (docs/design.md, "Tensor names"):
 //   graph initializers                  their stored name
 //   sparse initializers                 <name>.values and <name>.indices,
 //                                       the dense shape in the sidecar

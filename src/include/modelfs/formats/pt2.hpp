@@ -1,5 +1,5 @@
 #pragma once
-// PT2 archives (torch.export.save, AOTInductor packages; formats.md §3), in
+// PT2 archives (torch.export.save, AOTInductor packages; docs/formats.md, "PT2 archives"), in
 // every layout torch has written, all inside the ZIP container of torch.save:
 //
 //   layered (2.8+)   [folder/]archive_format = "pt2", models/<name>.json per

@@ -1,5 +1,5 @@
 #pragma once
-// safetensors (huggingface/safetensors; formats.md §4):
+// safetensors (huggingface/safetensors; docs/formats.md, "safetensors"):
 //
 //   u64 LE N | N bytes of UTF-8 JSON header | data buffer (rest of the file)
 //

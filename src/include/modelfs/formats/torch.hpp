@@ -1,5 +1,6 @@
 #pragma once
-// PyTorch files (formats.md §1-§2), all read without running a pickle:
+// PyTorch files (docs/formats.md, "ZIP container", "PyTorch files"), all
+// read without running a pickle:
 //
 //   torch.save ZIP    <archive>/data.pkl + <archive>/data/<key> storages
 //                     (any top folder name; `byteorder` big is byte-swapped)
