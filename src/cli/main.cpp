@@ -166,8 +166,8 @@ void print_usage(const char* program) {
             << "    -V   --version         print version\n"
             << "    -d   -o debug          enable debug output (implies -f)\n"
             << "    -f                     foreground operation\n"
-            << "    -s                     serve requests on one thread (default: one\n"
-            << "                           thread per CPU, each pinned to its CPU)\n"
+            << "    -s                     serve requests on one thread (default: libfuse's\n"
+            << "                           pool of threads)\n"
             << "    -o max_threads=N       at most N threads (default 10)\n";
   std::cout.flush();
   fuse_lowlevel_help();
@@ -458,14 +458,6 @@ int run(int argc, char** argv) {
     return kExitUsage;
   }
   if (fuse_parse_cmdline(&args, &cmdline) != 0) return kExitUsage;
-  // Settings of libfuse's own thread pool, which modelfs does not use: its
-  // workers are fixed, one per CPU (src/fuse/cpu_local_loop.hpp).
-  if (cmdline.clone_fd != 0 || cmdline.max_idle_threads != UINT_MAX) {
-    spdlog::error("-o {} is not supported: modelfs serves on one thread per CPU "
-                  "(-o max_threads=N bounds them, -s uses one)",
-                  cmdline.clone_fd != 0 ? "clone_fd" : "max_idle_threads");
-    return kExitUsage;
-  }
   if (cmdline.max_threads == 0) {
     spdlog::error("-o max_threads must be at least 1");
     return kExitUsage;
@@ -525,6 +517,8 @@ int run(int argc, char** argv) {
   serve.xattrs = config.xattr != 0;
   serve.prefetch = config.noprefetch == 0;
   serve.max_threads = cmdline.max_threads;
+  serve.clone_fd = cmdline.clone_fd != 0;
+  if (cmdline.max_idle_threads != UINT_MAX) serve.max_idle_threads = cmdline.max_idle_threads;
   serve.readahead_kb = config.readahead_kb >= 0 ? static_cast<unsigned>(config.readahead_kb)
                        : ::geteuid() == 0      ? kDefaultReadaheadKib
                                                : 0;

@@ -9,7 +9,7 @@
 // pages are kept between opens.
 #include "fuse_server.hpp"
 
-#include "cpu_local_loop.hpp"
+#include "threads.hpp"
 #include "prefetcher.hpp"
 #include "modelfs/json_text.hpp"
 
@@ -469,8 +469,20 @@ int serve(const Tree& tree, fuse_args& args, const ServeOptions& options) {
   std::optional<Prefetcher> prefetcher;
   if (options.prefetch) ctx.prefetcher = &prefetcher.emplace(tree, options.mountpoint);
 
-  const int status = options.single_thread ? fuse_session_loop(session)
-                                           : serve_on_each_cpu(session, options.max_threads);
+  // libfuse's own loops. A loop of our own (one worker pinned to each CPU)
+  // won on one VM and lost on others and on a busy machine, where a pinned
+  // worker waits for its CPU while another CPU idles.
+  int status;
+  if (options.single_thread) {
+    status = fuse_session_loop(session);
+  } else {
+    fuse_loop_config* config = fuse_loop_cfg_create();
+    fuse_loop_cfg_set_max_threads(config, options.max_threads);
+    fuse_loop_cfg_set_clone_fd(config, options.clone_fd ? 1 : 0);
+    if (options.max_idle_threads) fuse_loop_cfg_set_idle_threads(config, *options.max_idle_threads);
+    status = fuse_session_loop_mt(session, config);
+    fuse_loop_cfg_destroy(config);
+  }
   fuse_session_unmount(session);
   if (prefetcher) prefetcher->stop();
   if (readahead.joinable()) readahead.join();
