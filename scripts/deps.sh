@@ -8,7 +8,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake pkg-config git
-  fuse3 libfuse3-dev zlib1g-dev nlohmann-json3-dev libspdlog-dev
+  fuse3 libfuse3-dev zlib1g-dev libzip-dev nlohmann-json3-dev libspdlog-dev
   libgtest-dev googletest
   python3 python3-numpy python3-pytest python3-torch python3-onnx
   attr dpkg-dev bash-completion man-db
