@@ -1,9 +1,12 @@
 """modelfs as an installed Unix tool: cmake --install with a CMake package
 config and a pkg-config file that an example program links against, the
-Debian package (installed, used from /etc/fstab-style lines and
-mount -t fuse.modelfs, removed), the man page, bash completion."""
+Debian packages (built with dpkg-buildpackage, clean under lintian, installed,
+used and purged in a fresh Debian 12 root), the man page, bash completion,
+the systemd mount unit of the man page and README."""
+import json
 import os
 import pathlib
+import re
 import shutil
 import struct
 import subprocess
@@ -83,11 +86,61 @@ def test_pkg_config_file_compiles_a_program(installed, tmp):
     assert out.splitlines()[1:] == expected_listing(tensors, data_start, "m.safetensors")
 
 
-def test_man_page_is_clean_under_man_warnings():
-    result = run("man", "--warnings", "-l", REPO / "man" / "modelfs.1", env=dict(os.environ, MANWIDTH="80"))
+def man_page(width=80):
+    result = run("man", "--warnings", "-l", REPO / "man" / "modelfs.1", env=dict(os.environ, MANWIDTH=str(width)))
     assert result.stderr == ""
+    return result.stdout
+
+
+def test_man_page_is_clean_under_man_warnings():
+    text = man_page()
     for section in ("SYNOPSIS", "OPTIONS", "EXIT STATUS", "EXAMPLES", "fstab"):
-        assert section in result.stdout, section
+        assert section in text, section
+    synopsis = text[text.index("SYNOPSIS"):text.index("DESCRIPTION")]
+    for command in ("--list [--json] MODEL", "--info [--json] MODEL", "--check [--json] MODEL",
+                    "-u MOUNTPOINT", "--version | --help"):
+        assert f"modelfs {command}" in synopsis, command
+
+
+def mount_units():
+    """The .mount unit of the man page and of the README."""
+    from_man = re.search(r"^ *\[Unit\]\n.*?WantedBy=\S+\n", man_page(200), re.S | re.M).group(0)
+    readme = (REPO / "README.md").read_text()
+    from_readme = re.search(r"```ini\n(\[Unit\]\n.*?)```", readme, re.S).group(1)
+    return [re.sub(r"(?m)^ +", "", from_man), from_readme]
+
+
+def test_systemd_mount_unit_of_man_page_and_readme_verifies(tmp):
+    """systemd-analyze verify: the syntax, the keys, and the unit's name
+    matching its Where=; then the mount that unit asks for, as systemd
+    would run it (mount -t TYPE -o OPTIONS WHAT WHERE), on a model here,
+    with the build's binary named by path (type fuse, PROGRAM#MODEL) as
+    mount.fuse3 finds `modelfs` on its own PATH only once installed."""
+    units = mount_units()
+    assert units[0] == units[1], "the man page and README show the same unit"
+    unit = units[0]
+    fields = dict(re.findall(r"(?m)^(\w+)=(.*)$", unit))
+    name = run("systemd-escape", "-p", "--suffix=mount", fields["Where"]).stdout.strip()
+    assert name == "mnt-llama.mount"
+    (tmp / name).write_text(unit)
+    verify = run("systemd-analyze", "verify", "--man=no", tmp / name, check=False)
+    assert verify.returncode == 0 and verify.stderr == "", verify.stderr
+    broken = tmp / "mnt-other.mount"
+    broken.write_text(unit)
+    assert run("systemd-analyze", "verify", "--man=no", broken, check=False).returncode != 0
+
+    model = tmp / "m.safetensors"
+    tensors, _ = sample_model(model)
+    mnt = tmp / "mnt"
+    mnt.mkdir()
+    assert fields["Type"] == "fuse.modelfs"
+    try:
+        run("mount", "-t", "fuse", "-o", fields["Options"], f"{MODELFS}#{model}", mnt)
+        assert (mnt / "encoder" / "w").read_bytes() == tensors["encoder.w"].tobytes()
+        options = next(line for line in open("/proc/self/mountinfo") if f" {mnt} " in line)
+        assert "fuse.modelfs" in options and "allow_other" in options
+    finally:
+        unmount(mnt)
 
 
 def complete(line, cwd):
@@ -109,9 +162,30 @@ def test_bash_completion_of_options_models_and_mountpoints(tmp):
     (tmp / "notes.txt").write_text("x")
     (tmp / "mnt").mkdir()
     assert complete("modelfs --li", tmp) == ["--list"]
+    assert complete("modelfs --ch", tmp) == ["--check"]
     assert "flat" in complete("modelfs -o fl", tmp)
     assert complete("modelfs ", tmp) == ["llama.safetensors", "mnt"]
     assert complete("modelfs llama.safetensors ", tmp) == ["mnt"]
+
+
+def test_bash_completion_offers_what_modelfs_accepts(tmp):
+    (tmp / "llama.safetensors").write_bytes(b"")
+    (tmp / "notes.txt").write_text("x")
+    (tmp / "mnt").mkdir()
+    options = complete("modelfs -o ", tmp)
+    for accepted in ("noprefetch", "max_parse_mb=", "xattr", "log_file=", "readahead_kb="):
+        assert accepted in options, accepted
+    for refused in ("clone_fd", "max_idle_threads="):  # modelfs refuses these
+        assert refused not in options, refused
+        assert run(MODELFS, "-o", refused.rstrip("=") + ("=1" if refused.endswith("=") else ""),
+                   tmp / "llama.safetensors", tmp / "mnt", check=False).returncode == 1
+    assert complete("modelfs -o ro,nopre", tmp) == ["ro,noprefetch"]
+    assert complete("modelfs -o log_file=no", tmp) == ["log_file=notes.txt"]
+    assert complete("modelfs -o flat,log_file=", tmp) == ["flat,log_file=llama.safetensors",
+                                                            "flat,log_file=mnt/", "flat,log_file=notes.txt"]
+    for command in ("--check", "--list", "--info"):
+        assert complete(f"modelfs {command} llama.safetensors ", tmp) == [], command
+    assert complete("modelfs -u ", tmp) == ["mnt"]
 
 
 def test_fstab_line_mounts_through_mount_fuse3(tmp):
