@@ -81,6 +81,12 @@ std::string methods_libzip_reads() {
   return names;
 }
 
+// A member opened through libzip, closed however the reading ends.
+struct CloseZipFile {
+  void operator()(zip_file_t* file) const { zip_fclose(file); }
+};
+using ZipFile = std::unique_ptr<zip_file_t, CloseZipFile>;
+
 std::string libzip_error(zip_error_t* error) {
   std::string text = zip_error_strerror(error);
   return "libzip: " + text;
@@ -353,14 +359,14 @@ std::vector<IntegrityCheck> ZipArchive::crc_checks() const {
                           fail("compression method " + method_name(member.method) +
                                " is not supported (libzip here reads " + methods_libzip_reads() + ")");
                         std::lock_guard lock(archive->libzip_->mutex);
-                        zip_file_t* file = zip_fopen_index(checked(), index, 0);
+                        const ZipFile file(zip_fopen_index(checked(), index, 0));
                         if (file == nullptr) fail(libzip_error(zip_get_error(checked())));
                         // libzip compares size and CRC-32 when the member's end is read.
                         std::vector<char> buffer(1 << 20);
                         uLong crc = ::crc32(0L, Z_NULL, 0);
                         uint64_t total = 0;
                         zip_int64_t n = 0;
-                        while ((n = zip_fread(file, buffer.data(), buffer.size())) > 0) {
+                        while ((n = zip_fread(file.get(), buffer.data(), buffer.size())) > 0) {
                           crc = crc32_update(crc, reinterpret_cast<const std::byte*>(buffer.data()), uint64_t(n));
                           total += uint64_t(n);
                           progress(std::min<uint64_t>(uint64_t(n), member.uncompressed_size));
@@ -371,7 +377,7 @@ std::vector<IntegrityCheck> ZipArchive::crc_checks() const {
                                                   " bytes, the directory says " +
                                                   std::to_string(member.uncompressed_size);
                         if (n < 0) {
-                          zip_error_t* error = zip_file_get_error(file);
+                          zip_error_t* error = zip_file_get_error(file.get());
                           if (total != member.uncompressed_size)
                             why = sizes + " (" + libzip_error(error) + ")";
                           else if (zip_error_code_zip(error) == ZIP_ER_CRC)
@@ -381,7 +387,6 @@ std::vector<IntegrityCheck> ZipArchive::crc_checks() const {
                         } else if (total != member.uncompressed_size) {
                           why = sizes;
                         }
-                        zip_fclose(file);
                         if (!why.empty()) fail(why);
                       }});
   }
@@ -427,7 +432,7 @@ std::string ZipArchive::decompress(const ZipMember& member) const {
   const char* name = zip_get_name(za, index, ZIP_FL_ENC_RAW);
   if (name == nullptr || member.name != name)
     fail(member.local_header_offset, quote + "libzip reads another member at its place in the directory");
-  zip_file_t* file = zip_fopen_index(za, index, 0);
+  const ZipFile file(zip_fopen_index(za, index, 0));
   if (file == nullptr) fail(member.local_header_offset, quote + libzip_error(zip_get_error(za)));
 
   // Deflate's output was bounded by the ratio check: allocated whole.
@@ -443,11 +448,11 @@ std::string ZipArchive::decompress(const ZipMember& member) const {
     if (produced == size) {
       // One more read: the end of the stream, where libzip checks the CRC.
       char extra = 0;
-      n = zip_fread(file, &extra, 1);
+      n = zip_fread(file.get(), &extra, 1);
       if (n > 0) why = "inflates to more bytes than its size";
       break;
     }
-    n = zip_fread(file, out.data() + produced, out.size() - produced);
+    n = zip_fread(file.get(), out.data() + produced, out.size() - produced);
     if (n <= 0) break;
     produced += uint64_t(n);
   }
@@ -456,7 +461,7 @@ std::string ZipArchive::decompress(const ZipMember& member) const {
                                    std::to_string(size) + " (the data ends before the " +
                                    method_name(member.method) + " stream does, or the stream ends early)";
   if (why.empty() && n < 0) {
-    zip_error_t* failure = zip_file_get_error(file);
+    zip_error_t* failure = zip_file_get_error(file.get());
     const int code = zip_error_code_zip(failure);
     if (produced < size && (code == ZIP_ER_CRC || code == ZIP_ER_INCONS))
       why = short_stream;
@@ -467,7 +472,6 @@ std::string ZipArchive::decompress(const ZipMember& member) const {
   } else if (why.empty() && produced < size) {
     why = short_stream;
   }
-  zip_fclose(file);
   if (!why.empty()) fail(member.local_header_offset, quote + why);
   return out;
 }
