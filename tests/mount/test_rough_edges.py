@@ -217,8 +217,9 @@ $AS_NOBODY od -A n -t d2 {d}/mnt/enc/b
 umount {d}/mnt
 """
         result = run_as_nobody(script)
-        if "mknod" in result.stderr and "Operation not permitted" in result.stderr:
-            pytest.skip("cannot make a device node here")
+        if ("mknod" in result.stderr and "Operation not permitted" in result.stderr) or \
+                "cannot open /dev/fuse" in result.stderr:
+            pytest.skip(f"no usable device node in {d} (nodev?): {result.stderr.strip()}")
         assert result.returncode == 0, result.stderr
         warnings = [line for line in result.stderr.splitlines() if "readahead_kb" in line]
         assert warnings == ["modelfs: warning: -o readahead_kb=4096 is ignored: only root may set a "
