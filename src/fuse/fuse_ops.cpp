@@ -311,10 +311,13 @@ void reply_xattr_value(fuse_req_t req, const std::string& value, size_t size) {
   fuse_reply_buf(req, value.data(), value.size());
 }
 
-// Without -o xattr, ENOSYS: the kernel then stops asking. `ls -l` asks two
-// attributes of every file (security.selinux, system.posix_acl_access);
-// those round trips would be most of an `ls -lR` (docs/performance.md,
-// "Extended attributes off by default").
+// Without -o xattr, getxattr answers ENOSYS: the kernel then stops asking.
+// `ls -l` asks two attributes of every file (security.selinux,
+// system.posix_acl_access); those round trips would be most of an `ls -lR`
+// (docs/performance.md, "Extended attributes off by default"). listxattr
+// answers an empty list instead (ENOSYS there would be ENOTSUP to callers:
+// `tar --xattrs` warned once per file and `getfattr -d` failed); `ls -l`
+// never lists attributes, so that costs it nothing.
 void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   guarded(req, "getxattr", [&] {
     if (!context(req).xattrs) return (void)fuse_reply_err(req, ENOSYS);
@@ -328,11 +331,11 @@ void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) 
 
 void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   guarded(req, "listxattr", [&] {
-    if (!context(req).xattrs) return (void)fuse_reply_err(req, ENOSYS);
     const Node* node = context(req).tree->node(ino);
     if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
     std::string names;
-    for (const auto& [key, value] : xattrs_of(*node)) names.append(key).push_back('\0');
+    if (context(req).xattrs)
+      for (const auto& [key, value] : xattrs_of(*node)) names.append(key).push_back('\0');
     reply_xattr_value(req, names, size);
   });
 }
@@ -420,25 +423,9 @@ void raise_readahead(const std::string& mountpoint, unsigned kib) {
     spdlog::debug("readahead of {} set to {} KiB", mountpoint, kib);
 }
 
-void log_from_libfuse(fuse_log_level level, const char* fmt, va_list ap) {
-  char message[1024];
-  std::vsnprintf(message, sizeof message, fmt, ap);
-  std::string_view text(message);
-  while (!text.empty() && text.back() == '\n') text.remove_suffix(1);
-  if (level <= FUSE_LOG_ERR)
-    spdlog::error("{}", text);
-  else if (level <= FUSE_LOG_WARNING)
-    spdlog::warn("{}", text);
-  else
-    spdlog::debug("{}", text);
-}
-
 }  // namespace
 
-void route_libfuse_logs() { fuse_set_log_func(log_from_libfuse); }
-
 int serve(const Tree& tree, fuse_args& args, const ServeOptions& options) {
-  route_libfuse_logs();
   Context ctx{&tree, ::getuid(), ::getgid(), options.xattrs, nullptr};
   const fuse_lowlevel_ops ops = make_operations();
   fuse_session* session = fuse_session_new(&args, &ops, sizeof(ops), &ctx);

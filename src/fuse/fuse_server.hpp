@@ -39,9 +39,6 @@ struct ServeOptions {
   std::function<void()> on_daemonized;
 };
 
-// Sends libfuse's own messages through modelfs's logger.
-void route_libfuse_logs();
-
 // Mounts `tree` with the FUSE options in `args` and serves until unmounted
 // or signalled (SIGINT, SIGTERM, SIGHUP unmount cleanly). Returns 0 on a
 // clean exit, 1 when the mount failed; nothing is left mounted either way.
