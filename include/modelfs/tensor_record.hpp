@@ -12,6 +12,7 @@
 
 #include "modelfs/catalog.hpp"
 #include "modelfs/dtype.hpp"
+#include "modelfs/npy.hpp"
 
 namespace modelfs {
 
@@ -30,9 +31,14 @@ struct TensorRecord {
   // The sidecar's lines after "source", one per format extra (see
   // sidecar_extras_lines); empty for none.
   std::string_view extras_lines;
+  // What the .npy holds (npy.hpp's NpyContent); none: there is no .npy.
+  std::optional<DType> npy_dtype;
+  std::string_view npy_from;
+  bool npy_exact = true;
 };
 
-// A record viewing `tensor` (valid while it lives); extras_lines left empty.
+// A record viewing `tensor` (valid while it lives); extras_lines left empty,
+// the .npy's content judged from the tensor alone (npy_content).
 inline TensorRecord record_of(const Tensor& tensor) {
   TensorRecord r;
   r.name = tensor.name;
@@ -43,6 +49,11 @@ inline TensorRecord record_of(const Tensor& tensor) {
   r.nbytes = tensor.bytes.size();
   r.source_file = tensor.source.file;
   r.source_offset = tensor.source.offset;
+  if (auto npy = npy_content(tensor)) {
+    r.npy_dtype = npy->dtype;
+    r.npy_from = npy->from;
+    r.npy_exact = npy->exact;
+  }
   return r;
 }
 

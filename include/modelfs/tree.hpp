@@ -9,7 +9,8 @@
 //              keeping 100 000 of them would cost tens of MiB for nothing),
 //              or, when big, printed at build and kept
 //   P.npy      .npy header (made) + the same mapped range, or, for a strided
-//              view, its elements gathered into C order on each read
+//              view, its elements gathered into C order on each read, or,
+//              for a type numpy lacks, its values converted on each read
 //   .modelfs/  index.json (printed when first read, then kept: 12 MB for
 //              100 000 tensors that most mounts never read), metadata.json
 //              and the format's documents
