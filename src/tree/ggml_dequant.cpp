@@ -21,13 +21,25 @@ inline uint16_t le16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[
 inline uint32_t le32(const uint8_t* p) {
   return uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24);
 }
-inline float half_at(const uint8_t* p) { return half_to_float(le16(p)); }
+// IEEE binary16 to float32, exactly; inline here, where every block
+// converts one or two.
+inline float half_bits(uint16_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1Fu;
+  const uint32_t mantissa = bits & 0x3FFu;
+  if (exponent == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (mantissa << 13));
+  if (exponent != 0) return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+  // Zero or subnormal: mantissa x 2^-24, exact in float32.
+  const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
+  return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(magnitude));
+}
+inline float half_at(const uint8_t* p) { return half_bits(le16(p)); }
 
 // ---- 32-element blocks: a float16 scale (and minimum), 4, 5 or 8 bits a value
 
 // q4_0: d | 16 bytes; element j in the low nibble of byte j, element j+16 in
 // its high nibble; value = (nibble - 8) * d.
-void q4_0(const uint8_t* b, float* y) {
+void q4_0(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b);
   const uint8_t* qs = b + 2;
   for (int j = 0; j < 16; ++j) {
@@ -37,7 +49,7 @@ void q4_0(const uint8_t* b, float* y) {
 }
 
 // q4_1: d | m | 16 bytes; value = nibble * d + m.
-void q4_1(const uint8_t* b, float* y) {
+void q4_1(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b);
   const float m = half_at(b + 2);
   const uint8_t* qs = b + 4;
@@ -49,7 +61,7 @@ void q4_1(const uint8_t* b, float* y) {
 
 // q5_0: d | u32 fifth bits (bit i for element i) | 16 bytes of low nibbles
 // as q4_0; value = (5-bit - 16) * d.
-void q5_0(const uint8_t* b, float* y) {
+void q5_0(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b);
   const uint32_t qh = le32(b + 2);
   const uint8_t* qs = b + 6;
@@ -62,7 +74,7 @@ void q5_0(const uint8_t* b, float* y) {
 }
 
 // q5_1: d | m | u32 fifth bits | 16 bytes; value = 5-bit * d + m.
-void q5_1(const uint8_t* b, float* y) {
+void q5_1(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b);
   const float m = half_at(b + 2);
   const uint32_t qh = le32(b + 4);
@@ -76,7 +88,7 @@ void q5_1(const uint8_t* b, float* y) {
 }
 
 // q8_0: d | 32 int8; value = q * d.
-void q8_0(const uint8_t* b, float* y) {
+void q8_0(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b);
   for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
 }
@@ -84,7 +96,7 @@ void q8_0(const uint8_t* b, float* y) {
 // q8_1: d | s (d times the sum of the quants, for dot products) | 32 int8;
 // value = q * d. ggml has no dequantization of its own for this type (it
 // only ever holds activations); this is the value its fields define.
-void q8_1(const uint8_t* b, float* y) {
+void q8_1(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b);
   for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<int8_t>(b[4 + j])) * d;
 }
@@ -110,7 +122,7 @@ inline void scale_min_k4(int j, const uint8_t* q, uint8_t& scale, uint8_t& min) 
 // 2-bit quants | d | dmin. Each half of 128 elements takes 32 quant bytes;
 // its four groups of 32 are the four bit pairs of those bytes, 16 elements
 // per scale; value = d*scale * q - dmin*min.
-void q2_k(const uint8_t* b, float* y) {
+void q2_k(const uint8_t* __restrict b, float* __restrict y) {
   const uint8_t* scales = b;
   const uint8_t* q = b + 16;
   const float d = half_at(b + 80);
@@ -133,7 +145,7 @@ void q2_k(const uint8_t* b, float* y) {
 // sixteen 6-bit scales | d. Quants as q2_k; the high bit of element
 // (16*part + l) of group g of half h is bit 4h+g of hmask[16*part + l], and
 // a clear high bit subtracts 4; value = d*(scale - 32) * q.
-void q3_k(const uint8_t* b, float* y) {
+void q3_k(const uint8_t* __restrict b, float* __restrict y) {
   const uint8_t* hmask = b;
   const uint8_t* q = b + 32;
   const uint8_t* packed = b + 96;
@@ -165,7 +177,7 @@ void q3_k(const uint8_t* b, float* y) {
 // q4_k: d | dmin | 12 bytes of 6-bit scales and mins | 128 bytes of
 // nibbles. Each 64 elements take 32 bytes: low nibbles then high nibbles,
 // one scale and min each; value = d*scale * q - dmin*min.
-void q4_k(const uint8_t* b, float* y) {
+void q4_k(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b);
   const float dmin = half_at(b + 2);
   const uint8_t* scales = b + 4;
@@ -183,7 +195,7 @@ void q4_k(const uint8_t* b, float* y) {
 
 // q5_k: as q4_k with 32 bytes of fifth bits before the nibbles: the fifth
 // bit of element l of sub-block s is bit s of qh[l] (worth 16).
-void q5_k(const uint8_t* b, float* y) {
+void q5_k(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b);
   const float dmin = half_at(b + 2);
   const uint8_t* scales = b + 4;
@@ -206,7 +218,7 @@ void q5_k(const uint8_t* b, float* y) {
 // q6_k: 128 bytes of low nibbles | 64 bytes of high bit pairs | 16 int8
 // scales | d. Each half of 128 elements takes 64 low bytes, 32 high bytes
 // and 8 scales; value = d * scale * (6-bit - 32), in that order.
-void q6_k(const uint8_t* b, float* y) {
+void q6_k(const uint8_t* __restrict b, float* __restrict y) {
   const uint8_t* ql = b;
   const uint8_t* qh = b + 128;
   const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
@@ -228,7 +240,7 @@ void q6_k(const uint8_t* b, float* y) {
 
 // q8_k: float32 d | 256 int8 | 16 int16 group sums (not needed for the
 // values); value = d * q.
-void q8_k(const uint8_t* b, float* y) {
+void q8_k(const uint8_t* __restrict b, float* __restrict y) {
   const float d = std::bit_cast<float>(le32(b));
   for (uint32_t j = 0; j < kSuperBlock; ++j) y[j] = d * static_cast<float>(static_cast<int8_t>(b[4 + j]));
 }
@@ -240,7 +252,7 @@ void q8_k(const uint8_t* b, float* y) {
 // integer part of 3 * (byte * 3^n mod 256) / 256. Elements: the first 32
 // bytes' digit 0, then digit 1, ... (160), the next 16 bytes' likewise
 // (80), then the last 4 bytes' digits 0-3 (16); value = (digit - 1) * d.
-void tq1_0(const uint8_t* b, float* y) {
+void tq1_0(const uint8_t* __restrict b, float* __restrict y) {
   static constexpr uint8_t kPow3[6] = {1, 3, 9, 27, 81, 243};
   const uint8_t* qs = b;
   const uint8_t* qh = b + 48;
@@ -259,7 +271,7 @@ void tq1_0(const uint8_t* b, float* y) {
 
 // tq2_0: 64 bytes of 2-bit values | d. Each 32 bytes give 128 elements,
 // bit pair 0 of the 32 first, then pair 1, ...; value = (q - 1) * d.
-void tq2_0(const uint8_t* b, float* y) {
+void tq2_0(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b + 64);
   for (int j = 0; j < 64; j += 32)
     for (int shift = 0; shift < 8; shift += 2)
@@ -270,7 +282,7 @@ void tq2_0(const uint8_t* b, float* y) {
 
 // iq4_nl: d | 16 bytes of indices into the 16 levels (low nibbles are
 // elements 0-15); value = d * level.
-void iq4_nl(const uint8_t* b, float* y) {
+void iq4_nl(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b);
   const uint8_t* qs = b + 2;
   for (int j = 0; j < 16; ++j) {
@@ -283,7 +295,7 @@ void iq4_nl(const uint8_t* b, float* y) {
 // bytes of indices. Eight sub-blocks of 32, each with a 6-bit scale (low
 // nibble from scales_l, top two bits from scales_h) and 16 bytes laid out
 // as iq4_nl's; value = d*(scale - 32) * level.
-void iq4_xs(const uint8_t* b, float* y) {
+void iq4_xs(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b);
   const uint16_t scales_h = le16(b + 2);
   const uint8_t* scales_l = b + 4;
@@ -307,7 +319,7 @@ float e8m0_half(uint8_t e) {
   return std::bit_cast<float>(bits);
 }
 
-void mxfp4(const uint8_t* b, float* y) {
+void mxfp4(const uint8_t* __restrict b, float* __restrict y) {
   const float d = e8m0_half(b[0]);
   const uint8_t* qs = b + 1;
   for (int j = 0; j < 16; ++j) {
@@ -323,7 +335,7 @@ inline float sign_of(uint8_t signs, int j) { return (signs >> j) & 1 ? -1.0f : 1
 // iq2_xxs: d | 8 x (4 grid bytes | u32: four 7-bit sign indices, then a
 // 4-bit scale in the top bits). Each group of 32: four rows of 8 from
 // the 256-point grid; value = d*(0.5 + s)*0.25 * grid * sign.
-void iq2_xxs(const uint8_t* b, float* y) {
+void iq2_xxs(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b);
   for (int ib = 0; ib < 8; ++ib) {
     const uint8_t* group = b + 2 + 8 * ib;
@@ -339,7 +351,7 @@ void iq2_xxs(const uint8_t* b, float* y) {
 
 // iq2_xs: d | 32 u16 (9-bit grid index, 7-bit sign index) | 8 scale bytes
 // (a nibble per 16 elements); value = d*(0.5 + s)*0.25 * grid * sign.
-void iq2_xs(const uint8_t* b, float* y) {
+void iq2_xs(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b);
   const uint8_t* scales = b + 66;
   for (int ib = 0; ib < 8; ++ib) {
@@ -356,7 +368,7 @@ void iq2_xs(const uint8_t* b, float* y) {
 
 // iq2_s: d | 32 low grid-index bytes | 32 sign bytes | 8 bytes of two
 // high index bits per row | 8 scale bytes; a 1024-point grid.
-void iq2_s(const uint8_t* b, float* y) {
+void iq2_s(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b);
   const uint8_t* qs = b + 2;
   const uint8_t* signs = b + 34;
@@ -376,7 +388,7 @@ void iq2_s(const uint8_t* b, float* y) {
 // iq3_xxs: d | 64 grid-index bytes (rows of 4 from a 256-point grid) | 8 x
 // u32 (four 7-bit sign indices, 4-bit scale); value = d*(0.5 + s)*0.5 *
 // grid * sign.
-void iq3_xxs(const uint8_t* b, float* y) {
+void iq3_xxs(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b);
   const uint8_t* qs = b + 2;
   const uint8_t* scales_and_signs = b + 66;
@@ -398,7 +410,7 @@ void iq3_xxs(const uint8_t* b, float* y) {
 // iq3_s: d | 64 low index bytes | 8 bytes of ninth index bits | 32 sign
 // bytes | 4 scale bytes (a nibble per 32 elements); 512-point grid of
 // rows of 4; value = d*(1 + 2s) * grid * sign.
-void iq3_s(const uint8_t* b, float* y) {
+void iq3_s(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b);
   const uint8_t* qs = b + 2;
   const uint8_t* qh = b + 66;
@@ -423,7 +435,7 @@ void iq3_s(const uint8_t* b, float* y) {
 // value = d*(2s + 1) * (grid + delta), delta = -/+ 0.125.
 constexpr float kIq1Delta = 0.125f;
 
-void iq1_s(const uint8_t* b, float* y) {
+void iq1_s(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b);
   const uint8_t* qs = b + 2;
   for (int ib = 0; ib < 8; ++ib, qs += 4) {
@@ -440,14 +452,14 @@ void iq1_s(const uint8_t* b, float* y) {
 // iq1_m: 32 low index bytes | 16 bytes (per row: 3 high index bits and a
 // delta sign) | 8 bytes of 3-bit scales whose top nibbles, as four u16,
 // hold the float16 d; value = d*(2s + 1) * (grid + delta).
-void iq1_m(const uint8_t* b, float* y) {
+void iq1_m(const uint8_t* __restrict b, float* __restrict y) {
   const uint8_t* qs = b;
   const uint8_t* qh = b + 32;
   uint16_t sc[4];
   for (int i = 0; i < 4; ++i) sc[i] = le16(b + 48 + 2 * i);
   const auto d_bits = static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) |
                                             (sc[3] & 0xF000));
-  const float d = half_to_float(d_bits);
+  const float d = half_bits(d_bits);
   for (int ib = 0; ib < 8; ++ib, qs += 4, qh += 2) {
     const int shift = 6 * (ib % 2);
     const float dl1 = d * static_cast<float>(2 * ((sc[ib / 2] >> shift) & 7) + 1);
@@ -464,33 +476,46 @@ void iq1_m(const uint8_t* b, float* y) {
   }
 }
 
+template <BlockKernel kernel, uint32_t kBlockSize, uint32_t kTypeSize>
+void row(const uint8_t* blocks, size_t count, float* out) {
+  for (size_t i = 0; i < count; ++i) kernel(blocks + i * kTypeSize, out + i * kBlockSize);
+}
+
+#define MODELFS_CODEC(name, block_size, type_size) \
+  BlockCodec { #name, block_size, type_size, name, row<name, block_size, type_size> }
+
 constexpr std::array kCodecs{
-    BlockCodec{"q4_0", 32, 18, q4_0},       BlockCodec{"q4_1", 32, 20, q4_1},
-    BlockCodec{"q5_0", 32, 22, q5_0},       BlockCodec{"q5_1", 32, 24, q5_1},
-    BlockCodec{"q8_0", 32, 34, q8_0},       BlockCodec{"q8_1", 32, 36, q8_1},
-    BlockCodec{"q2_k", 256, 84, q2_k},      BlockCodec{"q3_k", 256, 110, q3_k},
-    BlockCodec{"q4_k", 256, 144, q4_k},     BlockCodec{"q5_k", 256, 176, q5_k},
-    BlockCodec{"q6_k", 256, 210, q6_k},     BlockCodec{"q8_k", 256, 292, q8_k},
-    BlockCodec{"iq2_xxs", 256, 66, iq2_xxs}, BlockCodec{"iq2_xs", 256, 74, iq2_xs},
-    BlockCodec{"iq2_s", 256, 82, iq2_s},    BlockCodec{"iq3_xxs", 256, 98, iq3_xxs},
-    BlockCodec{"iq3_s", 256, 110, iq3_s},   BlockCodec{"iq1_s", 256, 50, iq1_s},
-    BlockCodec{"iq1_m", 256, 56, iq1_m},    BlockCodec{"iq4_nl", 32, 18, iq4_nl},
-    BlockCodec{"iq4_xs", 256, 136, iq4_xs}, BlockCodec{"tq1_0", 256, 54, tq1_0},
-    BlockCodec{"tq2_0", 256, 66, tq2_0},    BlockCodec{"mxfp4", 32, 17, mxfp4},
+    MODELFS_CODEC(q4_0, 32, 18),
+    MODELFS_CODEC(q4_1, 32, 20),
+    MODELFS_CODEC(q5_0, 32, 22),
+    MODELFS_CODEC(q5_1, 32, 24),
+    MODELFS_CODEC(q8_0, 32, 34),
+    MODELFS_CODEC(q8_1, 32, 36),
+    MODELFS_CODEC(q2_k, 256, 84),
+    MODELFS_CODEC(q3_k, 256, 110),
+    MODELFS_CODEC(q4_k, 256, 144),
+    MODELFS_CODEC(q5_k, 256, 176),
+    MODELFS_CODEC(q6_k, 256, 210),
+    MODELFS_CODEC(q8_k, 256, 292),
+    MODELFS_CODEC(iq2_xxs, 256, 66),
+    MODELFS_CODEC(iq2_xs, 256, 74),
+    MODELFS_CODEC(iq2_s, 256, 82),
+    MODELFS_CODEC(iq3_xxs, 256, 98),
+    MODELFS_CODEC(iq3_s, 256, 110),
+    MODELFS_CODEC(iq1_s, 256, 50),
+    MODELFS_CODEC(iq1_m, 256, 56),
+    MODELFS_CODEC(iq4_nl, 32, 18),
+    MODELFS_CODEC(iq4_xs, 256, 136),
+    MODELFS_CODEC(tq1_0, 256, 54),
+    MODELFS_CODEC(tq2_0, 256, 66),
+    MODELFS_CODEC(mxfp4, 32, 17),
 };
+
+#undef MODELFS_CODEC
 
 }  // namespace
 
-float half_to_float(uint16_t bits) noexcept {
-  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
-  const uint32_t exponent = (bits >> 10) & 0x1Fu;
-  const uint32_t mantissa = bits & 0x3FFu;
-  if (exponent == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (mantissa << 13));
-  if (exponent != 0) return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
-  // Zero or subnormal: mantissa x 2^-24, exact in float32.
-  const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
-  return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(magnitude));
-}
+float half_to_float(uint16_t bits) noexcept { return half_bits(bits); }
 
 const BlockCodec* block_codec(std::string_view name) noexcept {
   for (const auto& codec : kCodecs)

@@ -8,6 +8,7 @@
 // A kernel reads exactly `type_size` bytes at `block` and writes exactly
 // `block_size` floats at `out`; any bytes are valid input (a hostile block
 // dequantizes to some values, never to a fault).
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -15,12 +16,15 @@
 namespace modelfs::ggml {
 
 using BlockKernel = void (*)(const uint8_t* block, float* out);
+// `count` consecutive blocks at `blocks` into count x block_size floats.
+using RowKernel = void (*)(const uint8_t* blocks, size_t count, float* out);
 
 struct BlockCodec {
   std::string_view name;  // lowercase ggml name, as Tensor::block_type holds it
   uint32_t block_size;    // elements per block
   uint32_t type_size;     // bytes per block
   BlockKernel dequantize;
+  RowKernel dequantize_row;  // the same, the block kernel inlined in the loop
 };
 
 // The codec of a block type, or null where modelfs has none.

@@ -4,6 +4,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -344,23 +345,33 @@ void ElementView::values(uint64_t position, size_t count, std::byte* out) const 
 }
 
 void ElementView::fill(uint64_t offset, std::span<std::byte> out) const {
-  constexpr size_t kChunk = 1024;  // elements converted at a time
-  alignas(16) std::byte buffer[kChunk * 4];
+  // Whole values are converted straight into `out` (conversions write
+  // through memcpy: no alignment needed); a value cut by either end of the
+  // range is converted into `value` and its bytes in range copied.
+  constexpr size_t kChunk = 64 << 10;  // values converted at a time
   const uint32_t value_size = conversion_->value_size();
+  std::byte value[8];
   uint64_t position = offset / value_size;
-  size_t skip = offset % value_size;  // bytes of the first value before the range
+  const size_t skip = offset % value_size;  // bytes of the first value before the range
   std::byte* to = out.data();
   size_t left = out.size();
-  while (left > 0) {
-    const size_t wanted = (skip + left + value_size - 1) / value_size;
-    const size_t count = std::min(kChunk, wanted);
-    values(position, count, buffer);
-    const size_t take = std::min(count * value_size - skip, left);
-    std::memcpy(to, buffer + skip, take);
+  if (skip != 0) {
+    values(position++, 1, value);
+    const size_t take = std::min<size_t>(value_size - skip, left);
+    std::memcpy(to, value + skip, take);
     to += take;
     left -= take;
-    skip = 0;
+  }
+  while (left >= value_size) {
+    const size_t count = std::min(kChunk, left / value_size);
+    values(position, count, to);
     position += count;
+    to += count * value_size;
+    left -= count * value_size;
+  }
+  if (left > 0) {
+    values(position, 1, value);
+    std::memcpy(to, value, left);
   }
 }
 
@@ -381,13 +392,23 @@ std::unique_ptr<BlockView> BlockView::make(std::span<const std::byte> stored, st
 void BlockView::fill(uint64_t offset, std::span<std::byte> out) const {
   const auto* codec = static_cast<const ggml::BlockCodec*>(codec_);
   const uint64_t block_bytes = uint64_t{codec->block_size} * 4;  // of float32 values
+  const auto* base = reinterpret_cast<const uint8_t*>(base_);
   alignas(16) float values[256];
   uint64_t block = offset / block_bytes;
   size_t within = offset % block_bytes;
   std::byte* to = out.data();
   size_t left = out.size();
-  const auto* base = reinterpret_cast<const uint8_t*>(base_);
   while (left > 0) {
+    // Whole blocks straight into `out` where it can hold floats; a block
+    // cut by either end of the range through `values`.
+    if (within == 0 && left >= block_bytes && reinterpret_cast<uintptr_t>(to) % alignof(float) == 0) {
+      const size_t count = left / block_bytes;
+      codec->dequantize_row(base + block * codec->type_size, count, reinterpret_cast<float*>(to));
+      block += count;
+      to += count * block_bytes;
+      left -= count * block_bytes;
+      continue;
+    }
     codec->dequantize(base + block * codec->type_size, values);
     const size_t take = std::min<size_t>(block_bytes - within, left);
     std::memcpy(to, reinterpret_cast<const std::byte*>(values) + within, take);

@@ -28,7 +28,9 @@ size_t Node::slice(uint64_t offset, uint64_t length, std::span<iovec, kMaxParts>
       const uint64_t within = offset - part_start;
       const uint64_t take = std::min(length, part.size - within);
       if (part.computed != nullptr) {
-        scratch.resize(take);
+        // Grown, never shrunk here: resizing down and up again would clear
+        // the whole range before every read.
+        if (scratch.size() < take) scratch.resize(take);
         part.computed->fill(within, std::as_writable_bytes(std::span(scratch.data(), take)));
         out[count++] = iovec{scratch.data(), take};
       } else {
