@@ -232,9 +232,11 @@ uint64_t bytes_of(DType dtype) {
 
 }  // namespace
 
-std::unique_ptr<ElementConversion> plain_conversion(DType stored) {
+namespace {
+
+std::shared_ptr<const ElementConversion> make_plain_conversion(DType stored) {
   switch (stored) {
-    case DType::BFloat16: return std::make_unique<BFloat16Conversion>();
+    case DType::BFloat16: return std::make_shared<BFloat16Conversion>();
     case DType::Float8E4M3FN: return float_table(8, [](uint32_t c) { return small_float(c, 4, 3, 7, Specials::Fn); });
     case DType::Float8E4M3FNUZ:
       return float_table(8, [](uint32_t c) { return small_float(c, 4, 3, 8, Specials::Fnuz); });
@@ -253,6 +255,19 @@ std::unique_ptr<ElementConversion> plain_conversion(DType stored) {
     case DType::UInt2: return integer_table(2, false);
     default: return nullptr;
   }
+}
+
+}  // namespace
+
+std::shared_ptr<const ElementConversion> plain_conversion(DType stored) {
+  // One per dtype, made once (thread-safe static initialisation).
+  static const auto conversions = [] {
+    std::array<std::shared_ptr<const ElementConversion>, 256> made;
+    for (uint32_t d = 0; d <= static_cast<uint32_t>(DType::GgmlBlock); ++d)
+      made[d] = make_plain_conversion(static_cast<DType>(d));
+    return made;
+  }();
+  return conversions[static_cast<uint8_t>(stored)];
 }
 
 std::unique_ptr<ElementConversion> affine_conversion(DType stored, const PerTensorAffine& params) {
@@ -274,7 +289,7 @@ std::unique_ptr<ElementConversion> affine_conversion(DType stored, const PerChan
 
 std::unique_ptr<ElementView> ElementView::make(std::span<const std::byte> stored, std::span<const uint64_t> shape,
                                                std::span<const int64_t> strides,
-                                               std::unique_ptr<ElementConversion> conversion) {
+                                               std::shared_ptr<const ElementConversion> conversion) {
   if (!conversion || shape.size() != strides.size()) return nullptr;
   auto numel = checked_numel(shape);
   if (!numel) return nullptr;

@@ -42,8 +42,9 @@ class ElementConversion {
 };
 
 // The conversion of a plain dtype numpy lacks (bfloat16, float8/6/4,
-// int4/2, uint4/2), or null.
-std::unique_ptr<ElementConversion> plain_conversion(DType stored);
+// int4/2, uint4/2), or null: one per dtype, made on first use and shared by
+// every view (a model of 100 000 float8 tensors needs one 1 KiB table).
+std::shared_ptr<const ElementConversion> plain_conversion(DType stored);
 
 // A torch quantized tensor's dequantization. `stored` is Int8, UInt8 or
 // Int32 (qint8, quint8, qint32).
@@ -76,7 +77,7 @@ class ElementView final : public ComputedBytes {
   static std::unique_ptr<ElementView> make(std::span<const std::byte> stored,
                                            std::span<const uint64_t> shape,
                                            std::span<const int64_t> strides,
-                                           std::unique_ptr<ElementConversion> conversion);
+                                           std::shared_ptr<const ElementConversion> conversion);
   uint64_t size() const noexcept { return size_; }
   void fill(uint64_t offset, std::span<std::byte> out) const override;
 
@@ -89,7 +90,7 @@ class ElementView final : public ComputedBytes {
   std::span<const uint64_t> shape_;
   std::span<const int64_t> strides_;
   bool contiguous_ = true;
-  std::unique_ptr<ElementConversion> conversion_;
+  std::shared_ptr<const ElementConversion> conversion_;
   uint64_t size_ = 0;
 };
 

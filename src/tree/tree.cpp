@@ -258,13 +258,18 @@ class TreeBuilder {
           }
         }
       } else {
-        auto conversion = out.content->exact ? plain_conversion(tensor.dtype) : quantized_conversion(tensor, shape);
+        std::shared_ptr<const ElementConversion> conversion;
+        if (out.content->exact)
+          conversion = plain_conversion(tensor.dtype);
+        else
+          conversion = quantized_conversion(tensor, shape);
         if (auto elements = ElementView::make(tensor.bytes.span(), shape, strides, std::move(conversion))) {
           size = elements->size();
           view = std::move(elements);
         }
       }
       if (view) {
+        charge(sizeof(ElementView) + 64, "a converted .npy view");
         keep(tensor.bytes);
         out.body = Part{nullptr, view.get(), size};
         out.descr = *numpy_descr(out.content->dtype);
