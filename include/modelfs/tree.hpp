@@ -150,7 +150,8 @@ class Tree {
   std::vector<TensorRecord> tensors_;
   // What nodes and records point into: names, extras lines and the few
   // distinct source files and block types; shapes and strides; and the
-  // owners of the tensors' bytes (the mappings, buffers a reader made).
+  // owners of the tensors' bytes (the mappings, buffers a reader made) and
+  // of the converted .npy views (one arena, numeric_views.hpp).
   TextStore texts_;
   BlockStore<uint64_t> shapes_;
   BlockStore<int64_t> strides_;

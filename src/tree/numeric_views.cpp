@@ -434,4 +434,24 @@ void BlockView::fill(uint64_t offset, std::span<std::byte> out) const {
   }
 }
 
+ViewArena::ViewArena(size_t elements, size_t blocks) {
+  elements_.reserve(elements);
+  blocks_.reserve(blocks);
+}
+
+template <typename View>
+const View* ViewArena::place(std::vector<View>& reserved, std::deque<View>& more, std::unique_ptr<View> view) {
+  if (!view) return nullptr;
+  if (reserved.size() < reserved.capacity()) return &reserved.emplace_back(std::move(*view));
+  return &more.emplace_back(std::move(*view));
+}
+
+const ElementView* ViewArena::add(std::unique_ptr<ElementView> view) {
+  return place(elements_, more_elements_, std::move(view));
+}
+
+const BlockView* ViewArena::add(std::unique_ptr<BlockView> view) {
+  return place(blocks_, more_blocks_, std::move(view));
+}
+
 }  // namespace modelfs

@@ -247,14 +247,14 @@ class TreeBuilder {
     if (!out.content) return out;
     const bool stored = out.content->exact && out.content->dtype == tensor.dtype;
     if (!stored) {
-      std::unique_ptr<ComputedBytes> view;
+      const ComputedBytes* view = nullptr;
       uint64_t size = 0;
       if (tensor.dtype == DType::GgmlBlock) {
         auto numel = checked_numel(shape);
         if (numel && tensor.is_c_contiguous()) {
-          if (auto blocks = BlockView::make(tensor.bytes.span(), tensor.block_type, *numel)) {
+          if (const BlockView* blocks = arena().add(BlockView::make(tensor.bytes.span(), tensor.block_type, *numel))) {
             size = blocks->size();
-            view = std::move(blocks);
+            view = blocks;
           }
         }
       } else {
@@ -263,17 +263,17 @@ class TreeBuilder {
           conversion = plain_conversion(tensor.dtype);
         else
           conversion = quantized_conversion(tensor, shape);
-        if (auto elements = ElementView::make(tensor.bytes.span(), shape, strides, std::move(conversion))) {
+        if (const ElementView* elements =
+                arena().add(ElementView::make(tensor.bytes.span(), shape, strides, std::move(conversion)))) {
           size = elements->size();
-          view = std::move(elements);
+          view = elements;
         }
       }
       if (view) {
-        charge(sizeof(ElementView) + 64, "a converted .npy view");
+        charge(sizeof(ElementView), "a converted .npy view");
         keep(tensor.bytes);
-        out.body = Part{nullptr, view.get(), size};
+        out.body = Part{nullptr, view, size};
         out.descr = *numpy_descr(out.content->dtype);
-        tree_.computed_.push_back(std::move(view));
         return out;
       }
       // A quantized tensor whose parameters cannot be used: its stored
@@ -344,6 +344,23 @@ class TreeBuilder {
       keep(zeros->bytes);
     }
     return conversion;
+  }
+
+  // Where converted views are kept: sized, on first use, for every tensor
+  // whose .npy may convert, and owned by the tree with the tensors' bytes.
+  ViewArena& arena() {
+    if (arena_ == nullptr) {
+      size_t elements = 0, blocks = 0;
+      for (const auto& t : tree_.catalog_.tensors) {
+        const auto content = npy_content(t);
+        if (!content || (content->exact && content->dtype == t.dtype)) continue;
+        ++(t.dtype == DType::GgmlBlock ? blocks : elements);
+      }
+      auto arena = std::make_shared<ViewArena>(elements, blocks);
+      arena_ = arena.get();
+      tree_.byte_owners_.push_back(std::move(arena));
+    }
+    return *arena_;
   }
 
   // The catalog's tensor of that name (the first, where names repeat).
@@ -538,6 +555,7 @@ class TreeBuilder {
   // The catalog's tensors by name, made when a per-channel quantized
   // tensor first asks for its scales.
   std::unique_ptr<std::unordered_map<std::string_view, const Tensor*>> catalog_names_;
+  ViewArena* arena_ = nullptr;  // owned by the tree (its byte owners)
 };
 
 std::unique_ptr<const Tree> Tree::build(Catalog catalog, const TreeOptions& options) {
