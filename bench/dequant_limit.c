@@ -6,7 +6,7 @@
  *   dequant_limit FILE OFFSET LENGTH TYPE   (TYPE: q8_0 | q4_k)
  *
  * Prints {"bytes": float32 bytes produced, "seconds": ...} as JSON. The
- * loops follow the types' definitions (formats.md §5.7); written for this
+ * loops follow the types' definitions (docs/formats.md, "ggml dequantization"); written for this
  * bench, plain scalar C as a compiler vectorizes it. */
 #include <stdint.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto path = modelfs::fuzz::write_input(data, size, "model.onnx");
   try {
-    auto catalog = modelfs::onnx::open(path);
+    auto catalog = modelfs::onnx::open_file(modelfs::ModelFile::open(path));
     for (const auto& document : catalog.documents) (void)document.content.size();
   } catch (const modelfs::ModelError&) {
   }

@@ -8,7 +8,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto path = modelfs::fuzz::write_input(data, size, "model.pt2");
   try {
-    (void)modelfs::torch::open_zip(path);
+    (void)modelfs::torch::open_zip(modelfs::ModelFile::open(path));
   } catch (const modelfs::ModelError&) {
   }
   return 0;

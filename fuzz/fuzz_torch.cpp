@@ -9,9 +9,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::span<const std::byte> head(reinterpret_cast<const std::byte*>(data), size);
   try {
     if (modelfs::torch::probe_zip(head))
-      (void)modelfs::torch::open_zip(path);
+      (void)modelfs::torch::open_zip(modelfs::ModelFile::open(path));
     else
-      (void)modelfs::torch::open_legacy(path);
+      (void)modelfs::torch::open_legacy(modelfs::ModelFile::open(path));
   } catch (const modelfs::ModelError&) {
   }
   return 0;

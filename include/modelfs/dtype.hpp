@@ -1,6 +1,6 @@
 #pragma once
 // Element types, under the canonical lowercase names of the sidecar contract
-// (design.md, "The sidecar"). Each format maps its own type codes onto these.
+// (docs/design.md, "The sidecar"). Each format maps its own type codes onto these.
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -35,6 +35,10 @@ enum class DType : uint8_t {
   UInt2,
   Float6E2M3FN,
   Float6E3M2FN,
+  // Text elements (ONNX STRING): no fixed size. The raw file holds them as
+  // JSON Lines, one JSON string per element in C order (append_json_bytes
+  // in json_text.hpp: lossless for any bytes), so its size is that text's.
+  String,
   // A ggml block-quantized type: the element size is per block, and the
   // tensor carries the ggml type's name (see Tensor::block_type).
   GgmlBlock,
@@ -42,7 +46,7 @@ enum class DType : uint8_t {
 
 // Canonical name ("float32", "bfloat16", ...); "block" for GgmlBlock.
 std::string_view dtype_name(DType dtype) noexcept;
-// Bits per element; 0 for GgmlBlock (its size is per block).
+// Bits per element; 0 for GgmlBlock (its size is per block) and String.
 uint32_t dtype_bits(DType dtype) noexcept;
 // The NumPy descr ("<f4", "|b1", ...) where numpy has the type natively.
 std::optional<std::string_view> numpy_descr(DType dtype) noexcept;

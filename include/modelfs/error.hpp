@@ -27,7 +27,10 @@ class ModelError : public std::runtime_error {
   std::string reason_;
 };
 
-// "FILE: FORMAT: at byte N: REASON" (the offset part only when known).
+// "FILE: FORMAT: at byte N: REASON" (the offset part only when known), with
+// every NUL byte written as \x00: this is what() too, which callers read as a
+// C string, and names from a model may hold NULs. The accessors above keep
+// the parts as they were given.
 std::string format_model_error(const std::string& file, const std::string& format,
                                std::optional<uint64_t> offset, const std::string& reason);
 

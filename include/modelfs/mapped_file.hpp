@@ -17,7 +17,9 @@ namespace modelfs {
 class MappedFile {
  public:
   // Opens and maps `path`. Throws ModelError (format "file") when the file
-  // cannot be opened, is not a regular file, or cannot be mapped.
+  // cannot be opened, is not a regular file, or cannot be mapped. Never
+  // blocks on a FIFO: the open is non-blocking and the type checked before
+  // anything is read.
   static std::shared_ptr<const MappedFile> open(const std::filesystem::path& path);
   // Bytes modelfs made (an inflated ZIP member holding a nested archive),
   // placed in an anonymous memory file and mapped like a model file, so the

@@ -12,7 +12,6 @@
 
 #include "modelfs/catalog.hpp"
 #include "modelfs/dtype.hpp"
-#include "modelfs/npy.hpp"
 
 namespace modelfs {
 
@@ -31,14 +30,16 @@ struct TensorRecord {
   // The sidecar's lines after "source", one per format extra (see
   // sidecar_extras_lines); empty for none.
   std::string_view extras_lines;
-  // What the .npy holds (npy.hpp's NpyContent); none: there is no .npy.
+  // What the .npy holds: numpy's dtype of its values, the stored type they
+  // come from, whether they are exact (the sidecar's "npy"); no npy_dtype:
+  // there is no .npy.
   std::optional<DType> npy_dtype;
   std::string_view npy_from;
   bool npy_exact = true;
 };
 
-// A record viewing `tensor` (valid while it lives); extras_lines left empty,
-// the .npy's content judged from the tensor alone (npy_content).
+// A record viewing `tensor` (valid while it lives); extras_lines and what the
+// .npy holds left empty.
 inline TensorRecord record_of(const Tensor& tensor) {
   TensorRecord r;
   r.name = tensor.name;
@@ -49,11 +50,6 @@ inline TensorRecord record_of(const Tensor& tensor) {
   r.nbytes = tensor.bytes.size();
   r.source_file = tensor.source.file;
   r.source_offset = tensor.source.offset;
-  if (auto npy = npy_content(tensor)) {
-    r.npy_dtype = npy->dtype;
-    r.npy_from = npy->from;
-    r.npy_exact = npy->exact;
-  }
   return r;
 }
 

@@ -6,13 +6,13 @@
 //
 //   P          tensor bytes: one part, a range of the mapping
 //   P.json     sidecar: printed when read (its size is fixed at build time;
-//              keeping 100 000 of them would cost tens of MiB for nothing),
+//              keeping one per tensor would hold memory for files seldom read),
 //              or, when big, printed at build and kept
 //   P.npy      .npy header (made) + the same mapped range, or, for a strided
 //              view, its elements gathered into C order on each read, or,
 //              for a type numpy lacks, its values converted on each read
-//   .modelfs/  index.json (printed when first read, then kept: 12 MB for
-//              100 000 tensors that most mounts never read), metadata.json
+//   .modelfs/  index.json (printed when first read, then kept: a line per
+//              tensor that most mounts never read), metadata.json
 //              and the format's documents
 #include <sys/uio.h>
 

@@ -13,6 +13,11 @@
 namespace modelfs::cli {
 namespace {
 
+// The name column's widest: a longer name is cut with an ellipsis, so that
+// one 100 000-byte name does not pad every row of the table to its width
+// (1 000 tensors beside it made 100 MB of spaces). --json keeps names whole.
+constexpr size_t kNameColumns = 80;
+
 std::string shape_text(const Tensor& t) {
   std::string s = "[";
   for (size_t i = 0; i < t.shape.size(); ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
@@ -43,10 +48,11 @@ void print_table(const Catalog& catalog, std::ostream& out) {
   std::map<std::string, std::pair<size_t, uint64_t>> per_dtype;
   uint64_t total = 0;
   for (const auto& t : catalog.tensors) {
-    // Names come from the model: escaped, so none can drive the terminal.
-    // Dtype names come from modelfs's own tables.
+    // Names come from the model: escaped, so none can drive the terminal,
+    // and cut to the column's width. Dtype names come from modelfs's own
+    // tables.
     std::string dtype(t.dtype_name());
-    rows.push_back({printable(t.name), dtype, shape_text(t), std::to_string(t.bytes.size()),
+    rows.push_back({fit_width(printable(t.name), kNameColumns), dtype, shape_text(t), std::to_string(t.bytes.size()),
                     human_bytes(t.bytes.size())});
     auto& [count, bytes] = per_dtype[std::move(dtype)];
     ++count;

@@ -6,7 +6,8 @@
 
 namespace modelfs::cli {
 
-// Aligned columns (name, dtype, shape, bytes) and a summary line.
+// Aligned columns (name, dtype, shape, bytes) and a summary line; names
+// longer than 80 columns are cut with an ellipsis.
 void print_table(const Catalog& catalog, std::ostream& out);
 // {"format", "files", "tensors": [{"name", "dtype", "shape", "nbytes", "source"}]}
 void print_json(const Catalog& catalog, std::ostream& out);

@@ -14,8 +14,11 @@
 #include <malloc.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -24,8 +27,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <optional>
+#include <sstream>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "list.hpp"
 #include "modelfs/budget.hpp"
@@ -45,14 +53,14 @@ constexpr int kExitUsage = 1;
 constexpr int kExitBadModel = 2;
 // Readahead set on the mount when running as root: the kernel then sends
 // 1 MiB requests (the most libfuse 3.14 offers), and the read-ahead thread
-// reads further ahead (prefetcher.hpp). With the thread, 1 MiB made first
-// passes 11 % (cat) and 20 % (numpy's mapped pass) faster than 8 MiB, the
-// reader's own readahead no longer racing the thread for the same pages;
-// without it, 1 and 8 MiB were equal.
+// reads further ahead (prefetcher.hpp). A larger window would make the
+// reader's own readahead race the thread for the same pages
+// (docs/performance.md, "Readahead").
 constexpr unsigned kDefaultReadaheadKib = 1024;
 
 struct Config {
   char* model = nullptr;
+  char* mountpoint = nullptr;  // as given; fuse_parse_cmdline takes it too
   int positional = 0;
   int list = 0;
   int info = 0;
@@ -113,6 +121,7 @@ int option_processor(void* data, const char* arg, int key, fuse_args*) {
         config.model = ::strdup(arg);
         return 0;
       }
+      if (config.positional == 2) config.mountpoint = ::strdup(arg);
       return 1;
     default:
       return 1;
@@ -166,17 +175,86 @@ void print_usage(const char* program) {
             << "Unmount with: fusermount3 -u MOUNTPOINT\n";
 }
 
+// A mount at the mountpoint, as /proc/self/mountinfo lists it.
+struct MountEntry {
+  std::string type;    // "fuse.modelfs", "tmpfs", ...
+  std::string source;  // for modelfs, the model it serves
+};
+
+// mountinfo writes space, tab, newline and backslash as \ooo.
+std::string unescape_mountinfo(std::string_view field) {
+  std::string out;
+  for (size_t i = 0; i < field.size(); ++i) {
+    if (field[i] == '\\' && i + 3 < field.size() &&
+        std::isdigit(static_cast<unsigned char>(field[i + 1])) &&
+        std::isdigit(static_cast<unsigned char>(field[i + 2])) &&
+        std::isdigit(static_cast<unsigned char>(field[i + 3]))) {
+      out += static_cast<char>((field[i + 1] - '0') * 64 + (field[i + 2] - '0') * 8 + (field[i + 3] - '0'));
+      i += 3;
+    } else {
+      out += field[i];
+    }
+  }
+  return out;
+}
+
+// The topmost mount whose mount point is `path` (an absolute, resolved
+// path), or nothing when none is listed or /proc cannot be read.
+std::optional<MountEntry> mount_at(const std::string& path) {
+  std::ifstream mountinfo("/proc/self/mountinfo");
+  std::optional<MountEntry> found;
+  std::string line;
+  while (std::getline(mountinfo, line)) {
+    // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPEROPTIONS
+    std::istringstream fields(line);
+    std::vector<std::string> parts;
+    for (std::string part; fields >> part;) parts.push_back(part);
+    const auto dash = std::find(parts.begin(), parts.end(), "-");
+    if (parts.size() < 5 || dash == parts.end() || parts.end() - dash < 3) continue;
+    // Later lines are mounted later, so on top of earlier ones.
+    if (unescape_mountinfo(parts[4]) == path)
+      found = MountEntry{unescape_mountinfo(*(dash + 1)), unescape_mountinfo(*(dash + 2))};
+  }
+  return found;
+}
+
+// A FUSE mount whose daemon is gone: the kernel answers ENOTCONN. stat()
+// alone does not show it at the mount's root, whose attributes the kernel
+// keeps (modelfs's are cached forever); statfs() always asks the daemon.
+bool daemon_gone(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 && errno == ENOTCONN) return true;
+  struct statfs fs {};
+  return ::statfs(path.c_str(), &fs) != 0 && errno == ENOTCONN;
+}
+
+void report_daemon_gone(const std::string& mountpoint) {
+  std::error_code ec;
+  // Not realpath: it could stop at the dead mount. "mnt/" is listed as "mnt".
+  auto absolute = std::filesystem::absolute(mountpoint, ec).lexically_normal();
+  if (!absolute.has_filename() && absolute.has_relative_path()) absolute = absolute.parent_path();
+  const auto mount = mount_at(absolute.string());
+  const std::string whose = mount && mount->type == "fuse.modelfs"
+                                ? "the modelfs daemon serving " + mount->source + " there"
+                                : "the FUSE daemon serving it";
+  spdlog::error("{}: {} has exited (Transport endpoint is not connected); unmount it with: "
+                "fusermount3 -u {}",
+                mountpoint, whose, mountpoint);
+}
+
 // Checks the mountpoint before anything is parsed or mounted, so the common
-// mistakes get a message that says what to do.
+// mistakes get a message that says what to do. A folder that is itself a
+// mount root (a container's volume, a tmpfs) is a mountpoint like any
+// other; only modelfs already there, or a mount whose daemon has died, is
+// refused.
 bool check_mountpoint(const std::string& mountpoint, bool allow_nonempty) {
+  if (daemon_gone(mountpoint)) {
+    report_daemon_gone(mountpoint);
+    return false;
+  }
   struct stat st {};
   if (::stat(mountpoint.c_str(), &st) != 0) {
-    if (errno == ENOTCONN)
-      spdlog::error("{}: a FUSE mount whose daemon has exited is still there; run: "
-                    "fusermount3 -u {}",
-                    mountpoint, mountpoint);
-    else
-      spdlog::error("{}: mountpoint: {}", mountpoint, std::strerror(errno));
+    spdlog::error("{}: mountpoint: {}", mountpoint, std::strerror(errno));
     return false;
   }
   if (!S_ISDIR(st.st_mode)) {
@@ -186,9 +264,12 @@ bool check_mountpoint(const std::string& mountpoint, bool allow_nonempty) {
   struct stat parent {};
   const std::string up = mountpoint + "/..";
   if (::stat(up.c_str(), &parent) == 0 && parent.st_dev != st.st_dev && mountpoint != "/") {
-    spdlog::error("{}: something is already mounted there; unmount it first (fusermount3 -u {})",
-                  mountpoint, mountpoint);
-    return false;
+    if (const auto mount = mount_at(mountpoint); mount && mount->type == "fuse.modelfs") {
+      spdlog::error("{}: modelfs is already mounted there (serving {}); unmount it first: "
+                    "fusermount3 -u {}",
+                    mountpoint, mount->source, mountpoint);
+      return false;
+    }
   }
   if (!allow_nonempty) {
     DIR* dir = ::opendir(mountpoint.c_str());
@@ -296,6 +377,7 @@ struct ArgsGuard {
   ~ArgsGuard() {
     fuse_opt_free_args(&args);
     std::free(config->model);
+    std::free(config->mountpoint);
     std::free(config->log_file);
     std::free(cmdline->mountpoint);
   }
@@ -369,6 +451,12 @@ int run(int argc, char** argv) {
     }
   }
 
+  // Before libfuse resolves the mountpoint, which fails on a mount whose
+  // daemon has died without saying what to do about it.
+  if (config.mountpoint != nullptr && daemon_gone(config.mountpoint)) {
+    report_daemon_gone(config.mountpoint);
+    return kExitUsage;
+  }
   if (fuse_parse_cmdline(&args, &cmdline) != 0) return kExitUsage;
   // Settings of libfuse's own thread pool, which modelfs does not use: its
   // workers are fixed, one per CPU (src/fuse/cpu_local_loop.hpp).
@@ -400,7 +488,7 @@ int run(int argc, char** argv) {
     modelfs::BudgetScope scope(budget);
     auto catalog = modelfs::open_model(config.model);
     // A mount never verifies (that is --check's work): a torch.save archive's
-    // checks, one per record, were 30 MB for 100 000 tensors.
+    // checks, one per record, would be held for the life of the mount.
     std::vector<modelfs::IntegrityCheck>().swap(catalog.integrity_checks);
     tree = modelfs::Tree::build(std::move(catalog), {.flat = config.flat != 0});
   } catch (const modelfs::ModelError& e) {
@@ -409,8 +497,7 @@ int run(int argc, char** argv) {
   }
   // Parsing and building free a lot of short-lived memory (the header's JSON
   // DOM, the index being assembled); hand it back to the system, or the
-  // daemon keeps it as anonymous RSS for the life of the mount (100 000
-  // tensors: 395 -> 292 MiB).
+  // daemon keeps it as anonymous RSS for the life of the mount.
   ::malloc_trim(0);
 
   // The mount is read-only at the kernel too, the kernel enforces the 0444
@@ -464,7 +551,7 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   // One malloc arena for every thread: the serving threads allocate only
   // libfuse's small per-request blocks, which their thread caches recycle,
-  // and an arena each kept 8-16 KiB resident for that.
+  // so an arena each would only keep pages resident for that.
   ::mallopt(M_ARENA_MAX, 1);
   try {
     return run(argc, argv);

@@ -15,27 +15,24 @@
 namespace modelfs {
 namespace {
 
-bool never_a_folder(const std::filesystem::path&) { return false; }
-bool never_a_file(std::span<const std::byte>) { return false; }
-
 const std::array kReaders{
-    FormatReader{"safetensors", safetensors::probe_file, safetensors::probe_folder,
-                 safetensors::open},
+    FormatReader{"safetensors", safetensors::probe_file, safetensors::open_file, safetensors::probe_folder,
+                 safetensors::open_folder},
     // Before the safetensors index, whose probe takes any weight_map JSON;
     // this one takes only those whose shards are torch.save files.
-    FormatReader{"pytorch index", torch::probe_index_file, never_a_folder, torch::open_index},
-    FormatReader{"safetensors index", safetensors::probe_index_file, never_a_folder,
-                 safetensors::open},
-    FormatReader{"gguf", gguf::probe_file, gguf::probe_folder, gguf::open},
+    FormatReader{"pytorch index", torch::probe_index_file, torch::open_index_file, nullptr, nullptr},
+    FormatReader{"safetensors index", safetensors::probe_index_file, safetensors::open_index_file,
+                 nullptr, nullptr},
+    FormatReader{"gguf", gguf::probe_file, gguf::open_file, gguf::probe_folder, gguf::open_folder},
     // torch.save and TorchScript; PT2 archives share the container, and
     // open_zip hands them to the PT2 reader (their records are only known
     // from the central directory, past the probed head).
-    FormatReader{"pytorch", torch::probe_zip, never_a_folder, torch::open_zip},
-    FormatReader{"pytorch legacy", torch::probe_legacy, never_a_folder, torch::open_legacy},
-    FormatReader{"pytorch sharded", never_a_file, torch::probe_folder, torch::open_index},
+    FormatReader{"pytorch", torch::probe_zip, torch::open_zip, nullptr, nullptr},
+    FormatReader{"pytorch legacy", torch::probe_legacy, torch::open_legacy, nullptr, nullptr},
+    FormatReader{"pytorch sharded", nullptr, nullptr, torch::probe_folder, torch::open_folder},
     // ONNX has no magic: probed last, by a bounded trial parse of its first
     // fields, so that every format with a magic is recognised before it.
-    FormatReader{"onnx", onnx::probe_file, never_a_folder, onnx::open},
+    FormatReader{"onnx", onnx::probe_file, onnx::open_file, nullptr, nullptr},
 };
 
 }  // namespace
@@ -53,19 +50,19 @@ Catalog open_detected(const std::filesystem::path& model) {
 
   if (std::filesystem::is_directory(status)) {
     for (const auto& reader : kReaders)
-      if (reader.probe_folder(model)) return reader.open(model);
+      if (reader.probe_folder && reader.probe_folder(model)) return reader.open_folder(model);
     throw ModelError(model.string(), "folder", std::nullopt,
                      "holds no model modelfs can mount as a whole (looked for "
                      "*.safetensors.index.json, *.bin.index.json and *-00001-of-NNNNN.gguf); "
                      "name a model file instead");
   }
 
-  auto file = MappedFile::open(model);
-  auto head = file->bytes().first(std::min<uint64_t>(file->size(), 4096));
+  const ModelFile file = ModelFile::open(model);
+  auto head = file.mapped->bytes().first(std::min<uint64_t>(file.mapped->size(), 4096));
   for (const auto& reader : kReaders)
-    if (reader.probe_file(head)) return reader.open(model);
+    if (reader.probe_file && reader.probe_file(head)) return reader.open_file(file);
   throw ModelError(model.string(), "unknown", 0,
-                   "not a model file modelfs recognises (" + std::to_string(file->size()) +
+                   "not a model file modelfs recognises (" + std::to_string(file.mapped->size()) +
                        " bytes; expected safetensors, GGUF, ONNX or a PyTorch file)");
 }
 

@@ -15,6 +15,7 @@
 #include "modelfs/byte_reader.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
+#include "modelfs/model_folder.hpp"
 
 namespace modelfs::gguf {
 namespace {
@@ -25,10 +26,13 @@ constexpr std::string_view kFormat = "gguf";
 // remaining bytes still cannot make one huge allocation.
 constexpr uint64_t kReserveLimit = 1 << 16;
 constexpr std::string_view kMagic = "GGUF";
-// The magic byte-reversed: one gguf-py version marked big-endian files so.
+// The magic byte-reversed. GGUF's development branch, before the format's
+// release, wrote its magic as the integer 0x47475546 little-endian, so its
+// draft files begin "FUGG" (with a little-endian version); proposals since
+// (never adopted) would mark big-endian files so. Neither is GGUF.
 constexpr std::string_view kReversedMagic = "FUGG";
 
-// formats.md §5.5. Ids missing here were removed from ggml (or never used
+// docs/formats.md, "ggml types". Ids missing here were removed from ggml (or never used
 // in files) and are refused.
 constexpr GgmlType kGgmlTypes[] = {
     {0, "f32", 1, 4, DType::Float32},
@@ -38,7 +42,8 @@ constexpr GgmlType kGgmlTypes[] = {
     {6, "q5_0", 32, 22, std::nullopt},
     {7, "q5_1", 32, 24, std::nullopt},
     {8, "q8_0", 32, 34, std::nullopt},
-    {9, "q8_1", 32, 36, std::nullopt},  // ggml's struct; gguf-py says 40 (§9)
+    // ggml's struct; gguf-py says 40 (docs/formats.md, "Open questions").
+    {9, "q8_1", 32, 36, std::nullopt},
     {10, "q2_k", 256, 84, std::nullopt},
     {11, "q3_k", 256, 110, std::nullopt},
     {12, "q4_k", 256, 144, std::nullopt},
@@ -77,7 +82,7 @@ constexpr RemovedType kRemovedTypes[] = {
     {33, "q4_0_8_8"},  {36, "iq4_nl_4_4"}, {37, "iq4_nl_4_8"}, {38, "iq4_nl_8_8"},
 };
 
-// Metadata value types (formats.md §5.2), indexed by their id.
+// Metadata value types (docs/formats.md, "GGUF metadata values"), indexed by their id.
 enum ValueType : uint32_t { kUInt8, kInt8, kUInt16, kInt16, kUInt32, kInt32, kFloat32, kBool,
                             kString, kArray, kUInt64, kInt64, kFloat64, kValueTypeCount };
 
@@ -171,18 +176,21 @@ class Parser {
       fail(0, "file is " + std::to_string(file_->size()) +
                   " bytes, too short for the magic and version");
     const auto magic = reader_.take_string(4, "magic");
-    if (magic == kReversedMagic)
-      fail(0, "big-endian GGUF file (magic \"FUGG\"): modelfs serves tensor bytes as stored "
-              "and reads only little-endian GGUF");
-    if (magic != kMagic) fail(0, "not a GGUF file (magic is not \"GGUF\")");
+    const bool reversed = magic == kReversedMagic;
+    if (magic != kMagic && !reversed) fail(0, "not a GGUF file (magic is not \"GGUF\")");
     const uint32_t version = reader_.u32("version");
     // A big-endian file's small version number reads as a multiple of 65536.
     if (version != 0 && (version & 0xFFFF) == 0) {
       const uint32_t swapped = (version >> 24) | ((version >> 8) & 0xFF00);
-      fail(4, "big-endian GGUF file (version " + std::to_string(swapped) +
-                  " written big-endian): modelfs serves tensor bytes as stored and reads only "
-                  "little-endian GGUF");
+      fail(reversed ? 0 : 4, "big-endian GGUF file (version " + std::to_string(swapped) + " written big-endian" +
+                                 (reversed ? ", magic \"FUGG\"" : "") +
+                                 "): modelfs serves tensor bytes as stored and reads only little-endian GGUF");
     }
+    if (reversed)
+      fail(0, "not GGUF but a pre-release draft of it (magic \"FUGG\", version " + std::to_string(version) +
+                  " little-endian: written before the format's release fixed the magic bytes as \"GGUF\"); "
+                  "modelfs reads released GGUF, versions " + std::to_string(kMinVersion) + " to " +
+                  std::to_string(kMaxVersion));
     if (version < kMinVersion || version > kMaxVersion)
       fail(4, "GGUF version " + std::to_string(version) + " is not one modelfs reads (" +
                   std::to_string(kMinVersion) + " to " + std::to_string(kMaxVersion) + ")");
@@ -502,9 +510,14 @@ Catalog open_single(std::shared_ptr<const MappedFile> mapped, File file, const s
   return catalog;
 }
 
-// The whole set `split` belongs to, from the folder holding it.
-Catalog open_split(const std::filesystem::path& folder, const SplitName& split) {
+// The whole set `split` belongs to, from the folder holding it. Members
+// other than `named` (the one the user named, if any) must lie inside the
+// folder (model_folder.hpp).
+Catalog open_split(const std::filesystem::path& folder, const SplitName& split,
+                   const std::string& named = {}, std::shared_ptr<const MappedFile> named_mapped = nullptr) {
   const std::string first_name = split_file_name(split.prefix, 1, split.count);
+  const ModelFolder model_folder =
+      ModelFolder::at(folder.empty() ? std::filesystem::path(".") : folder, std::string(kFormat));
   Catalog catalog;
   nlohmann::json others = nlohmann::json::array();
   std::unordered_map<std::string, std::string> file_of_tensor;
@@ -514,11 +527,19 @@ Catalog open_split(const std::filesystem::path& folder, const SplitName& split) 
     const std::string name = split_file_name(split.prefix, number, split.count);
     const auto path = folder / name;
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec))
+    // exists, not is_regular_file: a member that is there but is no file
+    // (a FIFO) gets MappedFile's message, not "missing".
+    if (!std::filesystem::exists(path, ec))
       throw ModelError((folder / first_name).string(), std::string(kFormat), std::nullopt,
                        "split set of " + std::to_string(split.count) + " files is incomplete: " +
                            name + " is missing");
-    auto mapped = MappedFile::open(path);
+    if (name != named) {
+      if (auto member = model_folder.resolve(name); member.problem == ModelFolder::Problem::Outside)
+        throw ModelError((folder / first_name).string(), std::string(kFormat), std::nullopt,
+                         "split set member " + name + " " + member.reason);
+    }
+    // The member the user named is mapped already.
+    auto mapped = name == named && named_mapped ? named_mapped : MappedFile::open(path);
     File file = parse(mapped, name);
     const std::string display = mapped->display_name();
 
@@ -611,25 +632,24 @@ bool probe_file(std::span<const std::byte> head) {
 
 bool probe_folder(const std::filesystem::path& folder) { return !split_sets_in(folder).empty(); }
 
-Catalog open(const std::filesystem::path& model) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(model, ec)) {
-    auto sets = split_sets_in(model);
-    if (sets.size() != 1) {
-      std::string names;
-      for (const auto& p : sets) names += " " + p.filename().string();
-      throw ModelError(model.string(), "gguf split set", std::nullopt,
-                       "folder holds " + std::to_string(sets.size()) +
-                           " split sets (first files:" + names + "); name the one to mount");
-    }
-    auto split = parse_split_name(sets.front().filename().string());
-    // A "set" of one file may lack the split.* keys: mount it as a file.
-    if (split->count == 1) return open(sets.front());
-    return open_split(model, *split);
+Catalog open_folder(const std::filesystem::path& model) {
+  auto sets = split_sets_in(model);
+  if (sets.size() != 1) {
+    std::string names;
+    for (const auto& p : sets) names += " " + p.filename().string();
+    throw ModelError(model.string(), "gguf split set", std::nullopt,
+                     "folder holds " + std::to_string(sets.size()) +
+                         " split sets (first files:" + names + "); name the one to mount");
   }
+  auto split = parse_split_name(sets.front().filename().string());
+  // A "set" of one file may lack the split.* keys: mount it as a file.
+  if (split->count == 1) return open_file(ModelFile::open(sets.front()));
+  return open_split(model, *split);
+}
 
-  auto mapped = MappedFile::open(model);
-  const std::string name = model.filename().string();
+Catalog open_file(const ModelFile& model) {
+  const auto& mapped = model.mapped;
+  const std::string name = model.path.filename().string();
   File file = parse(mapped, name);
   auto count = integer_kv(file, "split.count", mapped->display_name());
   if (!count || *count <= 1) return open_single(mapped, std::move(file), name);
@@ -645,7 +665,7 @@ Catalog open(const std::filesystem::path& model) {
     throw ModelError(mapped->display_name(), std::string(kFormat), std::nullopt,
                      "split.count is " + std::to_string(*count) + " but the file name says " +
                          std::to_string(split->count));
-  return open_split(model.parent_path(), *split);
+  return open_split(model.path.parent_path(), *split, name, mapped);
 }
 
 }  // namespace modelfs::gguf

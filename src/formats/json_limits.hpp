@@ -35,8 +35,8 @@ namespace detail {
 
 // nlohmann's DOM builder plus the two checks. A SAX handler rather than a
 // parse callback: with a callback, nlohmann scans the whole parent object at
-// the end of every child object, which made a 100 000-tensor safetensors
-// header take minutes to parse (quadratic); this stays linear.
+// the end of every child object, so a header of many tensors took time
+// quadratic in their number; this stays linear.
 class LimitedJsonSax : public nlohmann::detail::json_sax_dom_parser<nlohmann::json> {
   using Base = nlohmann::detail::json_sax_dom_parser<nlohmann::json>;
 

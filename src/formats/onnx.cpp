@@ -12,7 +12,9 @@
 #include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
+#include "modelfs/json_text.hpp"
 #include "modelfs/mapped_file.hpp"
+#include "modelfs/model_folder.hpp"
 #include "modelfs/protobuf_wire.hpp"
 #include "modelfs/sha1.hpp"
 
@@ -29,8 +31,11 @@ using protobuf::WireType;
 using Json = nlohmann::ordered_json;
 
 constexpr std::string_view kFormat = "onnx";
+// What the sidecar of a STRING tensor says of its raw file.
+constexpr std::string_view kStringText =
+    "JSON Lines: one JSON string per element, in C order; a byte that is not UTF-8 is \\udcXX";
 
-// Field numbers of onnx.proto (formats.md §6.2, §6.3).
+// Field numbers of onnx.proto (docs/formats.md, "ONNX fields" and "TensorProto").
 namespace model_field {
 constexpr uint32_t kIrVersion = 1, kProducerName = 2, kProducerVersion = 3, kDomain = 4,
                    kModelVersion = 5, kDocString = 6, kGraph = 7, kOpsetImport = 8,
@@ -71,11 +76,11 @@ constexpr uint64_t kUndefined = 0, kFloat = 1, kInt = 2, kString = 3, kTensor = 
                    kSparseTensor = 11, kSparseTensors = 12, kTypeProto = 13, kTypeProtos = 14;
 }
 
-// TensorProto.DataType (formats.md §6.4) and the typed field that stores it.
+// TensorProto.DataType (docs/formats.md, "ONNX data types") and the typed field that stores it.
 struct DataTypeInfo {
   uint64_t code;
   std::string_view name;
-  std::optional<DType> dtype;  // none for STRING
+  DType dtype;
   uint32_t typed_field;
 };
 
@@ -87,7 +92,7 @@ constexpr DataTypeInfo kDataTypes[] = {
     {5, "INT16", DType::Int16, tensor_field::kInt32Data},
     {6, "INT32", DType::Int32, tensor_field::kInt32Data},
     {7, "INT64", DType::Int64, tensor_field::kInt64Data},
-    {8, "STRING", std::nullopt, tensor_field::kStringData},
+    {8, "STRING", DType::String, tensor_field::kStringData},
     {9, "BOOL", DType::Bool, tensor_field::kInt32Data},
     {10, "FLOAT16", DType::Float16, tensor_field::kInt32Data},
     {11, "DOUBLE", DType::Float64, tensor_field::kDoubleData},
@@ -160,12 +165,6 @@ class Fields {
   std::vector<WireField> fields_;
 };
 
-bool is_dotdot_free(const fs::path& p) {
-  for (const auto& part : p)
-    if (part == "..") return false;
-  return true;
-}
-
 // Strict decimal for external_data offset/length: digits only, no overflow.
 std::optional<uint64_t> parse_decimal(std::string_view text) {
   if (text.empty() || text.size() > 20) return std::nullopt;
@@ -183,10 +182,9 @@ std::optional<uint64_t> parse_decimal(std::string_view text) {
 
 class Reader {
  public:
-  explicit Reader(const fs::path& model) : model_path_(model) {}
+  explicit Reader(const ModelFile& model) : model_path_(model.path), model_(model.mapped) {}
 
   Catalog read() {
-    model_ = MappedFile::open(model_path_);
     context_ = {model_->display_name(), std::string(kFormat)};
     if (model_->size() > kMaxModelBytes)
       fail(0, "file is " + std::to_string(model_->size()) +
@@ -197,9 +195,7 @@ class Reader {
     // An .onnx file has no header apart from its weights: it all counts as
     // metadata (external data does not).
     add_metadata_bytes(model_->size());
-    std::error_code ec;
-    folder_ = fs::canonical(fs::absolute(model_path_, ec).parent_path(), ec);
-    if (ec) fail(std::nullopt, "cannot resolve the model's folder: " + ec.message());
+    folder_ = ModelFolder::of_file(model_path_, std::string(kFormat));
 
     catalog_.format = std::string(kFormat);
     // Nothing in ONNX forbids two external-data entries naming one range.
@@ -250,7 +246,6 @@ class Reader {
     for (size_t i = 0; i < training.size(); ++i)
       graph_doc["training_info"].push_back(read_training_info(model.child(training[i]), i));
 
-    meta["string_tensors"] = string_tensors_;
     for (const auto& [key, value] : meta.items()) catalog_.metadata[key] = value;
     const auto replace = nlohmann::json::error_handler_t::replace;
     catalog_.documents.push_back({"graph.json", graph_doc.dump(2, ' ', false, replace) + "\n"});
@@ -464,6 +459,10 @@ class Reader {
       const auto bits = static_cast<uint32_t>(f.value);
       return static_cast<double>(std::bit_cast<float>(bits));
     };
+    if (constant_name && constant_value_tensor(fields, name, *constant_name, graph_path, attribute.offset())) {
+      value["tensor"] = *constant_name;
+      return {name, value};
+    }
     switch (type) {
       case attribute_type::kFloat: {
         const auto* f = fields.last(kF);
@@ -567,6 +566,115 @@ class Reader {
         break;
     }
     return {name, value};
+  }
+
+  // A Constant node's value_float(s), value_int(s) or value_string(s): a
+  // float32, int64 or string tensor named like its `value` would be, 0-D
+  // for the one-value forms and 1-D for the lists. The attribute's name
+  // says which, as the operator reads it, not its type: onnx's helper marks
+  // an empty list INTS whatever its name. False for any other attribute.
+  bool constant_value_tensor(const Fields& fields, const std::string& name, const std::string& tensor_name,
+                             const std::string& graph_path, uint64_t at) {
+    using namespace attribute_field;
+    struct Form {
+      std::string_view attribute;
+      DType dtype;
+      std::string_view onnx_type;
+      bool list;
+    };
+    static constexpr Form kForms[] = {
+        {"value_float", DType::Float32, "FLOAT", false},   {"value_floats", DType::Float32, "FLOAT", true},
+        {"value_int", DType::Int64, "INT64", false},       {"value_ints", DType::Int64, "INT64", true},
+        {"value_string", DType::String, "STRING", false},  {"value_strings", DType::String, "STRING", true},
+    };
+    const Form* form = nullptr;
+    for (const auto& f : kForms)
+      if (f.attribute == name) form = &f;
+    if (!form) return false;
+    const std::string quote = "tensor \"" + tensor_name + "\" (Constant " + name + "): ";
+
+    Tensor t;
+    t.name = tensor_name;
+    t.dtype = form->dtype;
+    std::string bytes;
+    uint64_t count = 0;
+    auto append_le = [&](uint64_t v, int width) {
+      for (int b = 0; b < width; ++b) bytes.push_back(static_cast<char>((v >> (8 * b)) & 0xFF));
+    };
+    if (form->dtype == DType::Float32) {
+      // One float (field f, fixed32), or a list (field floats, packed or one
+      // fixed32 each); a one-value form without its field is 0, proto's default.
+      if (form->list) {
+        for (const auto& f : fields.every(kFloats)) {
+          if (f.type == WireType::Length) {
+            if (f.length % 4 != 0) fail(f.offset, quote + "packed floats of odd length");
+            bytes.append(reinterpret_cast<const char*>(f.payload.data()), f.payload.size());
+          } else if (f.type == WireType::Fixed32) {
+            append_le(f.value, 4);
+          } else {
+            fail(f.offset, quote + "floats has wire type " + std::to_string(static_cast<int>(f.type)));
+          }
+        }
+      } else {
+        const auto* f = fields.last(kF);
+        if (f && f->type != WireType::Fixed32) fail(f->offset, quote + "f is not a float");
+        append_le(f ? f->value : 0, 4);
+      }
+      count = bytes.size() / 4;
+    } else if (form->dtype == DType::Int64) {
+      if (form->list) {
+        // Eight bytes for each varint, which may take one byte of the file:
+        // counted (a varint ends at a byte below 0x80) and bounded first.
+        const auto list = fields.every(kInts);
+        uint64_t entries = 0;
+        for (const auto& f : list) {
+          if (f.type != WireType::Length) {
+            ++entries;
+            continue;
+          }
+          for (std::byte b : f.payload) entries += std::to_integer<uint8_t>(b) < 0x80;
+        }
+        if (entries > kMaxConstantListBytes / 8)
+          fail(at, quote + std::to_string(entries) + " integers take more than the " +
+                       std::to_string(kMaxConstantListBytes) + "-byte limit on a Constant's list");
+        bytes.reserve(entries * 8);
+        for (const auto& f : list) {
+          if (f.type == WireType::Varint) {
+            append_le(f.value, 8);
+          } else if (f.type == WireType::Length) {
+            for (uint64_t pos = 0; pos < f.payload.size();)
+              append_le(protobuf::read_varint(f.payload, pos, context_, f.offset), 8);
+          } else {
+            fail(f.offset, quote + "ints has wire type " + std::to_string(static_cast<int>(f.type)));
+          }
+        }
+      } else {
+        const auto* f = fields.last(kI);
+        append_le(f ? varint(*f) : 0, 8);
+      }
+      count = bytes.size() / 8;
+    } else {
+      std::vector<std::string_view> elements;
+      if (form->list) {
+        for (const auto& f : fields.every(kStrings)) elements.push_back(protobuf::field_text(f, context_));
+      } else {
+        const auto* f = fields.last(kS);
+        elements.push_back(f ? protobuf::field_text(*f, context_) : std::string_view());
+      }
+      bytes = json_lines(elements, at, quote);
+      count = elements.size();
+      t.extras["text"] = kStringText;
+    }
+    if (form->list) t.shape = {count};
+    t.strides = contiguous_strides(t.shape);
+    t.bytes = ByteSpan::owned(std::move(bytes));
+    t.source = {model_name_, std::nullopt};
+    t.extras["onnx_data_type"] = form->onnx_type;
+    t.extras["kind"] = "constant";
+    t.extras["graph"] = graph_path;
+    t.extras["storage"] = name;
+    catalog_.tensors.push_back(std::move(t));
+    return true;
   }
 
   Json read_function(const WireMessage& function) {
@@ -694,8 +802,10 @@ class Reader {
     // Exactly one place holds the data (the checker's rule); a tensor with
     // no elements may hold none.
     std::vector<uint32_t> holders;
+    // string_data counts by its entries: strings may all be empty.
     for (auto [field, bytes] : data_bytes)
-      if (bytes > 0 || field == kRawData) holders.push_back(field);
+      if (bytes > 0 || field == kRawData || (field == kStringData && info->dtype == DType::String))
+        holders.push_back(field);
     const bool is_external = location == 1;
     if (is_external) holders.push_back(kExternalData);
     if (holders.size() > 1)
@@ -713,23 +823,36 @@ class Reader {
     extras["graph"] = graph_path;
     if (!stored_name.empty() && stored_name != name) extras["onnx_name"] = stored_name;
 
-    if (!info->dtype) {  // STRING: listed, not served
+    Tensor t;
+    t.name = name;
+    t.dtype = info->dtype;
+    t.strides = contiguous_strides(shape);
+    t.shape = std::move(shape);
+
+    if (t.dtype == DType::String) {
       if (holder == kRawData || is_external)
         fail(at, quote() + "a STRING tensor must store its data in string_data");
-      Json entry;
-      entry["name"] = name;
-      entry["shape"] = shape;
-      entry["kind"] = kind;
-      entry["graph"] = graph_path;
-      string_tensors_.push_back(entry);
+      std::vector<std::string_view> elements;
+      tensor.scan([&](const WireField& f) {
+        if (f.number != kStringData) return;
+        if (f.type != WireType::Length)
+          fail(f.offset, quote() + "string_data has wire type " + std::to_string(static_cast<int>(f.type)));
+        // Collected only up to one more than the tensor holds.
+        if (elements.size() <= *numel) elements.push_back(protobuf::field_text(f, context_));
+      });
+      if (elements.size() != *numel)
+        fail(at, quote() + "string_data holds " + std::to_string(elements.size()) +
+                     (elements.size() > *numel ? " or more" : "") + " entries but the shape needs " +
+                     std::to_string(*numel));
+      t.bytes = ByteSpan::owned(json_lines(elements, at, quote()));
+      t.source = {model_name_, std::nullopt};
+      extras["storage"] = elements.empty() ? "none" : "string_data";
+      extras["text"] = kStringText;
+      for (const auto& [key, value] : extras.items()) t.extras[key] = value;
+      catalog_.tensors.push_back(std::move(t));
       return name;
     }
 
-    Tensor t;
-    t.name = name;
-    t.dtype = *info->dtype;
-    t.strides = contiguous_strides(shape);
-    t.shape = std::move(shape);
     const uint32_t bits = dtype_bits(t.dtype);
     auto total_bits = checked_mul(*numel, bits);
     if (!total_bits || !checked_add(*total_bits, 7)) fail(at, quote() + "byte size of the shape overflows");
@@ -762,6 +885,26 @@ class Reader {
     for (const auto& [key, value] : extras.items()) t.extras[key] = value;
     catalog_.tensors.push_back(std::move(t));
     return name;
+  }
+
+  // Text elements as JSON Lines (dtype.hpp, DType::String), within what the
+  // model may make of them in all (kMaxStringTextBytes).
+  std::string json_lines(const std::vector<std::string_view>& elements, uint64_t at, const std::string& quote) {
+    uint64_t length = 0;
+    // At most seven bytes of text per byte of the model, plus three per
+    // element: no overflow.
+    for (auto element : elements) length += json_bytes_length(element) + 1;
+    if (length > kMaxStringTextBytes - string_text_bytes_)
+      fail(at, quote + "its strings as JSON Lines take " + std::to_string(length) + " bytes, over what is left of the " +
+                   std::to_string(kMaxStringTextBytes) + "-byte limit on a model's string tensors");
+    string_text_bytes_ += length;
+    std::string out;
+    out.reserve(length);
+    for (auto element : elements) {
+      append_json_bytes(out, element);
+      out += '\n';
+    }
+    return out;
   }
 
   // float_data / double_data (fixed width) and the varint fields.
@@ -908,26 +1051,21 @@ class Reader {
   }
 
   // The external data file a location names, mapped once however many
-  // tensors point into it. The rules of onnx's checker: a relative path
-  // without "..", which stays inside the model's folder once symlinks are
-  // resolved.
+  // tensors point into it. The rules of onnx's checker, which are
+  // modelfs's rule for every file a model names (model_folder.hpp): a
+  // relative path without "..", which stays inside the model's folder once
+  // symlinks are resolved.
   std::shared_ptr<const MappedFile> external_file(const std::string& location, uint64_t at,
                                                   const std::string& quote) {
     auto refuse = [&](const std::string& why) {
       fail(at, quote + "external data location \"" + location + "\" " + why);
     };
-    if (location.empty()) refuse("is empty");
-    if (location.front() == '#') refuse("is an in-memory placeholder, not a file");
-    if (location.find('\0') != std::string::npos) refuse("contains a NUL byte");
-    const fs::path relative(location);
-    if (relative.is_absolute()) refuse("is absolute; it must be relative to the model's folder");
-    if (!is_dotdot_free(relative)) refuse("contains \"..\"; it must stay inside the model's folder");
+    if (!location.empty() && location.front() == '#')
+      refuse("is an in-memory placeholder, not a file");
+    auto named = folder_->resolve(location);
+    if (!named) refuse(named.reason);
+    const fs::path& resolved = named.path;
     std::error_code ec;
-    const fs::path resolved = fs::canonical(folder_ / relative, ec);
-    if (ec) refuse("cannot be opened: " + ec.message());
-    const fs::path inside = resolved.lexically_relative(folder_);
-    if (inside.empty() || !is_dotdot_free(inside) || inside.is_absolute())
-      refuse("resolves to " + resolved.string() + ", outside the model's folder " + folder_.string());
     if (!fs::is_regular_file(resolved, ec)) refuse("is not a regular file");
     const std::string key = resolved.string();
     auto it = external_.find(key);
@@ -946,11 +1084,11 @@ class Reader {
   fs::path model_path_;
   std::shared_ptr<const MappedFile> model_;
   std::string model_name_;
-  fs::path folder_;
+  std::optional<ModelFolder> folder_;
   WireContext context_;
   Catalog catalog_;
   Json metadata_ = Json::object();
-  Json string_tensors_ = Json::array();
+  uint64_t string_text_bytes_ = 0;  // made so far for STRING tensors
   std::map<std::string, std::shared_ptr<const MappedFile>> external_;
 };
 
@@ -1006,6 +1144,6 @@ bool probe_file(std::span<const std::byte> head) {
   return fields >= 2;
 }
 
-Catalog open(const std::filesystem::path& model) { return Reader(model).read(); }
+Catalog open_file(const ModelFile& model) { return Reader(model).read(); }
 
 }  // namespace modelfs::onnx

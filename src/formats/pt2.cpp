@@ -33,10 +33,10 @@ constexpr uint64_t kMaxJsonBytes = uint64_t{256} << 20;
 // files shown as documents.
 constexpr uint64_t kMaxRecordBytes = 4096;
 constexpr uint64_t kMaxDocumentBytes = uint64_t{16} << 20;
-// Layout code of a strided tensor (formats.md §3.5, Layout).
+// Layout code of a strided tensor (docs/formats.md, "Export schema codes").
 constexpr int64_t kLayoutStrided = 7;
 
-// ScalarType codes of the export schema (formats.md §3.5); they differ from
+// ScalarType codes of the export schema (docs/formats.md, "Export schema codes"); they differ from
 // c10's numbering. complex32 has no canonical dtype: served as the unsigned
 // integers of its width, the sidecar's torch_dtype saying what they are.
 struct ScalarCode {
@@ -96,17 +96,35 @@ std::optional<std::string> archive_root(const ZipArchive& zip) {
   return std::nullopt;
 }
 
+// The variant of a union of the export schema (docs/formats.md, "Export schema codes"): an object
+// with one key naming it, {"as_int": 5}. The serializers of torch 2.1-2.2
+// (dataclasses.asdict) wrote every variant, the unused ones null:
+// {"as_expr": null, "as_int": 5}; the variant is then the one non-null
+// member. Nothing when `value` is neither form.
+struct Variant {
+  std::string_view kind;
+  const json* value;
+};
+std::optional<Variant> union_variant(const json& value) {
+  if (!value.is_object() || value.empty()) return std::nullopt;
+  if (value.size() == 1) return Variant{value.begin().key(), &value.begin().value()};
+  std::optional<Variant> found;
+  for (auto it = value.begin(); it != value.end(); ++it) {
+    if (it->is_null()) continue;
+    if (found) return std::nullopt;  // two set: not a union
+    found = Variant{it.key(), &it.value()};
+  }
+  return found;
+}
+
 // A graph argument's name: {"as_tensor": {"name": "x"}}, {"name": "x"},
 // {"as_sym_int": {"as_name": "s0"}}; otherwise its JSON, as a hint.
 json argument_name(const json& arg) {
   if (!arg.is_object()) return arg;
   if (auto it = arg.find("name"); it != arg.end() && it->is_string()) return *it;
-  if (arg.size() == 1) {
-    const json& inner = arg.begin().value();
-    if (inner.is_object()) {
-      for (const char* key : {"name", "as_name"})
-        if (auto it = inner.find(key); it != inner.end() && it->is_string()) return *it;
-    }
+  if (auto variant = union_variant(arg); variant && variant->value->is_object()) {
+    for (const char* key : {"name", "as_name"})
+      if (auto it = variant->value->find(key); it != variant->value->end() && it->is_string()) return *it;
   }
   return arg;
 }
@@ -122,6 +140,36 @@ struct Signature {
   json summary = json::object();
   std::map<std::string, std::string> kind_by_name;  // fqn -> parameter, buffer, constant
 };
+
+// The first schema's signature (torch 2.1): maps from graph input names to
+// fully qualified names, and lists of user input and output names.
+void read_early_signature(const json& signature, Signature& out) {
+  json& summary = out.summary;
+  auto names = [&](const char* key, const char* into, const char* kind) {
+    auto map = signature.find(key);
+    if (map == signature.end() || !map->is_object()) return;
+    for (const auto& [graph_name, fqn] : map->items()) {
+      if (!fqn.is_string()) continue;
+      summary["inputs"].push_back({{"kind", kind}, {"graph_name", graph_name}, {std::string(kind) + "_name", fqn}});
+      summary[into].push_back(fqn);
+      out.kind_by_name[fqn.get<std::string>()] = kind;
+    }
+  };
+  names("inputs_to_parameters", "parameters", "parameter");
+  names("inputs_to_buffers", "buffers", "buffer");
+  for (const char* list : {"user_inputs", "user_outputs"}) {
+    auto it = signature.find(list);
+    if (it == signature.end() || !it->is_array()) continue;
+    for (const json& name : *it) {
+      summary[list].push_back(name);
+      summary[std::string(list) == "user_inputs" ? "inputs" : "outputs"].push_back(
+          {{"kind", std::string(list) == "user_inputs" ? "user_input" : "user_output"}, {"graph_name", name}});
+    }
+  }
+  if (auto it = signature.find("buffers_to_mutate"); it != signature.end() && it->is_object())
+    for (const auto& [graph_name, fqn] : it->items())
+      summary["outputs"].push_back({{"kind", "buffer_mutation"}, {"graph_name", graph_name}, {"buffer_name", fqn}});
+}
 
 // graph_module.signature of an ExportedProgram: every input and output spec
 // kept (kind, graph name, fqn), and lists of the names users ask about.
@@ -143,9 +191,10 @@ Signature read_signature(const json& program) {
     auto list = signature->find(key);
     if (list == signature->end() || !list->is_array()) return;
     for (const json& spec : *list) {
-      if (!spec.is_object() || spec.size() != 1) continue;
-      const std::string kind = spec.begin().key();
-      const json& body = spec.begin().value();
+      const auto variant = union_variant(spec);
+      if (!variant) continue;
+      const std::string kind(variant->kind);
+      const json& body = *variant->value;
       json entry = {{"kind", kind}};
       if (body.is_object()) {
         if (auto arg = body.find("arg"); arg != body.end()) entry["graph_name"] = argument_name(*arg);
@@ -177,6 +226,7 @@ Signature read_signature(const json& program) {
   };
   specs("input_specs", "inputs");
   specs("output_specs", "outputs");
+  if (!signature->contains("input_specs")) read_early_signature(*signature, out);
   return out;
 }
 
@@ -225,6 +275,7 @@ class ArchiveReader {
   void add_tensor(Tensor tensor);
   void add_save_tensors(torch::SaveContents contents, const std::string& what);
 
+  bool holds_zip(const ZipMember& member) const;
   torch::SaveContents read_nested(const ZipMember& member, const std::string& name_prefix,
                                   const std::string& default_kind);
   void read_layered();
@@ -284,6 +335,12 @@ void ArchiveReader::add_save_tensors(torch::SaveContents contents, const std::st
   for (auto& name : contents.skipped_objects) skipped_.push_back({{"in", what}, {"object", name}});
 }
 
+// The member's bytes begin as a ZIP archive does (a nested torch.save).
+bool ArchiveReader::holds_zip(const ZipMember& member) const {
+  if (member.uncompressed_size < 4) return false;
+  return zip_.contents(member).subspan(0, 4).view() == std::string_view("PK\x03\x04", 4);
+}
+
 // A torch.save archive stored as `member`: read in place when stored,
 // inflated into a memory file when compressed.
 torch::SaveContents ArchiveReader::read_nested(const ZipMember& member, const std::string& name_prefix,
@@ -301,18 +358,18 @@ uint64_t concrete_int(const json& value, const std::string& what, const std::str
                       const std::function<void(const std::string&)>& refuse) {
   const json* v = &value;
   if (value.is_object()) {
-    if (value.contains("as_expr")) {
-      const json& expr = value["as_expr"];
+    const auto variant = union_variant(value);
+    if (variant && variant->kind == "as_expr") {
+      const json& expr = *variant->value;
       const std::string text = expr.is_object() && expr.contains("expr_str") && expr["expr_str"].is_string()
                                    ? expr["expr_str"].get<std::string>()
                                    : expr.dump();
       refuse("tensor \"" + fqn + "\": " + what + " is symbolic (as_expr \"" + text.substr(0, 80) +
              "\"); a payload config must give concrete sizes");
     }
-    auto it = value.find("as_int");
-    if (it == value.end() || value.size() != 1)
+    if (!variant || variant->kind != "as_int")
       refuse("tensor \"" + fqn + "\": " + what + " is not {\"as_int\": n}");
-    v = &*it;
+    v = variant->value;
   }
   if (!v->is_number_integer() || v->get<int64_t>() < 0)
     refuse("tensor \"" + fqn + "\": " + what + " is not a non-negative integer");
@@ -387,7 +444,8 @@ Tensor ArchiveReader::raw_tensor(const std::string& name, const std::string& fqn
   return t;
 }
 
-// formats.md §3.4: {"config": {fqn: {path_name, is_param, use_pickle, tensor_meta}}}.
+// {"config": {fqn: {path_name, is_param, use_pickle, tensor_meta}}}
+// (docs/formats.md, "Payload configs").
 void ArchiveReader::read_payload_config(Model& model, const ZipMember& config_member,
                                         const std::string& folder, bool constants) {
   const json config = json_of(config_member);
@@ -666,24 +724,34 @@ void ArchiveReader::read_flat() {
   model.info.update(program_versions(parsed));
   model.info["signature"] = model.signature.summary;
 
+  // torch 2.1-2.2's torch._export.save named every member
+  // serialized_<field>.json, the torch.save archives of the state dict and
+  // the constants included; later exporters name those .pt. What a member
+  // holds is decided by its first bytes, never by its name.
   const size_t first_tensor = catalog_.tensors.size();
-  for (const auto& [record, kind] : {std::pair{"serialized_state_dict.pt", ""},
-                                     std::pair{"serialized_constants.pt", "constant"}}) {
-    const ZipMember* member = find(record);
-    if (!member || member->uncompressed_size == 0) continue;
-    add_save_tensors(read_nested(*member, "", kind), record);
+  std::vector<std::pair<std::string, const ZipMember*>> samples;
+  for (const auto& [field, kind] : {std::pair{"state_dict", ""}, std::pair{"constants", "constant"},
+                                    std::pair{"example_inputs", "sample_input"}}) {
+    for (const char* suffix : {".pt", ".json"}) {
+      const std::string record = std::string("serialized_") + field + suffix;
+      const ZipMember* member = find(record);
+      if (!member) continue;
+      // A .pt member must be a torch.save archive (read_nested says why
+      // not); a .json one that is not is shown as it is.
+      if (std::string_view(suffix) == ".json" && member->uncompressed_size > 0 && !holds_zip(*member)) {
+        add_document(record, *member);
+        spdlog::warn("{}: pt2: {} is not a torch.save archive; shown as a document, no tensors "
+                     "read from it", display_, record);
+        model.info["not_mounted"].push_back(record);
+      } else if (std::string_view(kind) == "sample_input") {
+        samples.emplace_back(record, member);
+      } else if (member->uncompressed_size > 0) {
+        add_save_tensors(read_nested(*member, "", kind), record);
+      }
+    }
   }
   apply_kinds(first_tensor, model);
-  if (const ZipMember* samples = find("serialized_example_inputs.pt"))
-    read_sample_inputs(*samples, "", model.info);
-  // Written by early 2.x exporters; torch still loads them, with a warning.
-  for (const char* old : {"serialized_state_dict.json", "serialized_constants.json"})
-    if (const ZipMember* member = find(old)) {
-      add_document(old, *member);
-      spdlog::warn("{}: pt2: {} (an early exporter's JSON weights) is shown as a document; "
-                   "its tensors are not mounted", display_, old);
-      model.info["not_mounted"].push_back(old);
-    }
+  for (const auto& [record, member] : samples) read_sample_inputs(*member, "", model.info);
   catalog_.metadata["models"] = {{"model", model.info}};
   read_extras("extra_files/");
 }

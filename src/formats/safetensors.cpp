@@ -55,7 +55,7 @@ class Parser {
     fail(key_position(header_, name), reason);
   }
 
-  // Rules 5-7 of formats.md §4.3, in the reference crate's order.
+  // Rules 5-7 of docs/formats.md, "safetensors validation", in the reference crate's order.
   void validate_offsets(std::vector<HeaderEntry>& entries) const {
     std::sort(entries.begin(), entries.end(), [](const HeaderEntry& a, const HeaderEntry& b) {
       return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
@@ -123,34 +123,8 @@ std::string_view skip_json_space(std::span<const std::byte> bytes) {
   return pos == std::string_view::npos ? std::string_view{} : text.substr(pos);
 }
 
-Catalog open_index(const std::filesystem::path& index_path) {
-  return open_sharded_index(
-      index_path, {"safetensors index", kFormat, kMaxJsonDepth},
-      [](const std::filesystem::path& path, const std::string& name) {
-        File file = parse(MappedFile::open(path), name);
-        Catalog shard;
-        shard.tensors = std::move(file.tensors);
-        shard.metadata = std::move(file.metadata);  // the shard's __metadata__
-        return shard;
-      });
-}
-
-Catalog open_single(const std::filesystem::path& path) {
-  auto mapped = MappedFile::open(path);
-  const std::string name = path.filename().string();
-  File file = parse(mapped, name);
-  Catalog catalog;
-  catalog.format = std::string(kFormat);
-  catalog.mtime = mapped->mtime();
-  catalog.files.push_back(name);
-  catalog.tensors = std::move(file.tensors);
-  catalog.metadata["__metadata__"] = std::move(file.metadata);
-  return catalog;
-}
-
-std::vector<std::filesystem::path> index_files_in(const std::filesystem::path& folder) {
-  return modelfs::index_files_in(folder, {".safetensors.index.json"});
-}
+const std::initializer_list<std::string_view> kIndexSuffixes = {".safetensors.index.json"};
+const ShardedFormat kSharded{"safetensors index", kFormat, kMaxJsonDepth};
 
 }  // namespace
 
@@ -176,27 +150,32 @@ bool probe_index_file(std::span<const std::byte> head) {
                  .find("\"weight_map\"") != std::string_view::npos;
 }
 
-bool probe_folder(const std::filesystem::path& folder) { return !index_files_in(folder).empty(); }
+bool probe_folder(const std::filesystem::path& folder) { return !index_files_in(folder, kIndexSuffixes).empty(); }
 
-Catalog open(const std::filesystem::path& model) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(model, ec)) {
-    auto indexes = index_files_in(model);
-    if (indexes.size() != 1) {
-      std::string names;
-      for (const auto& p : indexes) names += (names.empty() ? "" : ", ") + p.filename().string();
-      throw ModelError(model.string(), "safetensors index", std::nullopt,
-                       "folder holds " + std::to_string(indexes.size()) +
-                           " *.safetensors.index.json files" +
-                           (names.empty() ? std::string() : " (" + names + ")") +
-                           "; name the one to mount");
-    }
-    return open_index(indexes.front());
-  }
-  auto head = MappedFile::open(model);
-  auto bytes = head->bytes().first(std::min<uint64_t>(head->size(), 4096));
-  if (!probe_file(bytes) && probe_index_file(bytes)) return open_index(model);
-  return open_single(model);
+Catalog open_file(const ModelFile& model) {
+  const std::string name = model.path.filename().string();
+  File file = parse(model.mapped, name);
+  Catalog catalog;
+  catalog.format = std::string(kFormat);
+  catalog.mtime = model.mapped->mtime();
+  catalog.files.push_back(name);
+  catalog.tensors = std::move(file.tensors);
+  catalog.metadata["__metadata__"] = std::move(file.metadata);
+  return catalog;
+}
+
+Catalog open_index_file(const ModelFile& index) {
+  return open_sharded_index(index, kSharded, [](const std::filesystem::path& path, const std::string& name) {
+    File file = parse(MappedFile::open(path), name);
+    Catalog shard;
+    shard.tensors = std::move(file.tensors);
+    shard.metadata = std::move(file.metadata);  // the shard's __metadata__
+    return shard;
+  });
+}
+
+Catalog open_folder(const std::filesystem::path& folder) {
+  return open_index_file(single_index_in(folder, kIndexSuffixes, kSharded));
 }
 
 }  // namespace modelfs::safetensors

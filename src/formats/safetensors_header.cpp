@@ -23,7 +23,7 @@ struct DTypeCode {
   DType dtype;
 };
 
-// formats.md §4.2: every dtype string the format defines.
+// docs/formats.md, "safetensors dtypes": every dtype string the format defines.
 constexpr DTypeCode kDTypes[] = {
     {"BOOL", DType::Bool},
     {"F4", DType::Float4E2M1},
@@ -174,7 +174,7 @@ class HeaderReader {
     switch (frame.slot) {
       case Slot::Top:
         // Duplicate tensor names are found once, by sorting, at the end; a
-        // hash set of 100 000 names would cost more than the entries.
+        // hash set of every name would cost more than the entries.
         if (name == kMetadataKey && std::exchange(metadata_seen_, true)) duplicate(name);
         key_ = name;
         break;
@@ -242,6 +242,9 @@ class HeaderReader {
       case Slot::Top:
         if (key_ == kMetadataKey) {
           if (object) return Slot::Metadata;
+          // The reference crate reads the field as an Option, so `null`
+          // means no metadata (MLX writes that); nothing else does.
+          if (value.kind == Value::Null) return Slot::Ignored;
           problem(key_, "__metadata__ is not an object of strings");
           return Slot::Ignored;
         }
@@ -330,8 +333,8 @@ class HeaderReader {
   }
 
   // Names are sorted by hash, and only names of equal hash by their text:
-  // sorting 100 000 names that share long prefixes by text was a fifth of
-  // parsing them. A run of equal hashes (a file crafted to collide, say) is
+  // names that share long prefixes cost a walk of the prefix per text
+  // comparison. A run of equal hashes (a file crafted to collide, say) is
   // sorted by text, so the worst case is that of sorting by text. The name
   // reported is the smallest one repeated, as when all were sorted by text.
   void reject_duplicate_names() {

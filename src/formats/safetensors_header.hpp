@@ -1,8 +1,8 @@
 #pragma once
 // The safetensors header's JSON, read in one streaming pass straight into
-// tensor entries: no JSON document is built. A 100 000-tensor header as a
-// DOM is about a million small allocations (a map per entry, a string per
-// key, arrays), most of the time and memory of mounting such a model.
+// tensor entries: no JSON document is built. A header as a DOM is several
+// small allocations per entry (a map, a string per key, arrays), which would
+// be most of the time and memory of mounting a model of many tensors.
 //
 // The rules are those of a DOM read (safetensors.cpp's checks on top of
 // parse_json_limited): syntax errors first, then nesting and duplicate keys,

@@ -10,20 +10,9 @@
 #include "json_limits.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
+#include "modelfs/model_folder.hpp"
 
 namespace modelfs {
-namespace {
-
-// A shard name from weight_map must stay inside the index's folder.
-bool is_file_name_inside(const std::string& shard) {
-  const std::filesystem::path p(shard);
-  if (shard.empty() || p.is_absolute() || shard.find('\0') != std::string::npos) return false;
-  for (const auto& part : p)
-    if (part == "..") return false;
-  return true;
-}
-
-}  // namespace
 
 std::vector<std::filesystem::path> index_files_in(const std::filesystem::path& folder,
                                                   std::initializer_list<std::string_view> suffixes) {
@@ -41,13 +30,27 @@ std::vector<std::filesystem::path> index_files_in(const std::filesystem::path& f
   return found;
 }
 
-Catalog open_sharded_index(const std::filesystem::path& index_path, const ShardedFormat& format,
-                           const OpenShard& open_shard) {
+ModelFile single_index_in(const std::filesystem::path& folder,
+                          std::initializer_list<std::string_view> suffixes, const ShardedFormat& format) {
+  const auto indexes = index_files_in(folder, suffixes);
+  if (indexes.size() != 1) {
+    std::string names;
+    for (const auto& p : indexes) names += (names.empty() ? "" : ", ") + p.filename().string();
+    throw ModelError(folder.string(), std::string(format.index), std::nullopt,
+                     "folder holds " + std::to_string(indexes.size()) + " *" + std::string(*suffixes.begin()) +
+                         " files" + (names.empty() ? std::string() : " (" + names + ")") +
+                         "; name the one to mount");
+  }
+  return ModelFile::open(indexes.front());
+}
+
+Catalog open_sharded_index(const ModelFile& index_model, const ShardedFormat& format, const OpenShard& open_shard) {
+  const std::filesystem::path& index_path = index_model.path;
   const std::string index_name = index_path.string();
   auto refuse = [&](const std::string& reason) {
     return ModelError(index_name, std::string(format.index), std::nullopt, reason);
   };
-  auto index_file = MappedFile::open(index_path);
+  const auto& index_file = index_model.mapped;
   const std::string_view text(reinterpret_cast<const char*>(index_file->data()), index_file->size());
   nlohmann::json index = parse_json_limited(text, index_name, format.index, 0, format.max_json_depth);
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
@@ -58,13 +61,22 @@ Catalog open_sharded_index(const std::filesystem::path& index_path, const Sharde
   std::map<std::string, std::set<std::string>> names_by_shard;
   for (auto& [tensor, shard] : index["weight_map"].items()) {
     if (!shard.is_string()) throw refuse("weight_map entry \"" + tensor + "\" is not a file name");
-    const std::string name = shard.get<std::string>();
-    if (!is_file_name_inside(name))
-      throw refuse("weight_map names shard \"" + name +
-                   "\", which is not a file name inside the index's folder");
-    names_by_shard[name].insert(tensor);
+    names_by_shard[shard.get<std::string>()].insert(tensor);
   }
   if (names_by_shard.empty()) throw refuse("weight_map is empty");
+  // Every shard inside the index's folder (model_folder.hpp), checked
+  // before any is opened.
+  const ModelFolder folder = ModelFolder::of_file(index_path, std::string(format.index));
+  for (const auto& [name, tensors] : names_by_shard) {
+    const auto shard = folder.resolve(name);
+    if (shard.problem == ModelFolder::Problem::NotAName)
+      throw refuse("weight_map names shard \"" + name +
+                   "\", which is not a file name inside the index's folder (it " + shard.reason + ")");
+    // One that cannot be resolved (missing, say) is opened below, which
+    // says why it cannot be.
+    if (shard.problem == ModelFolder::Problem::Outside)
+      throw refuse("weight_map names shard \"" + name + "\", which " + shard.reason);
+  }
 
   Catalog catalog;
   catalog.format = std::string(format.catalog);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "modelfs/catalog.hpp"
+#include "modelfs/formats.hpp"
 
 namespace modelfs {
 
@@ -38,10 +39,14 @@ using OpenShard =
 std::vector<std::filesystem::path> index_files_in(const std::filesystem::path& folder,
                                                   std::initializer_list<std::string_view> suffixes);
 
+// The one index file in `folder` (index_files_in); a ModelError in
+// `format`'s words when there is none or more than one.
+ModelFile single_index_in(const std::filesystem::path& folder,
+                          std::initializer_list<std::string_view> suffixes, const ShardedFormat& format);
+
 // The merged catalog: files (the index, then each shard), tensors in shard
 // order, every shard's integrity checks, and metadata {"index": the index's
 // "metadata", "shards": {name: shard metadata}}.
-Catalog open_sharded_index(const std::filesystem::path& index_path, const ShardedFormat& format,
-                           const OpenShard& open_shard);
+Catalog open_sharded_index(const ModelFile& index, const ShardedFormat& format, const OpenShard& open_shard);
 
 }  // namespace modelfs

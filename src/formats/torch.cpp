@@ -22,7 +22,8 @@ using pickle::Kind;
 using pickle::Value;
 
 constexpr std::string_view kZipMagic = "PK\x03\x04";
-// formats.md §2.6: PROTO 2, LONG1 of 10 bytes: the magic number 0x1950a86a20f9469cfc6c.
+// PROTO 2, LONG1 of 10 bytes: the magic number 0x1950a86a20f9469cfc6c
+// (docs/formats.md, "Legacy torch.save").
 constexpr std::string_view kLegacyMagic = "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19";
 constexpr std::string_view kLegacyMagicNumber = "\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19";
 constexpr int64_t kLegacyProtocolVersion = 1001;
@@ -175,8 +176,8 @@ SaveContents read_save(const ZipArchive& zip, const NestedSave& how) {
 bool probe_zip(std::span<const std::byte> head) { return starts_with(head, kZipMagic); }
 bool probe_legacy(std::span<const std::byte> head) { return starts_with(head, kLegacyMagic); }
 
-Catalog open_zip(const std::filesystem::path& model) {
-  auto file = MappedFile::open(model);
+Catalog open_zip(const ModelFile& model) {
+  const auto& file = model.mapped;
   const std::string display = file->display_name();
   ZipArchive zip = ZipArchive::open(file, "ZIP archive");
   auto refuse = [&](const std::string& format, const std::string& reason) {
@@ -184,13 +185,16 @@ Catalog open_zip(const std::filesystem::path& model) {
   };
   if (zip.members().empty()) throw refuse("ZIP archive", "archive is empty");
 
-  if (pt2::is_pt2_archive(zip)) return pt2::open_archive(model, file, zip);
+  if (pt2::is_pt2_archive(zip)) return pt2::open_archive(model.path, file, zip);
   const std::string prefix = archive_folder(zip);
   const ZipMember* data_pkl = zip.find(prefix + "data.pkl");
   if (!data_pkl) {
+    // torch 1.0-1.3 described the module in JSON, its tensors in tensors/;
+    // torch dropped that layout (1.13 cannot load it either).
     if (zip.find(prefix + "model.json"))
-      throw refuse("TorchScript (pre-1.4)",
-                   "archives with model.json and tensors/ (TorchScript before torch 1.4) are not supported");
+      throw refuse("torchscript",
+                   "a TorchScript archive from before torch 1.4 (" + prefix + "model.json and tensors/, no " +
+                       prefix + "data.pkl): that old layout is not supported, and torch itself no longer loads it");
     throw refuse("ZIP archive", "holds no " + prefix +
                                     "data.pkl: not a torch.save or TorchScript archive");
   }
@@ -221,11 +225,11 @@ Catalog open_zip(const std::filesystem::path& model) {
   Catalog catalog;
   catalog.format = format;
   catalog.mtime = file->mtime();
-  catalog.files.push_back(file_name(model));
+  catalog.files.push_back(file_name(model.path));
   WalkOptions options;
   options.file = display;
   options.format = format;
-  options.source = file_name(model);
+  options.source = file_name(model.path);
   options.byte_swap = big_endian;
   options.collect_values = !script;
   if (script) read_script_classes(zip, prefix, options);
@@ -253,8 +257,8 @@ Catalog open_zip(const std::filesystem::path& model) {
   return catalog;
 }
 
-Catalog open_legacy(const std::filesystem::path& model) {
-  auto file = MappedFile::open(model);
+Catalog open_legacy(const ModelFile& model) {
+  const auto& file = model.mapped;
   const std::string display = file->display_name();
   const std::string format = "pytorch";
   const auto bytes = file->bytes();
@@ -333,7 +337,7 @@ Catalog open_legacy(const std::filesystem::path& model) {
   WalkOptions options;
   options.file = display;
   options.format = format;
-  options.source = file_name(model);
+  options.source = file_name(model.path);
   ObjectWalker walker(options, [&](const StorageId& id) {
     auto it = ranges.find(id.key);
     if (it == ranges.end())
@@ -346,7 +350,7 @@ Catalog open_legacy(const std::filesystem::path& model) {
   Catalog catalog;
   catalog.format = format;
   catalog.mtime = file->mtime();
-  catalog.files.push_back(file_name(model));
+  catalog.files.push_back(file_name(model.path));
   catalog.tensors = std::move(walker.tensors());
   catalog.metadata["values"] = std::move(walker.values());
   catalog.metadata["torch"] = info;
@@ -360,15 +364,15 @@ namespace {
 constexpr int kMaxIndexJsonDepth = 64;
 constexpr std::string_view kIndexFormat = "pytorch index";
 
-std::vector<std::filesystem::path> index_files_in(const std::filesystem::path& folder) {
-  return modelfs::index_files_in(folder, {".bin.index.json", ".pt.index.json", ".pth.index.json"});
-}
+const std::initializer_list<std::string_view> kIndexSuffixes = {".bin.index.json", ".pt.index.json",
+                                                                     ".pth.index.json"};
+const ShardedFormat kSharded{kIndexFormat, "pytorch", kMaxIndexJsonDepth};
 
 Catalog open_shard(const std::filesystem::path& path) {
-  auto file = MappedFile::open(path);
-  auto head = file->bytes().first(std::min<uint64_t>(file->size(), 64));
-  if (probe_zip(head)) return open_zip(path);
-  if (probe_legacy(head)) return open_legacy(path);
+  const ModelFile shard = ModelFile::open(path);
+  auto head = shard.mapped->bytes().first(std::min<uint64_t>(shard.mapped->size(), 64));
+  if (probe_zip(head)) return open_zip(shard);
+  if (probe_legacy(head)) return open_legacy(shard);
   throw ModelError(path.string(), std::string(kIndexFormat), 0,
                    "shard is neither a torch.save ZIP archive nor a legacy torch.save file");
 }
@@ -388,24 +392,19 @@ bool probe_index_file(std::span<const std::byte> head) {
   return torch_shard && shards.find(".safetensors\"") == std::string_view::npos;
 }
 
-bool probe_folder(const std::filesystem::path& folder) { return !index_files_in(folder).empty(); }
+bool probe_folder(const std::filesystem::path& folder) {
+  return !index_files_in(folder, kIndexSuffixes).empty();
+}
 
-Catalog open_index(const std::filesystem::path& model) {
-  std::filesystem::path index_path = model;
-  std::error_code ec;
-  if (std::filesystem::is_directory(model, ec)) {
-    auto indexes = index_files_in(model);
-    if (indexes.size() != 1)
-      throw ModelError(model.string(), std::string(kIndexFormat), std::nullopt,
-                       "folder holds " + std::to_string(indexes.size()) +
-                           " *.bin.index.json files; name the one to mount");
-    index_path = indexes.front();
-  }
+Catalog open_index_file(const ModelFile& index) {
   Catalog catalog = open_sharded_index(
-      index_path, {kIndexFormat, "pytorch", kMaxIndexJsonDepth},
-      [](const std::filesystem::path& path, const std::string&) { return open_shard(path); });
+      index, kSharded, [](const std::filesystem::path& path, const std::string&) { return open_shard(path); });
   catalog.tensors_may_share_bytes = true;
   return catalog;
+}
+
+Catalog open_folder(const std::filesystem::path& folder) {
+  return open_index_file(single_index_in(folder, kIndexSuffixes, kSharded));
 }
 
 }  // namespace modelfs::torch

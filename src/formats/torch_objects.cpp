@@ -26,7 +26,7 @@ struct TypeEntry {
   bool packed = false;
 };
 
-// formats.md §2.3 (typed storage classes) and §2.4 (v3 dtypes). Types with
+// docs/formats.md, "Storage classes" and "Tensor rebuilds" (v3 dtypes). Types with
 // no modelfs dtype of their own are served as the unsigned integers of
 // their width, the sidecar's "torch_dtype" saying what they are.
 constexpr TypeEntry kTypes[] = {
@@ -103,10 +103,6 @@ std::string hex_of_bigint(const std::string& le) {
     out.push_back(digits[b & 15]);
   }
   return out;
-}
-
-std::string join(const std::string& path, const std::string& component) {
-  return path.empty() ? component : path + "." + component;
 }
 
 }  // namespace
@@ -195,7 +191,8 @@ void ObjectWalker::fail(const std::string& reason) const {
 
 void ObjectWalker::walk(const Value* root, const std::string& prefix, uint64_t pickle_bytes) {
   max_names_ += pickle_bytes;
-  auto plain_root = visit(root, prefix, 0, "");
+  // Under a prefix (a PT2 model's name), the top is named by it.
+  auto plain_root = visit(root, ObjectPath{prefix, prefix.empty()}, 0, "");
   if (plain_root && options_.collect_values && !plain_root->is_null())
     values_[prefix.empty() ? "." : prefix] = *plain_root;
 }
@@ -215,7 +212,7 @@ nlohmann::json ObjectWalker::plain(const Value* v, uint32_t) {
   }
 }
 
-std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const std::string& path,
+std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const ObjectPath& path,
                                                   uint32_t depth, const std::string& kind) {
   if (depth > pickle::kMaxNesting)
     fail("the pickled object nests deeper than " + std::to_string(pickle::kMaxNesting) + " levels");
@@ -251,8 +248,8 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const std::str
   bool keyed = v->kind == Kind::Dict;
   std::string class_name;
   auto add = [&](const Value* child, const std::string& key, const std::string& child_kind) {
-    const std::string child_path = join(path, key);
-    children.push_back({child_path, key, visit(child, child_path, depth + 1, child_kind)});
+    const ObjectPath child_path = path.child(key);
+    children.push_back({child_path.name, key, visit(child, child_path, depth + 1, child_kind)});
   };
   // Attributes of an object: TorchScript classes say which are parameters and buffers.
   auto attribute_kind = [&](const std::string& name) -> std::string {
@@ -269,7 +266,7 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const std::str
   auto search_only = [&](const Value* child, const std::string& key, const std::string& child_kind) {
     const bool collect = options_.collect_values;
     options_.collect_values = false;
-    visit(child, join(path, key), depth + 1, child_kind);
+    visit(child, path.child(key), depth + 1, child_kind);
     options_.collect_values = collect;
   };
   auto entry = [](const Value* dict, std::string_view key) -> const Value* {
@@ -367,9 +364,9 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const std::str
   return std::nullopt;
 }
 
-std::optional<nlohmann::json> ObjectWalker::revisit(const Value* v, const std::string& path) {
+std::optional<nlohmann::json> ObjectWalker::revisit(const Value* v, const ObjectPath& path) {
   const Walked& first = walked_.at(v);
-  if (first.plain) return nlohmann::json{{"$ref", first.path.empty() ? "." : first.path}};
+  if (first.plain) return nlohmann::json{{"$ref", first.path.name_or(".")}};
   // The same tensors under this path: a module used twice is two prefixes
   // in a state_dict too. Copies share the bytes.
   if (tensors_.size() + (first.end_tensor - first.first_tensor) > max_names_)
@@ -378,15 +375,15 @@ std::optional<nlohmann::json> ObjectWalker::revisit(const Value* v, const std::s
   tensors_.reserve(tensors_.size() + (first.end_tensor - first.first_tensor));
   for (size_t i = first.first_tensor; i < first.end_tensor; ++i) {
     Tensor copy = tensors_[i];
-    const std::string_view rest = std::string_view(copy.name).substr(first.path.size());
-    copy.name = first.path.empty() ? join(path, copy.name) : path + std::string(rest);
+    copy.name = first.path.top ? path.child(copy.name).name
+                               : path.name_or("") + copy.name.substr(first.path.name.size());
     charge_tensor(copy);
     tensors_.push_back(std::move(copy));
   }
   return std::nullopt;
 }
 
-bool ObjectWalker::try_tensor(const Value* v, const std::string& path, const std::string& kind,
+bool ObjectWalker::try_tensor(const Value* v, const ObjectPath& path, const std::string& kind,
                               uint32_t depth) {
   if (depth > pickle::kMaxNesting)
     fail("tensor arguments nest deeper than " + std::to_string(pickle::kMaxNesting) + " levels");
@@ -394,7 +391,7 @@ bool ObjectWalker::try_tensor(const Value* v, const std::string& path, const std
   if (!callable || callable->kind != Kind::Global || !v->args) return false;
   const Value& args = *v->args;
   current_ = v;
-  const std::string name = path.empty() ? "tensor" : path;
+  const std::string name = path.name_or("tensor");
   const std::string tensor_kind = kind.empty() ? options_.default_kind : kind;
   auto extras_for = [&](const Value* requires_grad) {
     nlohmann::json extras = nlohmann::json::object();
@@ -457,7 +454,7 @@ bool ObjectWalker::try_tensor(const Value* v, const std::string& path, const std
           tensors_.back().extras["requires_grad"] = rg->boolean;
       }
       if (callable->known == KnownGlobal::RebuildParameterWithState) {
-        if (const Value* state = arg(args, 3)) visit(state, join(path, "state"), depth + 1, "");
+        if (const Value* state = arg(args, 3)) visit(state, path.child("state"), depth + 1, "");
       }
       return true;
     }
@@ -474,7 +471,7 @@ bool ObjectWalker::try_tensor(const Value* v, const std::string& path, const std
       inner.callable = const_cast<Value*>(func);
       inner.args = const_cast<Value*>(inner_args);
       const size_t before = tensors_.size();
-      if (!try_tensor(&inner, path, kind, depth + 1)) visit(inner_args, join(path, "args"), depth + 1, "");
+      if (!try_tensor(&inner, path, kind, depth + 1)) visit(inner_args, path.child("args"), depth + 1, "");
       if (tensors_.size() > before && new_type && new_type->qualified_name() != "torch._tensor.Tensor" &&
           new_type->qualified_name() != "torch.Tensor")
         tensors_.back().extras["subclass"] = new_type->qualified_name();
@@ -482,9 +479,9 @@ bool ObjectWalker::try_tensor(const Value* v, const std::string& path, const std
         const bool collect = options_.collect_values;
         options_.collect_values = false;
         if (state->kind == Kind::Dict) {
-          for (const auto& [key, value] : state->entries) visit(value, join(path, key_text(key)), depth + 1, "");
+          for (const auto& [key, value] : state->entries) visit(value, path.child(key_text(key)), depth + 1, "");
         } else {
-          visit(state, join(path, "state"), depth + 1, "");
+          visit(state, path.child("state"), depth + 1, "");
         }
         options_.collect_values = collect;
       }
@@ -503,13 +500,13 @@ bool ObjectWalker::try_tensor(const Value* v, const std::string& path, const std
           compressed ? std::vector<std::string>{"compressed_indices", "plain_indices", "values"}
                      : std::vector<std::string>{"indices", "values"};
       for (size_t i = 0; i < names.size() && i < data->items.size(); ++i)
-        visit(data->items[i], join(name, names[i]), depth + 1, kind);
+        visit(data->items[i], ObjectPath{name}.child(names[i]), depth + 1, kind);
       spdlog::warn("{}: {}: sparse tensor \"{}\" is served as its components ({}.indices, {}.values, ...)",
                    options_.file, options_.format, name, name, name);
       return true;
     }
     case KnownGlobal::RebuildNestedTensor:
-      visit(arg(args, 0) ? arg(args, 0) : v->args, join(name, "buffer"), depth + 1, kind);
+      visit(arg(args, 0) ? arg(args, 0) : v->args, ObjectPath{name}.child("buffer"), depth + 1, kind);
       spdlog::warn("{}: {}: nested tensor \"{}\" is served as its flat buffer {}.buffer",
                    options_.file, options_.format, name, name);
       return true;
@@ -526,7 +523,7 @@ bool ObjectWalker::try_tensor(const Value* v, const std::string& path, const std
 }
 
 bool ObjectWalker::try_tensor_or_skip(const Value* v, const std::string& name, uint32_t depth) {
-  return v && v->kind == Kind::Call && try_tensor(v, name, "", depth);
+  return v && v->kind == Kind::Call && try_tensor(v, ObjectPath{name}, "", depth);
 }
 
 StorageBytes ObjectWalker::storage_bytes(const StorageId& id) {
@@ -637,24 +634,24 @@ void ObjectWalker::charge_tensor(const Tensor& t) {
                 "tensor \"" + t.name + "\"");
 }
 
-void ObjectWalker::storage_only(const Value* v, const std::string& path) {
+void ObjectWalker::storage_only(const Value* v, const ObjectPath& path) {
   if (v->items.empty()) return;
   std::string why;
   auto id = parse_storage_id(*v->items[0], &why);
   if (!id) {
     spdlog::warn("{}: {}: persistent id at \"{}\" skipped: {}", options_.file, options_.format,
-                 path, why);
+                 path.name, why);
     return;
   }
   if (id->type.packed || (options_.byte_swap && id->type.element_size > 1)) {
     spdlog::warn("{}: {}: storage at \"{}\" skipped: packed or big-endian", options_.file,
-                 options_.format, path);
+                 options_.format, path.name);
     return;
   }
   // A storage saved on its own: served as a 1-D tensor of its elements.
   const StorageBytes bytes = storage_bytes(*id);
   Tensor t;
-  t.name = path.empty() ? "storage" : path;
+  t.name = path.name_or("storage");
   t.dtype = id->type.dtype;
   t.shape = {id->numel};
   t.strides = {1};

@@ -1,9 +1,10 @@
 #pragma once
 // What the three PyTorch readers share: turning an unpickled object into
-// tensors (formats.md §2.3-§2.4). The walker follows dict keys, attributes
-// and indices from the root, names every tensor by that path (design.md
-// "The tree"), resolves each storage through the reader's callback, and
-// collects the plain values of the object for metadata.json.
+// tensors (docs/formats.md, "Storage classes", "Tensor rebuilds"). The
+// walker follows dict keys, attributes and indices from the root, names
+// every tensor by that path (docs/design.md, "Tensor names"), resolves each
+// storage through the reader's callback, and collects the plain values of
+// the object for metadata.json.
 #include <functional>
 #include <map>
 #include <unordered_map>
@@ -71,6 +72,19 @@ inline constexpr uint64_t kMaxSwapBytes = uint64_t{1} << 30;
 inline constexpr uint64_t kMaxPlainValues = 100'000;
 inline constexpr size_t kMaxRank = 64;
 
+// Where a value lies in the pickled object: the keys, attributes and
+// indices that lead to it, joined with '.'. The top of the object has no
+// name at all, which is not the name "" of a value under an empty key:
+// {'': t} names t "" (a lone tensor at the top is "tensor").
+struct ObjectPath {
+  std::string name;
+  bool top = false;
+
+  ObjectPath child(const std::string& key) const { return {top ? key : name + "." + key, false}; }
+  // The name of what lies here, `at_top` for the top itself.
+  std::string name_or(std::string_view at_top) const { return top ? std::string(at_top) : name; }
+};
+
 class ObjectWalker {
  public:
   // Resolves a storage key to its bytes (a record, or a range of a legacy file).
@@ -89,10 +103,10 @@ class ObjectWalker {
  private:
   // A container reached again through the memo, at `path`: its tensors
   // named again under `path`, its plain values by reference.
-  std::optional<nlohmann::json> revisit(const pickle::Value* v, const std::string& path);
-  std::optional<nlohmann::json> visit(const pickle::Value* v, const std::string& path, uint32_t depth,
+  std::optional<nlohmann::json> revisit(const pickle::Value* v, const ObjectPath& path);
+  std::optional<nlohmann::json> visit(const pickle::Value* v, const ObjectPath& path, uint32_t depth,
                                       const std::string& owner_class);
-  bool try_tensor(const pickle::Value* v, const std::string& path, const std::string& kind,
+  bool try_tensor(const pickle::Value* v, const ObjectPath& path, const std::string& kind,
                   uint32_t depth);
   bool try_tensor_or_skip(const pickle::Value* v, const std::string& name, uint32_t depth);
   void make_tensor(const pickle::Value* storage, const pickle::Value& args, size_t first,
@@ -100,7 +114,7 @@ class ObjectWalker {
                    nlohmann::json extras);
   StorageBytes storage_bytes(const StorageId& id);
   void charge_tensor(const Tensor& t);
-  void storage_only(const pickle::Value* v, const std::string& path);
+  void storage_only(const pickle::Value* v, const ObjectPath& path);
   [[noreturn]] void fail(const std::string& reason) const;
   nlohmann::json plain(const pickle::Value* v, uint32_t depth);
 
@@ -114,7 +128,7 @@ class ObjectWalker {
   // structure shared through the memo (d = {'l': d, 'r': d}, 60 times over)
   // has 2^60 paths but as many containers as the pickle made.
   struct Walked {
-    std::string path;
+    ObjectPath path;
     size_t first_tensor = 0, end_tensor = 0;  // the tensors its walk named
     bool plain = false;                       // it held no tensor
   };

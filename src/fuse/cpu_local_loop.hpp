@@ -7,8 +7,7 @@
 // whatever CPU that worker last ran. Every round trip then crosses CPUs
 // twice (request to the worker, reply back to the reader), and waking an
 // idle CPU is the dearest thing a request pays where vCPUs halt when idle
-// (this project's 2-vCPU VMs: a `find` over 3 000 folders 0.14 s with the
-// reader and daemon on one CPU, 0.40 s on two). poll() wakes every worker,
+// (a VM exit each; docs/performance.md, "The request loop"). poll() wakes every worker,
 // and the one already on the reader's CPU runs as soon as the reader
 // sleeps: it nearly always takes the request before the others wake.
 // The herd this costs grows with the worker count, so workers stop at

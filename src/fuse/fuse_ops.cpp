@@ -102,8 +102,8 @@ void guarded(fuse_req_t req, const char* op, Body&& body) {
 
 void op_init(void* userdata, fuse_conn_info* conn) {
   auto& ctx = *static_cast<Context*>(userdata);
-  // Splice moves pages without a copy but measured slower here for replies
-  // from an mmap (performance.md); plain writev of iovecs is used instead.
+  // Splice sends each reply through a pipe, which costs more than one copy
+  // from the mapping (docs/performance.md, "No splice"): writev of iovecs.
   conn->want &= ~static_cast<unsigned>(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
                                        FUSE_CAP_SPLICE_MOVE);
   // Lookups and readdirs of different folders need no serialisation here.
@@ -313,7 +313,8 @@ void reply_xattr_value(fuse_req_t req, const std::string& value, size_t size) {
 
 // Without -o xattr, ENOSYS: the kernel then stops asking. `ls -l` asks two
 // attributes of every file (security.selinux, system.posix_acl_access);
-// over 300 000 files those round trips were most of an `ls -lR`.
+// those round trips would be most of an `ls -lR` (docs/performance.md,
+// "Extended attributes off by default").
 void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   guarded(req, "getxattr", [&] {
     if (!context(req).xattrs) return (void)fuse_reply_err(req, ENOSYS);

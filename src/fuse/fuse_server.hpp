@@ -20,7 +20,7 @@ struct ServeOptions {
   unsigned max_threads = 10;
   // Readahead of the mount's backing device, in KiB; 0 leaves the kernel's
   // default (128 KiB). Larger requests are the biggest lever on sequential
-  // throughput (performance.md). Needs root; skipped with a note otherwise.
+  // throughput (docs/performance.md, "Readahead"). Needs root; skipped with a note otherwise.
   unsigned readahead_kb = 0;
   // Serve user.modelfs.dtype and user.modelfs.shape as extended attributes.
   // Off by default: the kernel then never asks again (ENOSYS), which spares

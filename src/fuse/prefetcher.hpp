@@ -4,8 +4,8 @@
 //
 // A reader of a FUSE file allocates the cache pages its readahead asks for
 // on its own CPU, and copies out of them only once the daemon has filled
-// them: in a first pass over the 1 GiB safetensors, that allocation was 60 %
-// of `cat`'s time while a fifth of both CPUs sat idle. When a file's reads
+// them: in a first pass that allocation, on the reader's CPU, is much of
+// the reader's time while other CPUs wait. When a file's reads
 // show a sequential reader, this thread opens the file through the mount and
 // asks the kernel to read ahead of the reader (POSIX_FADV_WILLNEED): the
 // pages are allocated here, the READ requests they make are served by the
@@ -60,9 +60,9 @@ class Prefetcher {
   static constexpr const char* kThreadName = "read-ahead";
   static constexpr size_t kStreams = 64;  // readers followed at once
   // The next few MiB are the reader's own readahead's (1 MiB as root); this
-  // thread reads from there on, up to 16 MiB ahead of the reader (16, 64
-  // and 256 MiB gave the same first pass; less is less to waste when a
-  // reader stops early).
+  // thread reads from there on, up to 16 MiB ahead of the reader (a longer
+  // lead does not speed a first pass; less is less to waste when a reader
+  // stops early).
   static constexpr uint64_t kLeftToReader = 4 << 20;
   static constexpr uint64_t kAhead = 16 << 20;
   // One WILLNEED (one 1 MiB request) at a time: the file is open for as

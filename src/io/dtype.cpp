@@ -40,6 +40,7 @@ constexpr std::array kTypes{
     DTypeInfo{DType::UInt2, "uint2", 2, ""},
     DTypeInfo{DType::Float6E2M3FN, "float6_e2m3fn", 6, ""},
     DTypeInfo{DType::Float6E3M2FN, "float6_e3m2fn", 6, ""},
+    DTypeInfo{DType::String, "string", 0, ""},
     DTypeInfo{DType::GgmlBlock, "block", 0, ""},
 };
 

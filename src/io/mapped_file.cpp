@@ -12,17 +12,39 @@
 
 namespace modelfs {
 
+namespace {
+
+// What a path that is not a regular file is, for the message.
+const char* kind_of(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a file";
+}
+
+}  // namespace
+
 std::shared_ptr<const MappedFile> MappedFile::open(const std::filesystem::path& path) {
   auto fail = [&](const std::string& why) {
     return ModelError(path.string(), "file", std::nullopt, why);
   };
   std::shared_ptr<MappedFile> file(new MappedFile());
   file->path_ = path;
-  file->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO (or a terminal) for reading would otherwise
+  // wait for a writer, forever. The type is checked on the open descriptor,
+  // so nothing can be swapped in between; then the flag is cleared.
+  file->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (file->fd_ < 0) throw fail(std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
   if (::fstat(file->fd_, &st) != 0) throw fail(std::string("cannot stat: ") + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw fail("not a regular file");
+  if (!S_ISREG(st.st_mode))
+    throw fail(std::string("is ") + kind_of(st.st_mode) +
+               ", not a regular file; modelfs reads only regular files");
+  const int flags = ::fcntl(file->fd_, F_GETFL);
+  if (flags < 0 || ::fcntl(file->fd_, F_SETFL, flags & ~O_NONBLOCK) != 0)
+    throw fail(std::string("cannot clear O_NONBLOCK: ") + std::strerror(errno));
   file->size_ = static_cast<uint64_t>(st.st_size);
   file->mtime_ = st.st_mtim;
   if (file->size_ == 0) return file;  // mmap of length 0 is invalid; an empty span serves

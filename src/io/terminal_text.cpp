@@ -6,49 +6,10 @@
 #include <cwchar>
 #include <optional>
 
+#include "modelfs/utf8.hpp"
+
 namespace modelfs {
 namespace {
-
-struct Decoded {
-  char32_t code_point;
-  size_t length;
-};
-
-bool continuation(unsigned char byte) { return (byte & 0xC0) == 0x80; }
-
-// The code point at the start of `text` if it is well-formed UTF-8 (no
-// overlong forms, no surrogates, nothing past U+10FFFF), as Unicode's
-// table 3-7 defines it.
-std::optional<Decoded> decode(std::string_view text) {
-  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
-  const unsigned char lead = byte(0);
-  if (lead < 0x80) return Decoded{lead, 1};
-  size_t length;
-  unsigned char low = 0x80, high = 0xBF;  // the allowed range of the second byte
-  char32_t value;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-    value = lead & 0x1F;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    value = lead & 0x0F;
-    if (lead == 0xE0) low = 0xA0;
-    if (lead == 0xED) high = 0x9F;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    value = lead & 0x07;
-    if (lead == 0xF0) low = 0x90;
-    if (lead == 0xF4) high = 0x8F;
-  } else {
-    return std::nullopt;
-  }
-  if (text.size() < length || byte(1) < low || byte(1) > high) return std::nullopt;
-  for (size_t i = 1; i < length; ++i) {
-    if (!continuation(byte(i))) return std::nullopt;
-    value = (value << 6) | (byte(i) & 0x3F);
-  }
-  return Decoded{value, length};
-}
 
 // Characters that change how a terminal shows what follows them.
 bool is_control(char32_t c) {
@@ -78,7 +39,7 @@ std::string printable(std::string_view text) {
   out.reserve(text.size());
   size_t i = 0;
   while (i < text.size()) {
-    const auto decoded = decode(text.substr(i));
+    const auto decoded = decode_utf8(text.substr(i));
     if (!decoded) {
       append_escape(out, "\\x%02x", static_cast<unsigned char>(text[i]));
       ++i;
@@ -94,21 +55,53 @@ std::string printable(std::string_view text) {
   return out;
 }
 
-size_t display_width(std::string_view text) {
+namespace {
+
+// Calls `each(length, columns)` for every character of `text` in order,
+// until it returns false.
+template <typename Each>
+void for_each_width(std::string_view text, Each&& each) {
   const locale_t locale = utf8_locale();
   const locale_t previous = locale ? ::uselocale(locale) : static_cast<locale_t>(0);
-  size_t width = 0;
   size_t i = 0;
   while (i < text.size()) {
-    const auto decoded = decode(text.substr(i));
+    const auto decoded = decode_utf8(text.substr(i));
     const size_t length = decoded ? decoded->length : 1;
     int columns = 1;
     if (decoded && locale) columns = ::wcwidth(static_cast<wchar_t>(decoded->code_point));
-    width += columns < 0 ? 1 : static_cast<size_t>(columns);
+    if (!each(length, columns < 0 ? size_t{1} : static_cast<size_t>(columns))) break;
     i += length;
   }
   if (locale) ::uselocale(previous);
+}
+
+}  // namespace
+
+size_t display_width(std::string_view text) {
+  size_t width = 0;
+  for_each_width(text, [&](size_t, size_t columns) {
+    width += columns;
+    return true;
+  });
   return width;
+}
+
+std::string fit_width(std::string_view text, size_t columns) {
+  if (columns == 0) return {};
+  size_t width = 0;
+  size_t kept = 0;  // bytes of the prefix that fits in columns - 1
+  bool fits = true;
+  for_each_width(text, [&](size_t length, size_t wide) {
+    width += wide;
+    if (width > columns) {
+      fits = false;
+      return false;
+    }
+    if (width <= columns - 1) kept += length;
+    return true;
+  });
+  if (fits) return std::string(text);
+  return std::string(text.substr(0, kept)) + "\u2026";
 }
 
 }  // namespace modelfs

@@ -2,8 +2,9 @@
 // The values of ggml's block-quantized types, as ggml defines them: one
 // function per type turns one stored block into its block_size float32
 // values (the same values llama.cpp's dequantize_row_* give). Written from
-// the types' definitions (block layouts and formulas, formats.md §5.7); the
-// lookup tables the IQ types need are in ggml_grids.*.
+// the types' definitions (block layouts and formulas: docs/formats.md,
+// "ggml dequantization"); the lookup tables the IQ types need are in
+// ggml_grids.*.
 //
 // A kernel reads exactly `type_size` bytes at `block` and writes exactly
 // `block_size` floats at `out`; any bytes are valid input (a hostile block

@@ -1,7 +1,57 @@
 #include "modelfs/json_text.hpp"
 
+#include "modelfs/utf8.hpp"
+
 namespace modelfs {
 namespace {
+
+// The pieces of append_json_bytes's text, handed to `emit` in order.
+template <typename Emit>
+void json_bytes_pieces(std::string_view bytes, Emit&& emit) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  emit(std::string_view("\""));
+  size_t i = 0;
+  while (i < bytes.size()) {
+    const auto c = static_cast<unsigned char>(bytes[i]);
+    if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
+      size_t run = i + 1;  // a run of plain ASCII, as one piece
+      while (run < bytes.size()) {
+        const auto next = static_cast<unsigned char>(bytes[run]);
+        if (next < 0x20 || next >= 0x80 || next == '"' || next == '\\') break;
+        ++run;
+      }
+      emit(bytes.substr(i, run - i));
+      i = run;
+      continue;
+    }
+    if (c < 0x80) {
+      switch (c) {
+        case '"': emit(std::string_view("\\\"")); break;
+        case '\\': emit(std::string_view("\\\\")); break;
+        case '\b': emit(std::string_view("\\b")); break;
+        case '\f': emit(std::string_view("\\f")); break;
+        case '\n': emit(std::string_view("\\n")); break;
+        case '\r': emit(std::string_view("\\r")); break;
+        case '\t': emit(std::string_view("\\t")); break;
+        default: {
+          const char escape[] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
+          emit(std::string_view(escape, sizeof escape));
+        }
+      }
+      ++i;
+      continue;
+    }
+    if (const auto decoded = decode_utf8(bytes.substr(i))) {
+      emit(bytes.substr(i, decoded->length));
+      i += decoded->length;
+      continue;
+    }
+    const char escape[] = {'\\', 'u', 'd', 'c', kHex[c >> 4], kHex[c & 15]};
+    emit(std::string_view(escape, sizeof escape));
+    ++i;
+  }
+  emit(std::string_view("\""));
+}
 
 std::string compact(const nlohmann::ordered_json& value) {
   return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -29,6 +79,16 @@ void append_json_string(std::string& out, std::string_view text) {
   out += '"';
   out += text;
   out += '"';
+}
+
+void append_json_bytes(std::string& out, std::string_view bytes) {
+  json_bytes_pieces(bytes, [&](std::string_view piece) { out += piece; });
+}
+
+size_t json_bytes_length(std::string_view bytes) {
+  size_t length = 0;
+  json_bytes_pieces(bytes, [&](std::string_view piece) { length += piece.size(); });
+  return length;
 }
 
 std::string readable_json(const nlohmann::ordered_json& value) {

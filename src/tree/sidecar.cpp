@@ -92,6 +92,11 @@ std::string sidecar_text(const Tensor& tensor, std::string_view format) {
   if (!lines) return readable_json(sidecar_json(tensor, format));
   TensorRecord record = record_of(tensor);
   record.extras_lines = *lines;
+  if (auto npy = npy_content(tensor)) {
+    record.npy_dtype = npy->dtype;
+    record.npy_from = npy->from;
+    record.npy_exact = npy->exact;
+  }
   return sidecar_text(record, format);
 }
 

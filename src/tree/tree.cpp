@@ -89,8 +89,8 @@ class TreeBuilder {
     // Folders first, so that a tensor file never takes a folder's name:
     // the folder keeps it and the file gets a "~N" suffix.
     // A name's components are split again in the second pass rather than
-    // kept: for 100 000 tensors they were 400 000 strings (26 MB) alive at
-    // once, and fresh pages cost more than splitting twice.
+    // kept: that would be several strings per tensor alive at once, and
+    // fresh pages cost more than splitting twice.
     const auto& tensors = tree_.catalog_.tensors;
     std::vector<uint64_t> folder_of(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i)
@@ -456,7 +456,7 @@ class TreeBuilder {
   }
 
   // Tensors of one dtype and shape share one .npy header: a model's layers
-  // repeat a few shapes, and 100 000 copies of a 128-byte header add up.
+  // repeat a few shapes, and a header copy per tensor adds up.
   Part shared_npy_header(std::string header) {
     const std::string& kept = *tree_.npy_headers_.insert(std::move(header)).first;
     return Part::held(std::as_bytes(std::span(kept.data(), kept.size())));
@@ -509,8 +509,8 @@ class TreeBuilder {
     tree_.catalog_.metadata = nlohmann::json::object();
 
     // The catalog's documents stay where they are: the tree owns the catalog.
-    // A printed document's string has up to twice its length in capacity
-    // (ONNX's graph.json: 61 KiB held for 35).
+    // A printed document's string may have up to twice its length in
+    // capacity, pages held for nothing.
     for (auto& document : tree_.catalog_.documents) {
       document.content.shrink_to_fit();
       add_document(document.path, document.content);

@@ -1,4 +1,4 @@
-"""A GGUF writer for the tests, written from the format's spec (formats.md §5),
+"""A GGUF writer for the tests, written from the format's spec (docs/formats.md, "GGUF"),
 independent of modelfs. Key-values are typed explicitly (Value, Array) so
 every value type can be written; tensors are raw bytes with a ggml type id
 and `ne` (fastest dimension first, as GGUF stores it)."""
@@ -6,7 +6,7 @@ import struct
 
 import numpy as np
 
-# Metadata value types (formats.md §5.2).
+# Metadata value types (docs/formats.md, "GGUF metadata values").
 UINT8, INT8, UINT16, INT16, UINT32, INT32, FLOAT32, BOOL, STRING, ARRAY, UINT64, INT64, FLOAT64 = range(13)
 SCALAR_FORMATS = {UINT8: "B", INT8: "b", UINT16: "H", INT16: "h", UINT32: "I", INT32: "i",
                   FLOAT32: "f", BOOL: "?", UINT64: "Q", INT64: "q", FLOAT64: "d"}
@@ -14,7 +14,8 @@ TYPE_NAMES = {UINT8: "uint8", INT8: "int8", UINT16: "uint16", INT16: "int16", UI
               INT32: "int32", FLOAT32: "float32", BOOL: "bool", STRING: "string", ARRAY: "array",
               UINT64: "uint64", INT64: "int64", FLOAT64: "float64"}
 
-# ggml type id -> (lowercase name, elements per block, bytes per block), §5.5.
+# ggml type id -> (lowercase name, elements per block, bytes per block)
+# (docs/formats.md, "ggml types").
 GGML_TYPES = {
     0: ("f32", 1, 4), 1: ("f16", 1, 2), 2: ("q4_0", 32, 18), 3: ("q4_1", 32, 20),
     6: ("q5_0", 32, 22), 7: ("q5_1", 32, 24), 8: ("q8_0", 32, 34), 9: ("q8_1", 32, 36),

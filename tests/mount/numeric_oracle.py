@@ -1,6 +1,7 @@
 """What a tensor's .npy must hold where numpy lacks the stored type: the
-tests' own decoders, written from the formats' definitions (formats.md §4.2,
-§5.7, §6.4) and independent of modelfs's code.
+tests' own decoders, written from the formats' definitions (docs/formats.md:
+"safetensors dtypes", "ggml dequantization", "ONNX data types") and
+independent of modelfs's code.
 
 - float8_*, float6_*, float4_e2m1, float8_e8m0fnu, bfloat16 -> float32
   (exact); int4/int2 -> int8, uint4/uint2 -> uint8; sub-byte elements

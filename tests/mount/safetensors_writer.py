@@ -1,5 +1,5 @@
 """A safetensors writer for the tests, written from the format's spec
-(formats.md §4), independent of modelfs. Tensors are given as numpy arrays,
+(docs/formats.md, "safetensors"), independent of modelfs. Tensors are given as numpy arrays,
 or as (dtype code, shape, raw bytes) for types numpy lacks."""
 import json
 import struct
@@ -27,6 +27,11 @@ CODES = {
 }
 
 
+# metadata=NULL writes `"__metadata__": null`, as MLX does when there is none
+# (None leaves the key out).
+NULL = object()
+
+
 class Raw:
     """A tensor of a dtype numpy lacks: its code, shape and packed bytes."""
 
@@ -46,7 +51,9 @@ def to_bytes(tensors, metadata=None, align=8, order=None):
     """Serialises {name: array or Raw}. `order` lists names in data order
     (default: as given); the header is padded with spaces to `align`."""
     header, chunks, offset = {}, [], 0
-    if metadata is not None:
+    if metadata is NULL:
+        header["__metadata__"] = None
+    elif metadata is not None:
         header["__metadata__"] = metadata
     for name in order or list(tensors):
         code, shape, data = entry(tensors[name])

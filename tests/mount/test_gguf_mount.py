@@ -244,7 +244,12 @@ def test_list_shows_ggml_types_and_bytes_per_type(tmp):
 
 @pytest.mark.parametrize("what,blob,reason", [
     ("truncated tensor data", None, "run past the end of the file"),
-    ("big-endian", b"GGUF" + struct.pack(">IQQ", 3, 0, 0), "big-endian"),
+    ("big-endian", b"GGUF" + struct.pack(">IQQ", 3, 0, 0), "big-endian GGUF file (version 3 written big-endian)"),
+    # GGUF's development branch wrote the magic as the integer 0x47475546
+    # little-endian: its draft files begin "FUGG", the version little-endian.
+    ("pre-release draft", "draft", "not GGUF but a pre-release draft of it (magic \"FUGG\", version 1"),
+    ("reversed magic, big-endian version", b"FUGG" + struct.pack(">IQQ", 3, 0, 0),
+     "big-endian GGUF file (version 3 written big-endian, magic \"FUGG\")"),
     ("future version", b"GGUF" + struct.pack("<IQQ", 4, 0, 0), "version 4"),
     ("unknown type id", None, "unknown ggml type id 43"),
 ])
@@ -254,6 +259,11 @@ def test_bad_files_refused_before_mounting(tmp, what, blob, reason):
         blob = blob[:-1]
     elif what == "unknown type id":
         blob, _ = gw.to_bytes([], [gw.Tensor("w", 43, [4], bytes(16))])
+    elif blob == "draft":  # a whole v1 file, its magic as the draft wrote it
+        blob, _ = gw.to_bytes([("general.architecture", gw.Value(gw.STRING, "llama"))],
+                              [gw.random_tensor("w", 0, [8], seed=2)], version=1)
+        blob = struct.pack("<I", 0x47475546) + blob[4:]
+        assert blob[:4] == b"FUGG"
     model = tmp / "bad.gguf"
     model.write_bytes(blob)
     mnt = tmp / "mnt"
@@ -261,6 +271,7 @@ def test_bad_files_refused_before_mounting(tmp, what, blob, reason):
     result = run_modelfs(model, mnt)
     assert result.returncode == 2, what
     assert f"{model}: gguf: at byte " in result.stderr and reason in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not os.listdir(mnt)
 
 

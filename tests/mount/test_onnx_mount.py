@@ -21,23 +21,39 @@ from conftest import cat, mounted, run_modelfs
 
 OPSET = [helper.make_opsetid("", 13)]
 
-# Canonical dtype names of modelfs by ONNX DataType code (formats.md §6.4).
+# Canonical dtype names of modelfs by ONNX DataType code (docs/formats.md, "ONNX data types").
 DTYPE_NAMES = {
     1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64",
-    9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 14: "complex64",
+    8: "string", 9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 14: "complex64",
     15: "complex128", 16: "bfloat16", 17: "float8_e4m3fn", 18: "float8_e4m3fnuz",
     19: "float8_e5m2", 20: "float8_e5m2fnuz", 21: "uint4", 22: "int4", 23: "float4_e2m1",
     24: "float8_e8m0fnu", 25: "uint2", 26: "int2",
 }
 ELEMENT_BITS = {21: 4, 22: 4, 23: 4, 25: 2, 26: 2}
-NUMPY_LACKS = {16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26}
+NUMPY_LACKS = {8, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26}
 
 
-# ---- the oracle: tensors the onnx library sees, named by design.md's rules --
+def json_lines(elements):
+    """STRING elements (bytes, in C order) as the raw file holds them: one JSON
+    string per line, bytes that are not UTF-8 as \\udcXX. Python's own codecs
+    make it: surrogateescape turns each such byte into U+DC80-U+DCFF, json
+    leaves that lone surrogate as it is, backslashreplace writes it \\udcXX."""
+    return b"".join(json.dumps(e.decode("utf-8", "surrogateescape"), ensure_ascii=False)
+                    .encode("utf-8", "backslashreplace") + b"\n" for e in elements)
+
+
+def read_json_lines(data):
+    """The elements back from the raw file, as a reader would decode them."""
+    return [json.loads(line).encode("utf-8", "surrogateescape") for line in data.split(b"\n")[:-1]]
+
+
+# ---- the oracle: tensors the onnx library sees, named as docs/design.md, "Tensor names", says --
 
 def expected_bytes(t):
     """C-order little-endian bytes of a TensorProto, as modelfs must serve them."""
     width = {16: 2}.get(t.data_type, 1)
+    if t.data_type == TensorProto.STRING:  # to_array of onnx 1.12 decodes them, or fails
+        return json_lines(list(t.string_data))
     if t.data_type in NUMPY_LACKS:  # onnx 1.12 does not decode these faithfully
         if t.HasField("raw_data"):
             return t.raw_data
@@ -50,6 +66,11 @@ def expected_bytes(t):
     return np.ascontiguousarray(numpy_helper.to_array(t)).tobytes()
 
 
+# A Constant's value_* forms, and the numpy type onnx's operator gives each.
+VALUE_FORMS = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64,
+               "value_ints": np.int64, "value_string": object, "value_strings": object}
+
+
 def node_ident(node, index):
     if node.name:
         return node.name
@@ -59,13 +80,11 @@ def node_ident(node, index):
 
 
 def collect(model):
-    """name -> [TensorProto...] for every tensor modelfs should serve, and the
-    names of STRING tensors."""
+    """name -> [TensorProto...] for every tensor modelfs should serve."""
     found = collections.defaultdict(list)
-    strings = []
 
     def add(name, t):
-        (strings if t.data_type == TensorProto.STRING else found[name]).append(t)
+        found[name].append(t)
 
     def sparse(name, s):
         add(name + ".values", s.values)
@@ -74,6 +93,11 @@ def collect(model):
     def attributes(node_like_attrs, owner, constant_name):
         for a in node_like_attrs:
             base = f"{owner}/{a.name}"
+            if constant_name and a.name in VALUE_FORMS and not a.ref_attr_name:
+                # The tensor the Constant makes: onnx reads the attribute,
+                # numpy_helper writes it as a TensorProto.
+                value = np.array(helper.get_attribute_value(a), dtype=VALUE_FORMS[a.name])
+                add(constant_name, numpy_helper.from_array(value, constant_name))
             if a.HasField("t"):
                 add(constant_name or base, a.t)
             for i, t in enumerate(a.tensors):
@@ -107,7 +131,7 @@ def collect(model):
     for info in model.training_info:
         graph(info.initialization)
         graph(info.algorithm)
-    return found, strings
+    return found
 
 
 def index_of(mnt):
@@ -122,7 +146,7 @@ def check_model(mnt, model_path):
     """Every tensor the onnx library finds is in the mount with its exact bytes,
     sidecar and (where numpy has the type) .npy view; nothing else is."""
     model = onnx.load(str(model_path))
-    found, strings = collect(model)
+    found = collect(model)
     paths, index = index_of(mnt)
     assert index["format"] == "onnx"
     assert set(paths) == set(found), (set(paths) ^ set(found))
@@ -141,7 +165,15 @@ def check_model(mnt, model_path):
             if proto.data_type in ELEMENT_BITS:
                 assert meta["element_bits"] == ELEMENT_BITS[proto.data_type]
             npy = str(path) + ".npy"
-            if proto.data_type in NUMPY_LACKS:
+            if proto.data_type == TensorProto.STRING:
+                assert "numpy" not in meta and not os.path.exists(npy), name
+                assert read_json_lines(cat(path)) == list(proto.string_data)
+                strides, acc = [], 1
+                for dim in reversed(proto.dims):
+                    strides.insert(0, acc)
+                    acc *= max(dim, 1)
+                assert meta["strides"] == strides, name
+            elif proto.data_type in NUMPY_LACKS:
                 numeric_oracle.check_npy(npy, DTYPE_NAMES[proto.data_type], cat(path), list(proto.dims), meta)
             else:
                 want = numpy_helper.to_array(proto) if proto.data_type not in (14, 15) or \
@@ -152,7 +184,7 @@ def check_model(mnt, model_path):
                     np.testing.assert_array_equal(loaded, want)
                 assert loaded.tobytes() == cat(path)
     meta = json.loads((mnt / ".modelfs" / "metadata.json").read_text())
-    assert sorted(s["name"] for s in meta["string_tensors"]) == sorted(t.name for t in strings)
+    assert "string_tensors" not in meta  # they are tensors like any other
     return paths, meta
 
 
@@ -261,9 +293,8 @@ def test_every_supported_type_raw_and_typed(tmp):
     onnx.save(model, str(path))
     with mounted(path) as mnt:
         paths, meta = check_model(mnt, path)
-        assert len(paths) == 2 * len(SUPPORTED) + 2
-        assert not (mnt / "words").exists()
-        assert meta["string_tensors"][0]["shape"] == [2]
+        assert len(paths) == 2 * len(SUPPORTED) + 3
+        assert json.loads(cat(str(mnt / "words") + ".json"))["shape"] == [2]
         # In-place storage: raw_data and packed float/double point into the file.
         data = path.read_bytes()
         for name in ["raw.float", "typed.float", "typed.double", "typed.complex64"]:
@@ -417,6 +448,98 @@ def test_constants_subgraphs_sparse_and_attribute_tensors(tmp):
         assert graph["sparse_initializers"] == ["sparse_w"]
         assert meta["producer_name"] == "modelfs-test" and meta["ir_version"] == 8
         assert meta["opset_import"] == [{"domain": "", "version": 13}]
+
+
+STRINGS = np.array([[b"cat", b"", "caf\u00e9 \u6a21\u578b".encode()],
+                    [b'quote " backslash \\ newline \n tab \t nul \x00',
+                     b"\xff\xfe not utf-8 \xc3", "\U0001f600".encode()]], dtype=object)
+
+
+def test_string_tensors_are_json_lines(tmp):
+    """STRING initializers, Constant values and attribute tensors (a LabelEncoder
+    of ai.onnx.ml), as dtype "string": JSON Lines, every byte kept."""
+    labels = numpy_helper.from_array(STRINGS, "labels")
+    scalar = numpy_helper.from_array(np.array(b"alone", dtype=object), "alone")
+    empty = helper.make_tensor("none", TensorProto.STRING, [0, 2], [])
+    keys = numpy_helper.from_array(np.array([b"a", b"b\xe9"], dtype=object), "keys")
+    values = numpy_helper.from_array(np.array([1, 2], dtype=np.int64), "values")
+    nodes = [helper.make_node("Constant", [], ["greeting"],
+                              value=numpy_helper.from_array(np.array([b"hi", b"\x80"], dtype=object), "v")),
+             helper.make_node("LabelEncoder", ["x"], ["y"], name="encode", domain="ai.onnx.ml",
+                              keys_tensor=keys, values_tensor=values, default_int64=-1)]
+    model = simple_model([labels, scalar, empty], nodes)
+    model.opset_import.append(helper.make_opsetid("ai.onnx.ml", 4))
+    path = tmp / "strings.onnx"
+    onnx.save(model, str(path))
+    with mounted(path, "-o", "xattr") as mnt:
+        paths, meta = check_model(mnt, path)
+        assert {"labels", "alone", "none", "greeting", "encode/keys_tensor", "encode/values_tensor"} \
+            == set(paths)
+        raw = cat(paths["labels"][0])
+        assert raw == json_lines(STRINGS.ravel().tolist())
+        assert raw.count(b"\n") == 6 and b"\\udcff\\udcfe" in raw and "caf\u00e9".encode() in raw
+        assert read_json_lines(raw) == STRINGS.ravel().tolist()
+        side = json.loads(cat(str(paths["labels"][0]) + ".json"))
+        assert side["dtype"] == "string" and side["shape"] == [2, 3] and side["strides"] == [3, 1]
+        assert side["nbytes"] == len(raw) == os.path.getsize(paths["labels"][0])
+        assert "numpy" not in side and side["onnx_data_type"] == "STRING"
+        assert cat(paths["alone"][0]) == b'"alone"\n'
+        assert json.loads(cat(str(paths["alone"][0]) + ".json"))["shape"] == []
+        assert cat(paths["none"][0]) == b""
+        assert read_json_lines(cat(paths["encode/keys_tensor"][0])) == [b"a", b"b\xe9"]
+        assert os.getxattr(paths["labels"][0], "user.modelfs.dtype") == b"string"
+        assert os.getxattr(paths["labels"][0], "user.modelfs.shape") == b"[2,3]"
+        index = json.loads((mnt / ".modelfs" / "index.json").read_text())
+        entry = next(t for t in index["tensors"] if t["name"] == "labels")
+        assert entry["dtype"] == "string" and entry["nbytes"] == len(raw)
+    listed = run_modelfs("--list", path)
+    assert listed.returncode == 0
+    assert any(line.split()[:2] == ["labels", "string"] for line in listed.stdout.splitlines())
+    assert run_modelfs("--check", path).returncode == 0
+
+
+def test_constant_value_forms(tmp):
+    """Constant's value_float(s), value_int(s), value_string(s): float32, int64
+    and string tensors named by the node's output, 0-D or 1-D."""
+    floats = [1.5, -0.25, 3.0e38, float("inf")]
+    ints = [-(2**63), -1, 0, 2**63 - 1, 7]
+    nodes = [helper.make_node("Constant", [], ["c.float"], value_float=-2.5),
+             helper.make_node("Constant", [], ["c.floats"], value_floats=floats),
+             helper.make_node("Constant", [], ["c.int"], value_int=-7),
+             helper.make_node("Constant", [], ["c.ints"], value_ints=ints),
+             helper.make_node("Constant", [], ["c.string"], value_string="caf\u00e9"),
+             helper.make_node("Constant", [], ["c.strings"], value_strings=[b"a", b"", b"\xfe"]),
+             helper.make_node("Constant", [], ["c.no_floats"], value_floats=[]),
+             helper.make_node("Constant", [], ["c.named"], name="/k/Constant", value_int=3)]
+    loop_body = helper.make_graph(
+        [helper.make_node("Constant", [], ["inner"], value_ints=[4, 5])], "body", [],
+        [helper.make_tensor_value_info("inner", TensorProto.INT64, [2])])
+    nodes.append(helper.make_node("If", ["cond"], ["z"], name="branch", then_branch=loop_body,
+                                  else_branch=loop_body))
+    model = simple_model([numpy_helper.from_array(np.array(True), "cond")], nodes)
+    path = tmp / "values.onnx"
+    onnx.save(model, str(path))
+    with mounted(path) as mnt:
+        paths, _ = check_model(mnt, path)
+        assert np.load(str(paths["c.floats"][0]) + ".npy").tolist() == \
+            np.array(floats, np.float32).tolist()
+        assert np.load(str(paths["c.ints"][0]) + ".npy").tolist() == ints
+        assert np.load(str(paths["c.float"][0]) + ".npy").shape == ()
+        assert np.load(str(paths["c.int"][0]) + ".npy").reshape(()) == -7
+        assert read_json_lines(cat(paths["c.string"][0])) == ["caf\u00e9".encode()]
+        assert read_json_lines(cat(paths["c.strings"][0])) == [b"a", b"", b"\xfe"]
+        assert np.load(str(paths["c.no_floats"][0]) + ".npy").shape == (0,)
+        assert paths["c.ints"] == [mnt / "c" / "ints"] and paths["c.named"] == [mnt / "c" / "named"]
+        assert len(paths["inner"]) == 2  # one per branch, the later ~1
+        side = json.loads(cat(str(paths["c.strings"][0]) + ".json"))
+        assert side["dtype"] == "string" and side["shape"] == [3] and side["kind"] == "constant"
+        assert side["storage"] == "value_strings" and side["onnx_data_type"] == "STRING"
+        side = json.loads(cat(str(paths["c.float"][0]) + ".json"))
+        assert side["dtype"] == "float32" and side["shape"] == [] and side["storage"] == "value_float"
+        graph = json.loads((mnt / ".modelfs" / "graph.json").read_text())["graph"]
+        by_output = {n["outputs"][0]: n for n in graph["nodes"]}
+        assert by_output["c.ints"]["attributes"] == {"value_ints": {"tensor": "c.ints"}}
+    assert run_modelfs("--check", path).returncode == 0
 
 
 def test_functions_and_metadata(tmp):

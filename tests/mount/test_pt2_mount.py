@@ -1,7 +1,7 @@
 """PT2 archives (torch.export.save) through a real mount, in every layout.
 
 The Debian torch (1.13) has no torch.export, so archives are laid out here
-the way torch's writers lay them out (formats.md §3): the layered archive of
+the way torch's writers lay them out (docs/formats.md, "PT2 archives"): the layered archive of
 2.8/2.9+ through torch._C.PyTorchFileWriter (the container PT2ArchiveWriter
 uses: top folder, 64-byte alignment, data descriptors) with its payload
 config JSON and raw storages; the flat 2.1-2.7 layout and early AOTInductor
@@ -269,6 +269,133 @@ def test_flat_layout_with_stored_and_deflated_nested_saves(tmp):
         stored = zipfile.ZipFile(path).read("serialized_exported_program.json")
         assert (mnt / ".modelfs" / "serialized_exported_program.json").read_bytes() == stored
         assert (mnt / ".modelfs" / "extra" / "notes.txt").read_text() == "hello"
+
+
+# The unions of torch 2.1-2.2's export schema, as dataclasses.asdict wrote
+# them: every variant present, the unused ones null.
+INPUT_SPEC_VARIANTS = ["user_input", "parameter", "buffer", "tensor_constant", "custom_obj"]
+OUTPUT_SPEC_VARIANTS = ["user_output", "loss_output", "buffer_mutation", "gradient_to_parameter",
+                        "gradient_to_user_input", "user_input_mutation"]
+ARGUMENT_VARIANTS = ["as_none", "as_tensor", "as_tensors", "as_int", "as_ints", "as_float",
+                     "as_floats", "as_string", "as_sym_int", "as_sym_ints", "as_scalar_type",
+                     "as_memory_format", "as_layout", "as_device", "as_bool", "as_bools",
+                     "as_sym_bool", "as_sym_bools"]
+
+
+def asdict_union(variants, kind, value):
+    return {v: (value if v == kind else None) for v in variants}
+
+
+def program_21(parameters, buffers, constants, user_inputs, outputs):
+    """An ExportedProgram JSON as torch 2.1-2.2 wrote it (dataclasses.asdict)."""
+    def tensor_arg(name):
+        return asdict_union(ARGUMENT_VARIANTS, "as_tensor", {"name": name})
+
+    inputs = [asdict_union(INPUT_SPEC_VARIANTS, "parameter",
+                           {"arg": {"name": "arg_" + n.replace(".", "_")}, "parameter_name": n})
+              for n in parameters]
+    inputs += [asdict_union(INPUT_SPEC_VARIANTS, "buffer",
+                            {"arg": {"name": "arg_" + n.replace(".", "_")}, "buffer_name": n})
+               for n in buffers]
+    inputs += [asdict_union(INPUT_SPEC_VARIANTS, "tensor_constant",
+                            {"arg": {"name": "arg_" + n}, "tensor_constant_name": n})
+               for n in constants]
+    inputs += [asdict_union(INPUT_SPEC_VARIANTS, "user_input", {"arg": tensor_arg(n)})
+               for n in user_inputs]
+    outs = [asdict_union(OUTPUT_SPEC_VARIANTS, "user_output", {"arg": tensor_arg(n)}) for n in outputs]
+    return {"graph_module": {"graph": {"inputs": [], "outputs": [], "nodes": [], "tensor_values": {},
+                                       "sym_int_values": {}, "sym_bool_values": {}},
+                             "signature": {"input_specs": inputs, "output_specs": outs},
+                             "module_call_graph": []},
+            "opset_version": {"aten": 10}, "range_constraints": {}, "equality_constraints": [],
+            "schema_version": 1, "dialect": "ATEN"}
+
+
+def torch21_module():
+    torch.manual_seed(21)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 8, 3, bias=False), torch.nn.BatchNorm2d(8), torch.nn.Flatten(),
+        torch.nn.Linear(32, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4))
+    net.eval()
+    net(torch.randn(2, 3, 6, 6))  # nothing learnt, but every buffer set
+    params = dict(net.named_parameters())
+    buffers = dict(net.named_buffers())
+    return params, buffers
+
+
+def test_torch21_export_save_json_named_torch_saves_and_null_unions(tmp):
+    """torch._export.save of torch 2.1-2.2: serialized_state_dict.json and
+    serialized_constants.json are torch.save archives, and the signature's
+    unions carry every variant, the unused ones null."""
+    params, buffers = torch21_module()
+    state = dict(params, **buffers)  # ep.state_dict: Parameters and buffers
+    consts = {"lifted_tensor_0": torch.arange(6, dtype=torch.int64).reshape(2, 3)}
+    graph = program_21(list(params), list(buffers), list(consts), ["x"], ["out"])
+    path = tmp / "torch21.pt2"
+    with zipfile.ZipFile(path, "w") as z:  # zipfile's default, as torch 2.1 wrote: stored
+        z.writestr("serialized_exported_program.json", json.dumps(graph))
+        z.writestr("serialized_state_dict.json", saved(state))
+        z.writestr("serialized_constants.json", saved(consts))
+        z.writestr("version", "1")
+    # The oracle: torch.load of the members as they lie in the archive.
+    z = zipfile.ZipFile(path)
+    expected = torch.load(io.BytesIO(z.read("serialized_state_dict.json")))
+    expected.update(torch.load(io.BytesIO(z.read("serialized_constants.json"))))
+    kinds = {n: "parameter" for n in params}
+    kinds.update({n: "buffer" for n in buffers})
+    kinds["lifted_tensor_0"] = "constant"
+    with mounted(path) as mnt:
+        paths = check_all(mnt, expected, kinds)
+        assert sidecar(paths["0.weight"])["source"]["offset"] > 0  # stored: served in place
+        # The archives are read, not shown as documents.
+        assert not (mnt / ".modelfs" / "serialized_state_dict.json").exists()
+        assert not (mnt / ".modelfs" / "serialized_constants.json").exists()
+        meta = metadata(mnt)
+        assert meta["pt2"] == {"layout": "flat", "version": "1"}
+        model = meta["models"]["model"]
+        assert "not_mounted" not in model
+        signature = model["signature"]
+        assert signature["parameters"] == list(params)
+        assert signature["buffers"] == list(buffers)
+        assert signature["constants"] == ["lifted_tensor_0"]
+        assert signature["user_inputs"] == ["x"] and signature["user_outputs"] == ["out"]
+        assert signature["inputs"][0] == {"kind": "parameter", "graph_name": "arg_0_weight",
+                                          "parameter_name": "0.weight"}
+        assert (mnt / ".modelfs" / "serialized_exported_program.json").read_bytes() == \
+            z.read("serialized_exported_program.json")
+    assert run_modelfs("--check", path).returncode == 0
+
+
+def test_torch21_first_schema_signature_maps_and_a_json_member_that_is_json(tmp):
+    """The first export schema's signature (inputs_to_parameters, ...); and a
+    serialized_*.json member that really is JSON stays a document."""
+    params, buffers = torch21_module()
+    state = dict(params, **buffers)
+    graph = {"graph_module": {"graph": {"nodes": []}, "signature": {
+        "inputs_to_parameters": {"arg_" + n.replace(".", "_"): n for n in params},
+        "inputs_to_buffers": {"arg_" + n.replace(".", "_"): n for n in buffers},
+        "user_inputs": ["x"], "user_outputs": ["out"], "buffers_to_mutate": {},
+        "backward_signature": None}}, "opset_version": {"aten": 10}, "schema_version": 1}
+    path = tmp / "torch21_first.pt2"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("serialized_exported_program.json", json.dumps(graph))
+        z.writestr("serialized_state_dict.json", saved(state))
+        z.writestr("serialized_constants.json", '{"not": "an archive"}')
+        z.writestr("version", "1")
+    expected = torch.load(io.BytesIO(zipfile.ZipFile(path).read("serialized_state_dict.json")))
+    kinds = {n: "parameter" for n in params}
+    kinds.update({n: "buffer" for n in buffers})
+    with mounted(path) as mnt:
+        check_all(mnt, expected, kinds)
+        assert json.loads((mnt / ".modelfs" / "serialized_constants.json").read_text()) == \
+            {"not": "an archive"}
+        model = metadata(mnt)["models"]["model"]
+        assert model["not_mounted"] == ["serialized_constants.json"]
+        assert sorted(model["signature"]["parameters"]) == sorted(params)
+        assert sorted(model["signature"]["buffers"]) == sorted(buffers)
+        assert model["signature"]["user_inputs"] == ["x"]
+        assert model["signature"]["user_outputs"] == ["out"]
 
 
 def test_flat_layout_with_empty_members(tmp):

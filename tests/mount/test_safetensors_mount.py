@@ -116,6 +116,27 @@ def test_scalars_and_zero_size_tensors(tmp):
         assert np.load(str(paths["scalar"]) + ".npy").shape == ()
 
 
+def test_null_metadata_as_mlx_writes_it(tmp):
+    """MLX writes "__metadata__": null when a file has none: no metadata."""
+    rng = np.random.default_rng(11)
+    tensors = {"model.embed.weight": rng.standard_normal((4, 3)).astype(np.float32),
+               "model.norm.weight": rng.standard_normal(3).astype(np.float16)}
+    model = st.write(tmp / "mlx.safetensors", tensors, metadata=st.NULL)
+    assert b'"__metadata__": null' in model.read_bytes()[:200]
+    with mounted(model) as mnt:
+        paths, _ = index_paths(mnt)
+        assert set(paths) == set(tensors)
+        for name, value in tensors.items():
+            check_tensor(paths[name], name, value)
+        meta = json.loads((mnt / ".modelfs" / "metadata.json").read_text())
+        assert meta["__metadata__"] == {}
+    # Only null: another non-object is still refused, before mounting.
+    bad = st.write(tmp / "bad.safetensors", tensors, metadata=[])
+    result = run_modelfs("--list", bad)
+    assert result.returncode == 2
+    assert "__metadata__ is not an object of strings" in result.stderr
+
+
 def test_clashing_dotted_empty_and_non_ascii_names_all_reachable(tmp):
     rng = np.random.default_rng(3)
     names = ["a.b", "a.b.c", "a.b~1", "..", "x..y", ".hidden", "trailing.", "", "50%.w",

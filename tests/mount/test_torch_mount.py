@@ -99,12 +99,14 @@ def check_tensor(path, name, t, kind=None):
     return meta
 
 
-def flatten(obj, prefix=""):
-    """name -> tensor, named as the design says (keys, attributes, indices joined with '.')."""
+def flatten(obj, prefix=None):
+    """name -> tensor, named as the design says (keys, attributes, indices joined with '.').
+    The top of the object has no name (None): a lone tensor there is `tensor`,
+    while a tensor under an empty key is named ""."""
     out = {}
-    join = (lambda k: f"{prefix}.{k}" if prefix else str(k))
+    join = (lambda k: str(k) if prefix is None else f"{prefix}.{k}")
     if isinstance(obj, torch.Tensor):
-        out[prefix or "tensor"] = obj
+        out["tensor" if prefix is None else prefix] = obj
     elif isinstance(obj, dict):
         for k, v in obj.items():
             out.update(flatten(v, join(k)))
@@ -178,6 +180,26 @@ def test_lone_tensor_and_parameters(tmp):
         assert meta["requires_grad"] is True
         assert sidecar(mnt / "frozen")["requires_grad"] is False
         assert sidecar(mnt / "frozen")["kind"] == "parameter"
+
+
+@pytest.mark.parametrize("zipfile_format", [True, False], ids=["zip", "legacy"])
+def test_empty_keys_are_named_empty_not_tensor(tmp, zipfile_format):
+    """An empty key is the name "" (path %), at the top as below it; only a
+    lone tensor is `tensor`."""
+    torch.manual_seed(3)
+    obj = {"": torch.randn(2, 3), "tensor": torch.randn(4), "a": {"": torch.arange(5)},
+           "b": {"": {"": torch.ones(2, dtype=torch.float64)}}}
+    path = tmp / "empty_keys.pt"
+    torch.save(obj, path, _use_new_zipfile_serialization=zipfile_format)
+    loaded = torch.load(path)
+    expected = flatten(loaded)
+    assert set(expected) == {"", "tensor", "a.", "b.."}
+    with mounted(path) as mnt:
+        paths = check_all(mnt, expected)
+        assert paths[""] == mnt / "%"
+        assert paths["tensor"] == mnt / "tensor"
+        assert paths["a."] == mnt / "a" / "%"
+        assert paths["b.."] == mnt / "b" / "%" / "%"
 
 
 @pytest.mark.parametrize("zipfile_format", [True, False], ids=["zip", "legacy"])
@@ -463,6 +485,44 @@ def test_big_endian_archive_is_byte_swapped(tmp):
     with mounted(tmp / "be.pt") as mnt:
         check_all(mnt, loaded)
         assert sidecar(mnt / "f")["byte_order_in_file"] == "big"
+
+
+def write_pre_14_torchscript(path):
+    """A TorchScript archive as torch 1.0-1.3 laid it out: the module
+    described in model.json, its tensors' bytes in tensors/, no data.pkl."""
+    weight = np.arange(6, dtype="<f4")
+    model_json = {
+        "protoVersion": "6", "producerName": "pytorch", "producerVersion": "1.1",
+        "mainModule": {"torchscriptArena": {"key": "code/archive.py"}, "name": "archive",
+                       "optimize": True,
+                       "parameters": [{"isBuffer": False, "tensorId": "0", "name": "weight"}]},
+        "tensors": [{"dims": ["2", "3"], "offset": "0", "strides": ["3", "1"],
+                     "requiresGrad": True, "dataType": "FLOAT",
+                     "data": {"key": "tensors/0"}, "device": "cpu"}]}
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/version", "1\n")
+        z.writestr("archive/model.json", json.dumps(model_json))
+        z.writestr("archive/tensors/0", weight.tobytes())
+        z.writestr("archive/code/archive.py", "op_version_set = 0\ndef forward(self, x):\n  return x\n")
+
+
+def test_torchscript_before_14_refused_as_such(tmp):
+    path = tmp / "old_script.pt"
+    write_pre_14_torchscript(path)
+    # The oracle: torch itself (1.13) does not load that layout either.
+    with pytest.raises(RuntimeError, match="Legacy model format"):
+        torch.jit.load(str(path))
+    mnt = tmp / "mnt"
+    mnt.mkdir()
+    for args in (["--list", path], [path, mnt]):
+        result = run_modelfs(*args)
+        assert result.returncode == 2, result
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, result.stderr
+        assert f"{path}: torchscript:" in lines[0]
+        assert "a TorchScript archive from before torch 1.4" in lines[0]
+        assert "archive/model.json and tensors/" in lines[0]
+    assert not os.listdir(mnt)
 
 
 BAD = {

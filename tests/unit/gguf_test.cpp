@@ -100,8 +100,14 @@ std::vector<BadFile> bad_files() {
   add("bad magic", Gguf(3, "GGUX").count(0).count(0), "not a GGUF file", 0);
   add("version 0", Gguf(0).count(0).count(0), "version 0 is not one", 4);
   add("future version", Gguf(4).count(0).count(0), "version 4 is not one", 4);
-  add("big-endian version", Gguf(0x03000000).count(0).count(0), "big-endian", 4);
-  add("reversed magic", Gguf(3, "FUGG").count(0).count(0), "big-endian", 0);
+  add("big-endian version", Gguf(0x03000000).count(0).count(0), "big-endian GGUF file (version 3 written big-endian)", 4);
+  // "FUGG" with a little-endian version: GGUF's pre-release draft, not GGUF.
+  add("reversed magic, little-endian version", Gguf(1, "FUGG").count(0).count(0),
+      "not GGUF but a pre-release draft of it (magic \"FUGG\", version 1 little-endian", 0);
+  add("reversed magic, version 3", Gguf(3, "FUGG").count(0).count(0), "pre-release draft", 0);
+  add("reversed magic, big-endian version", Gguf(0x03000000, "FUGG").count(0).count(0),
+      "big-endian GGUF file (version 3 written big-endian, magic \"FUGG\")", 0);
+  cases.push_back({"reversed magic, no version", "FUGG\x01", "too short", 0});
   add("tensor count cannot fit", Gguf::with_counts(uint64_t{1} << 60, 0), "tensor count", 8);
   add("key-value count cannot fit", Gguf::with_counts(0, 1000), "key-value count 1000 cannot fit", 16);
   add("negative tensor count", Gguf::with_counts(~uint64_t{0}, 0), "cannot fit", 8);

@@ -54,7 +54,7 @@ TEST(Npy, EveryNumpyDtypeHasItsDescr) {
     EXPECT_EQ(h.size() % 64, 0u);
   }
   for (DType none : {DType::BFloat16, DType::Float8E4M3FN, DType::Float8E5M2, DType::Float4E2M1,
-                     DType::Int4, DType::GgmlBlock})
+                     DType::Int4, DType::String, DType::GgmlBlock})
     EXPECT_FALSE(numpy_descr(none)) << dtype_name(none);
 }
 

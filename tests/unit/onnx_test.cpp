@@ -212,6 +212,42 @@ TEST(Onnx, BadTensorsRefused) {
   expect_refused(dir, pb_uint(1, 8) + pb_bytes(8, pb_uint(2, 13)), "no graph");
 }
 
+// STRING tensors are served as JSON Lines text, one JSON string per element
+// in C order, bytes that are not UTF-8 as \udcXX.
+TEST(Onnx, StringTensorsAreJsonLines) {
+  TempDir dir;
+  const std::string strings = pb_bytes(6, "cat") + pb_bytes(6, "") + pb_bytes(6, "caf\xc3\xa9") +
+                              pb_bytes(6, "q\"\\\n\x01") + pb_bytes(6, "\xff\xc3") + pb_bytes(6, "\xed\xb2\x80");
+  auto catalog = open_bytes(dir, model(initializer(tensor("labels", 8, {2, 3}, strings)) +
+                                       initializer(tensor("empty", 8, {0}, "")) +
+                                       initializer(tensor("blanks", 8, {2}, pb_bytes(6, "") + pb_bytes(6, "")))));
+  ASSERT_EQ(catalog.tensors.size(), 3u);
+  const Tensor& t = catalog.tensors[0];
+  EXPECT_EQ(t.name, "labels");
+  EXPECT_EQ(t.dtype, DType::String);
+  EXPECT_EQ(t.dtype_name(), "string");
+  EXPECT_EQ(t.shape, (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(t.strides, (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(t.bytes.view(),
+            "\"cat\"\n\"\"\n\"caf\xc3\xa9\"\n\"q\\\"\\\\\\n\\u0001\"\n\"\\udcff\\udcc3\"\n"
+            "\"\\udced\\udcb2\\udc80\"\n");
+  EXPECT_FALSE(t.source.offset);
+  EXPECT_EQ(t.extras["onnx_data_type"], "STRING");
+  EXPECT_EQ(t.extras["storage"], "string_data");
+  EXPECT_EQ(catalog.tensors[1].bytes.size(), 0u);
+  EXPECT_EQ(catalog.tensors[2].bytes.view(), "\"\"\n\"\"\n");
+  EXPECT_FALSE(catalog.metadata.contains("string_tensors"));
+
+  expect_refused(dir, model(initializer(tensor("s", 8, {3}, pb_bytes(6, "a") + pb_bytes(6, "b")))),
+                 "string_data holds 2 entries but the shape needs 3");
+  expect_refused(dir, model(initializer(tensor("s", 8, {1}, pb_bytes(6, "a") + pb_bytes(6, "b")))),
+                 "string_data holds 2 or more entries");
+  expect_refused(dir, model(initializer(tensor("s", 8, {2}, ""))), "string_data holds 0 entries");
+  expect_refused(dir, model(initializer(tensor("s", 8, {1}, pb_uint(6, 1)))), "string_data has wire type 0");
+  expect_refused(dir, model(initializer(tensor("s", 8, {1}, pb_bytes(6, "a") + pb_bytes(4, floats({1}))))),
+                 "data is stored in both");
+}
+
 TEST(Onnx, TruncatedModelsRefused) {
   TempDir dir;
   const std::string good = model(initializer(tensor("w", 1, {4}, pb_bytes(9, floats({1, 2, 3, 4})))));
@@ -263,6 +299,58 @@ TEST(Onnx, AttributeTensorsNamedByNodeAndAttribute) {
   EXPECT_EQ(catalog.tensors[0].extras["kind"], "constant");
   EXPECT_EQ(catalog.tensors[1].extras["kind"], "attribute");
   EXPECT_EQ(catalog.tensors[0].extras["onnx_name"], "stored");
+}
+
+// Constant's value_float(s), value_int(s), value_string(s): float32, int64,
+// string tensors named by the first output, 0-D or 1-D; packed and unpacked.
+TEST(Onnx, ConstantValueFormsAreTensors) {
+  auto constant = [](const std::string& output, const std::string& attribute) {
+    return pb_bytes(1, pb_bytes(2, output) + pb_bytes(4, "Constant") + pb_bytes(5, attribute));
+  };
+  auto attr = [](const std::string& name, uint64_t type, const std::string& fields) {
+    return pb_bytes(1, name) + pb_uint(20, type) + fields;
+  };
+  auto le64 = [](int64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); };
+  TempDir dir;
+  const std::string graph =
+      constant("f", attr("value_float", 1, pb_fixed32(2, 0x3fc00000))) +                  // 1.5
+      constant("fs", attr("value_floats", 6, pb_bytes(7, floats({1, 2})) + pb_fixed32(7, 0x40400000))) +
+      constant("i", attr("value_int", 2, pb_uint(3, UINT64_MAX))) +                        // -1
+      constant("is", attr("value_ints", 7, pb_bytes(8, pb_varint(5) + pb_varint(UINT64_MAX - 1)) + pb_uint(8, 9))) +
+      constant("s", attr("value_string", 3, pb_bytes(4, "caf\xc3\xa9"))) +
+      constant("ss", attr("value_strings", 8, pb_bytes(9, "a") + pb_bytes(9, "\xff"))) +
+      constant("empty", attr("value_floats", 7, "")) +  // onnx's helper marks an empty list INTS
+      constant("i0", attr("value_int", 2, ""));          // absent: proto's default, 0
+  auto catalog = open_bytes(dir, model(graph));
+  ASSERT_EQ(catalog.tensors.size(), 8u);
+  auto expect = [&](size_t i, const std::string& name, DType dtype, std::vector<uint64_t> shape,
+                    const std::string& bytes) {
+    const Tensor& t = catalog.tensors.at(i);
+    SCOPED_TRACE(name);
+    EXPECT_EQ(t.name, name);
+    EXPECT_EQ(t.dtype, dtype);
+    EXPECT_EQ(t.shape, shape);
+    EXPECT_EQ(t.strides.size(), shape.size());
+    EXPECT_EQ(t.bytes.view(), bytes);
+    EXPECT_EQ(t.extras["kind"], "constant");
+    EXPECT_EQ(t.extras["graph"], "main");
+  };
+  expect(0, "f", DType::Float32, {}, floats({1.5}));
+  expect(1, "fs", DType::Float32, {3}, floats({1, 2, 3}));
+  expect(2, "i", DType::Int64, {}, le64(-1));
+  expect(3, "is", DType::Int64, {3}, le64(5) + le64(-2) + le64(9));
+  expect(4, "s", DType::String, {}, "\"caf\xc3\xa9\"\n");
+  expect(5, "ss", DType::String, {2}, "\"a\"\n\"\\udcff\"\n");
+  expect(6, "empty", DType::Float32, {0}, "");
+  expect(7, "i0", DType::Int64, {}, le64(0));
+  EXPECT_EQ(catalog.tensors[1].extras["storage"], "value_floats");
+  EXPECT_EQ(catalog.tensors[1].extras["onnx_data_type"], "FLOAT");
+
+  expect_refused(dir, model(constant("x", attr("value_floats", 6, pb_bytes(7, "abc")))), "packed floats of odd length");
+  expect_refused(dir, model(constant("x", attr("value_float", 1, pb_uint(2, 1)))), "f is not a float");
+  expect_refused(dir, model(constant("x", attr("value_ints", 7, pb_fixed32(8, 1)))), "ints has wire type 5");
+  expect_refused(dir, model(constant("x", attr("value_ints", 7, pb_bytes(8, "\x80")))), "");
+  expect_refused(dir, model(constant("x", attr("value_strings", 8, pb_uint(9, 1)))), "should hold a string");
 }
 
 TEST(Onnx, Detection) {

@@ -110,6 +110,64 @@ TEST(Pt2, BadPayloadConfigsAreRefusedWithTheirReason) {
   expect(layered(R"({"config": {"w": {"path_name": "weight_0"}, "w": {}}})"), "duplicate JSON key");
 }
 
+// A torch.save archive of {'w': a 2x2 float32 tensor holding kFloats}.
+std::string nested_save() {
+  auto u = [](const std::string& text) {
+    return "X"s + static_cast<char>(text.size()) + "\0\0\0"s + text;
+  };
+  const std::string pickle = "\x80\x02}("s + u("w") + "ctorch._utils\n_rebuild_tensor_v2\n((" + u("storage") +
+                             "ctorch\nFloatStorage\n" + u("0") + u("cpu") + "K\x04tQK\x00(K\x02K\x02t(K\x02K\x01t"
+                             "\x89" "ccollections\nOrderedDict\n)RtRu."s;
+  return zip_bytes({{"archive/data.pkl", pickle, 0}, {"archive/data/0", kFloats, 0}, {"archive/version", "3\n", 0}});
+}
+
+// torch 2.1-2.2's torch._export.save: every member named serialized_<field>.json,
+// the state dict a torch.save archive all the same; unions with every variant,
+// the unused ones null.
+TEST(Pt2, FlatJsonNamedTorchSaveAndNullUnionsOfTorch21) {
+  const std::string program = R"({"graph_module": {"signature": {
+      "input_specs": [
+        {"user_input": null, "parameter": {"arg": {"name": "arg0"}, "parameter_name": "w"}, "buffer": null,
+         "tensor_constant": null, "custom_obj": null},
+        {"user_input": {"arg": {"as_none": null, "as_tensor": {"name": "x"}, "as_int": null}}, "parameter": null,
+         "buffer": null, "tensor_constant": null, "custom_obj": null}],
+      "output_specs": [
+        {"user_output": {"arg": {"as_none": null, "as_tensor": {"name": "y"}}}, "loss_output": null,
+         "buffer_mutation": null}]}}, "schema_version": 1})";
+  TempDir dir;
+  const std::string bytes = zip_bytes({{"serialized_exported_program.json", program, 0},
+                                       {"serialized_state_dict.json", nested_save(), 0},
+                                       {"serialized_constants.json", R"({"a": "document"})", 0},
+                                       {"version", "1", 0}},
+                                      {false, false, 0});
+  auto catalog = open_model(dir.write("model.pt2", bytes));
+  ASSERT_EQ(catalog.tensors.size(), 1u);
+  const Tensor& t = catalog.tensors[0];
+  EXPECT_EQ(t.name, "w");
+  EXPECT_EQ(t.bytes.view(), kFloats);
+  ASSERT_TRUE(t.source.offset);
+  EXPECT_EQ(bytes.substr(*t.source.offset, 16), kFloats);
+  EXPECT_EQ(t.extras["kind"], "parameter");
+  const auto& signature = catalog.metadata["models"]["model"]["signature"];
+  EXPECT_EQ(signature["parameters"], nlohmann::json::array({"w"}));
+  EXPECT_EQ(signature["user_inputs"], nlohmann::json::array({"x"}));
+  EXPECT_EQ(signature["user_outputs"], nlohmann::json::array({"y"}));
+  // A member that holds JSON after all stays a document; the archive is none.
+  std::vector<std::string> documents;
+  for (const auto& d : catalog.documents) documents.push_back(d.path);
+  EXPECT_EQ(documents, (std::vector<std::string>{"serialized_exported_program.json", "serialized_constants.json"}));
+  EXPECT_EQ(catalog.metadata["models"]["model"]["not_mounted"], nlohmann::json::array({"serialized_constants.json"}));
+}
+
+TEST(Pt2, UnionsWithTwoVariantsSetAreNotReadAsOne) {
+  const std::string program = R"({"graph_module": {"signature": {"input_specs": [
+      {"user_input": {"arg": {"name": "x"}}, "parameter": {"arg": {"name": "p"}, "parameter_name": "w"}}]}}})";
+  TempDir dir;
+  auto catalog = open_model(dir.write("model.pt2", zip_bytes({{"serialized_exported_program.json", program, 0}},
+                                                              {false, false, 0})));
+  EXPECT_EQ(catalog.metadata["models"]["model"]["signature"]["inputs"], nlohmann::json::array());
+}
+
 TEST(Pt2, ArchiveLevelRefusals) {
   const std::string config = entry();
   EXPECT_NE(refusal(zip_bytes({{"m/archive_format", "onnx", 0}, {"m/models/model.json", "{}", 0}}))

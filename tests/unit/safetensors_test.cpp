@@ -1,5 +1,5 @@
 // The safetensors reader: every validation rule of the reference crate
-// (formats.md §4.3), each with a hand-made bad file, and the good cases.
+// (docs/formats.md, "safetensors validation"), each with a hand-made bad file, and the good cases.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -113,6 +113,14 @@ std::vector<BadFile> bad_files() {
        safetensors_bytes(R"({"__metadata__":{"epoch":3}})", ""), "not a string", 9},
       {"metadata not an object", safetensors_bytes(R"({"__metadata__":"x"})", ""),
        "not an object", 9},
+      // null means no metadata; no other non-object does.
+      {"metadata a number", safetensors_bytes(R"({"__metadata__":0})", ""), "not an object", 9},
+      {"metadata false", safetensors_bytes(R"({"__metadata__":false})", ""), "not an object", 9},
+      {"metadata an array", safetensors_bytes(R"({"__metadata__":[]})", ""), "not an object", 9},
+      {"metadata an empty string", safetensors_bytes(R"({"__metadata__":""})", ""),
+       "not an object", 9},
+      {"metadata null, then again", safetensors_bytes(R"({"__metadata__":null,"__metadata__":{}})", ""),
+       "duplicate JSON key \"__metadata__\"", 8},
       {"duplicate tensor name",
        safetensors_bytes(R"({"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
                          R"("t":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
@@ -294,6 +302,21 @@ TEST(Safetensors, ScalarsEmptyTensorsMetadataAndPadding) {
   EXPECT_EQ(empty.bytes.size(), 0u);
   EXPECT_EQ(empty.strides, (std::vector<int64_t>{3, 1}));
   EXPECT_EQ(catalog.tensors[2].strides, (std::vector<int64_t>{3, 1}));
+}
+
+// MLX writes "__metadata__": null when there is none; the reference crate
+// reads the field as an Option, so null is no metadata.
+TEST(Safetensors, NullMetadataIsNoMetadata) {
+  TempDir dir;
+  const std::string header =
+      R"({"__metadata__":null,"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  auto file = parse_bytes(dir, safetensors_bytes(header, std::string("\1\2\3\4\5\6\7\10", 8)));
+  ASSERT_EQ(file.tensors.size(), 1u);
+  EXPECT_EQ(file.tensors[0].name, "w");
+  EXPECT_EQ(file.tensors[0].bytes.view(), std::string("\1\2\3\4\5\6\7\10", 8));
+  EXPECT_EQ(file.metadata, nlohmann::json::object());
+  auto catalog = open_bytes(dir, safetensors_bytes(R"({"__metadata__":null})", ""));
+  EXPECT_TRUE(catalog.tensors.empty());
 }
 
 TEST(Safetensors, EmptyHeaderObjectIsAModelWithNoTensors) {

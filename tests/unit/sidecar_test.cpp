@@ -18,6 +18,29 @@ Tensor sample_tensor() {
   return t;
 }
 
+// Text of any bytes, losslessly: UTF-8 as it is, other bytes as \udcXX.
+TEST(JsonBytes, WellFormedUtf8KeptOtherBytesAsLoneSurrogates) {
+  auto text = [](std::string_view bytes) {
+    std::string out;
+    append_json_bytes(out, bytes);
+    EXPECT_EQ(out.size(), json_bytes_length(bytes)) << out;
+    return out;
+  };
+  EXPECT_EQ(text(""), "\"\"");
+  EXPECT_EQ(text("plain ascii ~"), "\"plain ascii ~\"");
+  EXPECT_EQ(text("\"\\\b\f\n\r\t\x01\x1f\x7f"), "\"\\\"\\\\\\b\\f\\n\\r\\t\\u0001\\u001f\x7f\"");
+  EXPECT_EQ(text(std::string("a\0b", 3)), "\"a\\u0000b\"");
+  EXPECT_EQ(text("caf\xc3\xa9 \xe6\xa8\xa1 \xf0\x9f\x98\x80"), "\"caf\xc3\xa9 \xe6\xa8\xa1 \xf0\x9f\x98\x80\"");
+  // Not UTF-8: a lone byte, a cut sequence, an overlong form, a surrogate,
+  // past U+10FFFF; each byte that is no part of a character escaped alone.
+  EXPECT_EQ(text("\xff"), "\"\\udcff\"");
+  EXPECT_EQ(text("\xe2\x82" "A"), "\"\\udce2\\udc82A\"");
+  EXPECT_EQ(text("\xc0\xaf"), "\"\\udcc0\\udcaf\"");
+  EXPECT_EQ(text("\xed\xa0\x80"), "\"\\udced\\udca0\\udc80\"");
+  EXPECT_EQ(text("\xf4\x90\x80\x80"), "\"\\udcf4\\udc90\\udc80\\udc80\"");
+  EXPECT_EQ(text("\xc3\xa9\xc3"), "\"\xc3\xa9\\udcc3\"");
+}
+
 TEST(Sidecar, CarriesTheContractFieldsInOrder) {
   auto text = sidecar_text(sample_tensor(), "safetensors");
   auto json = nlohmann::ordered_json::parse(text);

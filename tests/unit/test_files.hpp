@@ -26,7 +26,7 @@ class TempDir {
 // u64 LE length + header + data, exactly as the format lays them out.
 std::string safetensors_bytes(const std::string& header, const std::string& data);
 
-// Hand-made protobuf wire bytes (formats.md §6.1).
+// Hand-made protobuf wire bytes (docs/formats.md, "Protobuf wire format").
 std::string pb_varint(uint64_t value);
 std::string pb_key(uint32_t number, int wire_type);
 std::string pb_uint(uint32_t number, uint64_t value);                 // wire type 0
@@ -37,7 +37,7 @@ std::string pb_fixed32(uint32_t number, uint32_t value);             // wire typ
 
 namespace modelfs::test {
 
-// Hand-made ZIP archives laid out as PyTorch's writer does (formats.md §1.2):
+// Hand-made ZIP archives laid out as PyTorch's writer does (docs/formats.md, "PyTorch's writer"):
 // local headers with zero CRC and sizes, a data descriptor after each
 // member, 'FB' alignment padding, and optionally every ZIP64 record.
 struct ZipEntry {

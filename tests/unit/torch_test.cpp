@@ -62,6 +62,28 @@ std::string refusal(const std::string& bytes) {
   return "<accepted>";
 }
 
+// {'': t}: the empty key names t "", never the lone tensor's "tensor".
+TEST(TorchSave, EmptyKeyAtTheTopIsTheEmptyName) {
+  std::string pickle = state_pickle("0", 4, 0, {2, 2}, {2, 1});
+  const std::string key_w = u("w");
+  pickle.replace(pickle.find(key_w), key_w.size(), u(""));
+  TempDir dir;
+  auto catalog = open_bytes(dir, archive(pickle));
+  ASSERT_EQ(catalog.tensors.size(), 1u);
+  EXPECT_EQ(catalog.tensors[0].name, "");
+  EXPECT_EQ(catalog.tensors[0].bytes.view(), kFloats);
+}
+
+// torch 1.0-1.3's TorchScript layout: model.json and tensors/, no data.pkl.
+TEST(TorchScript, ArchivesFromBeforeTorch14AreRefusedAsSuch) {
+  const std::string bytes = zip_bytes({{"old/version", "1\n", 0},
+                                       {"old/model.json", R"({"protoVersion": "6", "mainModule": {}})", 0},
+                                       {"old/tensors/0", kFloats, 0}});
+  EXPECT_EQ(refusal(bytes),
+            "torchscript: a TorchScript archive from before torch 1.4 (old/model.json and tensors/, no "
+            "old/data.pkl): that old layout is not supported, and torch itself no longer loads it");
+}
+
 TEST(TorchSave, MinimalArchiveServesStorageInPlace) {
   TempDir dir;
   const std::string bytes = archive(state_pickle("0", 4, 0, {2, 2}, {2, 1}));
@@ -150,7 +172,7 @@ TEST(TorchScript, ConstantsArchiveIsTorchScript) {
   EXPECT_EQ(catalog.tensors.size(), 1u);
 }
 
-// Five pickles then the storages, as formats.md §2.6 lays them out.
+// Five pickles then the storages, as docs/formats.md, "Legacy torch.save", lays them out.
 std::string legacy_file(int64_t numel_in_file, const std::string& data) {
   std::string out = "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19."s;
   out += "\x80\x02M\xe9\x03."s;

@@ -100,6 +100,22 @@ TEST(Tree, NoNpyWhereModelfsCannotConvertTheType) {
   EXPECT_TRUE(tree->resolve("b.npy"));  // float32 values
 }
 
+TEST(Tree, StringTensorsHaveTheirTextAndNoNpy) {
+  Tensor t = tensor("labels", DType::String, {2});
+  t.bytes = ByteSpan::owned("\"a\"\n\"b\"\n");
+  t.source = {"m.onnx", std::nullopt};
+  auto tree = build({std::move(t)});
+  EXPECT_EQ(content(*tree, "labels"), "\"a\"\n\"b\"\n");
+  EXPECT_FALSE(tree->resolve("labels.npy"));
+  const auto sidecar = nlohmann::json::parse(content(*tree, "labels.json"));
+  EXPECT_EQ(sidecar["dtype"], "string");
+  EXPECT_EQ(sidecar["shape"], nlohmann::json::array({2}));
+  EXPECT_EQ(sidecar["strides"], nlohmann::json::array({1}));
+  EXPECT_EQ(sidecar["nbytes"], 8);
+  EXPECT_FALSE(sidecar.contains("numpy"));
+  expect_index_matches_tree(*tree);
+}
+
 TEST(Tree, StridedViewsGetANpyGatheredWhenRead) {
   // A 2x2 transpose of [[a, b], [c, d]]: raw bytes stay as stored.
   Tensor t = tensor("t", DType::UInt8, {2, 2});

@@ -1,5 +1,5 @@
 #pragma once
-// A lazy scanner for the protobuf wire format (formats.md §6.1), over bytes
+// A lazy scanner for the protobuf wire format (docs/formats.md, "Protobuf wire format"), over bytes
 // that stay in the mapping.
 //
 // Why not the protobuf library: generated classes parse a message by copying

@@ -1,5 +1,5 @@
 #pragma once
-// safetensors (huggingface/safetensors; formats.md §4):
+// safetensors (huggingface/safetensors; docs/formats.md, "safetensors"):
 //
 //   u64 LE N | N bytes of UTF-8 JSON header | data buffer (rest of the file)
 //
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "modelfs/catalog.hpp"
+#include "modelfs/formats.hpp"
 
 namespace modelfs::safetensors {
 
@@ -38,7 +39,9 @@ bool probe_file(std::span<const std::byte> head);
 bool probe_index_file(std::span<const std::byte> head);
 bool probe_folder(const std::filesystem::path& folder);
 
-// A single file, an index JSON, or a folder holding an index.
-Catalog open(const std::filesystem::path& model);
+// A single file; an index JSON and its shards; a folder holding one index.
+Catalog open_file(const ModelFile& model);
+Catalog open_index_file(const ModelFile& index);
+Catalog open_folder(const std::filesystem::path& folder);
 
 }  // namespace modelfs::safetensors

@@ -1,5 +1,5 @@
 #pragma once
-// GGUF (ggml's model format; formats.md §5). All integers little-endian:
+// GGUF (ggml's model format; docs/formats.md, "GGUF"). All integers little-endian:
 //
 //   "GGUF" | u32 version | count tensor_count | count kv_count
 //   kv_count x   { string key | u32 value_type | value }
@@ -10,7 +10,10 @@
 //   v2, v3: count, dim and string/array lengths are u64; v1: all three u32
 //   (the tensor offset stays u64). v3 differs from v2 only in allowing
 //   big-endian files, which modelfs refuses: it serves tensor bytes from the
-//   mapping as they are, and sidecars promise little-endian bytes.
+//   mapping as they are, and sidecars promise little-endian bytes. A file
+//   beginning "FUGG" with a little-endian version is a pre-release draft of
+//   the format (its development branch wrote the magic as an integer,
+//   little-endian), not GGUF: refused as such.
 //   string = length + bytes (no terminator); array value = u32 elem_type |
 //   length | elements (arrays of arrays allowed, up to kMaxArrayDepth).
 //   alignment = the UINT32 key general.alignment, a power of two, else 32;
@@ -54,6 +57,7 @@
 #include <vector>
 
 #include "modelfs/catalog.hpp"
+#include "modelfs/formats.hpp"
 
 namespace modelfs::gguf {
 
@@ -64,7 +68,7 @@ inline constexpr uint32_t kMaxDims = 4;            // GGML_MAX_DIMS
 inline constexpr uint64_t kMaxNameBytes = 65535;   // keys and tensor names
 inline constexpr int kMaxArrayDepth = 8;           // arrays of arrays of ...
 
-// One ggml tensor type (formats.md §5.5).
+// One ggml tensor type (docs/formats.md, "ggml types").
 struct GgmlType {
   uint32_t id;
   std::string_view name;  // lowercase ggml name: "f32", "q4_k", ...
@@ -101,6 +105,7 @@ bool probe_file(std::span<const std::byte> head);
 bool probe_folder(const std::filesystem::path& folder);
 
 // A single file, any member of a split set, or a folder holding a set.
-Catalog open(const std::filesystem::path& model);
+Catalog open_file(const ModelFile& model);
+Catalog open_folder(const std::filesystem::path& folder);
 
 }  // namespace modelfs::gguf

@@ -1,5 +1,6 @@
 #pragma once
-// PyTorch files (formats.md §1-§2), all read without running a pickle:
+// PyTorch files (docs/formats.md, "ZIP container", "PyTorch files"), all
+// read without running a pickle:
 //
 //   torch.save ZIP    <archive>/data.pkl + <archive>/data/<key> storages
 //                     (any top folder name; `byteorder` big is byte-swapped)
@@ -10,7 +11,8 @@
 //                     keys) followed by the raw storages, in key order
 //
 // Tensors are named by the path of dict keys, attributes and indices from the
-// pickled root, joined with '.' (a lone tensor is "tensor"); their bytes are
+// pickled root, joined with '.' (a lone tensor is "tensor", a tensor under an
+// empty key "": {'': t} is "", never "tensor"); their bytes are
 // the part of their storage their view covers, served from the mapping.
 // PT2 archives (torch.export) share the ZIP container: open_zip hands them to
 // the PT2 reader (formats/pt2.hpp), which reads its nested saves through
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "modelfs/catalog.hpp"
+#include "modelfs/formats.hpp"
 #include "modelfs/zip_archive.hpp"
 
 namespace modelfs::torch {
@@ -32,7 +35,7 @@ bool probe_zip(std::span<const std::byte> head);
 bool probe_legacy(std::span<const std::byte> head);
 
 // torch.save ZIP or TorchScript archive.
-Catalog open_zip(const std::filesystem::path& model);
+Catalog open_zip(const ModelFile& model);
 // A torch.save archive that is part of a larger file (a PT2 archive's
 // serialized_state_dict.pt, a use_pickle payload): how to name and describe
 // what it holds.
@@ -57,13 +60,15 @@ struct SaveContents {
 SaveContents read_save(const ZipArchive& zip, const NestedSave& how);
 
 // Legacy (pre-1.6) torch.save.
-Catalog open_legacy(const std::filesystem::path& model);
+Catalog open_legacy(const ModelFile& model);
 
 // Sharded checkpoints (pytorch_model.bin.index.json beside its shards): the
 // same {"weight_map": {name: shard}} scheme as safetensors, with shards that
 // are torch.save files (ZIP or legacy); merged into one catalog.
 bool probe_index_file(std::span<const std::byte> head);
 bool probe_folder(const std::filesystem::path& folder);
-Catalog open_index(const std::filesystem::path& model);
+// A sharded checkpoint: its index JSON, or a folder holding one.
+Catalog open_index_file(const ModelFile& index);
+Catalog open_folder(const std::filesystem::path& folder);
 
 }  // namespace modelfs::torch

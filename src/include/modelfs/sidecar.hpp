@@ -1,5 +1,5 @@
 #pragma once
-// The JSON sidecar beside every tensor file (design.md, "The sidecar"):
+// The JSON sidecar beside every tensor file (docs/design.md, "The sidecar"):
 // name, dtype, shape, strides, nbytes, byte_order, numpy, npy (what the
 // .npy holds: {"dtype", "from", "exact"}), format, source, then the
 // format's extras. Keys keep this order so `cat P.json` reads well.
@@ -24,8 +24,8 @@ nlohmann::ordered_json sidecar_json(const Tensor& tensor, std::string_view forma
 std::string sidecar_text(const Tensor& tensor, std::string_view format);
 
 // The lines the format's extras add after "source", printed once so that a
-// tree can keep them as text rather than as parsed JSON (an ONNX tensor's
-// extras took 1.1 KiB as JSON, 0.2 KiB as text). None when an extra reuses a
+// tree can keep them as text rather than as parsed JSON (a heap node per
+// value, where text is a few bytes each). None when an extra reuses a
 // fixed key: it then replaces that key in place, and only sidecar_json
 // prints it.
 std::optional<std::string> sidecar_extras_lines(const nlohmann::json& extras);

@@ -1,5 +1,5 @@
 #pragma once
-// PT2 archives (torch.export.save, AOTInductor packages; formats.md §3), in
+// PT2 archives (torch.export.save, AOTInductor packages; docs/formats.md, "PT2 archives"), in
 // every layout torch has written, all inside the ZIP container of torch.save:
 //
 //   layered (2.8+)   [folder/]archive_format = "pt2", models/<name>.json per
@@ -10,7 +10,13 @@
 //                    sample inputs data/sample_inputs/<name>.pt
 //   flat (2.1-2.7)   serialized_exported_program.json beside nested
 //                    torch.save archives serialized_state_dict.pt,
-//                    serialized_constants.pt, serialized_example_inputs.pt
+//                    serialized_constants.pt, serialized_example_inputs.pt;
+//                    torch 2.1-2.2 named them serialized_<field>.json, so a
+//                    .json member holding a ZIP is read as one (decided by
+//                    its first bytes), and any other is shown as a document.
+//                    Those exporters wrote unions with every variant, the
+//                    unused ones null; the first wrote the signature as
+//                    name maps (inputs_to_parameters, ...): both are read.
 //   AOTInductor      data/aotinductor/<name>/: weights named by its
 //                    weights_config.json, or compiled into the .so (then
 //                    only the documents are mounted)

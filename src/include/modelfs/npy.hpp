@@ -1,5 +1,5 @@
 #pragma once
-// NumPy .npy headers (formats.md §7) for the .npy views: magic, version,
+// NumPy .npy headers (docs/formats.md, "NumPy .npy headers") for the .npy views: magic, version,
 // header length, then the dict literal padded with spaces and '\n' so the
 // data that follows starts 64-byte aligned, as numpy's own writer does.
 // The data itself is never copied: the view is this header followed by the

@@ -1,5 +1,5 @@
 #pragma once
-// The central directory of a ZIP archive (formats.md §1) lying in a byte range
+// The central directory of a ZIP archive (docs/formats.md, "ZIP records") lying in a byte range
 // of a mapped file: the whole file, or a stored member of another archive (a
 // torch.save nested inside a PT2 archive is read through this same code).
 //

@@ -1,5 +1,6 @@
 #pragma once
-// A restricted unpickler (formats.md §2.2-§2.5): it reads the pickle opcodes
+// A restricted unpickler (docs/formats.md, "Pickle opcodes" to "Tensor
+// rebuilds"): it reads the pickle opcodes
 // of protocols 0-5 that torch files use and builds plain values, but it never
 // imports or calls anything. A GLOBAL becomes a Global value naming what the
 // pickle asked for; REDUCE, NEWOBJ and BUILD become Call values recording the
@@ -133,8 +134,8 @@ struct Value {
 // Where a pickle's values live: stable addresses, in chunks mapped from the
 // kernel and unmapped whole with the pickle. On the heap (a std::deque, two
 // values per 512-byte block) they were interleaved with the strings the
-// catalog keeps, and once freed left holes the heap could not give back: a
-// 64-tensor checkpoint's mount held 0.25 MiB more than a safetensors one.
+// catalog keeps, and once freed left holes the heap could not give back,
+// held for the life of the mount.
 class ValueStore {
  public:
   // Values per chunk: 4096 (864 KiB, mapped); 64 under AddressSanitizer,

@@ -16,9 +16,19 @@ std::string readable_json(const nlohmann::ordered_json& value);
 
 // Appends `text` as a JSON string, exactly as readable_json prints it. The
 // tree prints one sidecar and one index line per tensor, so these direct
-// appenders replace building a JSON object for each (100 000 tensors: the
-// difference between seconds and a fraction of one).
+// appenders replace building a JSON object for each (a heap node per value,
+// made and freed for every tensor).
 void append_json_string(std::string& out, std::string_view text);
+// Appends `bytes` as a JSON string that gives them back exactly: well-formed
+// UTF-8 as it is (`"`, `\` and control characters escaped as JSON does),
+// and every byte that is not part of well-formed UTF-8 as the lone
+// surrogate \udcXX, XX its value (80-ff; Python's "surrogateescape", PEP
+// 383). No well-formed UTF-8 encodes a surrogate, so nothing is ambiguous:
+// in Python, json.loads(text).encode("utf-8", "surrogateescape") == bytes.
+void append_json_bytes(std::string& out, std::string_view bytes);
+// The length append_json_bytes would add, without making the text.
+size_t json_bytes_length(std::string_view bytes);
+
 // Appends "[a,b,c]" (a vector or span of integers).
 template <typename Integers>
 void append_json_array(std::string& out, const Integers& values) {

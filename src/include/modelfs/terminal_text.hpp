@@ -22,4 +22,10 @@ std::string printable(std::string_view text);
 // that printable() returned.
 size_t display_width(std::string_view text);
 
+// `text` (printable()'s output) fitted into `columns` terminal columns: as it
+// is when it fits, else its longest prefix of at most `columns - 1` columns
+// (whole characters) followed by "\u2026" (an ellipsis, one column). For
+// table columns, so that one long name cannot widen every row.
+std::string fit_width(std::string_view text, size_t columns);
+
 }  // namespace modelfs

@@ -1,5 +1,5 @@
 #pragma once
-// How tensor names become paths (design.md, "The tree").
+// How tensor names become paths (docs/design.md, "Names and paths").
 //
 // A name is split at '.' and '/' into components: "model.layers.0.weight"
 // -> model/layers/0/weight. With -o flat it stays whole. Each component is

@@ -1,0 +1,241 @@
+// Hostile input, round two: what reaches a person (messages, the --list
+// table, the log) and what a model may make modelfs open.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <spdlog/spdlog.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli/list.hpp"
+#include "cli/logging.hpp"
+#include "modelfs/error.hpp"
+#include "modelfs/mapped_file.hpp"
+#include "modelfs/model_folder.hpp"
+#include "modelfs/terminal_text.hpp"
+#include "test_files.hpp"
+
+namespace modelfs {
+namespace {
+
+using test::TempDir;
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// --- a NUL in a name does not cut the message -----------------------------
+
+TEST(HostileCli, ModelErrorMessageKeepsWhatFollowsANul) {
+  const std::string name("a\0b\x1b[31m", 8);
+  const ModelError e("m.safetensors", "safetensors", 9,
+                     "tensor \"" + name + "\": data_offsets span 4 bytes but shape and dtype need 8");
+  // what() is a C string: everything must be before its first NUL.
+  EXPECT_EQ(std::string(e.what()),
+            "m.safetensors: safetensors: at byte 9: tensor \"a\\x00b\x1b[31m\": data_offsets "
+            "span 4 bytes but shape and dtype need 8");
+  // The parts stay as given.
+  EXPECT_EQ(e.reason().substr(8, 8), name);
+  // Several NULs, one at each end.
+  const ModelError ends(std::string("\0f\0", 3), "x", std::nullopt, std::string("r\0", 2));
+  EXPECT_EQ(std::string(ends.what()), "\\x00f\\x00: x: r\\x00");
+}
+
+// The daemon's log (a file or syslog once detached) goes through the same
+// sink that makes text printable; a NUL there must not end the line either.
+TEST(HostileCli, LogSinkKeepsWhatFollowsANul) {
+  TempDir dir;
+  const auto path = dir.path() / "modelfs.log";
+  auto previous = spdlog::default_logger();
+  ASSERT_TRUE(log_to_file(path.string(), LogLevel::Info));
+  spdlog::warn("tensor \"{}\" is not listed", std::string("a\0b\x1b[31m", 8));
+  try {
+    throw ModelError("m.onnx", "onnx", 68, std::string("location \"x\0y\" contains a NUL byte", 34));
+  } catch (const ModelError& e) {
+    spdlog::error("{}", e.what());
+  }
+  spdlog::default_logger()->flush();
+  spdlog::set_default_logger(previous);
+  spdlog::drop("modelfs-file");
+  const std::string log = read_text(path);
+  EXPECT_NE(log.find("tensor \"a\\x00b\\x1b[31m\" is not listed\n"), std::string::npos) << log;
+  EXPECT_NE(log.find("m.onnx: onnx: at byte 68: location \"x\\x00y\" contains a NUL byte\n"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find('\0'), std::string::npos);
+}
+
+// --- the --list name column is capped -------------------------------------
+
+TEST(HostileCli, FitWidthCutsWholeCharactersWithAnEllipsis) {
+  EXPECT_EQ(fit_width("short", 80), "short");
+  EXPECT_EQ(fit_width(std::string(80, 'a'), 80), std::string(80, 'a'));
+  EXPECT_EQ(fit_width(std::string(81, 'a'), 80), std::string(79, 'a') + "\xe2\x80\xa6");
+  EXPECT_EQ(display_width(fit_width(std::string(100000, 'a'), 80)), 80u);
+  // Wide characters (two columns each) are never split, and the cut text
+  // stays within the columns.
+  std::string wide;
+  for (int i = 0; i < 50; ++i) wide += "\xe6\x9d\x83";  // 权
+  const std::string cut = fit_width(wide, 80);
+  EXPECT_LE(display_width(cut), 80u);
+  EXPECT_EQ(cut, wide.substr(0, 39 * 3) + "\xe2\x80\xa6");
+  // A combining mark stays with the character before it.
+  const std::string accented = std::string(78, 'a') + "e\xcc\x81" + "zz";
+  EXPECT_EQ(fit_width(accented, 80), std::string(78, 'a') + "e\xcc\x81" + "\xe2\x80\xa6");
+  EXPECT_EQ(fit_width("abc", 0), "");
+  EXPECT_EQ(fit_width("abc", 1), "\xe2\x80\xa6");
+}
+
+Tensor small_tensor(std::string name) {
+  Tensor t;
+  t.name = std::move(name);
+  t.dtype = DType::Float32;
+  t.shape = {1};
+  t.strides = {1};
+  t.bytes = ByteSpan::owned(std::string(4, '\0'));
+  return t;
+}
+
+TEST(HostileCli, ListTableCapsTheNameColumn) {
+  Catalog catalog;
+  catalog.format = "safetensors";
+  for (int i = 0; i < 1000; ++i) catalog.tensors.push_back(small_tensor("layer." + std::to_string(i)));
+  catalog.tensors.push_back(small_tensor(std::string(100000, 'x')));
+  std::ostringstream table;
+  cli::print_table(catalog, table);
+  const std::string text = table.str();
+  // 1 002 lines of about a hundred columns, not 1 002 lines of 100 000.
+  EXPECT_LT(text.size(), 200000u);
+  EXPECT_NE(text.find(std::string(79, 'x') + "\xe2\x80\xa6  float32"), std::string::npos);
+  EXPECT_EQ(text.find(std::string(80, 'x')), std::string::npos);
+  // Short names are padded to the capped column, so the table stays aligned.
+  EXPECT_NE(text.find("layer.999" + std::string(80 - 9 + 2, ' ') + "float32"), std::string::npos);
+  // --json keeps the name whole.
+  std::ostringstream json;
+  cli::print_json(catalog, json);
+  EXPECT_NE(json.str().find("\"" + std::string(100000, 'x') + "\""), std::string::npos);
+}
+
+// --- FIFOs are refused, not opened for reading ----------------------------
+
+TEST(HostileCli, MappedFileRefusesAFifoWithoutWaitingForAWriter) {
+  TempDir dir;
+  const auto fifo = dir.path() / "model.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    MappedFile::open(fifo);  // before: blocked in open(2) until a writer came
+    FAIL() << "a FIFO was opened";
+  } catch (const ModelError& e) {
+    EXPECT_EQ(std::string(e.what()), fifo.string() + ": file: is a FIFO (named pipe), not a regular "
+                                                      "file; modelfs reads only regular files");
+  }
+  try {
+    MappedFile::open(dir.path());
+    FAIL() << "a folder was opened";
+  } catch (const ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("is a folder, not a regular file"), std::string::npos);
+  }
+  // A regular file is still read, and its descriptor is blocking again.
+  const auto file = MappedFile::open(dir.write("ok.bin", "abcd"));
+  EXPECT_EQ(file->size(), 4u);
+  EXPECT_EQ(::fcntl(file->fd(), F_GETFL) & O_NONBLOCK, 0);
+}
+
+// --- files a model names stay inside its folder --------------------------
+
+TEST(HostileCli, ModelFolderKeepsNamedFilesInside) {
+  namespace fs = std::filesystem;
+  TempDir dir;
+  dir.write("outside/secret.bin", "s");
+  dir.write("model/real/a.bin", "a");
+  dir.write("model/b.bin", "b");
+  fs::create_symlink("../outside/secret.bin", dir.path() / "model" / "link.bin");
+  fs::create_symlink(dir.path() / "outside", dir.path() / "model" / "linkdir");
+  fs::create_symlink("real/a.bin", dir.path() / "model" / "inside.bin");
+  fs::create_symlink("missing.bin", dir.path() / "model" / "dangling.bin");
+  // The model's folder reached through a link of its own: resolved first.
+  fs::create_symlink(dir.path() / "model", dir.path() / "alias");
+  const auto folder = ModelFolder::of_file(dir.path() / "alias" / "model.safetensors.index.json", "test");
+  const fs::path real = fs::canonical(dir.path() / "model");
+  EXPECT_EQ(folder.path(), real);
+
+  using P = ModelFolder::Problem;
+  struct Case {
+    std::string name;
+    P problem;
+    std::string reason;
+  };
+  const std::vector<Case> cases = {
+      {"", P::NotAName, "is empty"},
+      {std::string("b.bin\0x", 7), P::NotAName, "contains a NUL byte"},
+      {(dir.path() / "model" / "b.bin").string(), P::NotAName, "is absolute"},
+      {"../model/b.bin", P::NotAName, "contains \"..\""},
+      {"real/../b.bin", P::NotAName, "contains \"..\""},
+      {"link.bin", P::Outside, "resolves to " + fs::canonical(dir.path() / "outside" / "secret.bin").string() +
+                                   ", outside the model's folder " + real.string()},
+      {"linkdir/secret.bin", P::Outside, "outside the model's folder"},
+      {"missing.bin", P::Unresolvable, "cannot be opened: No such file or directory"},
+      {"dangling.bin", P::Unresolvable, "cannot be opened"},
+  };
+  for (const auto& c : cases) {
+    const auto r = folder.resolve(c.name);
+    EXPECT_FALSE(r) << c.name;
+    EXPECT_EQ(r.problem, c.problem) << c.name;
+    EXPECT_NE(r.reason.find(c.reason), std::string::npos) << c.name << ": " << r.reason;
+  }
+  for (const auto& [name, target] : std::vector<std::pair<std::string, std::string>>{
+           {"b.bin", "b.bin"}, {"./b.bin", "b.bin"}, {"inside.bin", "real/a.bin"}, {"real/a.bin", "real/a.bin"}}) {
+    const auto r = folder.resolve(name);
+    ASSERT_TRUE(r) << name << ": " << r.reason;
+    EXPECT_EQ(r.path, real / target);
+  }
+  // The folder itself is not outside (opening it is refused as a folder).
+  EXPECT_TRUE(folder.resolve("."));
+}
+
+// The Hugging Face hub cache: a snapshot's files link to its repository's
+// blobs/, which counts as inside; nothing else beside it does.
+TEST(HostileCli, ModelFolderAcceptsTheHubCacheBlobsOfItsOwnRepository) {
+  namespace fs = std::filesystem;
+  TempDir dir;
+  const fs::path repo = dir.path() / "hub" / "models--org--name";
+  dir.write("hub/models--org--name/blobs/0a1b", "shard");
+  dir.write("hub/models--org--name/blobs/sub/0a1b", "deeper");
+  dir.write("hub/models--org--name/refs/main", "rev");
+  dir.write("hub/models--other--name/blobs/ffff", "another repository");
+  dir.write("hub/models--org--name/snapshots/rev/onnx/.keep", "");
+  const fs::path snapshot = repo / "snapshots" / "rev";
+  fs::create_symlink("../../blobs/0a1b", snapshot / "model-00001-of-00002.safetensors");
+  fs::create_symlink("../../../blobs/0a1b", snapshot / "onnx" / "model.onnx_data");
+  fs::create_symlink("../../blobs/sub/0a1b", snapshot / "deeper.bin");
+  fs::create_symlink("../../refs/main", snapshot / "refs.bin");
+  fs::create_symlink("../../../models--other--name/blobs/ffff", snapshot / "other.bin");
+
+  const auto folder = ModelFolder::of_file(snapshot / "model.safetensors.index.json", "test");
+  EXPECT_EQ(folder.hub_blobs(), fs::canonical(repo / "blobs"));
+  const auto shard = folder.resolve("model-00001-of-00002.safetensors");
+  ASSERT_TRUE(shard) << shard.reason;
+  EXPECT_EQ(shard.path, fs::canonical(repo / "blobs" / "0a1b"));
+  // A subfolder of the snapshot (ONNX models often live in onnx/).
+  EXPECT_TRUE(ModelFolder::of_file(snapshot / "onnx" / "model.onnx", "test").resolve("model.onnx_data"));
+  // Only files directly in blobs/ of this repository.
+  for (const char* name : {"deeper.bin", "refs.bin", "other.bin"})
+    EXPECT_EQ(folder.resolve(name).problem, ModelFolder::Problem::Outside) << name;
+  // A folder that merely looks like a snapshot gets no such exception.
+  dir.write("plain/blobs/0a1b", "x");
+  dir.write("plain/snapshots/rev/.keep", "");
+  fs::create_symlink("../../blobs/0a1b", dir.path() / "plain" / "snapshots" / "rev" / "s.safetensors");
+  const auto plain = ModelFolder::at(dir.path() / "plain" / "snapshots" / "rev", "test");
+  EXPECT_TRUE(plain.hub_blobs().empty());
+  EXPECT_EQ(plain.resolve("s.safetensors").problem, ModelFolder::Problem::Outside);
+}
+
+}  // namespace
+}  // namespace modelfs
