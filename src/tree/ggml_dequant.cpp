@@ -2,6 +2,7 @@
 
 #include <array>
 #include <bit>
+#include <cmath>
 #include <cstring>
 
 #include "ggml_grids.hpp"
@@ -328,6 +329,44 @@ void mxfp4(const uint8_t* __restrict b, float* __restrict y) {
   }
 }
 
+// nvfp4: 4 UE4M3 scales (one per 16 elements) | 32 bytes of E2M1 codes;
+// within each 16, low nibbles are elements 0-7 and high nibbles 8-15.
+// UE4M3 as ggml reads it: bit 7 ignored, 4 exponent bits (bias 7), 3
+// mantissa bits, 0x00 and 0x7F zero, and the value halved (the codes are
+// doubled): value = 2*e2m1(code) * ue4m3(scale)/2.
+float ue4m3_half(uint8_t x) {
+  if (x == 0 || x == 0x7F) return 0.0f;
+  const int exponent = (x >> 3) & 0x0F;
+  const int mantissa = x & 0x07;
+  const float raw = exponent == 0 ? std::ldexp(static_cast<float>(mantissa), -9)
+                                  : std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
+  return raw * 0.5f;
+}
+
+void nvfp4(const uint8_t* __restrict b, float* __restrict y) {
+  const uint8_t* qs = b + 4;
+  for (int s = 0; s < 4; ++s, y += 16) {
+    const float d = ue4m3_half(b[s]);
+    for (int j = 0; j < 8; ++j) {
+      y[j] = static_cast<float>(kMxfp4Doubled[qs[8 * s + j] & 0x0F]) * d;
+      y[j + 8] = static_cast<float>(kMxfp4Doubled[qs[8 * s + j] >> 4]) * d;
+    }
+  }
+}
+
+// q1_0: d | 16 bytes, one bit an element (bit j%8 of byte j/8): d or -d.
+void q1_0(const uint8_t* __restrict b, float* __restrict y) {
+  const float d = half_at(b);
+  for (int j = 0; j < 128; ++j) y[j] = (b[2 + j / 8] >> (j % 8)) & 1 ? d : -d;
+}
+
+// q2_0: d | 16 bytes, two bits an element (pair j%4 of byte j/4):
+// value = (q - 1) * d.
+void q2_0(const uint8_t* __restrict b, float* __restrict y) {
+  const float d = half_at(b);
+  for (int j = 0; j < 64; ++j) y[j] = static_cast<float>(((b[2 + j / 4] >> (2 * (j % 4))) & 3) - 1) * d;
+}
+
 // ---- grid-based 2- and 3-bit types (lattice points from ggml_grids)
 
 inline float sign_of(uint8_t signs, int j) { return (signs >> j) & 1 ? -1.0f : 1.0f; }
@@ -509,6 +548,9 @@ constexpr std::array kCodecs{
     MODELFS_CODEC(tq1_0, 256, 54),
     MODELFS_CODEC(tq2_0, 256, 66),
     MODELFS_CODEC(mxfp4, 32, 17),
+    MODELFS_CODEC(nvfp4, 64, 36),
+    MODELFS_CODEC(q1_0, 128, 18),
+    MODELFS_CODEC(q2_0, 64, 18),
 };
 
 #undef MODELFS_CODEC

@@ -293,6 +293,40 @@ def mxfp4(b):
     return np.concatenate([f(MXFP4[qs & 15]) * d, f(MXFP4[qs >> 4]) * d], axis=1)
 
 
+def ue4m3_half(x):
+    """ggml's UE4M3 scale, halved: bit 7 ignored, 0x00 and 0x7F zero."""
+    if x in (0, 0x7F):
+        return F32(0.0)
+    exponent, mantissa = (x >> 3) & 15, x & 7
+    raw = mantissa * 2.0 ** -9 if exponent == 0 else (1 + mantissa / 8) * 2.0 ** (exponent - 7)
+    return F32(raw * 0.5)
+
+
+UE4M3_HALF = np.array([ue4m3_half(x) for x in range(256)], dtype=F32)
+
+
+def nvfp4(b):
+    qs = b[:, 4:36].astype(np.int32)
+    out = []
+    for s in range(4):
+        d = UE4M3_HALF[b[:, s:s + 1]]
+        q = qs[:, 8 * s:8 * s + 8]
+        out += [f(MXFP4[q & 15]) * d, f(MXFP4[q >> 4]) * d]
+    return np.concatenate(out, axis=1)
+
+
+def q1_0(b):
+    d = f16(b, 0)
+    bits = np.unpackbits(b[:, 2:18], axis=1, bitorder="little")
+    return np.where(bits == 1, d, -d).astype(F32)
+
+
+def q2_0(b):
+    d = f16(b, 0)
+    q = (b[:, 2:18, None].astype(np.int32) >> (2 * np.arange(4))) & 3  # (n, 16, 4): element 4*byte + pair
+    return f(q.reshape(-1, 64) - 1) * d
+
+
 # ---- lattice (IQ) types ----------------------------------------------------------
 # The grids' codes are read from modelfs's own table (src/tree/ggml_grids.cpp,
 # which its unit tests check entry by entry against ggml's published grids);
@@ -465,6 +499,7 @@ BLOCK_TYPES = {
     "iq4_xs": (256, 136, iq4_xs), "mxfp4": (32, 17, mxfp4), "iq2_xxs": (256, 66, iq2_xxs),
     "iq2_xs": (256, 74, iq2_xs), "iq2_s": (256, 82, iq2_s), "iq3_xxs": (256, 98, iq3_xxs),
     "iq3_s": (256, 110, iq3_s), "iq1_s": (256, 50, iq1_s), "iq1_m": (256, 56, iq1_m),
+    "nvfp4": (64, 36, nvfp4), "q1_0": (128, 18, q1_0), "q2_0": (64, 18, q2_0),
 }
 
 

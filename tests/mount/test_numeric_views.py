@@ -58,6 +58,12 @@ def edge_blocks(name, size):
     and zero float16 scales; for mxfp4 the E8M0 extremes 0, 1, 254, 255."""
     blocks = []
     rng = np.random.default_rng(len(name))
+    if name == "nvfp4":  # UE4M3 scales: zero, the 0x7F zero, the smallest, the largest, bit 7 set
+        for scales in ((0, 0x7F, 1, 0x7E), (0x80, 0xFF, 0xFE, 0x38), (8, 0x77, 0x3F, 0x40)):
+            b = rng.integers(0, 256, size, dtype=np.uint8)
+            b[0:4] = scales
+            blocks.append(b)
+        return blocks
     if name == "mxfp4":
         for e in (0, 1, 2, 127, 254, 255):
             b = rng.integers(0, 256, size, dtype=np.uint8)
@@ -70,7 +76,8 @@ def edge_blocks(name, size):
         for at in {"q4_0": (0,), "q4_1": (0, 2), "q5_0": (0,), "q5_1": (0, 2), "q8_0": (0,), "q8_1": (0, 2),
                    "q2_k": (80, 82), "q3_k": (108,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,),
                    "tq1_0": (52,), "tq2_0": (64,), "iq4_nl": (0,), "iq4_xs": (0,), "iq2_xxs": (0,),
-                   "iq2_xs": (0,), "iq2_s": (0,), "iq3_xxs": (0,), "iq3_s": (0,), "iq1_s": (0,)}.get(name, ()):
+                   "iq2_xs": (0,), "iq2_s": (0,), "iq3_xxs": (0,), "iq3_s": (0,), "iq1_s": (0,),
+                   "q1_0": (0,), "q2_0": (0,)}.get(name, ()):
             b[at:at + 2] = np.frombuffer(np.uint16(half).tobytes(), dtype=np.uint8)
         if name == "q8_k":  # a float32 scale
             b[0:4] = np.frombuffer(np.uint32(0x7F800000 if half == 0x7C00 else half).tobytes(), dtype=np.uint8)

@@ -201,7 +201,7 @@ TEST(NumericViews, ViewsReachingPastTheirBytesAreRefused) {
   EXPECT_FALSE(BlockView::make(std::span(stored), "q8_0", 32));                     // 34 bytes needed
   std::vector<std::byte> block(34);
   EXPECT_FALSE(BlockView::make(block, "q8_0", 31));  // not whole blocks
-  EXPECT_FALSE(BlockView::make(block, "nvfp4", 64));  // no dequantization
+  EXPECT_FALSE(BlockView::make(block, "q9_9", 64));  // no dequantization
   EXPECT_TRUE(BlockView::make(block, "q8_0", 32));
 }
 
@@ -409,7 +409,7 @@ TEST(NumericTree, ConvertedNpyHasAFloat32HeaderAndTheSidecarSaysSo) {
   q.block_type = "q8_0";
   catalog.tensors.push_back(q);
   Tensor nv = tensor_of("nv", DType::GgmlBlock, {64}, std::string(36, '\0'));
-  nv.block_type = "nvfp4";
+  nv.block_type = "q9_9";  // no dequantization
   catalog.tensors.push_back(nv);
   catalog.tensors.push_back(tensor_of("f", DType::Float32, {1}, std::string(4, '\0')));
   auto tree = Tree::build(std::move(catalog), {});

@@ -91,7 +91,7 @@ TEST(Tree, SplitsNamesIntoFoldersWithSidecarsAndNpyViews) {
 
 TEST(Tree, NoNpyWhereModelfsCannotConvertTheType) {
   Tensor w = tensor("w", DType::GgmlBlock, {64});
-  w.block_type = "nvfp4";  // dequantization not written yet
+  w.block_type = "q9_9";  // a block type modelfs has no dequantization for
   w.bytes = ByteSpan::owned(std::string(36, 'x'));
   auto tree = build({w, tensor("b", DType::BFloat16)});
   EXPECT_TRUE(tree->resolve("w"));
