@@ -5,6 +5,7 @@ read. Checked against torch's own conversions (.float(), dequantize()) and
 against the tests' decoders (numeric_oracle.py), with np.load(mmap_mode='r')
 and with dd at odd offsets and lengths."""
 import json
+import os
 import subprocess
 
 import numpy as np
@@ -149,6 +150,11 @@ def test_bfloat16_llama_shaped_model_loads_tensor_by_tensor(tmp):
             assert sidecar(paths[name])["npy"] == {"dtype": "float32", "from": "bfloat16", "exact": True}
         check_odd_reads(str(paths["model.layers.0.mlp.up_proj.weight"]) + ".npy",
                         tensors["model.layers.0.mlp.up_proj.weight"].float().numpy())
+    # With -o xattr, the .npy's dtype attribute names what it holds.
+    with mounted(model, "-o", "xattr") as mnt:
+        raw = mnt / "model" / "norm" / "weight"
+        assert os.getxattr(raw, "user.modelfs.dtype") == b"bfloat16"
+        assert os.getxattr(str(raw) + ".npy", "user.modelfs.dtype") == b"float32"
 
 
 def test_small_floats_every_code(tmp):
