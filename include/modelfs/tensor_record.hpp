@@ -30,9 +30,16 @@ struct TensorRecord {
   // The sidecar's lines after "source", one per format extra (see
   // sidecar_extras_lines); empty for none.
   std::string_view extras_lines;
+  // What the .npy holds: numpy's dtype of its values, the stored type they
+  // come from, whether they are exact (the sidecar's "npy"); no npy_dtype:
+  // there is no .npy.
+  std::optional<DType> npy_dtype;
+  std::string_view npy_from;
+  bool npy_exact = true;
 };
 
-// A record viewing `tensor` (valid while it lives); extras_lines left empty.
+// A record viewing `tensor` (valid while it lives); extras_lines and what the
+// .npy holds left empty.
 inline TensorRecord record_of(const Tensor& tensor) {
   TensorRecord r;
   r.name = tensor.name;

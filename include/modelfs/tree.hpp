@@ -9,7 +9,8 @@
 //              keeping one per tensor would hold memory for files seldom read),
 //              or, when big, printed at build and kept
 //   P.npy      .npy header (made) + the same mapped range, or, for a strided
-//              view, its elements gathered into C order on each read
+//              view, its elements gathered into C order on each read, or,
+//              for a type numpy lacks, its values converted on each read
 //   .modelfs/  index.json (printed when first read, then kept: a line per
 //              tensor that most mounts never read), metadata.json
 //              and the format's documents
@@ -149,7 +150,8 @@ class Tree {
   std::vector<TensorRecord> tensors_;
   // What nodes and records point into: names, extras lines and the few
   // distinct source files and block types; shapes and strides; and the
-  // owners of the tensors' bytes (the mappings, buffers a reader made).
+  // owners of the tensors' bytes (the mappings, buffers a reader made) and
+  // of the converted .npy views (one arena, numeric_views.hpp).
   TextStore texts_;
   BlockStore<uint64_t> shapes_;
   BlockStore<int64_t> strides_;

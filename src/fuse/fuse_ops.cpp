@@ -302,7 +302,11 @@ std::vector<std::pair<std::string, std::string>> xattrs_of(const Node& node) {
     return {};
   std::string shape;
   append_json_array(shape, node.tensor->shape);
-  return {{"user.modelfs.dtype", std::string(node.tensor->dtype_name)}, {"user.modelfs.shape", shape}};
+  // A .npy of converted values holds numpy's type, not the stored one.
+  const auto& npy = node.tensor->npy_dtype;
+  const std::string_view dtype =
+      node.role == FileRole::NpyView && npy ? dtype_name(*npy) : node.tensor->dtype_name;
+  return {{"user.modelfs.dtype", std::string(dtype)}, {"user.modelfs.shape", shape}};
 }
 
 void reply_xattr_value(fuse_req_t req, const std::string& value, size_t size) {

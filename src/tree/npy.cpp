@@ -1,6 +1,63 @@
 #include "modelfs/npy.hpp"
 
+#include "ggml_dequant.hpp"
+
 namespace modelfs {
+
+namespace {
+
+// torch's quantized dtypes whose values (q - zero_point) x scale the .npy
+// holds, under the schemes modelfs reads the parameters of.
+bool is_dequantizable(const Tensor& tensor) {
+  if (!tensor.extras.is_object()) return false;
+  const auto quantization = tensor.extras.find("quantization");
+  const auto torch_dtype = tensor.extras.find("torch_dtype");
+  if (quantization == tensor.extras.end() || !quantization->is_object() ||
+      torch_dtype == tensor.extras.end() || !torch_dtype->is_string())
+    return false;
+  const auto& name = torch_dtype->get_ref<const std::string&>();
+  const bool stored = (name == "qint8" && tensor.dtype == DType::Int8) ||
+                      (name == "quint8" && tensor.dtype == DType::UInt8) ||
+                      (name == "qint32" && tensor.dtype == DType::Int32);
+  const auto scheme = quantization->find("qscheme");
+  if (!stored || scheme == quantization->end() || !scheme->is_string()) return false;
+  const auto& s = scheme->get_ref<const std::string&>();
+  return s == "per_tensor_affine" || s == "per_tensor_symmetric" || s == "per_channel_affine" ||
+         s == "per_channel_symmetric" || s == "per_channel_affine_float_qparams";
+}
+
+}  // namespace
+
+std::optional<NpyContent> npy_content(const Tensor& tensor) {
+  if (tensor.dtype == DType::GgmlBlock) {
+    if (ggml::block_codec(tensor.block_type) == nullptr) return std::nullopt;
+    return NpyContent{DType::Float32, tensor.block_type, false};
+  }
+  if (is_dequantizable(tensor))
+    return NpyContent{DType::Float32, tensor.extras["torch_dtype"].get_ref<const std::string&>(), false};
+  const std::string_view stored = dtype_name(tensor.dtype);
+  if (numpy_descr(tensor.dtype)) return NpyContent{tensor.dtype, stored, true};
+  switch (tensor.dtype) {
+    case DType::BFloat16:
+    case DType::Float8E4M3FN:
+    case DType::Float8E4M3FNUZ:
+    case DType::Float8E5M2:
+    case DType::Float8E5M2FNUZ:
+    case DType::Float8E8M0FNU:
+    case DType::Float4E2M1:
+    case DType::Float6E2M3FN:
+    case DType::Float6E3M2FN:
+      return NpyContent{DType::Float32, stored, true};
+    case DType::Int4:
+    case DType::Int2:
+      return NpyContent{DType::Int8, stored, true};
+    case DType::UInt4:
+    case DType::UInt2:
+      return NpyContent{DType::UInt8, stored, true};
+    default:
+      return std::nullopt;
+  }
+}
 
 std::string npy_header(std::string_view descr, std::span<const uint64_t> shape,
                        bool fortran_order) {

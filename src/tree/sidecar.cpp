@@ -5,6 +5,11 @@
 namespace modelfs {
 
 nlohmann::ordered_json sidecar_json(const Tensor& tensor, std::string_view format) {
+  return sidecar_json(tensor, format, npy_content(tensor));
+}
+
+nlohmann::ordered_json sidecar_json(const Tensor& tensor, std::string_view format,
+                                    const std::optional<NpyContent>& npy) {
   nlohmann::ordered_json out;
   out["name"] = tensor.name;
   out["dtype"] = tensor.dtype_name();
@@ -13,6 +18,13 @@ nlohmann::ordered_json sidecar_json(const Tensor& tensor, std::string_view forma
   out["nbytes"] = tensor.bytes.size();
   out["byte_order"] = "little";
   if (auto descr = numpy_descr(tensor.dtype)) out["numpy"] = *descr;
+  if (npy) {
+    nlohmann::ordered_json content;
+    content["dtype"] = dtype_name(npy->dtype);
+    content["from"] = npy->from;
+    content["exact"] = npy->exact;
+    out["npy"] = content;
+  }
   out["format"] = format;
   nlohmann::ordered_json source;
   source["file"] = tensor.source.file;
@@ -24,7 +36,7 @@ nlohmann::ordered_json sidecar_json(const Tensor& tensor, std::string_view forma
 
 std::optional<std::string> sidecar_extras_lines(const nlohmann::json& extras) {
   static constexpr std::string_view kFixedKeys[] = {"name",       "dtype", "shape",  "strides", "nbytes",
-                                                    "byte_order", "numpy", "format", "source"};
+                                                    "byte_order", "numpy", "npy", "format", "source"};
   std::string out;
   for (const auto& [key, value] : extras.items()) {
     // An extra that reuses a fixed key replaces it in place: the general path.
@@ -57,6 +69,13 @@ std::string sidecar_text(const TensorRecord& tensor, std::string_view format) {
     out += ",\n  \"numpy\": ";
     append_json_string(out, *descr);
   }
+  if (tensor.npy_dtype) {
+    out += ",\n  \"npy\": {\"dtype\":";
+    append_json_string(out, dtype_name(*tensor.npy_dtype));
+    out += ",\"from\":";
+    append_json_string(out, tensor.npy_from);
+    out += tensor.npy_exact ? ",\"exact\":true}" : ",\"exact\":false}";
+  }
   out += ",\n  \"format\": ";
   append_json_string(out, format);
   out += ",\n  \"source\": {\"file\":";
@@ -73,6 +92,11 @@ std::string sidecar_text(const Tensor& tensor, std::string_view format) {
   if (!lines) return readable_json(sidecar_json(tensor, format));
   TensorRecord record = record_of(tensor);
   record.extras_lines = *lines;
+  if (auto npy = npy_content(tensor)) {
+    record.npy_dtype = npy->dtype;
+    record.npy_from = npy->from;
+    record.npy_exact = npy->exact;
+  }
   return sidecar_text(record, format);
 }
 

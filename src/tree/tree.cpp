@@ -7,10 +7,12 @@
 #include <unordered_set>
 
 #include "modelfs/budget.hpp"
+#include "modelfs/checked_math.hpp"
 #include "modelfs/json_text.hpp"
 #include "modelfs/naming.hpp"
 #include "modelfs/npy.hpp"
 #include "modelfs/sidecar.hpp"
+#include "numeric_views.hpp"
 #include "strided_view.hpp"
 
 namespace modelfs {
@@ -26,7 +28,9 @@ size_t Node::slice(uint64_t offset, uint64_t length, std::span<iovec, kMaxParts>
       const uint64_t within = offset - part_start;
       const uint64_t take = std::min(length, part.size - within);
       if (part.computed != nullptr) {
-        scratch.resize(take);
+        // Grown, never shrunk here: resizing down and up again would clear
+        // the whole range before every read.
+        if (scratch.size() < take) scratch.resize(take);
         part.computed->fill(within, std::as_writable_bytes(std::span(scratch.data(), take)));
         out[count++] = iovec{scratch.data(), take};
       } else {
@@ -224,30 +228,160 @@ class TreeBuilder {
     charge_budget(bytes, catalog.files.empty() ? std::string() : catalog.files.front(), catalog.format, what);
   }
 
+  // A tensor's .npy: its header's descr and order, its body, and what it
+  // holds (for the sidecar); no body, no .npy.
+  struct NpyBody {
+    std::optional<Part> body;
+    std::optional<NpyContent> content;
+    std::string_view descr;
+    bool fortran = false;
+  };
+
+  // The stored bytes where numpy has the type and they are in C or Fortran
+  // order; else the view's elements gathered into C order on each read;
+  // else (a type numpy lacks, a quantized type) the values converted on
+  // each read (numeric_views.hpp).
+  NpyBody npy_body(const Tensor& tensor, std::span<const uint64_t> shape, std::span<const int64_t> strides) {
+    NpyBody out;
+    out.content = npy_content(tensor);
+    if (!out.content) return out;
+    const bool stored = out.content->exact && out.content->dtype == tensor.dtype;
+    if (!stored) {
+      const ComputedBytes* view = nullptr;
+      uint64_t size = 0;
+      if (tensor.dtype == DType::GgmlBlock) {
+        auto numel = checked_numel(shape);
+        if (numel && tensor.is_c_contiguous()) {
+          if (const BlockView* blocks = arena().add(BlockView::make(tensor.bytes.span(), tensor.block_type, *numel))) {
+            size = blocks->size();
+            view = blocks;
+          }
+        }
+      } else {
+        std::shared_ptr<const ElementConversion> conversion;
+        if (out.content->exact)
+          conversion = plain_conversion(tensor.dtype);
+        else
+          conversion = quantized_conversion(tensor, shape);
+        if (const ElementView* elements =
+                arena().add(ElementView::make(tensor.bytes.span(), shape, strides, std::move(conversion)))) {
+          size = elements->size();
+          view = elements;
+        }
+      }
+      if (view) {
+        charge(sizeof(ElementView), "a converted .npy view");
+        keep(tensor.bytes);
+        out.body = Part{nullptr, view, size};
+        out.descr = *numpy_descr(out.content->dtype);
+        return out;
+      }
+      // A quantized tensor whose parameters cannot be used: its stored
+      // integers, as before dequantization existed.
+      if (!numpy_descr(tensor.dtype)) {
+        out.content.reset();
+        return out;
+      }
+      out.content = NpyContent{tensor.dtype, dtype_name(tensor.dtype), true};
+    }
+    out.descr = *numpy_descr(tensor.dtype);
+    if (tensor.is_c_contiguous()) {
+      out.body = keep(tensor.bytes);
+    } else if (tensor.is_f_contiguous()) {
+      out.body = keep(tensor.bytes);
+      out.fortran = true;
+    } else if (auto gather = StridedGather::make(tensor.bytes.span(), shape, strides, dtype_bits(tensor.dtype) / 8)) {
+      keep(tensor.bytes);
+      out.body = Part{nullptr, gather.get(), gather->size()};
+      tree_.computed_.push_back(std::move(gather));
+    }
+    if (!out.body) out.content.reset();
+    return out;
+  }
+
+  // The dequantization of a torch quantized tensor from its sidecar's
+  // "quantization" extras (npy_content has checked their shape); per
+  // channel, the scales and zero points are the catalog's tensors they
+  // name. Null when they do not fit the tensor.
+  std::unique_ptr<ElementConversion> quantized_conversion(const Tensor& tensor, std::span<const uint64_t> shape) {
+    const auto& q = tensor.extras["quantization"];
+    const auto& scheme = q["qscheme"].get_ref<const std::string&>();
+    if (scheme.starts_with("per_tensor")) {
+      const auto scale = q.find("scale");
+      const auto zero_point = q.find("zero_point");
+      if (scale == q.end() || !scale->is_number() || zero_point == q.end() || !zero_point->is_number_integer())
+        return nullptr;
+      return affine_conversion(tensor.dtype, PerTensorAffine{scale->get<double>(), zero_point->get<int64_t>()});
+    }
+    const auto axis = q.find("axis");
+    const auto scales_name = q.find("scales");
+    const auto zeros_name = q.find("zero_points");
+    if (axis == q.end() || !axis->is_number_integer() || scales_name == q.end() || !scales_name->is_string() ||
+        zeros_name == q.end() || !zeros_name->is_string())
+      return nullptr;
+    const int64_t a = axis->get<int64_t>();
+    if (a < 0 || static_cast<uint64_t>(a) >= shape.size()) return nullptr;
+    const Tensor* scales = catalog_tensor(scales_name->get_ref<const std::string&>());
+    const Tensor* zeros = catalog_tensor(zeros_name->get_ref<const std::string&>());
+    const uint64_t channels = shape[static_cast<size_t>(a)];
+    auto one_per_channel = [channels](const Tensor* t) {
+      return t != nullptr && t->shape.size() == 1 && t->shape[0] == channels && t->is_c_contiguous();
+    };
+    if (!one_per_channel(scales) || !one_per_channel(zeros)) return nullptr;
+    PerChannelAffine p;
+    p.scales = scales->bytes.span();
+    p.scales_dtype = scales->dtype;
+    p.zero_points = zeros->bytes.span();
+    p.zero_points_dtype = zeros->dtype;
+    p.float_qparams = scheme == "per_channel_affine_float_qparams";
+    p.channels = channels;
+    auto inner = checked_numel(shape.subspan(static_cast<size_t>(a) + 1));
+    if (!inner) return nullptr;
+    p.inner = *inner;
+    auto conversion = affine_conversion(tensor.dtype, p);
+    if (conversion) {
+      keep(scales->bytes);
+      keep(zeros->bytes);
+    }
+    return conversion;
+  }
+
+  // Where converted views are kept: sized, on first use, for every tensor
+  // whose .npy may convert, and owned by the tree with the tensors' bytes.
+  ViewArena& arena() {
+    if (arena_ == nullptr) {
+      size_t elements = 0, blocks = 0;
+      for (const auto& t : tree_.catalog_.tensors) {
+        const auto content = npy_content(t);
+        if (!content || (content->exact && content->dtype == t.dtype)) continue;
+        ++(t.dtype == DType::GgmlBlock ? blocks : elements);
+      }
+      auto arena = std::make_shared<ViewArena>(elements, blocks);
+      arena_ = arena.get();
+      tree_.byte_owners_.push_back(std::move(arena));
+    }
+    return *arena_;
+  }
+
+  // The catalog's tensor of that name (the first, where names repeat).
+  const Tensor* catalog_tensor(const std::string& name) {
+    if (!catalog_names_) {
+      catalog_names_ = std::make_unique<std::unordered_map<std::string_view, const Tensor*>>();
+      for (const auto& t : tree_.catalog_.tensors) catalog_names_->emplace(t.name, &t);
+    }
+    auto it = catalog_names_->find(name);
+    return it == catalog_names_->end() ? nullptr : it->second;
+  }
+
   void add_tensor(const Tensor& tensor, const std::vector<std::string>& parts, uint64_t dir) {
     charge(sizeof(TensorRecord) + 3 * (sizeof(Node) + sizeof(DirEntry)) + 2 * tensor.name.size() +
                16 * tensor.shape.size() + 64,
            "the tree's record of a tensor");
-    const TensorRecord* record = &tree_.tensors_.emplace_back(record_for(tensor));
-    // The .npy: the stored bytes where they are in C or Fortran order, else
-    // the view's elements gathered into C order on each read.
-    auto descr = numpy_descr(tensor.dtype);
-    std::optional<Part> npy_body;
-    bool fortran = false;
-    if (descr && tensor.is_c_contiguous()) {
-      npy_body = keep(tensor.bytes);
-    } else if (descr && tensor.is_f_contiguous()) {
-      npy_body = keep(tensor.bytes);
-      fortran = true;
-    } else if (descr) {
-      auto gather = StridedGather::make(tensor.bytes.span(), record->shape, record->strides,
-                                        dtype_bits(tensor.dtype) / 8);
-      if (gather) {
-        keep(tensor.bytes);
-        npy_body = Part{nullptr, gather.get(), gather->size()};
-        tree_.computed_.push_back(std::move(gather));
-      }
-    }
+    const auto shape = tree_.shapes_.add(tensor.shape);
+    const auto strides = tree_.strides_.add(tensor.strides);
+    const NpyBody npy = npy_body(tensor, shape, strides);
+    const TensorRecord* record = &tree_.tensors_.emplace_back(record_for(tensor, shape, strides, npy.content));
+    const std::optional<Part>& npy_body = npy.body;
     const std::string name = free_name(dir, parts.back(), npy_body.has_value());
 
     tree_.tensor_files_.push_back(
@@ -266,7 +400,7 @@ class TreeBuilder {
     }
     if (npy_body)
       add_file(dir, name + ".npy", FileRole::NpyView,
-               {shared_npy_header(npy_header(*descr, tensor.shape, fortran)), *npy_body}, record);
+               {shared_npy_header(npy_header(npy.descr, tensor.shape, npy.fortran)), *npy_body}, record);
     tree_.total_bytes_ += tensor.bytes.size();
 
     // index.json's line for this tensor, printed only to be measured.
@@ -281,17 +415,27 @@ class TreeBuilder {
   }
 
   // The tree's record of a tensor, in the tree's stores.
-  TensorRecord record_for(const Tensor& tensor) {
+  // (shape and strides already in the tree's stores; `npy`: what its .npy
+  // holds, if it has one).
+  TensorRecord record_for(const Tensor& tensor, std::span<const uint64_t> shape, std::span<const int64_t> strides,
+                          const std::optional<NpyContent>& npy) {
     TensorRecord record = record_of(tensor);
     record.name = tree_.texts_.add(record.name);
     record.dtype_name = intern(record.dtype_name);
     record.source_file = intern(record.source_file);
-    record.shape = tree_.shapes_.add(record.shape);
-    record.strides = tree_.strides_.add(record.strides);
+    record.shape = shape;
+    record.strides = strides;
+    record.npy_dtype.reset();
+    record.npy_from = {};
+    if (npy) {
+      record.npy_dtype = npy->dtype;
+      record.npy_from = intern(npy->from);
+      record.npy_exact = npy->exact;
+    }
     if (auto lines = sidecar_extras_lines(tensor.extras)) {
       if (!lines->empty()) record.extras_lines = tree_.texts_.add(*lines);
     } else {
-      record.extras_lines = tree_.texts_.add(readable_json(sidecar_json(tensor, tree_.catalog_.format)));
+      record.extras_lines = tree_.texts_.add(readable_json(sidecar_json(tensor, tree_.catalog_.format, npy)));
       record.sidecar_printed_whole = true;
     }
     return record;
@@ -408,6 +552,10 @@ class TreeBuilder {
   std::string scratch_line_;
   std::unordered_set<std::string_view> interned_;
   std::unordered_set<const void*> kept_owners_;
+  // The catalog's tensors by name, made when a per-channel quantized
+  // tensor first asks for its scales.
+  std::unique_ptr<std::unordered_map<std::string_view, const Tensor*>> catalog_names_;
+  ViewArena* arena_ = nullptr;  // owned by the tree (its byte owners)
 };
 
 std::unique_ptr<const Tree> Tree::build(Catalog catalog, const TreeOptions& options) {

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 
+import numeric_oracle
 from conftest import index_paths, metadata, mounted, run_modelfs, sidecar
 
 NUMPY_OF = {
@@ -78,7 +79,12 @@ def check_tensor(path, name, t, kind=None):
     walked = walk_strided(raw, meta)
     assert walked.tobytes() == expected.tobytes(), f"{name}: bytes walked by strides differ"
     npy = pathlib.Path(str(path) + ".npy")
-    if t.dtype in NUMPY_OF or t.is_quantized:
+    if t.is_quantized or t.dtype == torch.bfloat16:
+        # The values, as torch converts them: dequantize() and .float().
+        want = t.detach().dequantize() if t.is_quantized else t.detach().float()
+        numeric_oracle.assert_same(np.load(npy, mmap_mode="r"), want.contiguous().numpy(), name)
+        assert meta["npy"]["dtype"] == "float32", name
+    elif t.dtype in NUMPY_OF:
         assert npy.exists(), f"{name}: no .npy"
         loaded = np.load(npy)
         assert loaded.flags.c_contiguous or loaded.ndim <= 1 or loaded.flags.f_contiguous
@@ -230,7 +236,7 @@ def test_every_dtype(tmp, zipfile_format):
     torch.save(tensors, tmp / "dtypes.pt", _use_new_zipfile_serialization=zipfile_format)
     with mounted(tmp / "dtypes.pt") as mnt:
         check_all(mnt, tensors)
-        assert not (mnt / "bfloat16.npy").exists()
+        assert np.array_equal(np.load(mnt / "bfloat16.npy"), tensors["bfloat16"].float().numpy())
 
 
 def views():

@@ -89,11 +89,15 @@ TEST(Tree, SplitsNamesIntoFoldersWithSidecarsAndNpyViews) {
   EXPECT_EQ(npy->parts()[0].size % 64, 0u);
 }
 
-TEST(Tree, NoNpyWhereNumpyLacksTheDtype) {
-  auto tree = build({tensor("w", DType::BFloat16)});
+TEST(Tree, NoNpyWhereModelfsCannotConvertTheType) {
+  Tensor w = tensor("w", DType::GgmlBlock, {64});
+  w.block_type = "q9_9";  // a block type modelfs has no dequantization for
+  w.bytes = ByteSpan::owned(std::string(36, 'x'));
+  auto tree = build({w, tensor("b", DType::BFloat16)});
   EXPECT_TRUE(tree->resolve("w"));
   EXPECT_TRUE(tree->resolve("w.json"));
   EXPECT_FALSE(tree->resolve("w.npy"));
+  EXPECT_TRUE(tree->resolve("b.npy"));  // float32 values
 }
 
 TEST(Tree, StringTensorsHaveTheirTextAndNoNpy) {

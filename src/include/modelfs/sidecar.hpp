@@ -1,7 +1,8 @@
 #pragma once
 // The JSON sidecar beside every tensor file (docs/design.md, "The sidecar"):
-// name, dtype, shape, strides, nbytes, byte_order, numpy, format, source,
-// then the format's extras. Keys keep this order so `cat P.json` reads well.
+// name, dtype, shape, strides, nbytes, byte_order, numpy, npy (what the
+// .npy holds: {"dtype", "from", "exact"}), format, source, then the
+// format's extras. Keys keep this order so `cat P.json` reads well.
 #include <optional>
 #include <string>
 #include <string_view>
@@ -9,11 +10,16 @@
 #include <nlohmann/json.hpp>
 
 #include "modelfs/catalog.hpp"
+#include "modelfs/npy.hpp"
 #include "modelfs/tensor_record.hpp"
 
 namespace modelfs {
 
 nlohmann::ordered_json sidecar_json(const Tensor& tensor, std::string_view format);
+// With what the tree made of its .npy (none: no .npy) in place of what
+// npy_content judges from the tensor alone.
+nlohmann::ordered_json sidecar_json(const Tensor& tensor, std::string_view format,
+                                    const std::optional<NpyContent>& npy);
 // The file's content: one key per line (see json_text.hpp).
 std::string sidecar_text(const Tensor& tensor, std::string_view format);
 

@@ -1,0 +1,457 @@
+#include "numeric_views.hpp"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "ggml_dequant.hpp"
+#include "modelfs/checked_math.hpp"
+
+namespace modelfs {
+namespace {
+
+inline uint16_t le16(const std::byte* p) {
+  return static_cast<uint16_t>(std::to_integer<uint16_t>(p[0]) | (std::to_integer<uint16_t>(p[1]) << 8));
+}
+inline uint32_t le32(const std::byte* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | std::to_integer<uint32_t>(p[i]);
+  return v;
+}
+inline uint64_t le64(const std::byte* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | std::to_integer<uint64_t>(p[i]);
+  return v;
+}
+
+// ---- small float formats
+
+enum class Specials : uint8_t {
+  Ieee,    // the top exponent is infinity (mantissa 0) or NaN
+  Fn,      // finite; only all-ones exponent and mantissa is NaN
+  Fnuz,    // finite, no negative zero: the sign bit alone is NaN
+  Finite,  // every code is a number
+};
+
+// The value of `code` in a format of 1 sign bit, `e` exponent and `m`
+// mantissa bits with `bias`: 2^(1-bias) x m/2^m for exponent 0, else
+// 2^(exp-bias) x (1 + m/2^m). Every such value is exact in float32.
+float small_float(uint32_t code, int e, int m, int bias, Specials specials) {
+  const uint32_t sign = (code >> (e + m)) & 1;
+  const uint32_t exponent = (code >> m) & ((1u << e) - 1);
+  const uint32_t mantissa = code & ((1u << m) - 1);
+  const uint32_t top = (1u << e) - 1;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  float magnitude = 0;
+  if (specials == Specials::Fnuz && sign == 1 && exponent == 0 && mantissa == 0) return nan;
+  if (specials == Specials::Ieee && exponent == top)
+    magnitude = mantissa == 0 ? std::numeric_limits<float>::infinity() : nan;
+  else if (specials == Specials::Fn && exponent == top && mantissa == (1u << m) - 1)
+    magnitude = nan;
+  else if (exponent == 0)
+    magnitude = std::ldexp(static_cast<float>(mantissa), 1 - bias - m);
+  else
+    magnitude = std::ldexp(static_cast<float>(mantissa + (1u << m)), static_cast<int>(exponent) - bias - m);
+  return sign ? -magnitude : magnitude;
+}
+
+// float8_e8m0fnu: an unsigned power of two, 2^(code - 127); 0xFF is NaN.
+float e8m0(uint32_t code) {
+  if (code == 0xFF) return std::numeric_limits<float>::quiet_NaN();
+  return std::ldexp(1.0f, static_cast<int>(code) - 127);
+}
+
+// One value a code, from a table made once: every stored type of 8 bits or
+// fewer. Codes are read `bits` at a time from the lowest bits of each byte
+// up (a 6-bit code may straddle two bytes).
+class LookupConversion final : public ElementConversion {
+ public:
+  LookupConversion(uint32_t bits, uint32_t value_size) : bits_(bits), value_size_(value_size) {}
+  uint32_t stored_bits() const noexcept override { return bits_; }
+  uint32_t value_size() const noexcept override { return value_size_; }
+  void set(uint32_t code, uint32_t value_bits) { table_[code] = value_bits; }
+
+  void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t, std::byte* out) const override {
+    const auto* bytes = reinterpret_cast<const uint8_t*>(stored);
+    if (value_size_ == 4) {
+      if (bits_ == 8) {
+        for (size_t i = 0; i < count; ++i) std::memcpy(out + 4 * i, &table_[bytes[first + i]], 4);
+        return;
+      }
+      for (size_t i = 0; i < count; ++i) std::memcpy(out + 4 * i, &table_[code(bytes, first + i)], 4);
+      return;
+    }
+    for (size_t i = 0; i < count; ++i) out[i] = static_cast<std::byte>(table_[code(bytes, first + i)]);
+  }
+
+ private:
+  uint32_t code(const uint8_t* bytes, uint64_t element) const {
+    const uint64_t bit = element * bits_;
+    const uint64_t at = bit / 8;
+    const uint32_t shift = bit % 8;
+    uint32_t word = bytes[at];
+    if (shift + bits_ > 8) word |= uint32_t{bytes[at + 1]} << 8;  // lies in the element's bits
+    return (word >> shift) & ((1u << bits_) - 1);
+  }
+
+  uint32_t bits_;
+  uint32_t value_size_;
+  std::array<uint32_t, 256> table_{};
+};
+
+std::unique_ptr<ElementConversion> float_table(uint32_t bits, auto value_of) {
+  auto conversion = std::make_unique<LookupConversion>(bits, 4);
+  for (uint32_t code = 0; code < (1u << bits); ++code)
+    conversion->set(code, std::bit_cast<uint32_t>(static_cast<float>(value_of(code))));
+  return conversion;
+}
+
+// int4/int2 (two's complement) to int8, uint4/uint2 to uint8.
+std::unique_ptr<ElementConversion> integer_table(uint32_t bits, bool is_signed) {
+  auto conversion = std::make_unique<LookupConversion>(bits, 1);
+  for (uint32_t code = 0; code < (1u << bits); ++code) {
+    int value = static_cast<int>(code);
+    if (is_signed && code >= (1u << (bits - 1))) value -= 1 << bits;
+    conversion->set(code, static_cast<uint8_t>(value));
+  }
+  return conversion;
+}
+
+// bfloat16 is the top half of a float32.
+class BFloat16Conversion final : public ElementConversion {
+ public:
+  uint32_t stored_bits() const noexcept override { return 16; }
+  uint32_t value_size() const noexcept override { return 4; }
+  void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t, std::byte* out) const override {
+    const std::byte* in = stored + 2 * first;
+    for (size_t i = 0; i < count; ++i) {
+      const uint32_t bits = uint32_t{le16(in + 2 * i)} << 16;
+      std::memcpy(out + 4 * i, &bits, 4);
+    }
+  }
+};
+
+// The stored integer q of a torch quantized tensor.
+inline int64_t quantized_at(const std::byte* stored, DType dtype, uint64_t element) {
+  switch (dtype) {
+    case DType::Int8: return static_cast<int8_t>(std::to_integer<uint8_t>(stored[element]));
+    case DType::UInt8: return std::to_integer<uint8_t>(stored[element]);
+    default: return static_cast<int32_t>(le32(stored + 4 * element));
+  }
+}
+
+uint32_t quantized_bits(DType dtype) { return dtype == DType::Int32 ? 32 : 8; }
+
+// Per tensor, as torch dequantizes: float(q - zero_point) x float(scale).
+class PerTensorConversion final : public ElementConversion {
+ public:
+  PerTensorConversion(DType stored, const PerTensorAffine& p)
+      : stored_(stored), scale_(static_cast<float>(p.scale)), zero_point_(p.zero_point) {}
+  uint32_t stored_bits() const noexcept override { return quantized_bits(stored_); }
+  uint32_t value_size() const noexcept override { return 4; }
+  void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t, std::byte* out) const override {
+    for (size_t i = 0; i < count; ++i) {
+      const int64_t q = quantized_at(stored, stored_, first + i);
+      // q and the zero point are within 64 bits' reach of each other only
+      // if the difference cannot overflow: saturate the (hostile) rest.
+      int64_t difference = 0;
+      if (__builtin_sub_overflow(q, zero_point_, &difference))
+        difference = q < 0 ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
+      const float value = static_cast<float>(difference) * scale_;
+      std::memcpy(out + 4 * i, &value, 4);
+    }
+  }
+
+ private:
+  DType stored_;
+  float scale_;
+  int64_t zero_point_;
+};
+
+// Per channel, as torch dequantizes: (float(q) - float(zero_point)) in
+// float32, times the channel's scale in float64, rounded to float32.
+class PerChannelConversion final : public ElementConversion {
+ public:
+  PerChannelConversion(DType stored, const PerChannelAffine& p) : stored_(stored), p_(p) {}
+  uint32_t stored_bits() const noexcept override { return quantized_bits(stored_); }
+  uint32_t value_size() const noexcept override { return 4; }
+  void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t position,
+               std::byte* out) const override {
+    size_t i = 0;
+    while (i < count) {
+      const uint64_t at = position + i;
+      const uint64_t channel = (at / p_.inner) % p_.channels;
+      const size_t run = static_cast<size_t>(std::min<uint64_t>(count - i, p_.inner - at % p_.inner));
+      const double scale = scale_of(channel);
+      const float zero_point = zero_point_of(channel);
+      for (size_t k = i; k < i + run; ++k) {
+        const float centered = static_cast<float>(quantized_at(stored, stored_, first + k)) - zero_point;
+        const auto value = static_cast<float>(static_cast<double>(centered) * scale);
+        std::memcpy(out + 4 * k, &value, 4);
+      }
+      i += run;
+    }
+  }
+
+ private:
+  double scale_of(uint64_t channel) const {
+    if (p_.scales_dtype == DType::Float32)
+      return static_cast<double>(std::bit_cast<float>(le32(p_.scales.data() + 4 * channel)));
+    return std::bit_cast<double>(le64(p_.scales.data() + 8 * channel));
+  }
+  float zero_point_of(uint64_t channel) const {
+    const std::byte* at = p_.zero_points.data();
+    switch (p_.zero_points_dtype) {
+      case DType::Int32: return static_cast<float>(static_cast<int32_t>(le32(at + 4 * channel)));
+      case DType::Float32: return std::bit_cast<float>(le32(at + 4 * channel));
+      case DType::Float64: return static_cast<float>(std::bit_cast<double>(le64(at + 8 * channel)));
+      default: return static_cast<float>(static_cast<int64_t>(le64(at + 8 * channel)));
+    }
+  }
+
+  DType stored_;
+  PerChannelAffine p_;
+};
+
+bool is_quantized_storage(DType dtype) {
+  return dtype == DType::Int8 || dtype == DType::UInt8 || dtype == DType::Int32;
+}
+
+uint64_t bytes_of(DType dtype) {
+  switch (dtype) {
+    case DType::Float64: case DType::Int64: return 8;
+    case DType::Float32: case DType::Int32: return 4;
+    default: return 0;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+std::shared_ptr<const ElementConversion> make_plain_conversion(DType stored) {
+  switch (stored) {
+    case DType::BFloat16: return std::make_shared<BFloat16Conversion>();
+    case DType::Float8E4M3FN: return float_table(8, [](uint32_t c) { return small_float(c, 4, 3, 7, Specials::Fn); });
+    case DType::Float8E4M3FNUZ:
+      return float_table(8, [](uint32_t c) { return small_float(c, 4, 3, 8, Specials::Fnuz); });
+    case DType::Float8E5M2: return float_table(8, [](uint32_t c) { return small_float(c, 5, 2, 15, Specials::Ieee); });
+    case DType::Float8E5M2FNUZ:
+      return float_table(8, [](uint32_t c) { return small_float(c, 5, 2, 16, Specials::Fnuz); });
+    case DType::Float8E8M0FNU: return float_table(8, e8m0);
+    case DType::Float4E2M1: return float_table(4, [](uint32_t c) { return small_float(c, 2, 1, 1, Specials::Finite); });
+    case DType::Float6E2M3FN:
+      return float_table(6, [](uint32_t c) { return small_float(c, 2, 3, 1, Specials::Finite); });
+    case DType::Float6E3M2FN:
+      return float_table(6, [](uint32_t c) { return small_float(c, 3, 2, 3, Specials::Finite); });
+    case DType::Int4: return integer_table(4, true);
+    case DType::UInt4: return integer_table(4, false);
+    case DType::Int2: return integer_table(2, true);
+    case DType::UInt2: return integer_table(2, false);
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<const ElementConversion> plain_conversion(DType stored) {
+  // One per dtype, made once (thread-safe static initialisation).
+  static const auto conversions = [] {
+    std::array<std::shared_ptr<const ElementConversion>, 256> made;
+    for (uint32_t d = 0; d <= static_cast<uint32_t>(DType::GgmlBlock); ++d)
+      made[d] = make_plain_conversion(static_cast<DType>(d));
+    return made;
+  }();
+  return conversions[static_cast<uint8_t>(stored)];
+}
+
+std::unique_ptr<ElementConversion> affine_conversion(DType stored, const PerTensorAffine& params) {
+  if (!is_quantized_storage(stored)) return nullptr;
+  return std::make_unique<PerTensorConversion>(stored, params);
+}
+
+std::unique_ptr<ElementConversion> affine_conversion(DType stored, const PerChannelAffine& params) {
+  if (!is_quantized_storage(stored) || params.channels == 0 || params.inner == 0) return nullptr;
+  const uint64_t scale_bytes = bytes_of(params.scales_dtype);
+  const uint64_t zero_bytes = bytes_of(params.zero_points_dtype);
+  if (params.scales_dtype != DType::Float64 && params.scales_dtype != DType::Float32) return nullptr;
+  if (zero_bytes == 0) return nullptr;
+  auto scales = checked_mul(params.channels, scale_bytes);
+  auto zeros = checked_mul(params.channels, zero_bytes);
+  if (!scales || !zeros || *scales > params.scales.size() || *zeros > params.zero_points.size()) return nullptr;
+  return std::make_unique<PerChannelConversion>(stored, params);
+}
+
+std::unique_ptr<ElementView> ElementView::make(std::span<const std::byte> stored, std::span<const uint64_t> shape,
+                                               std::span<const int64_t> strides,
+                                               std::shared_ptr<const ElementConversion> conversion) {
+  if (!conversion || shape.size() != strides.size()) return nullptr;
+  auto numel = checked_numel(shape);
+  if (!numel) return nullptr;
+  bool contiguous = true;
+  uint64_t expected = 1;
+  uint64_t last = 0;  // the storage index of the last element
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (strides[d] < 0) return nullptr;
+    if (*numel == 0) continue;  // reaches nothing
+    const auto stride = static_cast<uint64_t>(strides[d]);
+    if (shape[d] != 1 && stride != expected) contiguous = false;
+    expected *= shape[d];  // a partial product of numel
+    auto reach = checked_mul(shape[d] - 1, stride);
+    auto sum = reach ? checked_add(last, *reach) : std::nullopt;
+    if (!sum) return nullptr;
+    last = *sum;
+  }
+  if (*numel == 0) contiguous = true;
+  // The stored elements the view reaches must lie inside `stored`.
+  const uint64_t reached = *numel == 0 ? 0 : (contiguous ? *numel : last + 1);
+  auto bits = checked_mul(reached, conversion->stored_bits());
+  if (!bits || (*bits + 7) / 8 > stored.size()) return nullptr;
+  auto size = checked_mul(*numel, conversion->value_size());
+  if (!size) return nullptr;
+
+  std::unique_ptr<ElementView> view(new ElementView());
+  view->base_ = stored.data();
+  view->shape_ = shape;
+  view->strides_ = strides;
+  view->contiguous_ = contiguous;
+  view->conversion_ = std::move(conversion);
+  view->size_ = *size;
+  return view;
+}
+
+void ElementView::values(uint64_t position, size_t count, std::byte* out) const {
+  if (contiguous_) {
+    conversion_->convert(base_, position, count, position, out);
+    return;
+  }
+  // Runs along the innermost dimension: contiguous in storage where its
+  // stride is 1, element by element otherwise.
+  const size_t rank = shape_.size();
+  const uint32_t value_size = conversion_->value_size();
+  const uint64_t inner = shape_[rank - 1];
+  const auto inner_stride = static_cast<uint64_t>(strides_[rank - 1]);
+  while (count > 0) {
+    uint64_t rest = position;
+    uint64_t at = 0;
+    uint64_t inner_index = 0;
+    for (size_t d = rank; d-- > 0;) {
+      const uint64_t index = rest % shape_[d];
+      rest /= shape_[d];
+      at += index * static_cast<uint64_t>(strides_[d]);
+      if (d == rank - 1) inner_index = index;
+    }
+    const size_t run = static_cast<size_t>(std::min<uint64_t>(count, inner - inner_index));
+    if (inner_stride == 1) {
+      conversion_->convert(base_, at, run, position, out);
+    } else {
+      for (size_t k = 0; k < run; ++k)
+        conversion_->convert(base_, at + k * inner_stride, 1, position + k, out + k * value_size);
+    }
+    out += run * value_size;
+    position += run;
+    count -= run;
+  }
+}
+
+void ElementView::fill(uint64_t offset, std::span<std::byte> out) const {
+  // Whole values are converted straight into `out` (conversions write
+  // through memcpy: no alignment needed); a value cut by either end of the
+  // range is converted into `value` and its bytes in range copied.
+  constexpr size_t kChunk = 64 << 10;  // values converted at a time
+  const uint32_t value_size = conversion_->value_size();
+  std::byte value[8];
+  uint64_t position = offset / value_size;
+  const size_t skip = offset % value_size;  // bytes of the first value before the range
+  std::byte* to = out.data();
+  size_t left = out.size();
+  if (skip != 0) {
+    values(position++, 1, value);
+    const size_t take = std::min<size_t>(value_size - skip, left);
+    std::memcpy(to, value + skip, take);
+    to += take;
+    left -= take;
+  }
+  while (left >= value_size) {
+    const size_t count = std::min(kChunk, left / value_size);
+    values(position, count, to);
+    position += count;
+    to += count * value_size;
+    left -= count * value_size;
+  }
+  if (left > 0) {
+    values(position, 1, value);
+    std::memcpy(to, value, left);
+  }
+}
+
+std::unique_ptr<BlockView> BlockView::make(std::span<const std::byte> stored, std::string_view block_type,
+                                           uint64_t numel) {
+  const ggml::BlockCodec* codec = ggml::block_codec(block_type);
+  if (codec == nullptr || numel % codec->block_size != 0) return nullptr;
+  auto bytes = checked_mul(numel / codec->block_size, codec->type_size);
+  auto size = checked_mul(numel, 4);
+  if (!bytes || !size || *bytes > stored.size()) return nullptr;
+  std::unique_ptr<BlockView> view(new BlockView());
+  view->base_ = stored.data();
+  view->codec_ = codec;
+  view->size_ = *size;
+  return view;
+}
+
+void BlockView::fill(uint64_t offset, std::span<std::byte> out) const {
+  const auto* codec = static_cast<const ggml::BlockCodec*>(codec_);
+  const uint64_t block_bytes = uint64_t{codec->block_size} * 4;  // of float32 values
+  const auto* base = reinterpret_cast<const uint8_t*>(base_);
+  alignas(16) float values[256];
+  uint64_t block = offset / block_bytes;
+  size_t within = offset % block_bytes;
+  std::byte* to = out.data();
+  size_t left = out.size();
+  while (left > 0) {
+    // Whole blocks straight into `out` where it can hold floats; a block
+    // cut by either end of the range through `values`.
+    if (within == 0 && left >= block_bytes && reinterpret_cast<uintptr_t>(to) % alignof(float) == 0) {
+      const size_t count = left / block_bytes;
+      codec->dequantize_row(base + block * codec->type_size, count, reinterpret_cast<float*>(to));
+      block += count;
+      to += count * block_bytes;
+      left -= count * block_bytes;
+      continue;
+    }
+    codec->dequantize(base + block * codec->type_size, values);
+    const size_t take = std::min<size_t>(block_bytes - within, left);
+    std::memcpy(to, reinterpret_cast<const std::byte*>(values) + within, take);
+    to += take;
+    left -= take;
+    within = 0;
+    ++block;
+  }
+}
+
+ViewArena::ViewArena(size_t elements, size_t blocks) {
+  elements_.reserve(elements);
+  blocks_.reserve(blocks);
+}
+
+template <typename View>
+const View* ViewArena::place(std::vector<View>& reserved, std::deque<View>& more, std::unique_ptr<View> view) {
+  if (!view) return nullptr;
+  if (reserved.size() < reserved.capacity()) return &reserved.emplace_back(std::move(*view));
+  return &more.emplace_back(std::move(*view));
+}
+
+const ElementView* ViewArena::add(std::unique_ptr<ElementView> view) {
+  return place(elements_, more_elements_, std::move(view));
+}
+
+const BlockView* ViewArena::add(std::unique_ptr<BlockView> view) {
+  return place(blocks_, more_blocks_, std::move(view));
+}
+
+}  // namespace modelfs

@@ -1,0 +1,138 @@
+#pragma once
+// The .npy bodies of tensors numpy cannot read as stored: their values
+// converted, for exactly the range each read asks, into the numpy type
+// npy_content() names (npy.hpp). Nothing is converted ahead of a read and
+// no tensor is ever held whole: a read decodes the elements (or ggml
+// blocks) it overlaps into a small buffer on the stack and copies the bytes
+// asked for.
+//
+//   ElementView  one stored element gives one value: bfloat16, float8_*,
+//                float6_*, float4_e2m1 -> float32; int4/int2 -> int8,
+//                uint4/uint2 -> uint8 (sub-byte elements packed from the
+//                lowest bits of each byte up, element 0 first); torch's
+//                quantized integers -> float32 ((q - zero_point) x scale,
+//                per tensor or per channel). In C order, or through any
+//                non-negative strides (a strided view is read in runs
+//                along its innermost dimension).
+//   BlockView    a ggml block type -> float32, one block at a time
+//                (ggml_dequant.hpp); blocks follow each other in C order.
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "modelfs/catalog.hpp"
+#include "modelfs/npy.hpp"
+#include "modelfs/tree.hpp"
+
+namespace modelfs {
+
+// How one stored element becomes one value of the .npy.
+class ElementConversion {
+ public:
+  virtual ~ElementConversion() = default;
+  // Bits of a stored element (2, 4, 6, 8, 16 or 32).
+  virtual uint32_t stored_bits() const noexcept = 0;
+  // Bytes of a converted value (1 or 4).
+  virtual uint32_t value_size() const noexcept = 0;
+  // Converts `count` stored elements, the first at element `first` of
+  // `stored` (which the caller has bounds-checked), whose C-order positions
+  // in the tensor start at `position`, into `count` values at `out`.
+  virtual void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t position,
+                       std::byte* out) const = 0;
+};
+
+// The conversion of a plain dtype numpy lacks (bfloat16, float8/6/4,
+// int4/2, uint4/2), or null: one per dtype, made on first use and shared by
+// every view (a model of 100 000 float8 tensors needs one 1 KiB table).
+std::shared_ptr<const ElementConversion> plain_conversion(DType stored);
+
+// A torch quantized tensor's dequantization. `stored` is Int8, UInt8 or
+// Int32 (qint8, quint8, qint32).
+struct PerTensorAffine {
+  double scale = 1;
+  int64_t zero_point = 0;
+};
+// Per channel along `axis`: `scales` (float64 or float32) and `zero_points`
+// (int64 or int32; float32/float64 for the float-qparams scheme) hold one
+// entry per channel; their bytes must outlive the conversion.
+struct PerChannelAffine {
+  std::span<const std::byte> scales;
+  DType scales_dtype = DType::Float64;
+  std::span<const std::byte> zero_points;
+  DType zero_points_dtype = DType::Int64;
+  bool float_qparams = false;  // zero points are floats, subtracted as such
+  uint64_t channels = 0;       // shape[axis]
+  uint64_t inner = 1;          // elements after the axis: product of shape[axis+1:]
+};
+std::unique_ptr<ElementConversion> affine_conversion(DType stored, const PerTensorAffine& params);
+// Null when the parameters do not fit (sizes, dtypes, a zero channel count).
+std::unique_ptr<ElementConversion> affine_conversion(DType stored, const PerChannelAffine& params);
+
+class ElementView final : public ComputedBytes {
+ public:
+  // The converted view of the tensor with `shape` and `strides` (in
+  // elements) whose first element starts `stored`, or null when an element
+  // would lie outside `stored`, a stride is negative or the sizes overflow.
+  // Shape and strides must outlive the view.
+  static std::unique_ptr<ElementView> make(std::span<const std::byte> stored,
+                                           std::span<const uint64_t> shape,
+                                           std::span<const int64_t> strides,
+                                           std::shared_ptr<const ElementConversion> conversion);
+  uint64_t size() const noexcept { return size_; }
+  void fill(uint64_t offset, std::span<std::byte> out) const override;
+  ElementView(ElementView&&) = default;
+
+ private:
+  ElementView() = default;
+  // Values of elements [position, position + count) (C order) into `out`.
+  void values(uint64_t position, size_t count, std::byte* out) const;
+
+  const std::byte* base_ = nullptr;
+  std::span<const uint64_t> shape_;
+  std::span<const int64_t> strides_;
+  bool contiguous_ = true;
+  std::shared_ptr<const ElementConversion> conversion_;
+  uint64_t size_ = 0;
+};
+
+class BlockView final : public ComputedBytes {
+ public:
+  // The float32 values of `numel` elements of ggml block type `block_type`
+  // stored in `stored`; null when modelfs has no dequantization for the
+  // type, numel is not a whole number of blocks or the blocks do not fit.
+  static std::unique_ptr<BlockView> make(std::span<const std::byte> stored, std::string_view block_type,
+                                         uint64_t numel);
+  uint64_t size() const noexcept { return size_; }
+  void fill(uint64_t offset, std::span<std::byte> out) const override;
+  BlockView(BlockView&&) = default;
+
+ private:
+  BlockView() = default;
+  const std::byte* base_ = nullptr;
+  const void* codec_ = nullptr;  // const ggml::BlockCodec*
+  uint64_t size_ = 0;
+};
+
+// Where a tree keeps its converted views: side by side in storage sized
+// for them up front, not one heap block each among the build's short-lived
+// objects (100 000 bfloat16 tensors: 20 MiB of scattered views and the
+// pages they pinned, against one 8 MiB block). Views never move once added.
+class ViewArena {
+ public:
+  ViewArena(size_t elements, size_t blocks);
+  // The view added (null when make() refuses it).
+  const ElementView* add(std::unique_ptr<ElementView> view);
+  const BlockView* add(std::unique_ptr<BlockView> view);
+
+ private:
+  template <typename View>
+  static const View* place(std::vector<View>& reserved, std::deque<View>& more, std::unique_ptr<View> view);
+  std::vector<ElementView> elements_;  // never past the capacity reserved
+  std::vector<BlockView> blocks_;
+  std::deque<ElementView> more_elements_;  // past it (not expected)
+  std::deque<BlockView> more_blocks_;
+};
+
+}  // namespace modelfs

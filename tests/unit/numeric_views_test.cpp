@@ -1,0 +1,448 @@
+// Converted .npy bodies (src/tree/numeric_views.*, ggml_dequant.*): each
+// conversion against values worked out from the formats' definitions, and
+// every read range of a view against the same slice of the whole.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "../../src/tree/ggml_dequant.hpp"
+#include "../../src/tree/ggml_grids.hpp"
+#include "../../src/tree/numeric_views.hpp"
+#include "modelfs/formats/gguf.hpp"
+#include "modelfs/json_text.hpp"
+#include "modelfs/sidecar.hpp"
+
+namespace modelfs {
+namespace {
+
+std::vector<std::byte> bytes_of(std::initializer_list<int> values) {
+  std::vector<std::byte> out;
+  for (int v : values) out.push_back(static_cast<std::byte>(v));
+  return out;
+}
+
+std::vector<std::byte> random_bytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::byte> out(n);
+  for (auto& b : out) b = static_cast<std::byte>(rng() & 0xFF);
+  return out;
+}
+
+std::vector<float> floats_of(const ComputedBytes& view, uint64_t size) {
+  std::vector<std::byte> out(size);
+  view.fill(0, out);
+  std::vector<float> values(size / 4);
+  std::memcpy(values.data(), out.data(), size);
+  return values;
+}
+
+// Every range asked of the view, at odd offsets and lengths (1 byte, across
+// values, chunks and blocks, up to the end), equals that slice of the whole.
+void expect_ranges_match_whole(const ComputedBytes& view, uint64_t size) {
+  std::vector<std::byte> whole(size);
+  view.fill(0, whole);
+  std::vector<std::pair<uint64_t, uint64_t>> ranges = {{0, 1}, {1, 1}, {3, 2}, {size - 1, 1}, {0, size}};
+  for (uint64_t at : {uint64_t{5}, uint64_t{127}, uint64_t{1023}, uint64_t{4095}, uint64_t{4097}, size / 2 + 3})
+    for (uint64_t length : {uint64_t{1}, uint64_t{3}, uint64_t{129}, uint64_t{4096}, uint64_t{5000}})
+      if (at < size) ranges.push_back({at, std::min(length, size - at)});
+  ranges.push_back({size > 7 ? size - 7 : 0, size > 7 ? 7 : size});  // the last partial block
+  for (auto [at, length] : ranges) {
+    std::vector<std::byte> part(length);
+    view.fill(at, part);
+    ASSERT_EQ(0, std::memcmp(part.data(), whole.data() + at, length)) << "range " << at << " + " << length;
+  }
+}
+
+std::vector<float> convert_all(DType dtype, const std::vector<std::byte>& stored, uint64_t numel) {
+  std::vector<uint64_t> shape{numel};
+  std::vector<int64_t> strides{1};
+  auto view = ElementView::make(stored, shape, strides, plain_conversion(dtype));
+  EXPECT_TRUE(view);
+  if (!view) return {};
+  return floats_of(*view, view->size());
+}
+
+float f(uint32_t bits) { return std::bit_cast<float>(bits); }
+
+TEST(NumericViews, BFloat16IsTheTopHalfOfAFloat32) {
+  auto stored = bytes_of({0x80, 0x3F, 0x00, 0xC0, 0x80, 0x7F, 0xC1, 0x7F, 0x01, 0x00});
+  auto values = convert_all(DType::BFloat16, stored, 5);
+  EXPECT_EQ(values[0], 1.0f);
+  EXPECT_EQ(values[1], -2.0f);
+  EXPECT_TRUE(std::isinf(values[2]));
+  EXPECT_EQ(std::bit_cast<uint32_t>(values[3]), 0x7FC10000u);  // NaN payload kept
+  EXPECT_EQ(values[4], f(0x00010000u));                         // a subnormal
+}
+
+TEST(NumericViews, Float8ValuesFollowTheirDefinitions) {
+  std::vector<std::byte> all(256);
+  for (int i = 0; i < 256; ++i) all[i] = static_cast<std::byte>(i);
+  auto e4m3fn = convert_all(DType::Float8E4M3FN, all, 256);
+  EXPECT_EQ(e4m3fn[0x7E], 448.0f);
+  EXPECT_TRUE(std::isnan(e4m3fn[0x7F]) && std::isnan(e4m3fn[0xFF]));
+  EXPECT_EQ(e4m3fn[0x78], 256.0f);  // exponent 15 is a number
+  EXPECT_EQ(e4m3fn[0x01], std::ldexp(1.0f, -9));
+  EXPECT_EQ(e4m3fn[0x08], std::ldexp(1.0f, -6));
+  EXPECT_TRUE(std::signbit(e4m3fn[0x80]) && e4m3fn[0x80] == 0);
+  auto e4m3fnuz = convert_all(DType::Float8E4M3FNUZ, all, 256);
+  EXPECT_TRUE(std::isnan(e4m3fnuz[0x80]));
+  EXPECT_EQ(e4m3fnuz[0x7F], 240.0f);
+  EXPECT_EQ(e4m3fnuz[0x01], std::ldexp(1.0f, -10));
+  auto e5m2 = convert_all(DType::Float8E5M2, all, 256);
+  EXPECT_TRUE(std::isinf(e5m2[0x7C]) && std::isinf(e5m2[0xFC]) && e5m2[0xFC] < 0);
+  EXPECT_TRUE(std::isnan(e5m2[0x7D]));
+  EXPECT_EQ(e5m2[0x7B], 57344.0f);
+  EXPECT_EQ(e5m2[0x01], std::ldexp(1.0f, -16));
+  auto e5m2fnuz = convert_all(DType::Float8E5M2FNUZ, all, 256);
+  EXPECT_TRUE(std::isnan(e5m2fnuz[0x80]));
+  EXPECT_EQ(e5m2fnuz[0x7F], 57344.0f);
+  EXPECT_EQ(e5m2fnuz[0x01], std::ldexp(1.0f, -17));
+  auto e8m0 = convert_all(DType::Float8E8M0FNU, all, 256);
+  EXPECT_EQ(e8m0[0], std::ldexp(1.0f, -127));  // a float32 subnormal, exact
+  EXPECT_EQ(e8m0[127], 1.0f);
+  EXPECT_EQ(e8m0[254], std::ldexp(1.0f, 127));
+  EXPECT_TRUE(std::isnan(e8m0[255]));
+  // float8_e5m2 is the top byte of a float16.
+  for (int i = 0; i < 256; ++i)
+    if (!std::isnan(e5m2[i])) EXPECT_EQ(e5m2[i], ggml::half_to_float(static_cast<uint16_t>(i << 8))) << i;
+}
+
+TEST(NumericViews, PackedFloatsAndIntegersUnpackFromTheLowBitsUp) {
+  // float4_e2m1: 0x21 holds element 0 = 1 (0.5), element 1 = 2 (1.0).
+  auto f4 = convert_all(DType::Float4E2M1, bytes_of({0x21, 0xF7}), 4);
+  EXPECT_EQ(f4, (std::vector<float>{0.5f, 1.0f, 6.0f, -6.0f}));
+  // float6: four codes in three bytes, element 0 in the lowest 6 bits.
+  // Codes 0x1F, 0x01, 0x3F, 0x08: bits 011111 000001 111111 001000.
+  const uint32_t packed = 0x1Fu | (0x01u << 6) | (0x3Fu << 12) | (0x08u << 18);
+  auto stored = bytes_of({int(packed & 0xFF), int((packed >> 8) & 0xFF), int(packed >> 16)});
+  auto e2m3 = convert_all(DType::Float6E2M3FN, stored, 4);
+  EXPECT_EQ(e2m3, (std::vector<float>{7.5f, 0.125f, -7.5f, 1.0f}));
+  auto e3m2 = convert_all(DType::Float6E3M2FN, stored, 4);
+  EXPECT_EQ(e3m2, (std::vector<float>{28.0f, 0.0625f, -28.0f, 0.5f}));
+
+  std::vector<uint64_t> shape{4};
+  std::vector<int64_t> strides{1};
+  const auto nibbles = bytes_of({0x8F, 0x21});
+  auto int4 = ElementView::make(nibbles, shape, strides, plain_conversion(DType::Int4));
+  ASSERT_TRUE(int4);
+  std::vector<std::byte> out(4);
+  int4->fill(0, out);
+  EXPECT_EQ(out, bytes_of({0xFF, 0xF8, 0x01, 0x02}));  // -1, -8, 1, 2
+  const auto pairs = bytes_of({0xE4});
+  auto uint2 = ElementView::make(pairs, shape, strides, plain_conversion(DType::UInt2));
+  uint2->fill(0, out);
+  EXPECT_EQ(out, bytes_of({0, 1, 2, 3}));
+  auto int2 = ElementView::make(pairs, shape, strides, plain_conversion(DType::Int2));
+  int2->fill(0, out);
+  EXPECT_EQ(out, bytes_of({0, 1, 0xFE, 0xFF}));  // 0, 1, -2, -1
+}
+
+TEST(NumericViews, StridedViewsConvertInCOrder) {
+  // bfloat16 storage [[1, 2, 3], [4, 5, 6]] read transposed (shape 3x2).
+  std::vector<std::byte> stored;
+  for (float v : {1.f, 2.f, 3.f, 4.f, 5.f, 6.f}) {
+    const uint32_t bits = std::bit_cast<uint32_t>(v);
+    stored.push_back(static_cast<std::byte>((bits >> 16) & 0xFF));
+    stored.push_back(static_cast<std::byte>(bits >> 24));
+  }
+  std::vector<uint64_t> shape{3, 2};
+  std::vector<int64_t> strides{1, 3};
+  auto view = ElementView::make(stored, shape, strides, plain_conversion(DType::BFloat16));
+  ASSERT_TRUE(view);
+  EXPECT_EQ(floats_of(*view, view->size()), (std::vector<float>{1, 4, 2, 5, 3, 6}));
+  // A slice with an inner stride of 1 ([:, 1:] of a 4x5), big enough for
+  // several chunks and runs.
+  auto big = random_bytes(2 * 400 * 500, 7);
+  std::vector<uint64_t> slice_shape{400, 499};
+  std::vector<int64_t> slice_strides{500, 1};
+  auto slice = ElementView::make(std::span(big).subspan(2), slice_shape, slice_strides,
+                                 plain_conversion(DType::BFloat16));
+  ASSERT_TRUE(slice);
+  auto values = floats_of(*slice, slice->size());
+  for (uint64_t r : {0u, 1u, 399u})
+    for (uint64_t c : {0u, 1u, 498u}) {
+      const size_t at = 2 * (1 + r * 500 + c);
+      const uint32_t bits = (std::to_integer<uint32_t>(big[at]) << 16) | (std::to_integer<uint32_t>(big[at + 1]) << 24);
+      EXPECT_EQ(std::bit_cast<uint32_t>(values[r * 499 + c]), bits);
+    }
+  expect_ranges_match_whole(*slice, slice->size());
+  expect_ranges_match_whole(*view, view->size());
+}
+
+TEST(NumericViews, OddRangesEqualTheSliceOfTheWhole) {
+  auto stored = random_bytes(3 * 10007, 11);
+  std::vector<uint64_t> shape{10007};
+  std::vector<int64_t> strides{1};
+  for (DType dtype : {DType::BFloat16, DType::Float8E4M3FN, DType::Float4E2M1, DType::Float6E3M2FN, DType::Int4,
+                      DType::UInt2}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    auto view = ElementView::make(stored, shape, strides, plain_conversion(dtype));
+    ASSERT_TRUE(view);
+    expect_ranges_match_whole(*view, view->size());
+  }
+}
+
+TEST(NumericViews, ViewsReachingPastTheirBytesAreRefused) {
+  std::vector<std::byte> stored(8);
+  std::vector<uint64_t> shape{5};
+  std::vector<int64_t> strides{1};
+  EXPECT_FALSE(ElementView::make(stored, shape, strides, plain_conversion(DType::BFloat16)));
+  std::vector<uint64_t> two{2, 2};
+  std::vector<int64_t> far{3, 1};
+  EXPECT_FALSE(ElementView::make(stored, two, far, plain_conversion(DType::BFloat16)));  // reaches element 4
+  std::vector<int64_t> negative{-1, 1};
+  EXPECT_FALSE(ElementView::make(stored, two, negative, plain_conversion(DType::BFloat16)));
+  std::vector<uint64_t> odd{17};
+  std::vector<int64_t> one{1};
+  EXPECT_FALSE(ElementView::make(stored, odd, one, plain_conversion(DType::Int4)));  // 17 nibbles > 8 bytes
+  EXPECT_FALSE(BlockView::make(std::span(stored), "q8_0", 32));                     // 34 bytes needed
+  std::vector<std::byte> block(34);
+  EXPECT_FALSE(BlockView::make(block, "q8_0", 31));  // not whole blocks
+  EXPECT_FALSE(BlockView::make(block, "q9_9", 64));  // no dequantization
+  EXPECT_TRUE(BlockView::make(block, "q8_0", 32));
+}
+
+TEST(NumericViews, TorchAffineDequantization) {
+  // qint8 per tensor: (q - zp) * scale with float32 arithmetic.
+  auto stored = bytes_of({0x05, 0xFD, 0x7F, 0x80});  // 5, -3, 127, -128
+  std::vector<uint64_t> shape{4};
+  std::vector<int64_t> strides{1};
+  auto per_tensor = ElementView::make(stored, shape, strides,
+                                      affine_conversion(DType::Int8, PerTensorAffine{0.05, 3}));
+  ASSERT_TRUE(per_tensor);
+  const float s = 0.05f;
+  EXPECT_EQ(floats_of(*per_tensor, 16), (std::vector<float>{2 * s, -6 * s, 124 * s, -131 * s}));
+  // quint8 per channel along axis 1 of a 2x2: float64 scales, int64 zero points.
+  std::vector<std::byte> scales(16), zeros(16);
+  const double sc[2] = {0.5, 0.25};
+  const int64_t zp[2] = {1, 2};
+  std::memcpy(scales.data(), sc, 16);
+  std::memcpy(zeros.data(), zp, 16);
+  PerChannelAffine p{scales, DType::Float64, zeros, DType::Int64, false, 2, 1};
+  std::vector<uint64_t> square{2, 2};
+  std::vector<int64_t> square_strides{2, 1};
+  const auto quants = bytes_of({3, 3, 10, 0});
+  auto per_channel = ElementView::make(quants, square, square_strides,
+                                       affine_conversion(DType::UInt8, p));
+  ASSERT_TRUE(per_channel);
+  EXPECT_EQ(floats_of(*per_channel, 16), (std::vector<float>{1.0f, 0.25f, 4.5f, -0.5f}));
+  // Too few parameters for the channels: refused.
+  p.channels = 3;
+  EXPECT_FALSE(affine_conversion(DType::UInt8, p));
+}
+
+// ---- ggml
+
+TEST(GgmlDequant, CodecsAgreeWithTheGgufTypeTable) {
+  for (const auto& codec : ggml::block_codecs()) {
+    SCOPED_TRACE(std::string(codec.name));
+    bool found = false;
+    for (const auto& type : gguf::ggml_types()) {
+      if (type.name != codec.name) continue;
+      found = true;
+      EXPECT_EQ(type.block_size, codec.block_size);
+      EXPECT_EQ(type.type_size, codec.type_size);
+    }
+    EXPECT_TRUE(found);
+  }
+}
+
+TEST(GgmlDequant, HalfToFloatIsExact) {
+  EXPECT_EQ(ggml::half_to_float(0x3C00), 1.0f);
+  EXPECT_EQ(ggml::half_to_float(0xC000), -2.0f);
+  EXPECT_EQ(ggml::half_to_float(0x7BFF), 65504.0f);
+  EXPECT_EQ(ggml::half_to_float(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(ggml::half_to_float(0x03FF), 1023 * std::ldexp(1.0f, -24));
+  EXPECT_TRUE(std::isinf(ggml::half_to_float(0xFC00)));
+  EXPECT_TRUE(std::isnan(ggml::half_to_float(0x7E00)));
+  EXPECT_TRUE(std::signbit(ggml::half_to_float(0x8000)));
+}
+
+TEST(GgmlDequant, LegacyBlocksByHand) {
+  // q8_0: d = 0.5 (0x3800), quants 0..31 -> 0, 0.5, ...
+  std::vector<std::byte> q8(34);
+  q8[0] = std::byte{0x00};
+  q8[1] = std::byte{0x38};
+  for (int j = 0; j < 32; ++j) q8[2 + j] = static_cast<std::byte>(j - 16);
+  auto view = BlockView::make(q8, "q8_0", 32);
+  auto values = floats_of(*view, 128);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(values[j], 0.5f * static_cast<float>(j - 16));
+  // q4_0: d = 1, byte j = (hi << 4) | lo: element j = lo - 8, j + 16 = hi - 8.
+  std::vector<std::byte> q4(18);
+  q4[1] = std::byte{0x3C};
+  for (int j = 0; j < 16; ++j) q4[2 + j] = static_cast<std::byte>(((15 - j) << 4) | j);
+  auto v4 = floats_of(*BlockView::make(q4, "q4_0", 32), 128);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(v4[j], static_cast<float>(j - 8));
+    EXPECT_EQ(v4[j + 16], static_cast<float>(7 - j));
+  }
+  // mxfp4 exponent extremes: 0 -> 2^-128 x doubled value (subnormal),
+  // 255 -> 2^127 x doubled value (infinity for |value| > 1).
+  std::vector<std::byte> mx(17);
+  mx[1] = std::byte{0x72};  // element 0 code 2 (doubled 2), element 16 code 7 (doubled 12)
+  auto low = floats_of(*BlockView::make(mx, "mxfp4", 32), 128);
+  EXPECT_EQ(low[0], std::ldexp(1.0f, -127));
+  EXPECT_EQ(low[16], 12 * std::ldexp(1.0f, -128));
+  mx[0] = std::byte{0xFF};
+  auto high = floats_of(*BlockView::make(mx, "mxfp4", 32), 128);
+  EXPECT_TRUE(std::isinf(high[0]));
+  EXPECT_EQ(high[1], 0.0f);
+}
+
+TEST(GgmlDequant, EveryTypeReadsAtOddRangesAsWhole) {
+  for (const auto& codec : ggml::block_codecs()) {
+    SCOPED_TRACE(std::string(codec.name));
+    const uint64_t blocks = 37;
+    auto stored = random_bytes(blocks * codec.type_size, codec.type_size);
+    auto view = BlockView::make(stored, codec.name, blocks * codec.block_size);
+    ASSERT_TRUE(view);
+    EXPECT_EQ(view->size(), blocks * codec.block_size * 4);
+    expect_ranges_match_whole(*view, view->size());
+  }
+}
+
+TEST(GgmlGrids, DerivedTablesFollowTheirDefinitions) {
+  const int8_t mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(ggml::kMxfp4Doubled[i], mxfp4[i]) << i;
+  // Sign patterns: the 7 stored bits, and an eighth making the count of
+  // minus signs even.
+  for (uint32_t i = 0; i < 128; ++i) {
+    const uint8_t s = ggml::sign_pattern(i);
+    EXPECT_EQ(s & 127, i);
+    EXPECT_EQ(std::popcount(s) % 2, 0);
+  }
+  EXPECT_EQ(ggml::sign_pattern(1), 129);
+  EXPECT_EQ(ggml::sign_pattern(3), 3);
+  // iq4_nl's levels: 16, ascending, spanning -127..113.
+  for (int i = 1; i < 16; ++i) EXPECT_LT(ggml::kIq4nlLevels[i - 1], ggml::kIq4nlLevels[i]);
+  EXPECT_EQ(ggml::kIq4nlLevels[0], -127);
+  EXPECT_EQ(ggml::kIq4nlLevels[15], 113);
+}
+
+// Each lattice grid against its definition: the codes as tabulated (their
+// count, ascending, every digit naming a level), each row the levels its
+// code's digits name, and rows of ggml's published byte grids.
+uint64_t row_bits(const uint8_t* row, int width) {
+  uint64_t bits = 0;
+  for (int i = width - 1; i >= 0; --i) bits = (bits << 8) | row[i];
+  return bits;
+}
+
+void expect_grid_follows_codes(const ggml::GridCodes& grid, size_t rows, const void* (*row_of)(uint32_t)) {
+  ASSERT_EQ(grid.codes.size(), rows);
+  for (size_t k = 0; k < rows; ++k) {
+    if (k > 0) EXPECT_LT(grid.codes[k - 1], grid.codes[k]) << k;
+    const uint32_t code = grid.codes[k];
+    EXPECT_EQ(code >> (grid.bits_per_element * grid.elements_per_row), 0u) << k;
+    const auto* row = static_cast<const uint8_t*>(row_of(static_cast<uint32_t>(k)));
+    for (uint32_t i = 0; i < grid.elements_per_row; ++i) {
+      const uint32_t digit = (code >> (grid.bits_per_element * i)) & ((1u << grid.bits_per_element) - 1);
+      ASSERT_LT(digit, grid.levels.size()) << k;
+      EXPECT_EQ(static_cast<int8_t>(row[i]), static_cast<int8_t>(grid.levels[digit])) << k << " " << i;
+    }
+  }
+}
+
+TEST(GgmlGrids, EachGridIsItsCodesLevels) {
+  expect_grid_follows_codes(ggml::iq2xxs_codes(), 256, [](uint32_t i) -> const void* { return ggml::iq2xxs_grid(i); });
+  expect_grid_follows_codes(ggml::iq2xs_codes(), 512, [](uint32_t i) -> const void* { return ggml::iq2xs_grid(i); });
+  expect_grid_follows_codes(ggml::iq2s_codes(), 1024, [](uint32_t i) -> const void* { return ggml::iq2s_grid(i); });
+  expect_grid_follows_codes(ggml::iq3xxs_codes(), 256, [](uint32_t i) -> const void* { return ggml::iq3xxs_grid(i); });
+  expect_grid_follows_codes(ggml::iq3s_codes(), 512, [](uint32_t i) -> const void* { return ggml::iq3s_grid(i); });
+  expect_grid_follows_codes(ggml::iq1s_codes(), 2048, [](uint32_t i) -> const void* { return ggml::iq1s_grid(i); });
+}
+
+TEST(GgmlGrids, RowsMatchGgmlsPublishedGrids) {
+  // Rows as ggml-common.h prints them (element 0 in the lowest byte).
+  const uint64_t iq2xxs[][2] = {{0, 0x0808080808080808}, {1, 0x080808080808082b}, {2, 0x0808080808081919},
+                                {254, 0x2b2b2b0819190808}, {255, 0x2b2b2b1908081908}};
+  for (auto [i, v] : iq2xxs) EXPECT_EQ(row_bits(ggml::iq2xxs_grid(static_cast<uint32_t>(i)), 8), v) << i;
+  const uint64_t iq2xs[] = {0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08,
+                            0x0808080808082b2b, 0x0808080808190819, 0x0808080808191908, 0x080808080819192b,
+                            0x0808080808192b19, 0x08080808082b0808, 0x08080808082b082b, 0x08080808082b1919,
+                            0x08080808082b2b08, 0x0808080819080819, 0x0808080819081908, 0x080808081908192b,
+                            0x0808080819082b19, 0x0808080819190808, 0x080808081919082b, 0x0808080819191919,
+                            0x0808080819192b08};
+  for (uint32_t i = 0; i < std::size(iq2xs); ++i) EXPECT_EQ(row_bits(ggml::iq2xs_grid(i), 8), iq2xs[i]) << i;
+  EXPECT_EQ(row_bits(ggml::iq2s_grid(1022), 8), 0x2b2b2b2b2b082b08u);
+  EXPECT_EQ(row_bits(ggml::iq2s_grid(1023), 8), 0x2b2b2b2b2b2b2b2bu);
+  const uint64_t iq3xxs[] = {0x04040404, 0x04040414, 0x04040424, 0x04040c0c, 0x04040c1c, 0x04040c3e,
+                             0x04041404, 0x04041414, 0x04041c0c, 0x04042414, 0x04043e1c, 0x04043e2c,
+                             0x040c040c, 0x040c041c, 0x040c0c04, 0x040c0c14, 0x040c140c, 0x040c142c,
+                             0x040c1c04, 0x040c1c14, 0x040c240c, 0x040c2c24, 0x040c3e04, 0x04140404,
+                             0x04140414, 0x04140424, 0x04140c0c, 0x04141404, 0x04141414, 0x04141c0c,
+                             0x04141c1c, 0x04141c3e};
+  for (uint32_t i = 0; i < std::size(iq3xxs); ++i) EXPECT_EQ(row_bits(ggml::iq3xxs_grid(i), 4), iq3xxs[i]) << i;
+  EXPECT_EQ(row_bits(ggml::iq3xxs_grid(255), 4), 0x3e341c04u);
+  EXPECT_EQ(row_bits(ggml::iq3s_grid(510), 4), 0x0f0d0703u);
+  EXPECT_EQ(row_bits(ggml::iq3s_grid(511), 4), 0x0f0f0101u);
+  const uint64_t iq1s[] = {0xffffffffffffffff, 0xffffffffffffff01, 0xffffffffffff0000, 0xffffffffffff01ff,
+                           0xffffffffffff0101, 0xffffffffff00ff00, 0xffffffffff000000, 0xffffffffff01ffff,
+                           0xffffffffff01ff01, 0xffffffffff0101ff, 0xffffffffff010101, 0xffffffff00ff0000,
+                           0xffffffff0000ff00, 0xffffffff000000ff, 0xffffffff00000001, 0xffffffff00010000};
+  for (uint32_t i = 0; i < std::size(iq1s); ++i)
+    EXPECT_EQ(row_bits(reinterpret_cast<const uint8_t*>(ggml::iq1s_grid(i)), 8), iq1s[i]) << i;
+}
+
+// ---- the tree
+
+Tensor tensor_of(const std::string& name, DType dtype, std::vector<uint64_t> shape, std::string bytes) {
+  Tensor t;
+  t.name = name;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.strides = contiguous_strides(t.shape);
+  t.bytes = ByteSpan::owned(std::move(bytes));
+  t.source = {"m", 0};
+  return t;
+}
+
+TEST(NumericTree, ConvertedNpyHasAFloat32HeaderAndTheSidecarSaysSo) {
+  Catalog catalog;
+  catalog.format = "gguf";
+  catalog.files = {"m"};
+  catalog.tensors.push_back(tensor_of("bf", DType::BFloat16, {2}, std::string("\x80\x3f\x00\xc0", 4)));
+  Tensor q = tensor_of("q", DType::GgmlBlock, {32}, std::string(34, '\0'));
+  q.block_type = "q8_0";
+  catalog.tensors.push_back(q);
+  Tensor nv = tensor_of("nv", DType::GgmlBlock, {64}, std::string(36, '\0'));
+  nv.block_type = "q9_9";  // no dequantization
+  catalog.tensors.push_back(nv);
+  catalog.tensors.push_back(tensor_of("f", DType::Float32, {1}, std::string(4, '\0')));
+  auto tree = Tree::build(std::move(catalog), {});
+  const std::string npy = tree->content(*tree->node(*tree->resolve("bf.npy")));
+  EXPECT_NE(npy.find("'descr': '<f4'"), std::string::npos);
+  float values[2];
+  std::memcpy(values, npy.data() + npy.size() - 8, 8);
+  EXPECT_EQ(values[0], 1.0f);
+  EXPECT_EQ(values[1], -2.0f);
+  auto sidecar = nlohmann::json::parse(tree->content(*tree->node(*tree->resolve("bf.json"))));
+  EXPECT_EQ(sidecar["npy"], nlohmann::json({{"dtype", "float32"}, {"from", "bfloat16"}, {"exact", true}}));
+  sidecar = nlohmann::json::parse(tree->content(*tree->node(*tree->resolve("q.json"))));
+  EXPECT_EQ(sidecar["npy"], nlohmann::json({{"dtype", "float32"}, {"from", "q8_0"}, {"exact", false}}));
+  EXPECT_EQ(tree->node(*tree->resolve("q.npy"))->size, 128u + 128u);
+  sidecar = nlohmann::json::parse(tree->content(*tree->node(*tree->resolve("f.json"))));
+  EXPECT_EQ(sidecar["npy"], nlohmann::json({{"dtype", "float32"}, {"from", "float32"}, {"exact", true}}));
+  // A block type modelfs cannot dequantize: no .npy, and the sidecar says
+  // nothing of one.
+  EXPECT_FALSE(tree->resolve("nv.npy"));
+  sidecar = nlohmann::json::parse(tree->content(*tree->node(*tree->resolve("nv.json"))));
+  EXPECT_FALSE(sidecar.contains("npy"));
+  // Each sidecar's size was measured by the printer that serves it.
+  for (const char* name : {"bf.json", "q.json", "nv.json", "f.json"}) {
+    const Node* file = tree->node(*tree->resolve(name));
+    EXPECT_EQ(tree->content(*file).size(), file->size) << name;
+  }
+}
+
+TEST(NumericTree, SidecarTextAndJsonAgree) {
+  Tensor t = tensor_of("x", DType::Float8E5M2, {3}, std::string(3, '\0'));
+  t.extras["kind"] = "parameter";
+  EXPECT_EQ(sidecar_text(t, "safetensors"), readable_json(sidecar_json(t, "safetensors")));
+}
+
+}  // namespace
+}  // namespace modelfs
