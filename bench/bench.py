@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """modelfs benchmark (issue 7): the model file read directly from the page
 cache is the reference; squashfuse (uncompressed image) and fuse-zip (stored
 member) are the peers; everything is measured in one run, medians of rounds.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Generates the benchmark models of issue 7 into a work folder, reusing
 what is already there when its manifest says it is complete.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Numeric views benchmark: what converting on read costs, as ratios taken
 in one run.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // randread: 4 KiB random preads over a byte range of a file, timed one by
 // one with clock_gettime, from N threads; prints p50/p99 in microseconds.
 //

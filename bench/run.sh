@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The benchmark of issue 7, in one command:
 #   bench/run.sh [bench.py options: --rounds N, --models M..., --work DIR, --tag T]
 # Installs what is missing (Debian), builds modelfs in Release into

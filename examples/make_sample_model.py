@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes examples/sample-model.safetensors, the small model the quick start
 mounts: a two-layer Llama-shaped network with float32, float16 and bfloat16
 weights, a scalar, and __metadata__. Deterministic (fixed seed), numpy only,

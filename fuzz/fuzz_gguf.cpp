@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The GGUF reader: header, key-values, tensor infos, data section.
 #include "fuzz_input.hpp"
 #include "modelfs/error.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Shared by the fuzz targets: each input is written to a private file on
 // tmpfs and opened by path, exactly as modelfs opens a model (the readers

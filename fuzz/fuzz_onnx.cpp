@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ONNX reader over its wire scanner: every tensor source, typed-field
 // decoding, graph.json, external-data resolution next to the input.
 #include "fuzz_input.hpp"

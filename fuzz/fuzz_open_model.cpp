@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The whole path a mount takes: detection, whichever reader the bytes
 // lead to, the tree (names, sidecars, .npy headers, documents) and --check.
 #include <sys/uio.h>

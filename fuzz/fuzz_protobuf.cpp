@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The protobuf wire scanner: every length-delimited field is also tried as
 // a nested message, to the depth limit, as the ONNX reader walks them.
 #include "fuzz_input.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PT2 archives: the payload configs (dtype codes, sizes, strides, storage
 // offsets, symbolic sizes), model JSONs, nested torch.save members and the
 // AOTInductor layout, reached as modelfs reaches them: through the ZIP.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The safetensors header parser and its validation rules.
 #include "fuzz_input.hpp"
 #include "modelfs/error.hpp"

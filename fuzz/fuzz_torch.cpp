@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The PyTorch readers end to end: torch.save ZIP, TorchScript, legacy
 // torch.save (object walking, storages, views, byte order).
 #include "fuzz_input.hpp"

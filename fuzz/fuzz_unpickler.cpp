@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The restricted unpickler: every opcode, memo, marks, persistent ids,
 // limits. It builds values and never calls anything, whatever the bytes.
 #include "fuzz_input.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ZIP central-directory reader: members, local headers, ZIP64, nested
 // archives in stored members, inflation of compressed ones, CRC checks.
 #include "fuzz_input.hpp"

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Seeds from the hostile corpus (tests/mount/hostile_corpus.py) for the fuzz
 targets' corpora: a long name, deep sharing, expanded views, a ZIP bomb,
 deep nesting, huge GGUF counts, each small (under 64 KiB). Whole files for

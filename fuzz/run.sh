@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds the libFuzzer targets with clang and runs each for a while, seeded
 # from the project's sample model and ../shared/fixtures when present.
 #   fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]     default 30 s, every target

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs, from Debian's packages, what modelfs needs, plus any packages
 # named as arguments (bench/deps.sh names its own). Calls apt-get only when
 # something is missing, so a machine that has everything is not touched (and

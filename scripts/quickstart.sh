@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Quick start: install what is missing (Debian packages), build, and mount
 # the bundled sample model.
 #   scripts/quickstart.sh [MOUNTPOINT]     default: ./mnt/sample

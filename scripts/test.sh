@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The whole test suite, from a fresh Debian 12 machine: install what is
 # missing, build, run every test (GoogleTest units and real FUSE mounts),
 # then build again under AddressSanitizer and UBSan and run the suite again.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Lists a model's tensors with where their bytes lie, using the modelfs
 // library (no FUSE, no mount): one line per tensor,
 //   NAME DTYPE SHAPE FILE OFFSET NBYTES

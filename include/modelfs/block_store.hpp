@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Append-only stores for what a tree keeps of many small things (names,
 // shapes, printed extras): items laid end to end in 64 KiB blocks that never

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The budget of one model: how much memory reading it may take, whatever
 // its bytes say. A small file must not make modelfs allocate gigabytes (a

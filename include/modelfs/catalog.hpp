@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The Catalog is where format readers and the tree meet: what a model holds,
 // independent of how its format stores it. A reader fills one; the tree

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // `modelfs --check MODEL`: everything a format lets us verify without
 // mounting. Opening a model already checks every offset and length against

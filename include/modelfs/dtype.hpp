@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Element types, under the canonical lowercase names of the sidecar contract
 // (docs/design.md, "The sidecar"). Each format maps its own type codes onto these.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The one error type of modelfs. Everything a model file can do wrong is a
 // ModelError carrying what the one-line message needs: which file, which

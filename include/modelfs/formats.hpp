@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Opening a model: detect its format from the content (never the extension
 // alone) and dispatch to the reader that turns it into a Catalog.

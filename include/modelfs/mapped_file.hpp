@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A model file mapped read-only into memory for the life of the mount.
 // Every tensor byte modelfs serves comes from one of these mappings; the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What a tree keeps of each catalog tensor once built: everything its
 // sidecar, its index.json line and its extended attributes print, as views.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The tree: a Catalog turned into an immutable table of inodes, built once
 // before mounting and only read afterwards, so FUSE threads share it with no

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Commands and checks of the command line kept out of main.cpp: `-u`,
 // `--check` (text or JSON), and the reason a non-root user cannot open the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // `modelfs --list [--json] MODEL`: the tensor table without mounting.
 #include <ostream>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Where modelfs's messages go. Warnings and errors go to stderr while the
 // user is there; once the daemon detaches, stderr is /dev/null, so messages

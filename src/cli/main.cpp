@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // modelfs: mount a model file as a read-only tensor tree.
 //
 //   modelfs [options] MODEL MOUNTPOINT

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Format detection and dispatch: the only place that knows every reader.
 #include <algorithm>
 #include <array>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // JSON read from a model file is hostile input: bounded nesting, no
 // duplicate keys (a second value would silently shadow the first), and

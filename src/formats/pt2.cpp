@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "modelfs/formats/pt2.hpp"
 
 #include <spdlog/spdlog.h>

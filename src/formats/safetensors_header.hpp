@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The safetensors header's JSON, read in one streaming pass straight into
 // tensor entries: no JSON document is built. A header as a DOM is several

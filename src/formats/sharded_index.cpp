@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "sharded_index.hpp"
 
 #include <spdlog/spdlog.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A sharded checkpoint: an index JSON beside its shard files, as Hugging
 // Face writes it for safetensors and for torch .bin shards:

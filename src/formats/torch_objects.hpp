@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What the three PyTorch readers share: turning an unpickled object into
 // tensors (docs/formats.md, "Storage classes", "Tensor rebuilds"). The

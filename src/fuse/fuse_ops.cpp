@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The libfuse3 low-level operations over an immutable Tree.
 //
 // Conventions (after libfuse's passthrough_hp.cc and squashfuse's ll.c):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Serving a Tree over FUSE (libfuse3 low-level API). The operations know
 // nothing of formats: they read the immutable inode table and hand slices of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Fills the mount's page cache ahead of sequential readers, from a thread of
 // its own.

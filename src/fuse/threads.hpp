@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The daemon's own threads beside libfuse's workers (the readahead raiser,
 // the read-ahead thread) must never take the signals that end serving.

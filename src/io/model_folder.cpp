@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "modelfs/model_folder.hpp"
 
 #include "modelfs/error.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "modelfs/protobuf_wire.hpp"
 
 #include "modelfs/checked_math.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "ggml_dequant.hpp"
 
 #include <array>

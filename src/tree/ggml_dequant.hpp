@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The values of ggml's block-quantized types, as ggml defines them: one
 // function per type turns one stored block into its block_size float32

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The lookup tables of ggml's non-linear and lattice quantization types:
 // facts of the format (docs/formats.md, "ggml dequantization"), kept here

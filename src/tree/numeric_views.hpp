@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The .npy bodies of tensors numpy cannot read as stored: their values
 // converted, for exactly the range each read asks, into the numpy type

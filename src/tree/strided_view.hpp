@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A strided view's elements in C order, computed for each read of its .npy
 // (a transpose of a slice, an expand(), a column of a matrix). The view is

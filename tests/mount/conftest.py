@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared fixtures for the mount tests.
 
 Every test that mounts does so through `mounted(...)`, a context manager

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A GGUF writer for the tests, written from the format's spec (docs/formats.md, "GGUF"),
 independent of modelfs. Key-values are typed explicitly (Value, Array) so
 every value type can be written; tensors are raw bytes with a ggml type id

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A corpus of hostile model files ("Hostile input, round two"), each made
 small on disk by a function of its own, for tests/mount/test_hostile_corpus.py
 and fuzz/make_seeds.py.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What a tensor's .npy must hold where numpy lacks the stored type: the
 tests' own decoders, written from the formats' definitions (docs/formats.md:
 "safetensors dtypes", "ggml dequantization", "ONNX data types") and

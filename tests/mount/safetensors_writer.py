@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A safetensors writer for the tests, written from the format's spec
 (docs/formats.md, "safetensors"), independent of modelfs. Tensors are given as numpy arrays,
 or as (dtype code, shape, raw bytes) for types numpy lacks."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The command line: bad models refused before mounting (exit 2, one line
 naming file, format, offset and reason), mountpoint mistakes, signals."""
 import contextlib

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Faults under a live mount and load: the model file truncated or replaced
 while mounted, unmount during reads in flight, many processes reading at
 once. The oracle is the bytes the test wrote."""

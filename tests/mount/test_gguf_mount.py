@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """GGUF through a real mount: bytes of every ggml type with cat, sidecars,
 .npy views with numpy, every key-value type in metadata.json, versions 1-3,
 custom alignment, split sets, --list, refusals, and the real files.

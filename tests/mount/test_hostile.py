@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Hostile inputs end to end: mutated and truncated versions of every
 fixture (and of the bundled sample) make `--list`, `--check` and a mount
 answer cleanly — exit 0 or 2, never a crash, a hang or a half-mounted

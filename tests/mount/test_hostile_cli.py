@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Hostile input, round two, at the command line: what a person reads
 (the --list table, one-line messages), files that would block an open
 (FIFOs), files a model names that lie outside its folder, and mountpoints

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The hostile corpus ("Hostile input, round two"; tests/mount/hostile_corpus.py
 makes each case): every case is listed, checked and mounted, and each of
 those answers within bounds of memory and time — exit 0 or 2, one line on

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Numbers for every tensor: the .npy of a tensor whose stored type numpy
 lacks holds its values (float32 for bfloat16, the small floats and every
 dequantized type; int8/uint8 for 4- and 2-bit integers), converted for each

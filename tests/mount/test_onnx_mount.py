@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ONNX through a real mount: every tensor (initializers, sparse
 initializers, Constant nodes, attribute tensors, subgraphs, functions) in
 every storage form, external data, graph.json and metadata.json.

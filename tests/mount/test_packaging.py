@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """modelfs as an installed Unix tool: cmake --install with a CMake package
 config and a pkg-config file that an example program links against, the
 Debian packages (built with dpkg-buildpackage, clean under lintian, installed,

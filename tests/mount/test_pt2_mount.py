@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """PT2 archives (torch.export.save) through a real mount, in every layout.
 
 The Debian torch (1.13) has no torch.export, so archives are laid out here

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The README's quick start, tried as a new user would: the two commands
 are read from the README, the first is run in a fresh copy of the project
 (what a clone of this commit holds), and the mounted sample model is read

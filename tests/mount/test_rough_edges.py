@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Rough edges a user hits on the command line and through the mount:
 libfuse's messages one line each, options that a non-root user cannot
 use said so, `-u`, the FUSE device's permissions, `--check --json`,

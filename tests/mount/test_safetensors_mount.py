@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """safetensors through a real mount: bytes with cat, sidecars, .npy views
 with numpy, sharded checkpoints, real files, read-only behaviour.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch files through a real mount: torch.save (ZIP and legacy) and
 TorchScript, written by torch at test time.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Strided views and structure shared through the pickle's memo, checked
 against torch.load: a view's .npy is gathered when read (an expand() of one
 element to 2^26 elements costs the daemon no memory), a container reached

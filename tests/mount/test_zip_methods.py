@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torch.save archives whose members another writer compressed: Python's
 zipfile re-zips a checkpoint with deflate, bzip2 or LZMA. libzip
 decompresses what it can (Debian 12's: deflate and bzip2); LZMA is refused

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The append-only stores the tree keeps names, shapes and strides in: every
 // view handed out must keep its bytes whatever is added after it, items
 // longer than a block included.

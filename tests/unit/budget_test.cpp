@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The per-model budget: a floor, raised by metadata unless fixed, and a
 // one-line ModelError naming the file and the limit when passed.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every input a fuzzer once crashed on (fuzz/regressions/<target>/) is
 // replayed through the whole open -> check -> tree path (a bare pickle,
 // through the unpickler): it must now be refused with a ModelError or read

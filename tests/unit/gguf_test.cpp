@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The GGUF reader: hand-made corrupt files by parsing stage (header,
 // key-values, alignment, tensor infos, data section), each refused with a
 // ModelError naming "gguf" and the offset of the bad field; and good files

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Hostile input, round two: what reaches a person (messages, the --list
 // table, the log) and what a model may make modelfs open.
 #include <gtest/gtest.h>

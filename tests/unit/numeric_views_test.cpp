@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Converted .npy bodies (src/tree/numeric_views.*, ggml_dequant.*): each
 // conversion against values worked out from the formats' definitions, and
 // every read range of a view against the same slice of the whole.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ONNX reader on hand-made models: storage forms served in place or
 // decoded, detection, and hostile inputs (external locations escaping the
 // model's folder, bad lengths, bad types, deep nesting), each refused with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The protobuf wire scanner: varints, every wire type, where payloads lie,
 // unknown fields, merged messages, and each way hostile bytes can go wrong.
 #include <gtest/gtest.h>

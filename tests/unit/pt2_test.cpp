@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The PT2 reader on hand-made layered archives: a minimal one served in
 // place, then each way a payload config can be wrong.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The safetensors reader: every validation rule of the reference crate
 // (docs/formats.md, "safetensors validation"), each with a hand-made bad file, and the good cases.
 #include <gtest/gtest.h>

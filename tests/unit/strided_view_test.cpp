@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A strided view's C-order elements, computed for any range: every range
 // of every view below equals the same range of a plain element-by-element
 // gather (the oracle), whatever its alignment to elements.

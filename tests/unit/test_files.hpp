@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Helpers for unit tests: temporary files, hand-made safetensors and
 // protobuf bytes.

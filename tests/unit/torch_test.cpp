@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The PyTorch readers on hand-made files: a minimal torch.save archive and
 // legacy file, then every way their storages and views can lie.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The tree builder: paths, clashes, sidecars, .npy views and documents.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The restricted unpickler, opcode by opcode, on hand-written pickles (the
 // bytes CPython's pickle module emits for the same values), plus limits and
 // every truncation of a valid stream.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ZIP directory reader: PyTorch's layout (data descriptors, alignment
 // padding, forced ZIP64), stored, deflated and bzip2 members (decompressed
 // by libzip), a nested archive, truncated or corrupt directories refused

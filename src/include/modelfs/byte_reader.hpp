@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A cursor over untrusted bytes. Every read is bounds-checked first; a read
 // past the end throws ModelError naming the file, format and offset, so a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Overflow-checked arithmetic for sizes read from hostile files. Every
 // product or sum of file-provided numbers goes through these.

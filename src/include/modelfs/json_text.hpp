@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // How modelfs prints the JSON files it makes (sidecars, index.json,
 // metadata.json): one top-level key per line, values compact, and arrays of

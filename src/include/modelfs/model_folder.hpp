@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The one rule for files a model names: the shards of a weight_map
 // (safetensors and torch .bin indexes), ONNX external data, the other

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // How tensor names become paths (docs/design.md, "Names and paths").
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // NumPy .npy headers (docs/formats.md, "NumPy .npy headers") for the .npy views: magic, version,
 // header length, then the dict literal padded with spaces and '\n' so the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A lazy scanner for the protobuf wire format (docs/formats.md, "Protobuf wire format"), over bytes
 // that stay in the mapping.

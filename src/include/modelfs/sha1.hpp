@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // SHA-1, for the one place a model format names it: the "checksum" key of
 // ONNX external data, verified by `modelfs --check`. Not for security; the

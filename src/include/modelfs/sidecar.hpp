@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The JSON sidecar beside every tensor file (docs/design.md, "The sidecar"):
 // name, dtype, shape, strides, nbytes, byte_order, numpy, npy (what the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Text from a model, shown to a person. Tensor names, archive member names
 // and shard file names end up in `--list` tables and in messages; a hostile

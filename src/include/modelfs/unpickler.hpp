@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A restricted unpickler (docs/formats.md, "Pickle opcodes" to "Tensor
 // rebuilds"): it reads the pickle opcodes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Well-formed UTF-8, as Unicode's table 3-7 defines it: no overlong forms,
 // no surrogates, nothing past U+10FFFF. Model files may hold any bytes where

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The central directory of a ZIP archive (docs/formats.md, "ZIP records") lying in a byte range
 // of a mapped file: the whole file, or a stored member of another archive (a

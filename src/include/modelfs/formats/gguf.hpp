@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // GGUF (ggml's model format; docs/formats.md, "GGUF"). All integers little-endian:
 //

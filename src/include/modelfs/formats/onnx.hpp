@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // ONNX (onnx/onnx.proto; docs/formats.md, "ONNX"): one serialized ModelProto, no
 // magic, read with the lazy wire scanner (protobuf_wire.hpp) so that weight

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // PT2 archives (torch.export.save, AOTInductor packages; docs/formats.md, "PT2 archives"), in
 // every layout torch has written, all inside the ZIP container of torch.save:

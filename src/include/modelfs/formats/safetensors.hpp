@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // safetensors (huggingface/safetensors; docs/formats.md, "safetensors"):
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // PyTorch files (docs/formats.md, "ZIP container", "PyTorch files"), all
 // read without running a pickle:
