@@ -1,20 +1,47 @@
 #!/usr/bin/env bash
-# Installs, from Debian's packages, what modelfs needs to build, run and be
-# tested, plus any packages named as arguments (bench/deps.sh names its
-# own). Calls apt-get only when something is missing, so a machine that has
-# everything is not touched (and needs no network).
-#   scripts/deps.sh [EXTRA_PACKAGE...]
+# Installs, from Debian's packages, what modelfs needs, plus any packages
+# named as arguments (bench/deps.sh names its own). Calls apt-get only when
+# something is missing, so a machine that has everything is not touched (and
+# needs no network).
+#   scripts/deps.sh [EXTRA_PACKAGE...]          build, run and test (CI)
+#   scripts/deps.sh --build [EXTRA_PACKAGE...]  build and run only (the quick start)
+#   scripts/deps.sh --print [--build]           print the list, install nothing
 set -euo pipefail
 
-PACKAGES=(
-  build-essential cmake pkg-config git
-  fuse3 libfuse3-dev zlib1g-dev nlohmann-json3-dev libspdlog-dev
-  libgtest-dev googletest
-  python3 python3-numpy python3-pytest python3-torch python3-onnx
-  attr dpkg-dev bash-completion man-db
-  time  # /usr/bin/time: peak RSS in tests/mount/test_hostile_corpus.py
-  "$@"
+# Building modelfs and running it (numpy: the quick start reads a tensor
+# with it). Nothing here pulls torch, onnx or their GUI and GIS libraries.
+BUILD=(
+  build-essential cmake pkg-config
+  fuse3 libfuse3-dev zlib1g-dev libzip-dev nlohmann-json3-dev libspdlog-dev
+  python3 python3-numpy
 )
+# The test suite on top (scripts/test.sh): oracles, packaging, tools the
+# tests drive.
+TEST=(
+  git libgtest-dev googletest
+  python3-pytest python3-torch python3-onnx
+  attr dpkg-dev bash-completion man-db
+  time      # /usr/bin/time: peak RSS in tests/mount/test_hostile_corpus.py
+  debhelper lintian mmdebstrap  # tests/mount/test_packaging.py: build, lint, install in a clean root
+  systemd   # systemd-analyze verify of the man page's .mount unit
+)
+
+build_only=0 print=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --build) build_only=1 ;;
+    --print) print=1 ;;
+    *) break ;;
+  esac
+  shift
+done
+PACKAGES=("${BUILD[@]}")
+[ "$build_only" = 1 ] || PACKAGES+=("${TEST[@]}")
+PACKAGES+=("$@")
+if [ "$print" = 1 ]; then
+  printf '%s\n' "${PACKAGES[@]}"
+  exit 0
+fi
 
 missing=()
 for package in "${PACKAGES[@]}"; do

@@ -103,7 +103,11 @@ struct IntegrityCheck {
 
 struct Catalog {
   std::string format;              // "safetensors", ...
-  std::vector<std::string> files;  // model files read, as the user named them
+  // Model files read, named as the model names them: the model file's own
+  // name, shards and external data relative to its folder. The same names
+  // as each tensor's source.file; never the path given on the command line,
+  // so index.json and --info are the same wherever the model is opened from.
+  std::vector<std::string> files;
   std::vector<Tensor> tensors;     // in file order
   nlohmann::json metadata = nlohmann::json::object();
   std::vector<Document> documents;

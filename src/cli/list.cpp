@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace modelfs::cli {
@@ -38,6 +39,47 @@ std::string human_bytes(uint64_t bytes) {
   else
     std::snprintf(buf, sizeof buf, "%.1f %s", value, units[unit]);
   return buf;
+}
+
+// The human --info: arrays longer than kWholeArray keep their first
+// kShownItems items and say how many there are, as gguf-dump does (a GGUF
+// vocabulary printed whole was one line of 650 000 characters). The marker
+// is a string that JSON printing always escapes, replaced after printing.
+constexpr size_t kWholeArray = 8;
+constexpr size_t kShownItems = 5;
+constexpr std::string_view kMoreMarker = "\x01modelfs-more:";
+
+nlohmann::ordered_json shortened(const nlohmann::ordered_json& value) {
+  if (value.is_object()) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::object();
+    for (const auto& [key, item] : value.items()) out[key] = shortened(item);
+    return out;
+  }
+  if (!value.is_array()) return value;
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  const size_t shown = value.size() > kWholeArray ? kShownItems : value.size();
+  for (size_t i = 0; i < shown; ++i) out.push_back(shortened(value[i]));
+  if (shown < value.size()) out.push_back(std::string(kMoreMarker) + std::to_string(value.size()) + "\x01");
+  return out;
+}
+
+std::string with_counts(std::string text) {
+  // The marker as printed: "\u0001modelfs-more:N\u0001".
+  const std::string opening = "\"\\u0001modelfs-more:";
+  for (size_t at = text.find(opening); at != std::string::npos; at = text.find(opening, at)) {
+    const size_t digits = at + opening.size();
+    const size_t end = text.find("\\u0001\"", digits);
+    if (end == std::string::npos) break;
+    const std::string count = text.substr(digits, end - digits);
+    if (count.empty() || count.find_first_not_of("0123456789") != std::string::npos) {
+      at = end;  // a string of the model's own that only looks like the marker
+      continue;
+    }
+    const std::string note = "… (" + count + " items)";
+    text.replace(at, end + 7 - at, note);
+    at += note.size();
+  }
+  return text;
 }
 
 }  // namespace
@@ -135,7 +177,7 @@ void print_info(const Catalog& catalog, bool json, std::ostream& out) {
     out << (i == 0 ? "files:    " : "          ") << printable(catalog.files[i]) << "\n";
   out << "tensors:  " << catalog.tensors.size() << " (" << human_bytes(total) << ", " << total
       << " bytes)\n";
-  out << "metadata: " << readable_json(nlohmann::ordered_json(catalog.metadata));
+  out << "metadata: " << with_counts(readable_json(shortened(nlohmann::ordered_json(catalog.metadata))));
 }
 
 }  // namespace modelfs::cli

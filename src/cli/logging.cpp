@@ -1,11 +1,16 @@
 #include "logging.hpp"
 
+#include <fuse_log.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/sinks/syslog_sink.h>
 #include <spdlog/spdlog.h>
 #include <syslog.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
 
 #include "modelfs/terminal_text.hpp"
 
@@ -60,7 +65,42 @@ std::shared_ptr<spdlog::logger> registered(const std::string& name, MakeSink&& m
   return logger;
 }
 
+void emit_libfuse_line(int level, std::string_view line) {
+  if (level <= FUSE_LOG_ERR)
+    spdlog::error("{}", line);
+  else if (level <= FUSE_LOG_WARNING)
+    spdlog::warn("{}", line);
+  else
+    spdlog::debug("{}", line);
+}
+
+void log_from_libfuse(fuse_log_level level, const char* fmt, va_list ap) {
+  char piece[1024];
+  const int n = std::vsnprintf(piece, sizeof piece, fmt, ap);
+  if (n < 0) return;
+  join_libfuse_piece(level, std::string_view(piece, std::min(size_t(n), sizeof piece - 1)), emit_libfuse_line);
+}
+
 }  // namespace
+
+void join_libfuse_piece(int level, std::string_view piece, void (*emit)(int level, std::string_view line)) {
+  // What this thread has been given since its last newline, and the level
+  // of its first piece. A line that never ends is cut at 4 KiB.
+  thread_local std::string pending;
+  thread_local int pending_level = 0;
+  constexpr size_t kLongestLine = 4096;
+  while (!piece.empty()) {
+    if (pending.empty()) pending_level = level;
+    const size_t newline = piece.find('\n');
+    pending.append(piece.substr(0, newline));
+    if (newline == std::string_view::npos && pending.size() < kLongestLine) return;
+    if (!pending.empty()) emit(pending_level, pending);
+    pending.clear();
+    piece.remove_prefix(newline == std::string_view::npos ? piece.size() : newline + 1);
+  }
+}
+
+void route_libfuse_logs() { fuse_set_log_func(log_from_libfuse); }
 
 void log_to_stderr(LogLevel level) {
   auto logger = registered("modelfs-stderr", [] { return std::make_shared<spdlog::sinks::stderr_sink_mt>(); });

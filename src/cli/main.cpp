@@ -3,7 +3,8 @@
 //   modelfs [options] MODEL MOUNTPOINT
 //   modelfs --list [--json] MODEL
 //   modelfs --info [--json] MODEL
-//   modelfs --check MODEL
+//   modelfs --check [--json] MODEL
+//   modelfs -u MOUNTPOINT
 //   modelfs --version | --help
 //
 // Exit status: 0 success; 1 usage, mountpoint or FUSE failure; 2 the model
@@ -35,6 +36,7 @@
 #include <string_view>
 #include <vector>
 
+#include "commands.hpp"
 #include "list.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/check.hpp"
@@ -75,9 +77,10 @@ struct Config {
   int max_parse_mb = 0;  // 0: the budget follows the model's metadata
   int show_help = 0;
   int show_version = 0;
+  int unmount = 0;  // -u MOUNTPOINT
 };
 
-enum Key { kKeyHelp, kKeyVersion };
+enum Key { kKeyHelp, kKeyVersion, kKeyUnmount };
 
 #define MODELFS_OPT(templ, field, value) \
   fuse_opt { templ, offsetof(Config, field), value }
@@ -102,6 +105,8 @@ const fuse_opt kOptions[] = {
     MODELFS_KEY("--help", kKeyHelp),
     MODELFS_KEY("-V", kKeyVersion),
     MODELFS_KEY("--version", kKeyVersion),
+    MODELFS_KEY("-u", kKeyUnmount),
+    MODELFS_KEY("--unmount", kKeyUnmount),
     FUSE_OPT_END,
 };
 
@@ -115,6 +120,9 @@ int option_processor(void* data, const char* arg, int key, fuse_args*) {
       return 0;
     case kKeyVersion:
       config.show_version = 1;
+      return 0;
+    case kKeyUnmount:
+      config.unmount = 1;
       return 0;
     case FUSE_OPT_KEY_NONOPT:
       if (config.positional++ == 0) {
@@ -132,7 +140,8 @@ void print_usage(const char* program) {
   std::cout << "usage: " << program << " [options] MODEL MOUNTPOINT\n"
             << "       " << program << " --list [--json] MODEL\n"
             << "       " << program << " --info [--json] MODEL\n"
-            << "       " << program << " --check MODEL\n"
+            << "       " << program << " --check [--json] MODEL\n"
+            << "       " << program << " -u MOUNTPOINT\n"
             << "       " << program << " --version | --help\n"
             << "\n"
             << "Mounts a machine-learning model file read-only: every tensor a file of its raw\n"
@@ -145,10 +154,11 @@ void print_usage(const char* program) {
             << "modelfs options:\n"
             << "    --list                 print the tensor table (name, dtype, shape, bytes)\n"
             << "    --info                 print the model's format, files, size and metadata\n"
-            << "    --json                 with --list or --info: print JSON\n"
+            << "    --json                 with --list, --info or --check: print JSON\n"
             << "    --check                verify the whole model without mounting: every\n"
             << "                           offset and length, every byte readable, overlaps,\n"
             << "                           the format's checksums; exit 0, or 2 at the first fault\n"
+            << "    -u, --unmount          unmount MOUNTPOINT (runs fusermount3 -u MOUNTPOINT)\n"
             << "    -o flat                keep tensor names whole, as files at the root\n"
             << "    -o nonempty            allow mounting over a non-empty folder\n"
             << "    -o log_file=PATH       after detaching, log here instead of syslog\n"
@@ -166,13 +176,13 @@ void print_usage(const char* program) {
             << "    -V   --version         print version\n"
             << "    -d   -o debug          enable debug output (implies -f)\n"
             << "    -f                     foreground operation\n"
-            << "    -s                     serve requests on one thread (default: one\n"
-            << "                           thread per CPU, each pinned to its CPU)\n"
+            << "    -s                     serve requests on one thread (default: libfuse's\n"
+            << "                           pool of threads)\n"
             << "    -o max_threads=N       at most N threads (default 10)\n";
   std::cout.flush();
   fuse_lowlevel_help();
   std::cout << "\nExit status: 0 ok, 1 usage or mount error, 2 the model cannot be read.\n"
-            << "Unmount with: fusermount3 -u MOUNTPOINT\n";
+            << "Unmount with: fusermount3 -u MOUNTPOINT (or modelfs -u MOUNTPOINT)\n";
 }
 
 // A mount at the mountpoint, as /proc/self/mountinfo lists it.
@@ -318,6 +328,10 @@ bool check_fuse_available() {
                   "sudo apt-get install fuse3");
     return false;
   }
+  if (const std::string problem = modelfs::cli::fuse_device_problem(); !problem.empty()) {
+    spdlog::error("{}", problem);
+    return false;
+  }
   return true;
 }
 
@@ -329,45 +343,6 @@ std::string escape_fuse_option(const std::string& value) {
     out += c;
   }
   return out;
-}
-
-// A progress line on a terminal, redrawn at most a few times a second.
-class ProgressBar {
- public:
-  explicit ProgressBar(bool enabled) : enabled_(enabled) {}
-  void update(uint64_t done, uint64_t total) {
-    if (!enabled_ || total < (64u << 20)) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (done < total && now - last_ < std::chrono::milliseconds(200)) return;
-    last_ = now;
-    const int percent = static_cast<int>(done * 100 / total);
-    const int filled = percent * 40 / 100;
-    std::fprintf(stderr, "\rchecking [%s%s] %3d%% (%llu of %llu MiB)", std::string(filled, '#').c_str(),
-                 std::string(40 - filled, ' ').c_str(), percent,
-                 static_cast<unsigned long long>(done >> 20),
-                 static_cast<unsigned long long>(total >> 20));
-    drawn_ = true;
-  }
-  ~ProgressBar() {
-    if (drawn_) std::fputs("\n", stderr);
-  }
-
- private:
-  bool enabled_;
-  bool drawn_ = false;
-  std::chrono::steady_clock::time_point last_{};
-};
-
-int run_check(const char* model, const modelfs::Catalog& catalog) {
-  modelfs::CheckSummary summary;
-  {
-    ProgressBar bar(::isatty(STDERR_FILENO) != 0);
-    summary = modelfs::check_model(catalog, [&](uint64_t done, uint64_t total) { bar.update(done, total); });
-  }
-  std::cout << model << ": ok: " << catalog.format << ", " << summary.tensors << " tensors, "
-            << summary.bytes_read << " bytes read back, " << summary.integrity_checks
-            << " integrity checks passed\n";
-  return kExitOk;
 }
 
 struct ArgsGuard {
@@ -400,16 +375,19 @@ int run(int argc, char** argv) {
     std::cout << "modelfs " << MODELFS_VERSION << " (libfuse " << fuse_pkgversion() << ")\n";
     return kExitOk;
   }
-  if (config.json && !config.list && !config.info) {
-    spdlog::error("--json goes with --list or --info");
+  if (config.unmount) {
+    if (config.positional != 1 || args.argc > 1) {
+      spdlog::error("-u takes the mountpoint alone: {} -u MOUNTPOINT", argv[0]);
+      return kExitUsage;
+    }
+    return modelfs::cli::unmount_command(config.model);
+  }
+  if (config.json && !config.list && !config.info && !config.check) {
+    spdlog::error("--json goes with --list, --info or --check");
     return kExitUsage;
   }
   if (config.list + config.info + config.check > 1) {
     spdlog::error("--list, --info and --check are separate commands; give one");
-    return kExitUsage;
-  }
-  if (config.json && config.check) {
-    spdlog::error("--json goes with --list or --info");
     return kExitUsage;
   }
   if (config.max_parse_mb < 0) {
@@ -437,7 +415,7 @@ int run(int argc, char** argv) {
         return modelfs::open_model(config.model);
       }();
       if (config.check)
-        return run_check(config.model, catalog);
+        return modelfs::cli::check_command(config.model, catalog, config.json != 0, std::cout);
       if (config.info)
         modelfs::cli::print_info(catalog, config.json != 0, std::cout);
       else if (config.json)
@@ -446,6 +424,7 @@ int run(int argc, char** argv) {
         modelfs::cli::print_table(catalog, std::cout);
       return kExitOk;
     } catch (const modelfs::ModelError& e) {
+      if (config.check && config.json) modelfs::cli::print_check_fault(config.model, e, std::cout);
       spdlog::error("{}", e.what());
       return kExitBadModel;
     }
@@ -458,14 +437,6 @@ int run(int argc, char** argv) {
     return kExitUsage;
   }
   if (fuse_parse_cmdline(&args, &cmdline) != 0) return kExitUsage;
-  // Settings of libfuse's own thread pool, which modelfs does not use: its
-  // workers are fixed, one per CPU (src/fuse/cpu_local_loop.hpp).
-  if (cmdline.clone_fd != 0 || cmdline.max_idle_threads != UINT_MAX) {
-    spdlog::error("-o {} is not supported: modelfs serves on one thread per CPU "
-                  "(-o max_threads=N bounds them, -s uses one)",
-                  cmdline.clone_fd != 0 ? "clone_fd" : "max_idle_threads");
-    return kExitUsage;
-  }
   if (cmdline.max_threads == 0) {
     spdlog::error("-o max_threads must be at least 1");
     return kExitUsage;
@@ -525,9 +496,17 @@ int run(int argc, char** argv) {
   serve.xattrs = config.xattr != 0;
   serve.prefetch = config.noprefetch == 0;
   serve.max_threads = cmdline.max_threads;
+  serve.clone_fd = cmdline.clone_fd != 0;
+  if (cmdline.max_idle_threads != UINT_MAX) serve.max_idle_threads = cmdline.max_idle_threads;
   serve.readahead_kb = config.readahead_kb >= 0 ? static_cast<unsigned>(config.readahead_kb)
                        : ::geteuid() == 0      ? kDefaultReadaheadKib
                                                : 0;
+  if (config.readahead_kb >= 0 && ::geteuid() != 0) {
+    spdlog::warn("-o readahead_kb={} is ignored: only root may set a mount's readahead (the "
+                 "kernel's 128 KiB stays)",
+                 config.readahead_kb);
+    serve.readahead_kb = 0;
+  }
   const size_t tensors = tree->tensors().size();
   serve.on_mounted = [&] {
     // Said to a person at a terminal; scripts and mount(8) get silence.

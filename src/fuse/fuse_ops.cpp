@@ -9,7 +9,7 @@
 // pages are kept between opens.
 #include "fuse_server.hpp"
 
-#include "cpu_local_loop.hpp"
+#include "threads.hpp"
 #include "prefetcher.hpp"
 #include "modelfs/json_text.hpp"
 
@@ -315,10 +315,13 @@ void reply_xattr_value(fuse_req_t req, const std::string& value, size_t size) {
   fuse_reply_buf(req, value.data(), value.size());
 }
 
-// Without -o xattr, ENOSYS: the kernel then stops asking. `ls -l` asks two
-// attributes of every file (security.selinux, system.posix_acl_access);
-// those round trips would be most of an `ls -lR` (docs/performance.md,
-// "Extended attributes off by default").
+// Without -o xattr, getxattr answers ENOSYS: the kernel then stops asking.
+// `ls -l` asks two attributes of every file (security.selinux,
+// system.posix_acl_access); those round trips would be most of an `ls -lR`
+// (docs/performance.md, "Extended attributes off by default"). listxattr
+// answers an empty list instead (ENOSYS there would be ENOTSUP to callers:
+// `tar --xattrs` warned once per file and `getfattr -d` failed); `ls -l`
+// never lists attributes, so that costs it nothing.
 void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   guarded(req, "getxattr", [&] {
     if (!context(req).xattrs) return (void)fuse_reply_err(req, ENOSYS);
@@ -332,11 +335,11 @@ void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) 
 
 void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   guarded(req, "listxattr", [&] {
-    if (!context(req).xattrs) return (void)fuse_reply_err(req, ENOSYS);
     const Node* node = context(req).tree->node(ino);
     if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
     std::string names;
-    for (const auto& [key, value] : xattrs_of(*node)) names.append(key).push_back('\0');
+    if (context(req).xattrs)
+      for (const auto& [key, value] : xattrs_of(*node)) names.append(key).push_back('\0');
     reply_xattr_value(req, names, size);
   });
 }
@@ -424,25 +427,9 @@ void raise_readahead(const std::string& mountpoint, unsigned kib) {
     spdlog::debug("readahead of {} set to {} KiB", mountpoint, kib);
 }
 
-void log_from_libfuse(fuse_log_level level, const char* fmt, va_list ap) {
-  char message[1024];
-  std::vsnprintf(message, sizeof message, fmt, ap);
-  std::string_view text(message);
-  while (!text.empty() && text.back() == '\n') text.remove_suffix(1);
-  if (level <= FUSE_LOG_ERR)
-    spdlog::error("{}", text);
-  else if (level <= FUSE_LOG_WARNING)
-    spdlog::warn("{}", text);
-  else
-    spdlog::debug("{}", text);
-}
-
 }  // namespace
 
-void route_libfuse_logs() { fuse_set_log_func(log_from_libfuse); }
-
 int serve(const Tree& tree, fuse_args& args, const ServeOptions& options) {
-  route_libfuse_logs();
   Context ctx{&tree, ::getuid(), ::getgid(), options.xattrs, nullptr};
   const fuse_lowlevel_ops ops = make_operations();
   fuse_session* session = fuse_session_new(&args, &ops, sizeof(ops), &ctx);
@@ -473,8 +460,20 @@ int serve(const Tree& tree, fuse_args& args, const ServeOptions& options) {
   std::optional<Prefetcher> prefetcher;
   if (options.prefetch) ctx.prefetcher = &prefetcher.emplace(tree, options.mountpoint);
 
-  const int status = options.single_thread ? fuse_session_loop(session)
-                                           : serve_on_each_cpu(session, options.max_threads);
+  // libfuse's own loops. A loop of our own (one worker pinned to each CPU)
+  // won on one VM and lost on others and on a busy machine, where a pinned
+  // worker waits for its CPU while another CPU idles.
+  int status;
+  if (options.single_thread) {
+    status = fuse_session_loop(session);
+  } else {
+    fuse_loop_config* config = fuse_loop_cfg_create();
+    fuse_loop_cfg_set_max_threads(config, options.max_threads);
+    fuse_loop_cfg_set_clone_fd(config, options.clone_fd ? 1 : 0);
+    if (options.max_idle_threads) fuse_loop_cfg_set_idle_threads(config, *options.max_idle_threads);
+    status = fuse_session_loop_mt(session, config);
+    fuse_loop_cfg_destroy(config);
+  }
   fuse_session_unmount(session);
   if (prefetcher) prefetcher->stop();
   if (readahead.joinable()) readahead.join();

@@ -5,6 +5,7 @@
 #include <fuse_lowlevel.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "modelfs/tree.hpp"
@@ -15,9 +16,11 @@ struct ServeOptions {
   std::string mountpoint;
   bool foreground = false;
   bool single_thread = false;
-  // Otherwise one worker per CPU (cpu_local_loop.hpp), at most this many
-  // (libfuse's -o max_threads, default 10).
+  // Otherwise libfuse's multi-threaded loop with its -o max_threads (default
+  // 10), -o clone_fd and -o max_idle_threads.
   unsigned max_threads = 10;
+  bool clone_fd = false;
+  std::optional<unsigned> max_idle_threads;
   // Readahead of the mount's backing device, in KiB; 0 leaves the kernel's
   // default (128 KiB). Larger requests are the biggest lever on sequential
   // throughput (docs/performance.md, "Readahead"). Needs root; skipped with a note otherwise.
@@ -35,9 +38,6 @@ struct ServeOptions {
   // Called after daemonizing, so logging can move off stderr.
   std::function<void()> on_daemonized;
 };
-
-// Sends libfuse's own messages through modelfs's logger.
-void route_libfuse_logs();
 
 // Mounts `tree` with the FUSE options in `args` and serves until unmounted
 // or signalled (SIGINT, SIGTERM, SIGHUP unmount cleanly). Returns 0 on a

@@ -10,7 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "cpu_local_loop.hpp"
+#include "threads.hpp"
 
 namespace modelfs {
 

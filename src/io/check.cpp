@@ -65,23 +65,38 @@ void read_back(const Catalog& catalog, const Placed& range, std::vector<char>& b
 
 CheckSummary check_model(const Catalog& catalog,
                          const std::function<void(uint64_t, uint64_t)>& progress) {
+  CheckSummary summary;
+  check_model(catalog, progress, summary);
+  return summary;
+}
+
+void check_model(const Catalog& catalog, const std::function<void(uint64_t, uint64_t)>& progress,
+                 CheckSummary& summary) {
+  summary = {};
   auto placed = mapped_ranges(catalog);
+  // Tensors with no bytes in a file (empty, or bytes a reader made) have
+  // nothing to read back: opening the model checked them.
+  summary.tensors = catalog.tensors.size() - placed.size();
   if (!catalog.tensors_may_share_bytes) check_no_overlap(catalog, placed);
 
-  // Shared storages are read once.
+  // Shared storages are read once; `sharing` counts the tensors of each.
   std::sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) {
     return std::tie(a.file, a.begin, a.end) < std::tie(b.file, b.begin, b.end);
   });
-  placed.erase(std::unique(placed.begin(), placed.end(),
-                           [](const Placed& a, const Placed& b) {
-                             return a.file == b.file && a.begin == b.begin && a.end == b.end;
-                           }),
-               placed.end());
+  std::vector<uint64_t> sharing;
+  std::vector<Placed> ranges;
+  for (const auto& p : placed) {
+    if (!ranges.empty() && ranges.back().file == p.file && ranges.back().begin == p.begin &&
+        ranges.back().end == p.end) {
+      ++sharing.back();
+      continue;
+    }
+    ranges.push_back(p);
+    sharing.push_back(1);
+  }
 
-  CheckSummary summary;
-  summary.tensors = catalog.tensors.size();
   uint64_t total = 0;
-  for (const auto& p : placed) total += p.end - p.begin;
+  for (const auto& p : ranges) total += p.end - p.begin;
   for (const auto& c : catalog.integrity_checks) total += c.bytes;
   uint64_t done = 0;
   auto advance = [&](uint64_t n) {
@@ -90,16 +105,16 @@ CheckSummary check_model(const Catalog& catalog,
   };
 
   std::vector<char> buffer(kReadChunk);
-  for (const auto& range : placed) {
-    read_back(catalog, range, buffer, advance);
-    summary.bytes_read += range.end - range.begin;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    read_back(catalog, ranges[i], buffer, advance);
+    summary.bytes_read += ranges[i].end - ranges[i].begin;
+    summary.tensors += sharing[i];
   }
   for (const auto& integrity : catalog.integrity_checks) {
     integrity.run(advance);
     ++summary.integrity_checks;
   }
   if (progress) progress(total, total);
-  return summary;
 }
 
 }  // namespace modelfs

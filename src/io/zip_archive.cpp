@@ -1,8 +1,11 @@
 #include "modelfs/zip_archive.hpp"
 
+#include <zip.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstring>
+#include <mutex>
 
 #include "modelfs/budget.hpp"
 #include "modelfs/byte_reader.hpp"
@@ -51,7 +54,76 @@ std::string crc_mismatch(uLong computed, uint32_t recorded) {
   return message;
 }
 
+uLong crc_of(std::string_view bytes) {
+  return crc32_update(::crc32(0L, Z_NULL, 0), reinterpret_cast<const std::byte*>(bytes.data()),
+                      bytes.size());
+}
+
+std::string method_name(uint16_t method) {
+  switch (method) {
+    case ZIP_CM_STORE: return "stored";
+    case ZIP_CM_DEFLATE: return "deflate";
+    case ZIP_CM_DEFLATE64: return "deflate64";
+    case ZIP_CM_BZIP2: return "bzip2";
+    case ZIP_CM_LZMA: return "LZMA";
+    case ZIP_CM_XZ: return "xz";
+    case 93: return "zstd";
+    default: return "method " + std::to_string(method);
+  }
+}
+
+// What this libzip decompresses, for the message refusing anything else.
+std::string methods_libzip_reads() {
+  std::string names = "stored";
+  constexpr uint16_t kKnown[] = {ZIP_CM_DEFLATE, ZIP_CM_DEFLATE64, ZIP_CM_BZIP2, ZIP_CM_LZMA, 93, ZIP_CM_XZ};
+  for (uint16_t method : kKnown)
+    if (zip_compression_method_supported(method, 0)) names += ", " + method_name(method);
+  return names;
+}
+
+// A member opened through libzip, closed however the reading ends.
+struct CloseZipFile {
+  void operator()(zip_file_t* file) const { zip_fclose(file); }
+};
+using ZipFile = std::unique_ptr<zip_file_t, CloseZipFile>;
+
+std::string libzip_error(zip_error_t* error) {
+  std::string text = zip_error_strerror(error);
+  return "libzip: " + text;
+}
+
 }  // namespace
+
+// libzip over the archive's bytes in the mapping (a buffer source: nothing
+// is copied). `reader` decompresses members for contents(); `checked`,
+// opened with ZIP_CHECKCONS, is --check's independent reading.
+struct ZipArchive::Libzip {
+  std::mutex mutex;
+  zip_t* reader = nullptr;
+  zip_t* checked = nullptr;
+  ~Libzip() {
+    if (reader != nullptr) zip_discard(reader);
+    if (checked != nullptr) zip_discard(checked);
+  }
+  Libzip() = default;
+  Libzip(const Libzip&) = delete;
+  Libzip& operator=(const Libzip&) = delete;
+
+  // Opens (once) the handle asked for; an error message when libzip refuses.
+  zip_t* open(zip_t*& handle, int flags, const std::byte* data, uint64_t size, std::string& error) {
+    if (handle != nullptr) return handle;
+    zip_error_t why;
+    zip_error_init(&why);
+    zip_source_t* source = zip_source_buffer_create(data, size, 0, &why);
+    if (source != nullptr) {
+      handle = zip_open_from_source(source, flags | ZIP_RDONLY, &why);
+      if (handle == nullptr) zip_source_free(source);
+    }
+    if (handle == nullptr) error = libzip_error(&why);
+    zip_error_fini(&why);
+    return handle;
+  }
+};
 
 ZipArchive ZipArchive::open(std::shared_ptr<const MappedFile> file, std::string format) {
   const uint64_t size = file->size();
@@ -65,6 +137,7 @@ ZipArchive ZipArchive::open(std::shared_ptr<const MappedFile> file, uint64_t off
   archive.format_ = std::move(format);
   archive.base_ = offset;
   archive.length_ = length;
+  archive.libzip_ = std::make_shared<Libzip>();
   if (!range_fits(offset, length, archive.file_->size()))
     archive.fail(0, "archive range runs past the end of the file");
   archive.read_directory();
@@ -228,30 +301,93 @@ void ZipArchive::read_member(ByteReader& directory, uint64_t directory_offset) {
   members_.push_back(std::move(member));
 }
 
+size_t ZipArchive::index_of(const ZipMember& member) const {
+  return by_name_.at(member.name);
+}
+
 std::vector<IntegrityCheck> ZipArchive::crc_checks() const {
   auto archive = std::make_shared<const ZipArchive>(*this);
+  // libzip's own reading, opened once with ZIP_CHECKCONS for every check.
+  auto checked = [archive]() -> zip_t* {
+    std::string error;
+    zip_t* za = archive->libzip_->open(archive->libzip_->checked, ZIP_CHECKCONS,
+                                       archive->file_->data() + archive->base_, archive->length_, error);
+    if (za == nullptr) archive->fail(0, "libzip finds the archive inconsistent (" + error + ")");
+    return za;
+  };
   std::vector<IntegrityCheck> checks;
-  checks.reserve(members_.size());
+  checks.reserve(members_.size() + 1);
+  checks.push_back({"ZIP directory read again by libzip", 0, [archive, checked](const auto&) {
+                      std::lock_guard lock(archive->libzip_->mutex);
+                      zip_t* za = checked();
+                      const zip_int64_t count = zip_get_num_entries(za, 0);
+                      if (count < 0 || uint64_t(count) != archive->members_.size())
+                        archive->fail(0, "libzip reads " + std::to_string(count) + " members, modelfs " +
+                                             std::to_string(archive->members_.size()));
+                      for (size_t index = 0; index < archive->members_.size(); ++index) {
+                        const ZipMember& ours = archive->members_[index];
+                        zip_stat_t theirs;
+                        zip_stat_init(&theirs);
+                        if (zip_stat_index(za, index, ZIP_FL_ENC_RAW, &theirs) != 0)
+                          archive->fail(ours.local_header_offset, "member " + ours.name + ": " +
+                                                                      libzip_error(zip_get_error(za)));
+                        std::string differs;
+                        if (theirs.name == nullptr || ours.name != theirs.name)
+                          differs = std::string("its name (libzip: ") + (theirs.name ? theirs.name : "none") + ")";
+                        else if (theirs.size != ours.uncompressed_size)
+                          differs = "its size (libzip: " + std::to_string(theirs.size) + ")";
+                        else if (theirs.comp_size != ours.compressed_size)
+                          differs = "its compressed size (libzip: " + std::to_string(theirs.comp_size) + ")";
+                        else if (theirs.comp_method != ours.method)
+                          differs = "its method (libzip: " + std::to_string(theirs.comp_method) + ")";
+                        else if (theirs.crc != ours.crc32)
+                          differs = "its CRC-32 (libzip: " + std::to_string(theirs.crc) + ")";
+                        if (!differs.empty())
+                          archive->fail(ours.local_header_offset, "member " + ours.name + ": libzip and modelfs read " +
+                                                                      differs + " differently");
+                      }
+                    }});
   for (size_t index = 0; index < members_.size(); ++index) {
     checks.push_back({"CRC-32 of " + members_[index].name, members_[index].uncompressed_size,
-                      [archive, index](const std::function<void(uint64_t)>& progress) {
+                      [archive, checked, index](const std::function<void(uint64_t)>& progress) {
                         const ZipMember& member = archive->members_[index];
-                        const ByteSpan bytes = archive->contents(member);
-                        // Inflating has checked a compressed member's CRC.
-                        if (!member.stored()) {
-                          progress(bytes.size());
-                          return;
-                        }
+                        const auto fail = [&](const std::string& why) {
+                          archive->fail(member.local_header_offset, "member " + member.name + ": " + why);
+                        };
+                        if (member.flags & kEncryptedFlag) fail("is encrypted");
+                        if (!zip_compression_method_supported(member.method, 0))
+                          fail("compression method " + method_name(member.method) +
+                               " is not supported (libzip here reads " + methods_libzip_reads() + ")");
+                        std::lock_guard lock(archive->libzip_->mutex);
+                        const ZipFile file(zip_fopen_index(checked(), index, 0));
+                        if (file == nullptr) fail(libzip_error(zip_get_error(checked())));
+                        // libzip compares size and CRC-32 when the member's end is read.
+                        std::vector<char> buffer(1 << 20);
                         uLong crc = ::crc32(0L, Z_NULL, 0);
-                        constexpr uint64_t kChunk = 1 << 20;
-                        for (uint64_t at = 0; at < bytes.size(); at += kChunk) {
-                          const uint64_t n = std::min(kChunk, bytes.size() - at);
-                          crc = crc32_update(crc, bytes.data() + at, n);
-                          progress(n);
+                        uint64_t total = 0;
+                        zip_int64_t n = 0;
+                        while ((n = zip_fread(file.get(), buffer.data(), buffer.size())) > 0) {
+                          crc = crc32_update(crc, reinterpret_cast<const std::byte*>(buffer.data()), uint64_t(n));
+                          total += uint64_t(n);
+                          progress(std::min<uint64_t>(uint64_t(n), member.uncompressed_size));
+                          if (total > member.uncompressed_size) break;
                         }
-                        if (crc != member.crc32)
-                          archive->fail(member.local_header_offset,
-                                        "member " + member.name + ": " + crc_mismatch(crc, member.crc32));
+                        std::string why;
+                        const std::string sizes = "holds " + std::to_string(total) +
+                                                  " bytes, the directory says " +
+                                                  std::to_string(member.uncompressed_size);
+                        if (n < 0) {
+                          zip_error_t* error = zip_file_get_error(file.get());
+                          if (total != member.uncompressed_size)
+                            why = sizes + " (" + libzip_error(error) + ")";
+                          else if (zip_error_code_zip(error) == ZIP_ER_CRC)
+                            why = crc_mismatch(crc, member.crc32) + " (" + libzip_error(error) + ")";
+                          else
+                            why = libzip_error(error);
+                        } else if (total != member.uncompressed_size) {
+                          why = sizes;
+                        }
+                        if (!why.empty()) fail(why);
                       }});
   }
   return checks;
@@ -261,68 +397,80 @@ ByteSpan ZipArchive::contents(const ZipMember& member) const {
   auto quote = "member " + member.name + ": ";
   if (member.flags & kEncryptedFlag) fail(member.local_header_offset, quote + "is encrypted");
   if (member.stored()) return ByteSpan::mapped(file_, base_ + member.data_offset, member.compressed_size);
-  if (member.method != kDeflated)
-    fail(member.local_header_offset,
-         quote + "compression method " + std::to_string(member.method) + " is not supported (only stored and deflate)");
+  if (!zip_compression_method_supported(member.method, 0))
+    fail(member.local_header_offset, quote + "compression method " + method_name(member.method) +
+                                         " is not supported (libzip here reads " + methods_libzip_reads() + ")");
   if (member.uncompressed_size > kMaxInflatedBytes)
     fail(member.local_header_offset, quote + "inflates to " + std::to_string(member.uncompressed_size) +
                                          " bytes, over the limit of " + std::to_string(kMaxInflatedBytes));
 
   // Deflate expands at most 1032 to 1: a directory claiming more is lying,
-  // and is refused before anything is allocated for it.
-  if (member.uncompressed_size / kMaxDeflateRatio > member.compressed_size)
+  // and is refused before anything is allocated for it. Other methods have
+  // no useful bound (bzip2 makes 45 MB of zeros from 50 bytes): their
+  // output is allocated as the stream really produces it (decompress()).
+  if (member.method == kDeflated && member.uncompressed_size / kMaxDeflateRatio > member.compressed_size)
     fail(member.local_header_offset,
          quote + "cannot inflate: " + std::to_string(member.compressed_size) +
              " compressed bytes cannot make " + std::to_string(member.uncompressed_size) +
              " (deflate expands at most " + std::to_string(kMaxDeflateRatio) + "×)");
   charge_budget(member.uncompressed_size, file_->display_name(), format_, "inflating " + member.name);
-  return ByteSpan::owned(inflate(member));
+  return ByteSpan::owned(decompress(member));
 }
 
-std::string ZipArchive::inflate(const ZipMember& member) const {
+// libzip decompresses (and at the member's end compares the CRC-32 and
+// size with the directory's); we read exactly the directory's size and one
+// byte more, so a stream that wants more room, ends early or fails its CRC
+// is refused, never trusted.
+std::string ZipArchive::decompress(const ZipMember& member) const {
   const auto quote = "member " + member.name + ": cannot inflate: ";
-  // A raw deflate stream (no zlib or gzip wrapper), inflated straight into
-  // bytes of the size the directory gives: a stream that wants more room,
-  // ends early or fails its CRC is refused, never trusted.
-  std::string out(member.uncompressed_size, '\0');
-  z_stream stream{};
-  if (inflateInit2(&stream, -MAX_WBITS) != Z_OK)
-    fail(member.local_header_offset, quote + "zlib could not start");
-  const auto* in = reinterpret_cast<const Bytef*>(file_->data() + base_ + member.data_offset);
-  uint64_t in_left = member.compressed_size;
-  // zlib counts in 32 bits; the output fits (kMaxInflatedBytes), the input
-  // is fed in pieces.
-  constexpr uint64_t kPiece = uint64_t{1} << 30;
-  stream.next_out = reinterpret_cast<Bytef*>(out.data());
-  stream.avail_out = static_cast<uInt>(out.size());
-  int status = Z_OK;
+  const uint64_t size = member.uncompressed_size;
+  const size_t index = index_of(member);
+  std::lock_guard lock(libzip_->mutex);
+  std::string error;
+  zip_t* za = libzip_->open(libzip_->reader, 0, file_->data() + base_, length_, error);
+  if (za == nullptr) fail(member.local_header_offset, quote + error);
+  const char* name = zip_get_name(za, index, ZIP_FL_ENC_RAW);
+  if (name == nullptr || member.name != name)
+    fail(member.local_header_offset, quote + "libzip reads another member at its place in the directory");
+  const ZipFile file(zip_fopen_index(za, index, 0));
+  if (file == nullptr) fail(member.local_header_offset, quote + libzip_error(zip_get_error(za)));
+
+  // Deflate's output was bounded by the ratio check: allocated whole.
+  // Other methods grow with what the stream gives, up to the size.
+  constexpr uint64_t kChunk = uint64_t{1} << 20;
+  std::string out;
+  out.resize(member.method == kDeflated ? size : std::min(size, kChunk));
+  uint64_t produced = 0;
+  zip_int64_t n = 0;
   std::string why;
-  while (status == Z_OK) {
-    if (stream.avail_in == 0) {
-      if (in_left == 0) {
-        why = "the data ends before the deflate stream does";
-        break;
-      }
-      const uint64_t piece = std::min(in_left, kPiece);
-      stream.next_in = const_cast<Bytef*>(in);
-      stream.avail_in = static_cast<uInt>(piece);
-      in += piece;
-      in_left -= piece;
+  for (;;) {
+    if (produced == out.size() && out.size() < size) out.resize(std::min(size, out.size() * 2));
+    if (produced == size) {
+      // One more read: the end of the stream, where libzip checks the CRC.
+      char extra = 0;
+      n = zip_fread(file.get(), &extra, 1);
+      if (n > 0) why = "inflates to more bytes than its size";
+      break;
     }
-    status = ::inflate(&stream, Z_NO_FLUSH);
-    if (status == Z_BUF_ERROR && stream.avail_out == 0) why = "inflates to more bytes than its size";
+    n = zip_fread(file.get(), out.data() + produced, out.size() - produced);
+    if (n <= 0) break;
+    produced += uint64_t(n);
   }
-  if (why.empty() && status != Z_STREAM_END)
-    why = stream.msg != nullptr ? stream.msg : "zlib error " + std::to_string(status);
-  const uint64_t produced = out.size() - stream.avail_out;
-  inflateEnd(&stream);
-  if (why.empty() && produced != out.size())
-    why = "inflates to " + std::to_string(produced) + " bytes, fewer than its size " +
-          std::to_string(out.size());
-  if (why.empty()) {
-    const uLong crc = crc32_update(::crc32(0L, Z_NULL, 0),
-                                   reinterpret_cast<const std::byte*>(out.data()), out.size());
-    if (crc != member.crc32) why = crc_mismatch(crc, member.crc32);
+  // libzip does not say whether a short stream was cut or ended early.
+  const std::string short_stream = "inflates to " + std::to_string(produced) + " bytes, fewer than its size " +
+                                   std::to_string(size) + " (the data ends before the " +
+                                   method_name(member.method) + " stream does, or the stream ends early)";
+  if (why.empty() && n < 0) {
+    zip_error_t* failure = zip_file_get_error(file.get());
+    const int code = zip_error_code_zip(failure);
+    if (produced < size && (code == ZIP_ER_CRC || code == ZIP_ER_INCONS))
+      why = short_stream;
+    else if (code == ZIP_ER_CRC)
+      why = crc_mismatch(crc_of(out), member.crc32);
+    else
+      why = libzip_error(failure);
+  } else if (why.empty() && produced < size) {
+    why = short_stream;
   }
   if (!why.empty()) fail(member.local_header_offset, quote + why);
   return out;

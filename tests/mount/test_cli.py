@@ -217,39 +217,24 @@ def test_lazy_unmount_while_reading_ends_the_daemon(tmp):
         assert process.wait(timeout=20) == 0, process.communicate()
 
 
-def pinned_cpus_of_threads(pid):
-    """Each thread's allowed CPUs, as sets, from /proc; the thread that reads
-    ahead of sequential readers (named so) is not a worker and is left out."""
-    cpus = []
-    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
-        if (task / "comm").read_text().strip() == "read-ahead":
-            continue
-        for line in (task / "status").read_text().splitlines():
-            if line.startswith("Cpus_allowed_list:"):
-                allowed = set()
-                for part in line.split(":", 1)[1].strip().split(","):
-                    first, _, last = part.partition("-")
-                    allowed.update(range(int(first), int(last or first) + 1))
-                cpus.append(allowed)
-    return cpus
+def worker_threads(pid):
+    """libfuse's workers (every thread but the main one and the read-ahead thread)."""
+    names = [(task / "comm").read_text().strip() for task in pathlib.Path(f"/proc/{pid}/task").iterdir()]
+    return len(names) - 1 - names.count("read-ahead")
 
 
-@pytest.mark.parametrize("case", ["every-cpu", "max_threads=1", "taskset"])
-def test_one_worker_pinned_to_each_cpu(tmp, case):
+@pytest.mark.parametrize("options, most", [((), 10), (("-o", "max_threads=2"), 2), (("-s",), 0)],
+                         ids=["default", "max_threads=2", "single"])
+def test_libfuse_serves_with_at_most_max_threads_workers(tmp, options, most):
     model = st.write(tmp / "m.safetensors", {"big": BIG})
     mnt = tmp / "mnt"
     mnt.mkdir()
-    available = sorted(os.sched_getaffinity(0))
-    prefix, options, expected = [], [], available[:10]
-    if case == "max_threads=1":
-        options, expected = ["-o", "max_threads=1"], available[:1]
-    elif case == "taskset":
-        prefix, expected = ["taskset", "-c", str(available[-1])], available[-1:]
-    with foreground(model, mnt, "-o", "readahead_kb=0", *options, prefix=prefix) as process:
+    with foreground(model, mnt, "-o", "readahead_kb=0", *options) as process:
         with busy_reading(mnt, ["big"], BIG.tobytes()):
-            threads = pinned_cpus_of_threads(process.pid)
-        # Every thread is a worker, and each CPU has exactly one.
-        assert sorted(threads, key=min) == [{cpu} for cpu in expected]
+            workers = worker_threads(process.pid)
+        assert workers <= most, workers
+        if most:
+            assert workers >= 1
 
 
 @pytest.mark.parametrize("options, threads", [((), 1), (("-o", "noprefetch"), 0)], ids=["default", "noprefetch"])
@@ -264,15 +249,22 @@ def test_one_read_ahead_thread_unless_noprefetch(tmp, options, threads):
         assert names.count("read-ahead") == threads, names
 
 
-@pytest.mark.parametrize("option", ["clone_fd", "max_idle_threads=4", "max_threads=0"])
-def test_thread_pool_options_modelfs_does_not_use_are_refused(tmp, option):
+def test_max_threads_of_zero_is_refused(tmp):
     model = st.write(tmp / "m.safetensors", {"w": np.arange(8, dtype=np.float32)})
     mnt = tmp / "mnt"
     mnt.mkdir()
-    result = run_modelfs("-o", option, model, mnt)
+    result = run_modelfs("-o", "max_threads=0", model, mnt)
     assert result.returncode == 1
-    assert option.split("=")[0] in result.stderr and "thread" in result.stderr
+    assert "max_threads" in result.stderr
     assert not is_mounted(mnt)
+
+
+@pytest.mark.parametrize("option", ["clone_fd", "max_idle_threads=4"])
+def test_libfuse_thread_pool_options_are_taken(tmp, option):
+    w = np.arange(8, dtype=np.float32)
+    model = st.write(tmp / "m.safetensors", {"w": w})
+    with mounted(model, "-o", option) as mnt:
+        assert (mnt / "w").read_bytes() == w.tobytes()
 
 
 def test_log_file_receives_messages_after_detaching(tmp):

@@ -1,8 +1,13 @@
 // The ZIP directory reader: PyTorch's layout (data descriptors, alignment
-// padding, forced ZIP64), stored and deflated members, a nested archive,
-// and truncated or corrupt directories refused with ModelError.
+// padding, forced ZIP64), stored, deflated and bzip2 members (decompressed
+// by libzip), a nested archive, truncated or corrupt directories refused
+// with ModelError, and --check's second reading of the archive by libzip.
 #include <gtest/gtest.h>
+#include <zip.h>
 #include <zlib.h>
+
+#include <fstream>
+#include <iterator>
 
 #include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
@@ -148,8 +153,9 @@ TEST(ZipArchive, BadDeflateStreamsAreRefused) {
   expect_inflate_refused({"m/a", content + "tail", 8, stream}, "fewer than its size");
   // Right size, wrong bytes: the CRC catches it.
   expect_inflate_refused({"m/a", content, 8, stream, 0x12345678u}, "CRC-32 is");
-  // Not deflate at all (block type 3 is reserved).
-  expect_inflate_refused({"m/a", "abc", 8, std::string("\xff\xff\xff\xff", 4)}, "invalid block type");
+  // Not deflate at all (block type 3 is reserved): zlib's Z_DATA_ERROR, as
+  // libzip reports it.
+  expect_inflate_refused({"m/a", "abc", 8, std::string("\xff\xff\xff\xff", 4)}, "data error");
   // No bytes at all for a non-empty member.
   expect_inflate_refused({"m/a", "x", 8, std::string()}, "ends before");
 }
@@ -290,6 +296,149 @@ TEST(ZipArchive, InflatedMembersTogetherAreBoundByTheBudget) {
     EXPECT_NE(e.reason().find("inflating m/c"), std::string::npos) << e.reason();
     EXPECT_NE(e.reason().find("max_parse_mb"), std::string::npos) << e.reason();
   }
+}
+
+}  // namespace
+}  // namespace modelfs
+
+namespace modelfs {
+namespace {
+
+void run_checks(const ZipArchive& zip) {
+  for (const auto& check : zip.crc_checks()) check.run([](uint64_t) {});
+}
+
+void expect_check_fails(const ZipArchive& zip, const std::string& why_part) {
+  try {
+    run_checks(zip);
+    FAIL() << "--check passed a bad archive (" << why_part << ")";
+  } catch (const ModelError& e) {
+    EXPECT_NE(e.reason().find(why_part), std::string::npos) << e.what();
+  }
+}
+
+// An archive written by libzip (an independent writer): `compressed` members
+// with `method`, `stored` ones stored.
+std::string libzip_written(const TempDir& dir, const std::vector<std::pair<std::string, std::string>>& compressed,
+                           int method, const std::vector<std::pair<std::string, std::string>>& stored = {}) {
+  const auto path = dir.path() / "written.zip";
+  int error = 0;
+  zip_t* za = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &error);
+  EXPECT_NE(za, nullptr) << error;
+  auto add = [&](const std::string& name, const std::string& data, int how) {
+    zip_source_t* source = zip_source_buffer(za, data.data(), data.size(), 0);
+    const zip_int64_t index = zip_file_add(za, name.c_str(), source, ZIP_FL_ENC_UTF_8);
+    EXPECT_GE(index, 0) << zip_strerror(za);
+    EXPECT_EQ(zip_set_file_compression(za, static_cast<zip_uint64_t>(index), how, 9), 0);
+  };
+  for (const auto& [name, data] : compressed) add(name, data, method);
+  for (const auto& [name, data] : stored) add(name, data, ZIP_CM_STORE);
+  EXPECT_EQ(zip_close(za), 0);
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(ZipArchive, Bzip2MembersAreDecompressedByLibzip) {
+  ASSERT_TRUE(zip_compression_method_supported(ZIP_CM_BZIP2, 0)) << "Debian's libzip reads bzip2";
+  TempDir dir;
+  const std::string content = compressible_text();
+  auto zip = open_bytes(dir, libzip_written(dir, {{"m/code.py", content}, {"m/empty", ""}}, ZIP_CM_BZIP2,
+                                            {{"m/data/0", "abcd"}}));
+  const ZipMember* m = zip.find("m/code.py");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->method, ZipArchive::kBzip2);
+  EXPECT_LT(m->compressed_size, content.size() / 10);
+  const ByteSpan bytes = zip.contents(*m);
+  EXPECT_EQ(bytes.mapped_file(), nullptr);
+  EXPECT_EQ(text(bytes), content);
+  EXPECT_EQ(text(zip.contents(*zip.find("m/empty"))), "");
+  EXPECT_EQ(text(zip.contents(*zip.find("m/data/0"))), "abcd");
+  run_checks(zip);
+}
+
+TEST(ZipArchive, Bzip2MemberGivingMoreOrLessThanItsSizeIsRefused) {
+  TempDir dir;
+  const std::string content = compressible_text();
+  const std::string good = libzip_written(dir, {{"m/a", content}}, ZIP_CM_BZIP2);
+  const size_t central = good.rfind(std::string("PK\x01\x02", 4));
+  ASSERT_NE(central, std::string::npos);
+  auto with_size = [&](uint32_t size) {
+    std::string bad = good;
+    std::memcpy(bad.data() + central + 24, &size, 4);  // the central uncompressed size
+    return bad;
+  };
+  auto refused = [&](const std::string& bytes, const std::string& why_part) {
+    TempDir other;
+    auto zip = open_bytes(other, bytes);
+    try {
+      zip.contents(*zip.find("m/a"));
+      FAIL() << "decompressed a lying member (" << why_part << ")";
+    } catch (const ModelError& e) {
+      EXPECT_NE(e.reason().find(why_part), std::string::npos) << e.what();
+    }
+  };
+  refused(with_size(static_cast<uint32_t>(content.size() - 1)), "more bytes than its size");
+  refused(with_size(static_cast<uint32_t>(content.size() + 5)), "fewer than its size");
+  // A bzip2 member's claimed size is not bounded by a ratio (bzip2 makes
+  // 45 MB of zeros from 50 bytes): only the member limit and the budget.
+  refused(with_size(0xFFFF0000u), "over the limit");
+}
+
+TEST(ZipArchive, MethodsLibzipCannotReadAreRefusedByName) {
+  TempDir dir;
+  // Python's zipfile.ZIP_LZMA writes method 14; Debian 12's libzip reads
+  // neither it nor xz (95).
+  for (uint16_t method : {uint16_t{14}, uint16_t{95}, uint16_t{99}}) {
+    if (zip_compression_method_supported(method, 0)) continue;
+    auto zip = open_bytes(dir, zip_bytes({{"m/a", "abc", method, std::string("xyz")}}));
+    try {
+      zip.contents(*zip.find("m/a"));
+      FAIL() << "method " << method;
+    } catch (const ModelError& e) {
+      EXPECT_NE(e.reason().find("is not supported (libzip here reads stored, deflate"), std::string::npos)
+          << e.what();
+    }
+    // --check says the same of the member (its own check, after libzip's
+    // reading of the directory).
+    const auto checks = zip.crc_checks();
+    ASSERT_EQ(checks.size(), 2u);
+    try {
+      checks[1].run([](uint64_t) {});
+      FAIL() << "method " << method << " passed --check";
+    } catch (const ModelError& e) {
+      EXPECT_NE(e.reason().find("is not supported"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(ZipArchive, CheckReadsEveryLayoutAgainThroughLibzip) {
+  for (const ZipLayout& layout : {ZipLayout{}, ZipLayout{false, false, 0}, ZipLayout{true, true, 64}}) {
+    TempDir dir;
+    auto zip = open_bytes(dir, zip_bytes(kEntries, layout));
+    const auto checks = zip.crc_checks();
+    EXPECT_EQ(checks.size(), kEntries.size() + 1);
+    uint64_t read = 0;
+    for (const auto& check : checks) check.run([&](uint64_t n) { read += n; });
+    EXPECT_EQ(read, 100u + 12u + 2u);
+  }
+  TempDir dir;
+  const std::string content = compressible_text();
+  run_checks(open_bytes(dir, zip_bytes({{"m/a", content, 8, zlib_deflate(content)}, {"m/b", "x", 0}})));
+}
+
+TEST(ZipArchive, CheckFindsWhatLibzipReadsDifferently) {
+  TempDir dir;
+  // A stored member whose bytes do not match the directory's CRC-32.
+  expect_check_fails(open_bytes(dir, zip_bytes({{"m/a", "abcd", 0, std::nullopt, 0x12345678u}})), "CRC-32 is");
+  // A local header naming another member than the directory does: our
+  // reader takes names from the directory alone; ZIP_CHECKCONS compares.
+  std::string bytes = zip_bytes({{"m/a", "abcd", 0}, {"m/b", "efgh", 0}}, {false, false, 0});
+  const size_t local = bytes.find(std::string("PK\x03\x04", 4));
+  ASSERT_EQ(bytes.substr(local + 30, 3), "m/a");
+  bytes[local + 32] = 'z';
+  auto zip = open_bytes(dir, bytes);
+  EXPECT_EQ(text(zip.contents(*zip.find("m/a"))), "abcd") << "served from the directory's reading";
+  expect_check_fails(zip, "libzip finds the archive inconsistent");
 }
 
 }  // namespace

@@ -6,8 +6,11 @@
 // The directory parsing is ours because libzip exposes no data offsets: to
 // serve a stored member straight from the mapping we need the offset of its
 // first byte, which only the local header (name and extra lengths, PyTorch's
-// alignment padding) gives. A compressed member is inflated with zlib, once,
-// into bytes modelfs then owns.
+// alignment padding) gives. A compressed member (deflate, or bzip2 and the
+// other methods the system's libzip reads) is decompressed by libzip, once,
+// into bytes modelfs then owns, after our own checks of its sizes. For
+// `--check`, libzip also reads the archive on its own (ZIP_CHECKCONS) and
+// every member's CRC-32: an independent second reading of the directory.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -31,7 +34,7 @@ inline constexpr uint64_t kMaxInflatedBytes = uint64_t{1} << 30;
 struct ZipMember {
   std::string name;
   uint16_t flags = 0;
-  uint16_t method = 0;  // 0 stored, 8 deflate
+  uint16_t method = 0;  // 0 stored, 8 deflate, 12 bzip2 (ZIP's method numbers)
   uint32_t crc32 = 0;
   uint64_t compressed_size = 0;
   uint64_t uncompressed_size = 0;
@@ -45,6 +48,7 @@ class ZipArchive {
  public:
   static constexpr uint16_t kStored = 0;
   static constexpr uint16_t kDeflated = 8;
+  static constexpr uint16_t kBzip2 = 12;
 
   // Reads the archive occupying [offset, offset + length) of `file`. Throws
   // ModelError (format `format`) on anything inconsistent: a directory or
@@ -63,12 +67,15 @@ class ZipArchive {
   const std::shared_ptr<const MappedFile>& file() const noexcept { return file_; }
 
   // A member's uncompressed bytes: a range of the mapping when stored,
-  // inflated bytes (owned, at most kMaxInflatedBytes) when deflated.
+  // decompressed bytes (owned, at most kMaxInflatedBytes, charged to the
+  // thread's budget) when compressed.
   ByteSpan contents(const ZipMember& member) const;
-  // For `modelfs --check`: one check per member comparing the CRC-32 of its
-  // uncompressed bytes with the directory's. Mounting never pays for this:
-  // stored members are served as they are (deflated ones are verified when
-  // inflated).
+  // For `modelfs --check`, through libzip: first the archive opened with
+  // ZIP_CHECKCONS (local headers agree with the directory) and its member
+  // list compared with ours (names, sizes, methods, CRCs), then one check
+  // per member reading it whole and comparing its CRC-32 with the
+  // directory's. Mounting never pays for this: stored members are served as
+  // they are (compressed ones are verified when decompressed).
   std::vector<IntegrityCheck> crc_checks() const;
 
   // Offset of a stored member's data in the mapped file.
@@ -81,7 +88,13 @@ class ZipArchive {
   [[noreturn]] void fail(uint64_t archive_offset, const std::string& reason) const;
   void read_directory();
   void read_member(ByteReader& directory, uint64_t directory_offset);
-  std::string inflate(const ZipMember& member) const;
+  std::string decompress(const ZipMember& member) const;
+  size_t index_of(const ZipMember& member) const;
+
+  // libzip's reading of the same bytes (zip_archive.cpp), opened when first
+  // needed and shared by copies of this archive.
+  struct Libzip;
+  std::shared_ptr<Libzip> libzip_;
 
   std::shared_ptr<const MappedFile> file_;
   std::string format_;
