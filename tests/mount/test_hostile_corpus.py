@@ -330,6 +330,13 @@ def corpus(tmp_path_factory):
     return get
 
 
+# The bounds are those of the shipped build: under AddressSanitizer memory
+# is shadowed and quarantined (and its shadow cannot be reserved under the
+# address-space guard), so the sanitizer pass leaves these cases to the
+# plain pass; it still runs every hostile input through test_hostile.py
+# and the fuzz targets' seeds.
+@pytest.mark.skipif(os.environ.get("MODELFS_SANITIZED") == "1",
+                    reason="resource bounds are measured on the plain build")
 @pytest.mark.parametrize("case", list(hc.CASES))
 def test_hostile_case_is_answered_within_bounds(corpus, case):
     model = corpus(case)
