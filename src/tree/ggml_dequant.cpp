@@ -120,6 +120,17 @@ inline void scale_min_k4(int j, const uint8_t* q, uint8_t& scale, uint8_t& min) 
   }
 }
 
+// Sub-block j's scale and minimum of a q4_k / q5_k block, multiplied out by
+// the block's d and dmin.
+struct ScaleMin {
+  float scale, min;
+};
+inline ScaleMin scaled_min_k4(int j, const uint8_t* scales, float d, float dmin) {
+  uint8_t sc = 0, m = 0;
+  scale_min_k4(j, scales, sc, m);
+  return {d * static_cast<float>(sc), dmin * static_cast<float>(m)};
+}
+
 // q2_k: 16 scale bytes (low nibble scale, high nibble min) | 64 bytes of
 // 2-bit quants | d | dmin. Each half of 128 elements takes 32 quant bytes;
 // its four groups of 32 are the four bit pairs of those bytes, 16 elements
@@ -185,11 +196,8 @@ void q4_k(const uint8_t* __restrict b, float* __restrict y) {
   const uint8_t* scales = b + 4;
   const uint8_t* q = b + 16;
   for (int g = 0; g < 4; ++g, q += 32, y += 64) {
-    uint8_t sc = 0, m = 0;
-    scale_min_k4(2 * g, scales, sc, m);
-    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
-    scale_min_k4(2 * g + 1, scales, sc, m);
-    const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
+    const auto [d1, m1] = scaled_min_k4(2 * g, scales, d, dmin);
+    const auto [d2, m2] = scaled_min_k4(2 * g + 1, scales, d, dmin);
     for (int l = 0; l < 32; ++l) y[l] = d1 * static_cast<float>(q[l] & 0x0F) - m1;
     for (int l = 0; l < 32; ++l) y[32 + l] = d2 * static_cast<float>(q[l] >> 4) - m2;
   }
@@ -204,11 +212,8 @@ void q5_k(const uint8_t* __restrict b, float* __restrict y) {
   const uint8_t* qh = b + 16;
   const uint8_t* q = b + 48;
   for (int g = 0; g < 4; ++g, q += 32, y += 64) {
-    uint8_t sc = 0, m = 0;
-    scale_min_k4(2 * g, scales, sc, m);
-    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
-    scale_min_k4(2 * g + 1, scales, sc, m);
-    const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
+    const auto [d1, m1] = scaled_min_k4(2 * g, scales, d, dmin);
+    const auto [d2, m2] = scaled_min_k4(2 * g + 1, scales, d, dmin);
     const int low_bit = 2 * g, high_bit = 2 * g + 1;
     for (int l = 0; l < 32; ++l)
       y[l] = d1 * static_cast<float>((q[l] & 0x0F) + (((qh[l] >> low_bit) & 1) << 4)) - m1;

@@ -116,18 +116,23 @@ def test_nul_in_a_tensor_name_keeps_the_reason(tmp):
         assert not is_mounted(mnt)
 
 
-def test_nul_in_an_onnx_external_location_keeps_the_reason(tmp):
-    onnx = pytest.importorskip("onnx")
+def onnx_with_external_weight(path, location):
+    """An .onnx whose one initializer "w" (4 float32) lies in external data at `location`."""
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
     t = numpy_helper.from_array(np.zeros(4, np.float32), "w")
     t.ClearField("raw_data")
     t.data_location = TensorProto.EXTERNAL
-    for key, value in {"location": "a\0b\x1b[31m.bin", "offset": "0", "length": "16"}.items():
+    for key, value in {"location": location, "offset": "0", "length": "16"}.items():
         t.external_data.add(key=key, value=value)
     graph = helper.make_graph([], "g", [], [helper.make_tensor_value_info("w", TensorProto.FLOAT, [4])],
                               initializer=[t])
-    model = tmp / "nul.onnx"
-    model.write_bytes(helper.make_model(graph).SerializeToString())
+    path.write_bytes(helper.make_model(graph).SerializeToString())
+    return path
+
+
+def test_nul_in_an_onnx_external_location_keeps_the_reason(tmp):
+    model = onnx_with_external_weight(tmp / "nul.onnx", "a\0b\x1b[31m.bin")
     result = run_modelfs("--list", model)
     assert result.returncode == 2, result.stderr
     line = one_line(result.stderr)
@@ -175,16 +180,7 @@ def test_fifo_named_by_a_sharded_index_is_refused(tmp):
 
 
 def test_fifo_as_onnx_external_data_or_gguf_split_member_is_refused(tmp):
-    pytest.importorskip("onnx")
-    from onnx import TensorProto, helper, numpy_helper
-    t = numpy_helper.from_array(np.zeros(4, np.float32), "w")
-    t.ClearField("raw_data")
-    t.data_location = TensorProto.EXTERNAL
-    for key, value in {"location": "w.bin", "offset": "0", "length": "16"}.items():
-        t.external_data.add(key=key, value=value)
-    graph = helper.make_graph([], "g", [], [helper.make_tensor_value_info("w", TensorProto.FLOAT, [4])],
-                              initializer=[t])
-    (tmp / "m.onnx").write_bytes(helper.make_model(graph).SerializeToString())
+    onnx_with_external_weight(tmp / "m.onnx", "w.bin")
     os.mkfifo(tmp / "w.bin")
     result = run_modelfs("--list", tmp / "m.onnx")
     assert result.returncode == 2 and "w.bin" in result.stderr and "not a regular file" in result.stderr
