@@ -20,10 +20,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)modelfs::check_model(catalog, nullptr);
     auto tree = modelfs::Tree::build(std::move(catalog), {});
     for (const auto& p : tree->tensor_paths()) (void)tree->resolve(p);
-    // Every file served as FUSE would serve it: the catalog's tensors are
-    // gone by now, so this reads through what the tree kept (its records,
-    // stores and the bytes' owners). A printed file must be exactly the
-    // size the builder measured; tensor bytes are touched at both ends.
+    // Every file served as FUSE would serve it, through what the tree kept
+    // (the catalog it now owns, its views and documents). A printed file
+    // must be exactly the size the builder measured; tensor bytes are
+    // touched at both ends.
     std::array<iovec, modelfs::Node::kMaxParts> iov{};
     std::string scratch;
     unsigned sum = 0;

@@ -17,8 +17,8 @@ int main(int argc, char** argv) {
   }
   try {
     const modelfs::Catalog catalog = modelfs::open_model(argv[1]);
-    std::cout << "# " << catalog.format << ", " << catalog.tensors.size() << " tensors\n";
-    for (const auto& tensor : catalog.tensors) {
+    std::cout << "# " << catalog.format << ", " << catalog.tensors().size() << " tensors\n";
+    for (const auto& tensor : catalog.tensors()) {
       std::cout << tensor.name << " " << tensor.dtype_name() << " [";
       for (size_t i = 0; i < tensor.shape.size(); ++i) std::cout << (i ? "," : "") << tensor.shape[i];
       std::cout << "] " << tensor.source.file << " "

@@ -5,7 +5,10 @@
 // builder turns it into files. Neither side knows the other's insides.
 //
 //   tensors    name, dtype, shape, strides and the bytes to serve (a range
-//              of a mapped model file, or a small buffer modelfs made)
+//              of a mapped model file, or a small buffer modelfs made),
+//              kept compact from the start: readers append TensorSpecs,
+//              the catalog copies them into its own stores, and the tree
+//              points at the catalog's tensors
 //   metadata   what the format says about the model as a whole (JSON)
 //   documents  files stored as they are under .modelfs/ (graph.json, ...)
 #include <cstddef>
@@ -16,10 +19,12 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "modelfs/block_store.hpp"
 #include "modelfs/dtype.hpp"
 #include "modelfs/mapped_file.hpp"
 
@@ -63,7 +68,10 @@ struct TensorSource {
   std::optional<uint64_t> offset;  // absent when the bytes were decoded
 };
 
-struct Tensor {
+// What a reader knows of a tensor as it appends it to a catalog
+// (Catalog::add). Its strings, vectors and JSON live only until then: the
+// catalog keeps a compact copy in its own stores.
+struct TensorSpec {
   std::string name;  // as the format stores it, unsplit
   DType dtype = DType::Float32;
   std::string block_type;        // ggml type name when dtype is GgmlBlock
@@ -71,8 +79,31 @@ struct Tensor {
   std::vector<int64_t> strides;  // in elements, as torch counts them
   ByteSpan bytes;                // exactly what the raw file serves
   TensorSource source;
-  nlohmann::json extras;         // format extras for the sidecar (null: none)
+  // Format extras for the sidecar (null: none), each key one of the
+  // reader's own: never one of the sidecar's fixed keys.
+  nlohmann::json extras;
+};
 
+// A tensor of a catalog: views into the catalog's stores, valid while the
+// catalog lives (a catalog may be moved; its stores do not move).
+struct Tensor {
+  std::string_view name;        // as the format stores it, unsplit
+  DType dtype = DType::Float32;
+  std::string_view block_type;  // ggml type name when dtype is GgmlBlock
+  std::span<const uint64_t> shape;
+  std::span<const int64_t> strides;
+  ByteSpan bytes;
+  struct Source {
+    std::string_view file;
+    std::optional<uint64_t> offset;
+  } source;
+  // The sidecar's lines for the format extras, as printed once by the
+  // catalog: ",\n  \"key\": value" each; empty for none.
+  std::string_view extras_lines;
+
+  // The extras parsed again (null: none): for the few users that need a
+  // value (a quantized tensor's parameters), not for printing.
+  nlohmann::json extras() const;
   // "float32", ..., or the ggml block type name.
   std::string_view dtype_name() const;
   // Number of elements (1 for a scalar). Readers validate shapes, so this
@@ -102,14 +133,14 @@ struct IntegrityCheck {
   std::function<void(const std::function<void(uint64_t)>& progress)> run;
 };
 
-struct Catalog {
+class Catalog {
+ public:
   std::string format;              // "safetensors", ...
   // Model files read, named as the model names them: the model file's own
   // name, shards and external data relative to its folder. The same names
   // as each tensor's source.file; never the path given on the command line,
   // so index.json and --info are the same wherever the model is opened from.
   std::vector<std::string> files;
-  std::vector<Tensor> tensors;     // in file order
   nlohmann::json metadata = nlohmann::json::object();
   std::vector<Document> documents;
   timespec mtime{};                // of the (first) model file: the tree's times
@@ -117,6 +148,27 @@ struct Catalog {
   // storage) set this; elsewhere overlapping tensors are a fault.
   bool tensors_may_share_bytes = false;
   std::vector<IntegrityCheck> integrity_checks;
+
+  // Appends a tensor, copying what it names into the catalog's stores
+  // (charged to the current budget).
+  const Tensor& add(const TensorSpec& spec);
+  // Appends another catalog's tensor (a shard's), into this one's stores.
+  const Tensor& add(const Tensor& tensor);
+  // In the order added (file order).
+  std::span<const Tensor> tensors() const noexcept { return tensors_; }
+
+ private:
+  const Tensor& append(Tensor tensor, std::string_view name, std::string_view extras_lines);
+  std::string_view intern(std::string_view text);
+
+  std::vector<Tensor> tensors_;
+  // What the tensors view: names and printed extras, and the few distinct
+  // source files and block types (interned); shapes; strides. Blocks that
+  // never move, so a moved catalog's views stay valid.
+  TextStore texts_;
+  std::unordered_set<std::string_view> interned_;
+  BlockStore<uint64_t> shapes_;
+  BlockStore<int64_t> strides_;
 };
 
 }  // namespace modelfs

@@ -32,9 +32,21 @@
 
 #include "modelfs/block_store.hpp"
 #include "modelfs/catalog.hpp"
-#include "modelfs/tensor_record.hpp"
 
 namespace modelfs {
+
+// What a tensor's .npy holds: its values as numpy's `dtype` (the stored
+// type where numpy has it; else the nearest numpy type that holds them
+// exactly or as the format defines them: float32 for bfloat16, the float8,
+// float6 and float4 types and every dequantized type; int8/uint8 for the
+// 2- and 4-bit integers), converted from `from` (the stored type's name:
+// "bfloat16", "q4_k", torch's "qint8"). `exact`: every value is the stored
+// one (the stored type itself, or a widening); false for dequantized types.
+struct NpyContent {
+  DType dtype = DType::Float32;
+  std::string_view from;
+  bool exact = true;
+};
 
 struct TreeOptions {
   bool flat = false;  // keep every tensor name whole, as a file at the root
@@ -82,7 +94,7 @@ struct Node {
   uint32_t nlink = 1;
   uint64_t parent = 1;                // the folder holding it; the root's is itself
   uint64_t size = 0;                  // files: bytes; folders: 0
-  const TensorRecord* tensor = nullptr;  // tensor files, sidecars and .npy views
+  const Tensor* tensor = nullptr;     // tensor files, sidecars and .npy views (the catalog's)
   std::span<const DirEntry> children; // folders: sorted by name (a range of the tree's entries)
   // Files: the content is the concatenation of the first part_count parts
   // (small sidecars have none: they are printed when read). The bytes
@@ -125,12 +137,14 @@ class Tree {
   Tree(const Tree&) = delete;
   Tree& operator=(const Tree&) = delete;
 
-  // The catalog the tree was built from, without its tensors (the tree
-  // keeps records of them instead: tensors()) or its parsed metadata
-  // (served as metadata.json).
+  // The catalog the tree was built from (its parsed metadata dropped:
+  // served as metadata.json). Nodes point at its tensors.
   const Catalog& catalog() const noexcept { return catalog_; }
-  // The catalog's tensors, in its (file) order.
-  std::span<const TensorRecord> tensors() const noexcept { return tensors_; }
+  std::span<const Tensor> tensors() const noexcept { return catalog_.tensors(); }
+  // What a tensor's .npy holds (its sidecar's "npy"); none: no .npy.
+  const std::optional<NpyContent>& npy_of(const Tensor& tensor) const {
+    return npy_[static_cast<size_t>(&tensor - catalog_.tensors().data())];
+  }
   // The path of each catalog tensor's raw file, relative to the root (made
   // from the tree when asked: index.json and tests are the only users).
   std::vector<std::string> tensor_paths() const;
@@ -148,17 +162,11 @@ class Tree {
   Catalog catalog_;
   std::vector<Node> nodes_;
   std::vector<DirEntry> entries_;  // every folder's children, folder after folder
-  std::vector<TensorRecord> tensors_;
-  // What nodes and records point into: names, extras lines and the few
-  // distinct source files and block types; shapes and strides; and the
-  // owners of the tensors' bytes (the mappings, buffers a reader made) and
-  // of the converted .npy views (one arena, numeric_views.hpp).
+  std::vector<std::optional<NpyContent>> npy_;  // one per catalog tensor
+  // What nodes point into beyond the catalog: entry names; the converted
+  // .npy views (one arena, numeric_views.hpp).
   TextStore texts_;
-  BlockStore<uint64_t> shapes_;
-  BlockStore<int64_t> strides_;
-  std::vector<std::shared_ptr<const void>> byte_owners_;
-  // What computed parts compute with (strided views' gathers).
-  std::deque<std::unique_ptr<const ComputedBytes>> computed_;
+  std::shared_ptr<const void> views_;
   // Bytes the tree made and files point into: .npy headers (one per dtype
   // and shape) and the documents it printed. Node-based and deque storage:
   // adding one never moves another.

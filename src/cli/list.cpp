@@ -90,7 +90,7 @@ void print_table(const Catalog& catalog, std::ostream& out) {
   rows.push_back({"NAME", "DTYPE", "SHAPE", "BYTES", "SIZE"});
   std::map<std::string, std::pair<size_t, uint64_t>> per_dtype;
   uint64_t total = 0;
-  for (const auto& t : catalog.tensors) {
+  for (const auto& t : catalog.tensors()) {
     // Names come from the model: escaped, so none can drive the terminal,
     // and cut to the column's width. Dtype names come from modelfs's own
     // tables.
@@ -121,7 +121,7 @@ void print_table(const Catalog& catalog, std::ostream& out) {
     line += std::string(width[4] - used[4], ' ') + row[4];
     out << line << "\n";
   }
-  out << "\n" << catalog.tensors.size() << " tensors, " << human_bytes(total) << " (" << total
+  out << "\n" << catalog.tensors().size() << " tensors, " << human_bytes(total) << " (" << total
       << " bytes), format " << catalog.format << "\n";
   // Bytes per dtype, largest first: for a quantized GGUF model, the mix of
   // ggml types (q4_k, q6_k, f32 ...) that makes up its size.
@@ -145,28 +145,29 @@ void print_json(const Catalog& catalog, std::ostream& out) {
   doc["format"] = catalog.format;
   doc["files"] = catalog.files;
   auto& list = doc["tensors"] = nlohmann::ordered_json::array();
-  for (const auto& t : catalog.tensors) {
+  for (const auto& t : catalog.tensors()) {
     nlohmann::ordered_json source;
     source["file"] = t.source.file;
     if (t.source.offset) source["offset"] = *t.source.offset;
     list.push_back({{"name", t.name},
                     {"dtype", t.dtype_name()},
-                    {"shape", t.shape},
+                    {"shape", std::vector<uint64_t>(t.shape.begin(), t.shape.end())},
                     {"nbytes", t.bytes.size()},
                     {"source", source}});
     // Format extras (GGUF: ggml_type, block_size, type_size ...), as in the sidecar.
-    for (const auto& [key, value] : t.extras.items()) list.back()[key] = value;
+    if (!t.extras_lines.empty())
+      for (const auto& [key, value] : t.extras().items()) list.back()[key] = value;
   }
   out << doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
 
 void print_info(const Catalog& catalog, bool json, std::ostream& out) {
   uint64_t total = 0;
-  for (const auto& t : catalog.tensors) total += t.bytes.size();
+  for (const auto& t : catalog.tensors()) total += t.bytes.size();
   nlohmann::ordered_json doc;
   doc["format"] = catalog.format;
   doc["files"] = catalog.files;
-  doc["tensors"] = catalog.tensors.size();
+  doc["tensors"] = catalog.tensors().size();
   doc["nbytes"] = total;
   doc["metadata"] = catalog.metadata;
   if (json) {
@@ -176,7 +177,7 @@ void print_info(const Catalog& catalog, bool json, std::ostream& out) {
   out << "format:   " << catalog.format << "\n";
   for (size_t i = 0; i < catalog.files.size(); ++i)
     out << (i == 0 ? "files:    " : "          ") << printable(catalog.files[i]) << "\n";
-  out << "tensors:  " << catalog.tensors.size() << " (" << human_bytes(total) << ", " << total
+  out << "tensors:  " << catalog.tensors().size() << " (" << human_bytes(total) << ", " << total
       << " bytes)\n";
   out << "metadata: " << with_counts(readable_json(shortened(nlohmann::ordered_json(catalog.metadata))));
 }

@@ -112,7 +112,7 @@ nlohmann::json float32_json(float value) {
 
 // A tensor info read, before its bytes are checked against the others'.
 struct TensorInfo {
-  Tensor tensor;
+  TensorSpec tensor;
   uint64_t info_at;    // where the info starts, for messages
   uint64_t offset_at;  // where its offset field is
   uint64_t offset;     // relative to the data section
@@ -316,7 +316,7 @@ class Parser {
     for (uint64_t i = 0; i < tensor_count_; ++i) {
       TensorInfo info;
       info.info_at = reader_.file_offset();
-      Tensor& t = info.tensor;
+      TensorSpec& t = info.tensor;
       t.name = read_string("tensor name");
       if (t.name.size() > kMaxNameBytes)
         fail(info.info_at, "tensor name of " + std::to_string(t.name.size()) +
@@ -507,7 +507,7 @@ Catalog catalog_of(const File& first, const std::string& first_name,
 
 Catalog open_single(std::shared_ptr<const MappedFile> mapped, File file, const std::string& name) {
   Catalog catalog = catalog_of(file, name, mapped);
-  catalog.tensors = std::move(file.tensors);
+  for (const auto& t : file.tensors) catalog.add(t);
   return catalog;
 }
 
@@ -580,13 +580,13 @@ Catalog open_split(const std::filesystem::path& folder, const SplitName& split,
                         {"kv", file.kv},
                         {"kv_types", file.kv_types}});
     }
-    for (auto& tensor : file.tensors) catalog.tensors.push_back(std::move(tensor));
+    for (const auto& tensor : file.tensors) catalog.add(tensor);
   }
-  if (total_expected && *total_expected != catalog.tensors.size())
+  if (total_expected && *total_expected != catalog.tensors().size())
     throw ModelError((folder / first_name).string(), std::string(kFormat), std::nullopt,
                      "split.tensors.count is " + std::to_string(*total_expected) +
                          " but the " + std::to_string(split.count) + " files hold " +
-                         std::to_string(catalog.tensors.size()) + " tensors");
+                         std::to_string(catalog.tensors().size()) + " tensors");
   catalog.metadata["split_files"] = std::move(others);
   return catalog;
 }

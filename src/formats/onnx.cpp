@@ -594,7 +594,7 @@ class Reader {
     if (!form) return false;
     const std::string quote = "tensor \"" + tensor_name + "\" (Constant " + name + "): ";
 
-    Tensor t;
+    TensorSpec t;
     t.name = tensor_name;
     t.dtype = form->dtype;
     std::string bytes;
@@ -674,7 +674,7 @@ class Reader {
     t.extras["kind"] = "constant";
     t.extras["graph"] = graph_path;
     t.extras["storage"] = name;
-    catalog_.tensors.push_back(std::move(t));
+    catalog_.add(t);
     return true;
   }
 
@@ -824,7 +824,7 @@ class Reader {
     extras["graph"] = graph_path;
     if (!stored_name.empty() && stored_name != name) extras["onnx_name"] = stored_name;
 
-    Tensor t;
+    TensorSpec t;
     t.name = name;
     t.dtype = info->dtype;
     t.strides = contiguous_strides(shape);
@@ -850,7 +850,7 @@ class Reader {
       extras["storage"] = elements.empty() ? "none" : "string_data";
       extras["text"] = kStringText;
       for (const auto& [key, value] : extras.items()) t.extras[key] = value;
-      catalog_.tensors.push_back(std::move(t));
+      catalog_.add(t);
       return name;
     }
 
@@ -884,7 +884,7 @@ class Reader {
       extras["storage"] = typed_field_name(holder);
     }
     for (const auto& [key, value] : extras.items()) t.extras[key] = value;
-    catalog_.tensors.push_back(std::move(t));
+    catalog_.add(t);
     return name;
   }
 
@@ -909,7 +909,7 @@ class Reader {
   }
 
   // float_data / double_data (fixed width) and the varint fields.
-  void read_typed(const WireMessage& tensor, uint32_t field, uint32_t bits, uint64_t nbytes, Tensor& t,
+  void read_typed(const WireMessage& tensor, uint32_t field, uint32_t bits, uint64_t nbytes, TensorSpec& t,
                   const std::string& quote) {
     using namespace tensor_field;
     const bool fixed = field == kFloatData || field == kDoubleData;
@@ -981,7 +981,7 @@ class Reader {
   }
 
   void read_external(const WireMessage& tensor, const std::vector<WireField>& entries, uint64_t nbytes,
-                     Tensor& t, Json& extras, const std::string& quote) {
+                     TensorSpec& t, Json& extras, const std::string& quote) {
     std::optional<std::string> location, checksum;
     std::optional<uint64_t> offset, length;
     uint64_t at = tensor.offset();

@@ -273,7 +273,7 @@ class ArchiveReader {
   json json_of(const ZipMember& member) const;
   ByteSpan payload_bytes(const ZipMember& member);
   void add_document(const std::string& path, const ZipMember& member);
-  void add_tensor(Tensor tensor);
+  void add_tensor(TensorSpec tensor);
   void add_save_tensors(torch::SaveContents contents, const std::string& what);
 
   bool holds_zip(const ZipMember& member) const;
@@ -284,7 +284,7 @@ class ArchiveReader {
   void read_model(Model& model);
   void read_payload_config(Model& model, const ZipMember& config, const std::string& folder,
                            bool constants);
-  Tensor raw_tensor(const std::string& name, const std::string& fqn, const json& meta,
+  TensorSpec raw_tensor(const std::string& name, const std::string& fqn, const json& meta,
                     const ZipMember& payload);
   void read_sample_inputs(const ZipMember& member, const std::string& prefix, json& info);
   void read_aoti(Model& model, json& info);
@@ -297,6 +297,7 @@ class ArchiveReader {
   std::string display_;
   std::string source_;
   Catalog catalog_;
+  std::vector<TensorSpec> tensors_;  // added to the catalog once their kinds are known
   std::set<std::string> names_;
   std::map<std::string, ByteSpan> payloads_;  // inflated once, shared by aliases
   json skipped_ = json::array();
@@ -325,10 +326,10 @@ void ArchiveReader::add_document(const std::string& path, const ZipMember& membe
   catalog_.documents.push_back({path, text_of(member, kMaxJsonBytes)});
 }
 
-void ArchiveReader::add_tensor(Tensor tensor) {
+void ArchiveReader::add_tensor(TensorSpec tensor) {
   if (!names_.insert(tensor.name).second)
     fail(tensor.source.offset, "two tensors are named \"" + tensor.name + "\"");
-  catalog_.tensors.push_back(std::move(tensor));
+  tensors_.push_back(std::move(tensor));
 }
 
 void ArchiveReader::add_save_tensors(torch::SaveContents contents, const std::string& what) {
@@ -377,7 +378,7 @@ uint64_t concrete_int(const json& value, const std::string& what, const std::str
   return v->get<uint64_t>();
 }
 
-Tensor ArchiveReader::raw_tensor(const std::string& name, const std::string& fqn, const json& meta,
+TensorSpec ArchiveReader::raw_tensor(const std::string& name, const std::string& fqn, const json& meta,
                                  const ZipMember& payload) {
   auto refuse = [&](const std::string& reason) { fail(offset_of(payload), reason); };
   if (!meta.is_object()) refuse("tensor \"" + fqn + "\": tensor_meta is not an object");
@@ -399,7 +400,7 @@ Tensor ArchiveReader::raw_tensor(const std::string& name, const std::string& fqn
     refuse("tensor \"" + fqn + "\": sizes and strides are not lists of one rank (at most " +
            std::to_string(torch::kMaxRank) + ")");
 
-  Tensor t;
+  TensorSpec t;
   t.name = name;
   t.dtype = code->dtype;
   for (size_t i = 0; i < sizes->size(); ++i) {
@@ -497,7 +498,7 @@ void ArchiveReader::read_payload_config(Model& model, const ZipMember& config_me
       continue;
     }
     if (meta.is_null()) refuse("entry \"" + fqn + "\" has no tensor_meta");
-    Tensor t = raw_tensor(name, fqn, meta, *payload);
+    TensorSpec t = raw_tensor(name, fqn, meta, *payload);
     t.extras["kind"] = kind;
     add_tensor(std::move(t));
   }
@@ -528,8 +529,8 @@ void ArchiveReader::read_sample_inputs(const ZipMember& member, const std::strin
 // Tensors read before `first_tensor` are left alone; the signature's word
 // on parameter, buffer and constant wins over the payload's.
 void ArchiveReader::apply_kinds(size_t first_tensor, const Model& model) {
-  for (size_t i = first_tensor; i < catalog_.tensors.size(); ++i) {
-    Tensor& t = catalog_.tensors[i];
+  for (size_t i = first_tensor; i < tensors_.size(); ++i) {
+    TensorSpec& t = tensors_[i];
     if (t.extras.value("kind", "") == "sample_input") continue;
     const std::string fqn = t.name.substr(model.prefix.size());
     if (auto it = model.signature.kind_by_name.find(fqn); it != model.signature.kind_by_name.end())
@@ -596,7 +597,7 @@ void ArchiveReader::read_aoti(Model& model, json& info) {
 }
 
 void ArchiveReader::read_model(Model& model) {
-  const size_t first_tensor = catalog_.tensors.size();
+  const size_t first_tensor = tensors_.size();
   if (const ZipMember* program = find("models/" + model.name + ".json")) {
     add_document("models/" + model.name + ".json", *program);
     const json parsed = json_of(*program);
@@ -729,7 +730,7 @@ void ArchiveReader::read_flat() {
   // serialized_<field>.json, the torch.save archives of the state dict and
   // the constants included; later exporters name those .pt. What a member
   // holds is decided by its first bytes, never by its name.
-  const size_t first_tensor = catalog_.tensors.size();
+  const size_t first_tensor = tensors_.size();
   std::vector<std::pair<std::string, const ZipMember*>> samples;
   for (const auto& [field, kind] : {std::pair{"state_dict", ""}, std::pair{"constants", "constant"},
                                     std::pair{"example_inputs", "sample_input"}}) {
@@ -767,6 +768,7 @@ Catalog ArchiveReader::read() {
     read_layered();
   if (!skipped_.empty()) catalog_.metadata["skipped_objects"] = skipped_;
   catalog_.tensors_may_share_bytes = true;  // deduplicated storages, tied weights, views
+  for (const auto& t : tensors_) catalog_.add(t);
   catalog_.integrity_checks = zip_.crc_checks();
   return std::move(catalog_);
 }

@@ -100,8 +100,8 @@ class Parser {
                " bytes after the last tensor are not described by the header");
   }
 
-  Tensor make_tensor(HeaderEntry&& e) const {
-    Tensor t;
+  TensorSpec make_tensor(HeaderEntry&& e) const {
+    TensorSpec t;
     t.name = std::move(e.name);
     t.dtype = e.dtype;
     t.strides = contiguous_strides(e.shape);
@@ -160,7 +160,7 @@ Catalog open_file(const ModelFile& model) {
   catalog.format = std::string(kFormat);
   catalog.mtime = model.mapped->mtime();
   catalog.files.push_back(name);
-  catalog.tensors = std::move(file.tensors);
+  for (const auto& t : file.tensors) catalog.add(t);
   catalog.metadata["__metadata__"] = std::move(file.metadata);
   return catalog;
 }
@@ -169,7 +169,7 @@ Catalog open_index_file(const ModelFile& index) {
   return open_sharded_index(index, kSharded, [](const std::filesystem::path& path, const std::string& name) {
     File file = parse(MappedFile::open(path), name);
     Catalog shard;
-    shard.tensors = std::move(file.tensors);
+    for (const auto& t : file.tensors) shard.add(t);
     shard.metadata = std::move(file.metadata);  // the shard's __metadata__
     return shard;
   });

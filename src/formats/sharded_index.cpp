@@ -91,15 +91,16 @@ Catalog open_sharded_index(const ModelFile& index_model, const ShardedFormat& fo
     for (auto& check : part.integrity_checks) catalog.integrity_checks.push_back(std::move(check));
     shards[shard] = std::move(part.metadata);
     std::set<std::string> found;
-    for (auto& tensor : part.tensors) {
-      if (auto [first, added] = shard_of.emplace(tensor.name, shard); !added)
-        throw refuse("tensor \"" + tensor.name + "\" of " + shard +
+    for (const auto& tensor : part.tensors()) {
+      const std::string name(tensor.name);
+      if (auto [first, added] = shard_of.emplace(name, shard); !added)
+        throw refuse("tensor \"" + name + "\" of " + shard +
                      " is also stored in another shard (" + first->second + ")");
-      if (!expected.count(tensor.name))
+      if (!expected.count(name))
         spdlog::warn("{}: tensor \"{}\" is not listed in {}'s weight_map; mounted anyway", shard,
                      tensor.name, index_path.filename().string());
-      found.insert(tensor.name);
-      catalog.tensors.push_back(std::move(tensor));
+      found.insert(name);
+      catalog.add(tensor);
     }
     for (const auto& name : expected)
       if (!found.count(name))

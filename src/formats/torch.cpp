@@ -238,7 +238,7 @@ Catalog open_zip(const ModelFile& model) {
   nlohmann::json skipped = nlohmann::json::array();
   {
     auto walked = walk_record(zip, *data_pkl, prefix + "data/", options, "", true);
-    for (auto& t : walked.contents.tensors) catalog.tensors.push_back(std::move(t));
+    for (const auto& t : walked.contents.tensors) catalog.add(t);
     if (!script) catalog.metadata["values"] = std::move(walked.contents.values);
     info["protocol"] = walked.protocol;
     for (auto& name : walked.contents.skipped_objects) skipped.push_back(name);
@@ -248,7 +248,7 @@ Catalog open_zip(const ModelFile& model) {
     constant_options.default_kind = "constant";
     auto walked = walk_record(zip, *zip.find(prefix + "constants.pkl"), prefix + "constants/",
                               constant_options, "constants", true);
-    for (auto& t : walked.contents.tensors) catalog.tensors.push_back(std::move(t));
+    for (const auto& t : walked.contents.tensors) catalog.add(t);
     for (auto& name : walked.contents.skipped_objects) skipped.push_back(name);
   }
   catalog.metadata["torch"] = info;
@@ -352,7 +352,7 @@ Catalog open_legacy(const ModelFile& model) {
   catalog.format = format;
   catalog.mtime = file->mtime();
   catalog.files.push_back(file_name(model.path));
-  catalog.tensors = std::move(walker.tensors());
+  for (const auto& t : walker.tensors()) catalog.add(t);
   catalog.metadata["values"] = std::move(walker.values());
   catalog.metadata["torch"] = info;
   if (!object.unknown_globals.empty()) catalog.metadata["skipped_objects"] = object.unknown_globals;

@@ -375,7 +375,7 @@ std::optional<nlohmann::json> ObjectWalker::revisit(const Value* v, const Object
          "pickle has bytes (" + std::to_string(max_names_) + ")");
   tensors_.reserve(tensors_.size() + (first.end_tensor - first.first_tensor));
   for (size_t i = first.first_tensor; i < first.end_tensor; ++i) {
-    Tensor copy = tensors_[i];
+    TensorSpec copy = tensors_[i];
     copy.name = first.path.top ? path.child(copy.name).name
                                : path.name_or("") + copy.name.substr(first.path.name.size());
     charge_tensor(copy);
@@ -576,7 +576,7 @@ void ObjectWalker::make_tensor(const Value* storage, const Value& args, size_t f
   auto stride = ints_of(arg(args, first + 2));
   if (!offset || !size || !stride || *offset < 0 || size->size() != stride->size())
     fail("tensor \"" + name + "\": storage offset, size and stride are not ints of one rank");
-  Tensor t;
+  TensorSpec t;
   t.name = name;
   t.dtype = type.dtype;
   for (int64_t dim : *size) {
@@ -630,8 +630,8 @@ void ObjectWalker::make_tensor(const Value* storage, const Value& args, size_t f
   tensors_.push_back(std::move(t));
 }
 
-void ObjectWalker::charge_tensor(const Tensor& t) {
-  charge_budget(sizeof(Tensor) + t.name.size() + 16 * t.shape.size(), options_.file, options_.format,
+void ObjectWalker::charge_tensor(const TensorSpec& t) {
+  charge_budget(sizeof(TensorSpec) + t.name.size() + 16 * t.shape.size(), options_.file, options_.format,
                 "tensor \"" + t.name + "\"");
 }
 
@@ -651,7 +651,7 @@ void ObjectWalker::storage_only(const Value* v, const ObjectPath& path) {
   }
   // A storage saved on its own: served as a 1-D tensor of its elements.
   const StorageBytes bytes = storage_bytes(*id);
-  Tensor t;
+  TensorSpec t;
   t.name = path.name_or("storage");
   t.dtype = id->type.dtype;
   t.shape = {id->numel};

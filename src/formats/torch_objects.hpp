@@ -98,7 +98,7 @@ class ObjectWalker {
   // many tensor names a structure shared through the memo may add.
   void walk(const pickle::Value* root, const std::string& prefix, uint64_t pickle_bytes);
 
-  std::vector<Tensor>& tensors() { return tensors_; }
+  std::vector<TensorSpec>& tensors() { return tensors_; }
   nlohmann::json& values() { return values_; }
 
  private:
@@ -114,14 +114,14 @@ class ObjectWalker {
                    std::optional<StorageType> dtype_override, const std::string& path,
                    nlohmann::json extras);
   StorageBytes storage_bytes(const StorageId& id);
-  void charge_tensor(const Tensor& t);
+  void charge_tensor(const TensorSpec& t);
   void storage_only(const pickle::Value* v, const ObjectPath& path);
   [[noreturn]] void fail(const std::string& reason) const;
   nlohmann::json plain(const pickle::Value* v, uint32_t depth);
 
   WalkOptions options_;
   Resolver resolver_;
-  std::vector<Tensor> tensors_;
+  std::vector<TensorSpec> tensors_;
   nlohmann::json values_ = nlohmann::json::object();
   std::map<std::string, StorageBytes> storages_;
   std::vector<const pickle::Value*> path_stack_;

@@ -298,15 +298,15 @@ void op_statfs(fuse_req_t req, fuse_ino_t) {
 }
 
 // user.modelfs.dtype and user.modelfs.shape, on tensor files and .npy views.
-std::vector<std::pair<std::string, std::string>> xattrs_of(const Node& node) {
+std::vector<std::pair<std::string, std::string>> xattrs_of(const Tree& tree, const Node& node) {
   if (node.tensor == nullptr || (node.role != FileRole::TensorData && node.role != FileRole::NpyView))
     return {};
   std::string shape;
   append_json_array(shape, node.tensor->shape);
   // A .npy of converted values holds numpy's type, not the stored one.
-  const auto& npy = node.tensor->npy_dtype;
+  const auto& npy = tree.npy_of(*node.tensor);
   const std::string_view dtype =
-      node.role == FileRole::NpyView && npy ? dtype_name(*npy) : node.tensor->dtype_name;
+      node.role == FileRole::NpyView && npy ? dtype_name(npy->dtype) : node.tensor->dtype_name();
   return {{"user.modelfs.dtype", std::string(dtype)}, {"user.modelfs.shape", shape}};
 }
 
@@ -328,7 +328,7 @@ void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) 
     if (!context(req).xattrs) return (void)fuse_reply_err(req, ENOSYS);
     const Node* node = context(req).tree->node(ino);
     if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
-    for (const auto& [key, value] : xattrs_of(*node))
+    for (const auto& [key, value] : xattrs_of(*context(req).tree, *node))
       if (key == name) return reply_xattr_value(req, value, size);
     fuse_reply_err(req, ENODATA);
   });
@@ -340,7 +340,7 @@ void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
     if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
     std::string names;
     if (context(req).xattrs)
-      for (const auto& [key, value] : xattrs_of(*node)) names.append(key).push_back('\0');
+      for (const auto& [key, value] : xattrs_of(*context(req).tree, *node)) names.append(key).push_back('\0');
     reply_xattr_value(req, names, size);
   });
 }

@@ -3,7 +3,9 @@
 
 #include <stdexcept>
 
+#include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
+#include "modelfs/json_text.hpp"
 
 namespace modelfs {
 
@@ -43,6 +45,72 @@ std::string_view Tensor::dtype_name() const {
 }
 
 uint64_t Tensor::numel() const { return checked_numel(shape).value_or(0); }
+
+nlohmann::json Tensor::extras() const {
+  if (extras_lines.empty()) return nullptr;
+  // The lines are ",\n  \"key\": value" each: an object once the first
+  // comma is a brace.
+  std::string text = "{";
+  text.append(extras_lines.substr(1));
+  text += "}";
+  return nlohmann::json::parse(text);
+}
+
+namespace {
+
+// The sidecar's lines for `extras`, one key a line after "source".
+std::string extras_lines(const nlohmann::json& extras) {
+  static constexpr std::string_view kFixedKeys[] = {"name",       "dtype", "shape", "strides", "nbytes",
+                                                    "byte_order", "numpy", "npy",   "format",  "source"};
+  std::string out;
+  if (!extras.is_object()) return out;
+  for (const auto& [key, value] : extras.items()) {
+    for (auto fixed : kFixedKeys)
+      if (key == fixed) throw std::logic_error("a reader's extra reuses the sidecar key \"" + key + "\"");
+    out += ",\n  ";
+    append_json_string(out, key);
+    out += ": ";
+    out += nlohmann::ordered_json(value).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  return out;
+}
+
+}  // namespace
+
+const Tensor& Catalog::add(const TensorSpec& spec) {
+  Tensor t;
+  t.dtype = spec.dtype;
+  t.block_type = intern(spec.block_type);
+  t.shape = shapes_.add(spec.shape);
+  t.strides = strides_.add(spec.strides);
+  t.bytes = spec.bytes;
+  t.source = {intern(spec.source.file), spec.source.offset};
+  return append(std::move(t), spec.name, extras_lines(spec.extras));
+}
+
+const Tensor& Catalog::add(const Tensor& tensor) {
+  Tensor t = tensor;
+  t.block_type = intern(tensor.block_type);
+  t.shape = shapes_.add(tensor.shape);
+  t.strides = strides_.add(tensor.strides);
+  t.source.file = intern(tensor.source.file);
+  return append(std::move(t), tensor.name, tensor.extras_lines);
+}
+
+const Tensor& Catalog::append(Tensor tensor, std::string_view name, std::string_view extras_lines) {
+  charge_budget(sizeof(Tensor) + name.size() + extras_lines.size() + 16 * tensor.shape.size(), tensor.source.file,
+                format, "the catalog's record of a tensor");
+  tensor.name = texts_.add(name);
+  if (!extras_lines.empty()) tensor.extras_lines = texts_.add(extras_lines);
+  return tensors_.emplace_back(std::move(tensor));
+}
+
+std::string_view Catalog::intern(std::string_view text) {
+  if (text.empty()) return {};
+  auto it = interned_.find(text);
+  if (it == interned_.end()) it = interned_.insert(texts_.add(text)).first;
+  return *it;
+}
 
 std::vector<int64_t> contiguous_strides(std::span<const uint64_t> shape) {
   std::vector<int64_t> strides(shape.size());

@@ -24,7 +24,7 @@ struct Placed {
 
 std::vector<Placed> mapped_ranges(const Catalog& catalog) {
   std::vector<Placed> placed;
-  for (const auto& t : catalog.tensors) {
+  for (const auto& t : catalog.tensors()) {
     const MappedFile* file = t.bytes.mapped_file();
     if (file == nullptr || t.bytes.size() == 0) continue;
     const auto begin = static_cast<uint64_t>(t.bytes.data() - file->data());
@@ -42,8 +42,8 @@ void check_no_overlap(const Catalog& catalog, std::vector<Placed> placed) {
     const auto& cur = placed[i];
     if (prev.file == cur.file && cur.begin < prev.end)
       throw ModelError(cur.file->display_name(), catalog.format, cur.begin,
-                       "tensor \"" + cur.tensor->name + "\" overlaps the bytes of \"" +
-                           prev.tensor->name + "\"");
+                       "tensor \"" + std::string(cur.tensor->name) + "\" overlaps the bytes of \"" +
+                           std::string(prev.tensor->name) + "\"");
   }
 }
 
@@ -55,7 +55,7 @@ void read_back(const Catalog& catalog, const Placed& range, std::vector<char>& b
     const ssize_t got = ::pread(range.file->fd(), buffer.data(), want, static_cast<off_t>(at));
     if (got <= 0)
       throw ModelError(range.file->display_name(), catalog.format, at,
-                       "tensor \"" + range.tensor->name + "\" cannot be read: " +
+                       "tensor \"" + std::string(range.tensor->name) + "\" cannot be read: " +
                            (got < 0 ? std::strerror(errno) : "the file ends here"));
     at += static_cast<uint64_t>(got);
     advance(static_cast<uint64_t>(got));
@@ -77,7 +77,7 @@ void check_model(const Catalog& catalog, const std::function<void(uint64_t, uint
   auto placed = mapped_ranges(catalog);
   // Tensors with no bytes in a file (empty, or bytes a reader made) have
   // nothing to read back: opening the model checked them.
-  summary.tensors = catalog.tensors.size() - placed.size();
+  summary.tensors = catalog.tensors().size() - placed.size();
   if (!catalog.tensors_may_share_bytes) check_no_overlap(catalog, placed);
 
   // Shared storages are read once; `sharing` counts the tensors of each.

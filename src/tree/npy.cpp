@@ -7,24 +7,30 @@ namespace modelfs {
 
 namespace {
 
-// torch's quantized dtypes whose values (q - zero_point) x scale the .npy
-// holds, under the schemes modelfs reads the parameters of.
-bool is_dequantizable(const Tensor& tensor) {
-  if (!tensor.extras.is_object()) return false;
-  const auto quantization = tensor.extras.find("quantization");
-  const auto torch_dtype = tensor.extras.find("torch_dtype");
-  if (quantization == tensor.extras.end() || !quantization->is_object() ||
-      torch_dtype == tensor.extras.end() || !torch_dtype->is_string())
-    return false;
+// The torch quantized dtype whose values (q - zero_point) x scale the .npy
+// holds, under the schemes modelfs reads the parameters of; none for any
+// other tensor. The name returned is a literal: NpyContent views it.
+std::optional<std::string_view> dequantized_from(const Tensor& tensor) {
+  // Only a torch quantized tensor has this extra; the others are not parsed.
+  if (tensor.extras_lines.find("\"quantization\"") == std::string_view::npos) return std::nullopt;
+  const nlohmann::json extras = tensor.extras();
+  const auto quantization = extras.find("quantization");
+  const auto torch_dtype = extras.find("torch_dtype");
+  if (quantization == extras.end() || !quantization->is_object() || torch_dtype == extras.end() ||
+      !torch_dtype->is_string())
+    return std::nullopt;
   const auto& name = torch_dtype->get_ref<const std::string&>();
-  const bool stored = (name == "qint8" && tensor.dtype == DType::Int8) ||
-                      (name == "quint8" && tensor.dtype == DType::UInt8) ||
-                      (name == "qint32" && tensor.dtype == DType::Int32);
+  std::optional<std::string_view> from;
+  if (name == "qint8" && tensor.dtype == DType::Int8) from = "qint8";
+  if (name == "quint8" && tensor.dtype == DType::UInt8) from = "quint8";
+  if (name == "qint32" && tensor.dtype == DType::Int32) from = "qint32";
   const auto scheme = quantization->find("qscheme");
-  if (!stored || scheme == quantization->end() || !scheme->is_string()) return false;
+  if (!from || scheme == quantization->end() || !scheme->is_string()) return std::nullopt;
   const auto& s = scheme->get_ref<const std::string&>();
-  return s == "per_tensor_affine" || s == "per_tensor_symmetric" || s == "per_channel_affine" ||
-         s == "per_channel_symmetric" || s == "per_channel_affine_float_qparams";
+  if (s == "per_tensor_affine" || s == "per_tensor_symmetric" || s == "per_channel_affine" ||
+      s == "per_channel_symmetric" || s == "per_channel_affine_float_qparams")
+    return from;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -34,8 +40,7 @@ std::optional<NpyContent> npy_content(const Tensor& tensor) {
     if (ggml::block_codec(tensor.block_type) == nullptr) return std::nullopt;
     return NpyContent{DType::Float32, tensor.block_type, false};
   }
-  if (is_dequantizable(tensor))
-    return NpyContent{DType::Float32, tensor.extras["torch_dtype"].get_ref<const std::string&>(), false};
+  if (auto from = dequantized_from(tensor)) return NpyContent{DType::Float32, *from, false};
   const std::string_view stored = dtype_name(tensor.dtype);
   if (numpy_descr(tensor.dtype)) return NpyContent{tensor.dtype, stored, true};
   switch (tensor.dtype) {

@@ -260,6 +260,29 @@ std::shared_ptr<const ElementConversion> make_plain_conversion(DType stored) {
 
 }  // namespace
 
+namespace {
+
+// A strided view's elements as stored, gathered into C order.
+class CopyConversion final : public ElementConversion {
+ public:
+  explicit CopyConversion(uint32_t size) : size_(size) {}
+  uint32_t stored_bits() const noexcept override { return 8 * size_; }
+  uint32_t value_size() const noexcept override { return size_; }
+  void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t, std::byte* out) const override {
+    std::memcpy(out, stored + first * size_, count * size_);
+  }
+
+ private:
+  uint32_t size_;
+};
+
+}  // namespace
+
+std::shared_ptr<const ElementConversion> copy_conversion(uint32_t element_size) {
+  if (element_size == 0 || element_size > ElementView::kMaxValueSize) return nullptr;
+  return std::make_shared<CopyConversion>(element_size);
+}
+
 std::shared_ptr<const ElementConversion> plain_conversion(DType stored) {
   // One per dtype, made once (thread-safe static initialisation).
   static const auto conversions = [] {
@@ -366,7 +389,7 @@ void ElementView::fill(uint64_t offset, std::span<std::byte> out) const {
   // range is converted into `value` and its bytes in range copied.
   constexpr size_t kChunk = 64 << 10;  // values converted at a time
   const uint32_t value_size = conversion_->value_size();
-  std::byte value[8];
+  std::byte value[kMaxValueSize];
   uint64_t position = offset / value_size;
   const size_t skip = offset % value_size;  // bytes of the first value before the range
   std::byte* to = out.data();

@@ -12,9 +12,12 @@
 //                uint4/uint2 -> uint8 (sub-byte elements packed from the
 //                lowest bits of each byte up, element 0 first); torch's
 //                quantized integers -> float32 ((q - zero_point) x scale,
-//                per tensor or per channel). In C order, or through any
-//                non-negative strides (a strided view is read in runs
-//                along its innermost dimension).
+//                per tensor or per channel); or the stored elements as
+//                they are (copy_conversion), for a strided view of a type
+//                numpy has. In C order, or through any non-negative
+//                strides (a strided view is read in runs along its
+//                innermost dimension): an expand() of one element to 2^26
+//                is a 4-byte storage and a 256 MiB .npy, never held whole.
 //   BlockView    a ggml block type -> float32, one block at a time
 //                (ggml_dequant.hpp); blocks follow each other in C order.
 #include <cstdint>
@@ -33,9 +36,9 @@ namespace modelfs {
 class ElementConversion {
  public:
   virtual ~ElementConversion() = default;
-  // Bits of a stored element (2, 4, 6, 8, 16 or 32).
+  // Bits of a stored element (2, 4, 6, 8, 16, 32, or 8 x an element size).
   virtual uint32_t stored_bits() const noexcept = 0;
-  // Bytes of a converted value (1 or 4).
+  // Bytes of a converted value (at most ElementView::kMaxValueSize).
   virtual uint32_t value_size() const noexcept = 0;
   // Converts `count` stored elements, the first at element `first` of
   // `stored` (which the caller has bounds-checked), whose C-order positions
@@ -48,6 +51,9 @@ class ElementConversion {
 // int4/2, uint4/2), or null: one per dtype, made on first use and shared by
 // every view (a model of 100 000 float8 tensors needs one 1 KiB table).
 std::shared_ptr<const ElementConversion> plain_conversion(DType stored);
+// Elements of `element_size` bytes copied as they are (null past
+// ElementView::kMaxValueSize).
+std::shared_ptr<const ElementConversion> copy_conversion(uint32_t element_size);
 
 // A torch quantized tensor's dequantization. `stored` is Int8, UInt8 or
 // Int32 (qint8, quint8, qint32).
@@ -73,6 +79,8 @@ std::unique_ptr<ElementConversion> affine_conversion(DType stored, const PerChan
 
 class ElementView final : public ComputedBytes {
  public:
+  static constexpr uint32_t kMaxValueSize = 16;  // complex128
+
   // The converted view of the tensor with `shape` and `strides` (in
   // elements) whose first element starts `stored`, or null when an element
   // would lie outside `stored`, a stride is negative or the sizes overflow.

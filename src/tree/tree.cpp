@@ -14,7 +14,6 @@
 #include "modelfs/npy.hpp"
 #include "modelfs/sidecar.hpp"
 #include "numeric_views.hpp"
-#include "strided_view.hpp"
 
 namespace modelfs {
 
@@ -60,16 +59,16 @@ void append_index_head(std::string& out, const Catalog& catalog, size_t tensor_c
   out += tensor_count == 0 ? "[]" : "[\n";
 }
 
-void append_index_line(std::string& out, const TensorRecord& tensor, std::string_view path, bool last) {
+void append_index_line(std::string& out, const Tensor& tensor, std::string_view path, bool last) {
   out += "    {\"name\":";
   append_json_string(out, tensor.name);
   out += ",\"path\":";
   append_json_string(out, path);
   out += ",\"dtype\":";
-  append_json_string(out, tensor.dtype_name);
+  append_json_string(out, tensor.dtype_name());
   out += ",\"shape\":";
   append_json_array(out, tensor.shape);
-  out += ",\"nbytes\":" + std::to_string(tensor.nbytes);
+  out += ",\"nbytes\":" + std::to_string(tensor.bytes.size());
   out += last ? "}\n  ]" : "},\n";
 }
 
@@ -92,7 +91,7 @@ class TreeBuilder {
     // A name's components are split again in the second pass rather than
     // kept: that would be several strings per tensor alive at once, and
     // fresh pages cost more than splitting twice.
-    const auto& tensors = tree_.catalog_.tensors;
+    const auto tensors = tree_.catalog_.tensors();
     std::vector<uint64_t> folder_of(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i)
       folder_of[i] = directories_for(tensor_path_components(tensors[i].name, options_.flat));
@@ -105,14 +104,11 @@ class TreeBuilder {
     folder_ordinal_.reserve(tree_.nodes_.size() + more);
 
     tree_.tensor_files_.reserve(tensors.size());
-    tree_.tensors_.reserve(tensors.size());  // exact: nodes point at records
+    tree_.npy_.reserve(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i)
       add_tensor(tensors[i], tensor_path_components(tensors[i].name, options_.flat), folder_of[i]);
     add_documents();
     finish_folders();
-    // Everything is in the records now; the catalog's tensors were a heap
-    // block per name, shape and stride list among the reader's garbage.
-    std::vector<Tensor>().swap(tree_.catalog_.tensors);
   }
 
  private:
@@ -212,7 +208,7 @@ class TreeBuilder {
   }
 
   uint64_t add_file(uint64_t dir, std::string_view name, FileRole role,
-                    std::initializer_list<Part> parts, const TensorRecord* tensor) {
+                    std::initializer_list<Part> parts, const Tensor* tensor) {
     Node file;
     file.role = role;
     file.tensor = tensor;
@@ -242,7 +238,9 @@ class TreeBuilder {
   // order; else the view's elements gathered into C order on each read;
   // else (a type numpy lacks, a quantized type) the values converted on
   // each read (numeric_views.hpp).
-  NpyBody npy_body(const Tensor& tensor, std::span<const uint64_t> shape, std::span<const int64_t> strides) {
+  NpyBody npy_body(const Tensor& tensor) {
+    const auto shape = tensor.shape;
+    const auto strides = tensor.strides;
     NpyBody out;
     out.content = npy_content(tensor);
     if (!out.content) return out;
@@ -264,15 +262,12 @@ class TreeBuilder {
           conversion = plain_conversion(tensor.dtype);
         else
           conversion = quantized_conversion(tensor, shape);
-        if (const ElementView* elements =
-                arena().add(ElementView::make(tensor.bytes.span(), shape, strides, std::move(conversion)))) {
+        if (const ElementView* elements = element_view(tensor, std::move(conversion))) {
           size = elements->size();
           view = elements;
         }
       }
       if (view) {
-        charge(sizeof(ElementView), "a converted .npy view");
-        keep(tensor.bytes);
         out.body = Part{nullptr, view, size};
         out.descr = *numpy_descr(out.content->dtype);
         return out;
@@ -287,14 +282,12 @@ class TreeBuilder {
     }
     out.descr = *numpy_descr(tensor.dtype);
     if (tensor.is_c_contiguous()) {
-      out.body = keep(tensor.bytes);
+      out.body = Part::held(tensor.bytes.span());
     } else if (tensor.is_f_contiguous()) {
-      out.body = keep(tensor.bytes);
+      out.body = Part::held(tensor.bytes.span());
       out.fortran = true;
-    } else if (auto gather = StridedGather::make(tensor.bytes.span(), shape, strides, dtype_bits(tensor.dtype) / 8)) {
-      keep(tensor.bytes);
-      out.body = Part{nullptr, gather.get(), gather->size()};
-      tree_.computed_.push_back(std::move(gather));
+    } else if (const ElementView* gather = element_view(tensor, copy_conversion(dtype_bits(tensor.dtype) / 8))) {
+      out.body = Part{nullptr, gather, gather->size()};
     }
     if (!out.body) out.content.reset();
     return out;
@@ -304,8 +297,17 @@ class TreeBuilder {
   // "quantization" extras (npy_content has checked their shape); per
   // channel, the scales and zero points are the catalog's tensors they
   // name. Null when they do not fit the tensor.
+  // The view of `tensor`'s elements through `conversion`, in the arena.
+  const ElementView* element_view(const Tensor& tensor, std::shared_ptr<const ElementConversion> conversion) {
+    const ElementView* view =
+        arena().add(ElementView::make(tensor.bytes.span(), tensor.shape, tensor.strides, std::move(conversion)));
+    if (view) charge(sizeof(ElementView), "a computed .npy view");
+    return view;
+  }
+
   std::unique_ptr<ElementConversion> quantized_conversion(const Tensor& tensor, std::span<const uint64_t> shape) {
-    const auto& q = tensor.extras["quantization"];
+    const nlohmann::json extras = tensor.extras();
+    const auto& q = extras["quantization"];
     const auto& scheme = q["qscheme"].get_ref<const std::string&>();
     if (scheme.starts_with("per_tensor")) {
       const auto scale = q.find("scale");
@@ -339,12 +341,7 @@ class TreeBuilder {
     auto inner = checked_numel(shape.subspan(static_cast<size_t>(a) + 1));
     if (!inner) return nullptr;
     p.inner = *inner;
-    auto conversion = affine_conversion(tensor.dtype, p);
-    if (conversion) {
-      keep(scales->bytes);
-      keep(zeros->bytes);
-    }
-    return conversion;
+    return affine_conversion(tensor.dtype, p);
   }
 
   // Where converted views are kept: sized, on first use, for every tensor
@@ -352,14 +349,15 @@ class TreeBuilder {
   ViewArena& arena() {
     if (arena_ == nullptr) {
       size_t elements = 0, blocks = 0;
-      for (const auto& t : tree_.catalog_.tensors) {
+      for (const auto& t : tree_.catalog_.tensors()) {
         const auto content = npy_content(t);
-        if (!content || (content->exact && content->dtype == t.dtype)) continue;
+        if (!content) continue;
+        if (content->exact && content->dtype == t.dtype && (t.is_c_contiguous() || t.is_f_contiguous())) continue;
         ++(t.dtype == DType::GgmlBlock ? blocks : elements);
       }
       auto arena = std::make_shared<ViewArena>(elements, blocks);
       arena_ = arena.get();
-      tree_.byte_owners_.push_back(std::move(arena));
+      tree_.views_ = std::move(arena);
     }
     return *arena_;
   }
@@ -368,40 +366,35 @@ class TreeBuilder {
   const Tensor* catalog_tensor(const std::string& name) {
     if (!catalog_names_) {
       catalog_names_ = std::make_unique<std::unordered_map<std::string_view, const Tensor*>>();
-      for (const auto& t : tree_.catalog_.tensors) catalog_names_->emplace(t.name, &t);
+      for (const auto& t : tree_.catalog_.tensors()) catalog_names_->emplace(t.name, &t);
     }
     auto it = catalog_names_->find(name);
     return it == catalog_names_->end() ? nullptr : it->second;
   }
 
   void add_tensor(const Tensor& tensor, const std::vector<std::string>& parts, uint64_t dir) {
-    charge(sizeof(TensorRecord) + 3 * (sizeof(Node) + sizeof(DirEntry)) + 2 * tensor.name.size() +
-               16 * tensor.shape.size() + 64,
-           "the tree's record of a tensor");
-    const auto shape = tree_.shapes_.add(tensor.shape);
-    const auto strides = tree_.strides_.add(tensor.strides);
-    const NpyBody npy = npy_body(tensor, shape, strides);
-    const TensorRecord* record = &tree_.tensors_.emplace_back(record_for(tensor, shape, strides, npy.content));
-    const std::optional<Part>& npy_body = npy.body;
-    const std::string name = free_name(dir, parts.back(), npy_body.has_value());
+    charge(3 * (sizeof(Node) + sizeof(DirEntry)) + tensor.name.size() + 16, "the tree's files of a tensor");
+    const NpyBody npy = npy_body(tensor);
+    tree_.npy_.push_back(npy.content);
+    const std::string name = free_name(dir, parts.back(), npy.body.has_value());
 
     tree_.tensor_files_.push_back(
-        add_file(dir, name, FileRole::TensorData, {keep(tensor.bytes)}, record));
+        add_file(dir, name, FileRole::TensorData, {Part::held(tensor.bytes.span())}, &tensor));
     // A sidecar is printed when read, but one too big to print again for
     // every small read (a shape of millions of dimensions) is kept as
     // printed: its size follows the metadata the model file holds.
-    std::string sidecar = sidecar_text(*record, tree_.catalog_.format);
+    std::string sidecar = sidecar_text(tensor, tree_.catalog_.format, npy.content);
     if (sidecar.size() > kPrintedWhenRead) {
       charge(sidecar.size(), "a sidecar of " + std::to_string(sidecar.size()) + " bytes");
       const std::string& kept = tree_.documents_.emplace_back(std::move(sidecar));
-      add_file(dir, name + ".json", FileRole::Sidecar, {Part::held(std::as_bytes(std::span(kept)))}, record);
+      add_file(dir, name + ".json", FileRole::Sidecar, {Part::held(std::as_bytes(std::span(kept)))}, &tensor);
     } else {
-      const uint64_t file = add_file(dir, name + ".json", FileRole::Sidecar, {}, record);
+      const uint64_t file = add_file(dir, name + ".json", FileRole::Sidecar, {}, &tensor);
       node(file).size = sidecar.size();
     }
-    if (npy_body)
+    if (npy.body)
       add_file(dir, name + ".npy", FileRole::NpyView,
-               {shared_npy_header(npy_header(npy.descr, tensor.shape, npy.fortran)), *npy_body}, record);
+               {shared_npy_header(npy_header(npy.descr, tensor.shape, npy.fortran)), *npy.body}, &tensor);
     tree_.total_bytes_ += tensor.bytes.size();
 
     // index.json's line for this tensor, printed only to be measured.
@@ -410,50 +403,9 @@ class TreeBuilder {
     for (size_t i = 0; i + 1 < parts.size(); ++i) path.append(parts[i]).push_back('/');
     path += name;
     scratch_line_.clear();
-    const bool last = tree_.tensor_files_.size() == tree_.catalog_.tensors.size();
-    append_index_line(scratch_line_, *record, path, last);
+    const bool last = tree_.tensor_files_.size() == tree_.catalog_.tensors().size();
+    append_index_line(scratch_line_, tensor, path, last);
     index_size_ += scratch_line_.size();
-  }
-
-  // The tree's record of a tensor, in the tree's stores.
-  // (shape and strides already in the tree's stores; `npy`: what its .npy
-  // holds, if it has one).
-  TensorRecord record_for(const Tensor& tensor, std::span<const uint64_t> shape, std::span<const int64_t> strides,
-                          const std::optional<NpyContent>& npy) {
-    TensorRecord record = record_of(tensor);
-    record.name = tree_.texts_.add(record.name);
-    record.dtype_name = intern(record.dtype_name);
-    record.source_file = intern(record.source_file);
-    record.shape = shape;
-    record.strides = strides;
-    record.npy_dtype.reset();
-    record.npy_from = {};
-    if (npy) {
-      record.npy_dtype = npy->dtype;
-      record.npy_from = intern(npy->from);
-      record.npy_exact = npy->exact;
-    }
-    if (auto lines = sidecar_extras_lines(tensor.extras)) {
-      if (!lines->empty()) record.extras_lines = tree_.texts_.add(*lines);
-    } else {
-      record.extras_lines = tree_.texts_.add(readable_json(sidecar_json(tensor, tree_.catalog_.format, npy)));
-      record.sidecar_printed_whole = true;
-    }
-    return record;
-  }
-
-  // The few texts many records share (source files, dtype names), kept once.
-  std::string_view intern(std::string_view text) {
-    auto it = interned_.find(text);
-    if (it == interned_.end()) it = interned_.insert(tree_.texts_.add(text)).first;
-    return *it;
-  }
-
-  // The bytes as a part, their owner kept by the tree (once per owner).
-  Part keep(const ByteSpan& bytes) {
-    if (bytes.owner() && kept_owners_.insert(bytes.owner().get()).second)
-      tree_.byte_owners_.push_back(bytes.owner());
-    return Part::held(bytes.span());
   }
 
   // Tensors of one dtype and shape share one .npy header: a model's layers
@@ -493,7 +445,7 @@ class TreeBuilder {
   void add_documents() {
     const auto& catalog = tree_.catalog_;
     std::string ends;
-    append_index_head(ends, catalog, catalog.tensors.size());
+    append_index_head(ends, catalog, catalog.tensors().size());
     append_index_tail(ends);
     const uint64_t index =
         add_file(meta_dir_, free_name(meta_dir_, "index.json", false), FileRole::Index, {}, nullptr);
@@ -551,8 +503,6 @@ class TreeBuilder {
   uint64_t index_size_ = 0;
   std::string scratch_path_;
   std::string scratch_line_;
-  std::unordered_set<std::string_view> interned_;
-  std::unordered_set<const void*> kept_owners_;
   // The catalog's tensors by name, made when a per-channel quantized
   // tensor first asks for its scales.
   std::unique_ptr<std::unordered_map<std::string_view, const Tensor*>> catalog_names_;
@@ -612,9 +562,9 @@ std::vector<std::string> Tree::tensor_paths() const {
 const std::string& Tree::index_text(uint64_t size) const {
   std::call_once(index_printed_, [this, size] {
     index_text_.reserve(size);
-    append_index_head(index_text_, catalog_, tensors_.size());
+    append_index_head(index_text_, catalog_, tensor_files_.size());
     for_each_tensor_path([this](size_t i, std::string_view path) {
-      append_index_line(index_text_, tensors_[i], path, i + 1 == tensor_files_.size());
+      append_index_line(index_text_, catalog_.tensors()[i], path, i + 1 == tensor_files_.size());
     });
     append_index_tail(index_text_);
   });
@@ -643,7 +593,7 @@ size_t Tree::read(const Node& file, uint64_t offset, uint64_t length,
     return slice_text(text.substr(0, file.size), offset, length, out);
   }
   if (file.role == FileRole::Sidecar && file.part_count == 0 && file.tensor != nullptr) {
-    scratch = sidecar_text(*file.tensor, catalog_.format);
+    scratch = sidecar_text(*file.tensor, catalog_.format, npy_of(*file.tensor));
     return slice_text(scratch, offset, length, out);
   }
   return file.slice(offset, length, out, scratch);

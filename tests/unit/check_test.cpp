@@ -8,9 +8,9 @@
 namespace modelfs {
 namespace {
 
-Tensor mapped_tensor(const std::string& name, std::shared_ptr<const MappedFile> file, uint64_t offset,
+TensorSpec mapped_tensor(const std::string& name, std::shared_ptr<const MappedFile> file, uint64_t offset,
                      uint64_t length) {
-  Tensor t;
+  TensorSpec t;
   t.name = name;
   t.dtype = DType::UInt8;
   t.shape = {length};
@@ -24,8 +24,8 @@ TEST(Check, ReadsEveryByteAndReportsProgressToTheEnd) {
   auto file = MappedFile::open(dir.write("m.bin", std::string(3 << 20, 'x')));
   Catalog catalog;
   catalog.format = "test";
-  catalog.tensors.push_back(mapped_tensor("a", file, 0, 1 << 20));
-  catalog.tensors.push_back(mapped_tensor("b", file, 1 << 20, 2 << 20));
+  catalog.add(mapped_tensor("a", file, 0, 1 << 20));
+  catalog.add(mapped_tensor("b", file, 1 << 20, 2 << 20));
   uint64_t last_done = 0, last_total = 0;
   auto summary = check_model(catalog, [&](uint64_t done, uint64_t total) {
     EXPECT_GE(done, last_done);
@@ -43,8 +43,8 @@ TEST(Check, OverlapIsAFaultUnlessTheFormatAllowsSharing) {
   auto file = MappedFile::open(dir.write("m.bin", std::string(100, 'x')));
   Catalog catalog;
   catalog.format = "test";
-  catalog.tensors.push_back(mapped_tensor("a", file, 0, 60));
-  catalog.tensors.push_back(mapped_tensor("b", file, 50, 50));
+  catalog.add(mapped_tensor("a", file, 0, 60));
+  catalog.add(mapped_tensor("b", file, 50, 50));
   try {
     check_model(catalog, nullptr);
     FAIL();
@@ -78,7 +78,7 @@ TEST(Check, AFileShorterThanItsMappingIsReportedNotCrashed) {
   auto file = MappedFile::open(path);
   Catalog catalog;
   catalog.format = "test";
-  catalog.tensors.push_back(mapped_tensor("tail", file, 4096, 4096));
+  catalog.add(mapped_tensor("tail", file, 4096, 4096));
   std::filesystem::resize_file(path, 5000);  // shrunk after opening
   try {
     check_model(catalog, nullptr);

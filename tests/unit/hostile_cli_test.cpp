@@ -94,8 +94,8 @@ TEST(HostileCli, FitWidthCutsWholeCharactersWithAnEllipsis) {
   EXPECT_EQ(fit_width("abc", 1), "\xe2\x80\xa6");
 }
 
-Tensor small_tensor(std::string name) {
-  Tensor t;
+TensorSpec small_tensor(std::string name) {
+  TensorSpec t;
   t.name = std::move(name);
   t.dtype = DType::Float32;
   t.shape = {1};
@@ -107,8 +107,8 @@ Tensor small_tensor(std::string name) {
 TEST(HostileCli, ListTableCapsTheNameColumn) {
   Catalog catalog;
   catalog.format = "safetensors";
-  for (int i = 0; i < 1000; ++i) catalog.tensors.push_back(small_tensor("layer." + std::to_string(i)));
-  catalog.tensors.push_back(small_tensor(std::string(100000, 'x')));
+  for (int i = 0; i < 1000; ++i) catalog.add(small_tensor("layer." + std::to_string(i)));
+  catalog.add(small_tensor(std::string(100000, 'x')));
   std::ostringstream table;
   cli::print_table(catalog, table);
   const std::string text = table.str();

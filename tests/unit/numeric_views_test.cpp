@@ -390,8 +390,8 @@ TEST(GgmlGrids, RowsMatchGgmlsPublishedGrids) {
 
 // ---- the tree
 
-Tensor tensor_of(const std::string& name, DType dtype, std::vector<uint64_t> shape, std::string bytes) {
-  Tensor t;
+TensorSpec tensor_of(const std::string& name, DType dtype, std::vector<uint64_t> shape, std::string bytes) {
+  TensorSpec t;
   t.name = name;
   t.dtype = dtype;
   t.shape = std::move(shape);
@@ -405,14 +405,14 @@ TEST(NumericTree, ConvertedNpyHasAFloat32HeaderAndTheSidecarSaysSo) {
   Catalog catalog;
   catalog.format = "gguf";
   catalog.files = {"m"};
-  catalog.tensors.push_back(tensor_of("bf", DType::BFloat16, {2}, std::string("\x80\x3f\x00\xc0", 4)));
-  Tensor q = tensor_of("q", DType::GgmlBlock, {32}, std::string(34, '\0'));
+  catalog.add(tensor_of("bf", DType::BFloat16, {2}, std::string("\x80\x3f\x00\xc0", 4)));
+  TensorSpec q = tensor_of("q", DType::GgmlBlock, {32}, std::string(34, '\0'));
   q.block_type = "q8_0";
-  catalog.tensors.push_back(q);
-  Tensor nv = tensor_of("nv", DType::GgmlBlock, {64}, std::string(36, '\0'));
+  catalog.add(q);
+  TensorSpec nv = tensor_of("nv", DType::GgmlBlock, {64}, std::string(36, '\0'));
   nv.block_type = "q9_9";  // no dequantization
-  catalog.tensors.push_back(nv);
-  catalog.tensors.push_back(tensor_of("f", DType::Float32, {1}, std::string(4, '\0')));
+  catalog.add(nv);
+  catalog.add(tensor_of("f", DType::Float32, {1}, std::string(4, '\0')));
   auto tree = Tree::build(std::move(catalog), {});
   const std::string npy = tree->content(*tree->node(*tree->resolve("bf.npy")));
   EXPECT_NE(npy.find("'descr': '<f4'"), std::string::npos);
@@ -437,12 +437,6 @@ TEST(NumericTree, ConvertedNpyHasAFloat32HeaderAndTheSidecarSaysSo) {
     const Node* file = tree->node(*tree->resolve(name));
     EXPECT_EQ(tree->content(*file).size(), file->size) << name;
   }
-}
-
-TEST(NumericTree, SidecarTextAndJsonAgree) {
-  Tensor t = tensor_of("x", DType::Float8E5M2, {3}, std::string(3, '\0'));
-  t.extras["kind"] = "parameter";
-  EXPECT_EQ(sidecar_text(t, "safetensors"), readable_json(sidecar_json(t, "safetensors")));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// A strided view's C-order elements, computed for any range: every range
+// A strided view's C-order elements (ElementView through copy_conversion),
+// computed for any range: every range
 // of every view below equals the same range of a plain element-by-element
 // gather (the oracle), whatever its alignment to elements.
 #include <gtest/gtest.h>
@@ -8,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "../../src/tree/strided_view.hpp"
+#include "../../src/tree/numeric_views.hpp"
 
 namespace modelfs {
 namespace {
@@ -41,7 +42,7 @@ std::string storage_of(size_t bytes) {
   return s;
 }
 
-TEST(StridedGather, EveryRangeEqualsTheElementByElementGather) {
+TEST(StridedView, EveryRangeEqualsTheElementByElementGather) {
   const std::vector<View> views = {
       {{3, 4}, {1, 3}, 4},         // a transpose
       {{2, 3}, {8, 2}, 2},         // every other column of some rows
@@ -54,7 +55,7 @@ TEST(StridedGather, EveryRangeEqualsTheElementByElementGather) {
     uint64_t last = 0;
     for (size_t d = 0; d < v.shape.size(); ++d) last += (v.shape[d] - 1) * v.strides[d];
     const std::string storage = storage_of((last + 1) * v.element_size);
-    auto gather = StridedGather::make(std::as_bytes(std::span(storage)), v.shape, v.strides, v.element_size);
+    auto gather = ElementView::make(std::as_bytes(std::span(storage)), v.shape, v.strides, copy_conversion(v.element_size));
     ASSERT_TRUE(gather);
     const std::string want = oracle(storage, v);
     ASSERT_EQ(gather->size(), want.size());
@@ -69,20 +70,20 @@ TEST(StridedGather, EveryRangeEqualsTheElementByElementGather) {
   }
 }
 
-TEST(StridedGather, AViewReachingPastItsBytesOrBackwardsIsRefused) {
+TEST(StridedView, AViewReachingPastItsBytesOrBackwardsIsRefused) {
   const std::string storage = storage_of(20);  // five float32 elements
   const auto bytes = std::as_bytes(std::span(storage));
   const std::vector<uint64_t> shape = {2, 2};
-  EXPECT_TRUE(StridedGather::make(bytes, shape, std::vector<int64_t>{3, 1}, 4));   // last element 4
-  EXPECT_FALSE(StridedGather::make(bytes, shape, std::vector<int64_t>{4, 1}, 4));  // last element 5
-  EXPECT_FALSE(StridedGather::make(bytes, shape, std::vector<int64_t>{-1, 1}, 4));
+  EXPECT_TRUE(ElementView::make(bytes, shape, std::vector<int64_t>{3, 1}, copy_conversion(4)));   // last element 4
+  EXPECT_FALSE(ElementView::make(bytes, shape, std::vector<int64_t>{4, 1}, copy_conversion(4)));  // last element 5
+  EXPECT_FALSE(ElementView::make(bytes, shape, std::vector<int64_t>{-1, 1}, copy_conversion(4)));
   const std::vector<uint64_t> huge = {uint64_t{1} << 62, 8};
-  EXPECT_FALSE(StridedGather::make(bytes, huge, std::vector<int64_t>{0, 0}, 4));  // size overflows
+  EXPECT_FALSE(ElementView::make(bytes, huge, std::vector<int64_t>{0, 0}, copy_conversion(4)));  // size overflows
 }
 
-TEST(StridedGather, AnEmptyViewIsEmpty) {
+TEST(StridedView, AnEmptyViewIsEmpty) {
   const std::vector<uint64_t> shape = {0, 5};
-  auto gather = StridedGather::make({}, shape, std::vector<int64_t>{9, 1}, 4);
+  auto gather = ElementView::make({}, shape, std::vector<int64_t>{9, 1}, copy_conversion(4));
   ASSERT_TRUE(gather);
   EXPECT_EQ(gather->size(), 0u);
 }

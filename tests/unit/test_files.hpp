@@ -5,10 +5,21 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 namespace modelfs::test {
+
+// A catalog tensor's shape or strides as a vector, to compare with one.
+template <typename T>
+std::vector<T> vec(std::span<const T> items) {
+  return {items.begin(), items.end()};
+}
+template <typename T>
+std::vector<T> vec(const std::vector<T>& items) {
+  return items;
+}
 
 // A fresh folder under the system temp dir, removed with its contents.
 class TempDir {

@@ -11,23 +11,25 @@
 namespace modelfs {
 namespace {
 
-Tensor tensor(const std::string& name, DType dtype = DType::Float32,
+TensorSpec tensor(const std::string& name, DType dtype = DType::Float32,
               std::vector<uint64_t> shape = {2}) {
-  Tensor t;
+  TensorSpec t;
   t.name = name;
   t.dtype = dtype;
   t.shape = std::move(shape);
   t.strides = contiguous_strides(t.shape);
-  t.bytes = ByteSpan::owned(std::string(t.numel() * dtype_bits(dtype) / 8, 'x'));
+  uint64_t numel = 1;
+  for (auto d : t.shape) numel *= d;
+  t.bytes = ByteSpan::owned(std::string(numel * dtype_bits(dtype) / 8, 'x'));
   t.source = {"m.safetensors", 0};
   return t;
 }
 
-std::unique_ptr<const Tree> build(std::vector<Tensor> tensors, bool flat = false) {
+std::unique_ptr<const Tree> build(const std::vector<TensorSpec>& tensors, bool flat = false) {
   Catalog catalog;
   catalog.format = "safetensors";
   catalog.files = {"m.safetensors"};
-  catalog.tensors = std::move(tensors);
+  for (const auto& t : tensors) catalog.add(t);
   return Tree::build(std::move(catalog), {.flat = flat});
 }
 
@@ -91,7 +93,7 @@ TEST(Tree, SplitsNamesIntoFoldersWithSidecarsAndNpyViews) {
 }
 
 TEST(Tree, NoNpyWhereModelfsCannotConvertTheType) {
-  Tensor w = tensor("w", DType::GgmlBlock, {64});
+  TensorSpec w = tensor("w", DType::GgmlBlock, {64});
   w.block_type = "q9_9";  // a block type modelfs has no dequantization for
   w.bytes = ByteSpan::owned(std::string(36, 'x'));
   auto tree = build({w, tensor("b", DType::BFloat16)});
@@ -102,7 +104,7 @@ TEST(Tree, NoNpyWhereModelfsCannotConvertTheType) {
 }
 
 TEST(Tree, StringTensorsHaveTheirTextAndNoNpy) {
-  Tensor t = tensor("labels", DType::String, {2});
+  TensorSpec t = tensor("labels", DType::String, {2});
   t.bytes = ByteSpan::owned("\"a\"\n\"b\"\n");
   t.source = {"m.onnx", std::nullopt};
   auto tree = build({std::move(t)});
@@ -119,15 +121,15 @@ TEST(Tree, StringTensorsHaveTheirTextAndNoNpy) {
 
 TEST(Tree, StridedViewsGetANpyGatheredWhenRead) {
   // A 2x2 transpose of [[a, b], [c, d]]: raw bytes stay as stored.
-  Tensor t = tensor("t", DType::UInt8, {2, 2});
+  TensorSpec t = tensor("t", DType::UInt8, {2, 2});
   t.strides = {1, 2};
   t.bytes = ByteSpan::owned("abcd");
-  Tensor strided = t;
+  TensorSpec strided = t;
   strided.name = "s";
   strided.shape = {2, 2};
   strided.strides = {3, 1};  // rows [a, b] and [d, e]: neither C nor F order
   strided.bytes = ByteSpan::owned("abcde");
-  Tensor outside = strided;
+  TensorSpec outside = strided;
   outside.name = "o";
   outside.bytes = ByteSpan::owned("abcd");  // its last element would be past the end
   auto tree = build({t, strided, outside});
@@ -143,7 +145,7 @@ TEST(Tree, StridedViewsGetANpyGatheredWhenRead) {
 
 TEST(Tree, ABigSidecarIsKeptAsPrintedAndReadByRange) {
   // A million dimensions of 1: the sidecar is megabytes, read in pieces.
-  Tensor t = tensor("w", DType::Float32, {});
+  TensorSpec t = tensor("w", DType::Float32, {});
   t.shape.assign(1'000'000, 1);
   t.strides.assign(1'000'000, 1);
   t.bytes = ByteSpan::owned("abcd");
@@ -152,7 +154,7 @@ TEST(Tree, ABigSidecarIsKeptAsPrintedAndReadByRange) {
   ASSERT_EQ(file->parts().size(), 1u);  // held, not printed per read
   const std::string whole = content(*tree, "w.json");
   EXPECT_EQ(whole.size(), file->size);
-  EXPECT_TRUE(whole == sidecar_text(tree->tensors()[0], "safetensors"));
+  EXPECT_TRUE(whole == sidecar_text(tree->tensors()[0], "safetensors", tree->npy_of(tree->tensors()[0])));
   std::array<iovec, Node::kMaxParts> iov{};
   std::string scratch;
   ASSERT_EQ(tree->read(*file, 4096, 4096, iov, scratch), 1u);
@@ -188,7 +190,7 @@ TEST(Tree, FlatModeSidecarClashesGetSuffixes) {
 TEST(Tree, ClashesResolveAlikeInSmallAndBigFolders) {
   for (size_t fillers : {0u, 40u}) {
     SCOPED_TRACE(fillers);
-    std::vector<Tensor> nested, flat;
+    std::vector<TensorSpec> nested, flat;
     for (size_t i = 0; i < fillers; ++i) {
       nested.push_back(tensor("d.f" + std::to_string(i)));
       flat.push_back(tensor("f" + std::to_string(i)));
@@ -250,9 +252,9 @@ TEST(Tree, IndexIsTheJsonObjectPrintedReadably) {
   for (size_t i = 0; i < tree->tensors().size(); ++i) {
     const auto& t = tree->tensors()[i];
     expected["tensors"].push_back({{"name", t.name}, {"path", tree->tensor_paths()[i]},
-                                   {"dtype", t.dtype_name},
+                                   {"dtype", t.dtype_name()},
                                    {"shape", std::vector<uint64_t>(t.shape.begin(), t.shape.end())},
-                                   {"nbytes", t.nbytes}});
+                                   {"nbytes", t.bytes.size()}});
   }
   EXPECT_EQ(content(*tree, ".modelfs/index.json"), readable_json(expected));
   expect_index_matches_tree(*tree);
@@ -280,35 +282,38 @@ TEST(Tree, SlicesSpanTheNpyHeaderAndTheData) {
   EXPECT_EQ(iov[0].iov_len, 10u);
 }
 
-// The tree keeps records of the tensors in its own stores, extras as their
-// printed lines, and drops the catalog's tensors: every file still says and
-// serves what the tensor did, at the size the file reports. Extras that
-// reuse a fixed key (they replace that key) keep the whole sidecar printed.
-TEST(Tree, SidecarsPrintTheExtrasTheBuilderKeptAsText) {
-  std::vector<Tensor> tensors = {tensor("plain"), tensor("extra"), tensor("clash")};
+// Each sidecar says what its tensor is, the format's extras after the fixed
+// keys, at the size its file reports; the tensors the tree points at are
+// the catalog's, whose bytes it serves.
+TEST(Tree, SidecarsSayTheTensorAndItsExtras) {
+  std::vector<TensorSpec> tensors = {tensor("plain"), tensor("extra")};
   tensors[1].extras = {{"requires_grad", true}, {"storage", {{"key", "3"}, {"offset", 0}}},
                        {"note", "é \"q\""}};
-  tensors[2].extras = {{"kind", "buffer"}, {"byte_order", "big"}};
-  std::vector<std::string> expected;
-  for (const auto& t : tensors) expected.push_back(readable_json(sidecar_json(t, "safetensors")));
-
   auto tree = build(tensors);
   for (size_t i = 0; i < tensors.size(); ++i) {
     SCOPED_TRACE(tensors[i].name);
     const Node* sidecar = tree->node(*tree->resolve(tensors[i].name + ".json"));
-    EXPECT_EQ(tree->content(*sidecar), expected[i]);
-    EXPECT_EQ(sidecar->size, expected[i].size());
+    const std::string text = tree->content(*sidecar);
+    EXPECT_EQ(sidecar->size, text.size());
+    const auto json = nlohmann::ordered_json::parse(text);
+    EXPECT_EQ(json["name"], tensors[i].name);
+    EXPECT_EQ(json["dtype"], "float32");
+    EXPECT_EQ(json["shape"], nlohmann::json({2}));
+    EXPECT_EQ(json["nbytes"], 8);
+    EXPECT_EQ(json["numpy"], "<f4");
+    EXPECT_EQ(nlohmann::json(json["npy"]), nlohmann::json({{"dtype", "float32"}, {"from", "float32"}, {"exact", true}}));
+    EXPECT_EQ(nlohmann::json(json["source"]), nlohmann::json({{"file", "m.safetensors"}, {"offset", 0}}));
+    std::vector<std::string> keys;
+    for (const auto& [key, value] : json.items()) keys.push_back(key);
+    const size_t fixed = 10;  // name ... source
+    ASSERT_EQ(keys.size(), fixed + tensors[i].extras.size());
+    EXPECT_EQ(keys[fixed - 1], "source");
+    for (const auto& [key, value] : tensors[i].extras.items()) EXPECT_EQ(json[key], value) << key;
   }
-  EXPECT_TRUE(tree->catalog().tensors.empty());
-  ASSERT_EQ(tree->tensors().size(), 3u);
+  ASSERT_EQ(tree->tensors().size(), 2u);
+  EXPECT_EQ(tree->tensors().data(), tree->catalog().tensors().data());
   EXPECT_TRUE(tree->tensors()[0].extras_lines.empty());
-  EXPECT_FALSE(tree->tensors()[1].sidecar_printed_whole);
-  EXPECT_TRUE(tree->tensors()[2].sidecar_printed_whole);
-  EXPECT_EQ(nlohmann::json::parse(expected[2])["byte_order"], "big");
-  // The raw file's bytes outlive the catalog: the tree keeps their owner.
   EXPECT_EQ(content(*tree, "extra"), std::string(8, 'x'));
-  EXPECT_EQ(tree->tensors()[1].shape.size(), 1u);
-  EXPECT_EQ(tree->tensors()[1].shape[0], 2u);
 }
 
 TEST(Tree, DocumentsLiveUnderModelfs) {

@@ -13,21 +13,9 @@
 #include <string_view>
 
 #include "modelfs/catalog.hpp"
+#include "modelfs/tree.hpp"
 
 namespace modelfs {
-
-// What a tensor's .npy holds: its values as numpy's `dtype` (the stored
-// type where numpy has it; else the nearest numpy type that holds them
-// exactly or as the format defines them: float32 for bfloat16, the float8,
-// float6 and float4 types and every dequantized type; int8/uint8 for the
-// 2- and 4-bit integers), converted from `from` (the stored type's name:
-// "bfloat16", "q4_k", torch's "qint8"). `exact`: every value is the stored
-// one (the stored type itself, or a widening); false for dequantized types.
-struct NpyContent {
-  DType dtype = DType::Float32;
-  std::string_view from;
-  bool exact = true;
-};
 
 // What the .npy of `tensor` holds, judged from the tensor alone (the tree
 // may still make none, or fall back to the stored integers of a quantized

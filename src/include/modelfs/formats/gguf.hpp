@@ -88,7 +88,7 @@ struct File {
   uint32_t version = 0;
   uint64_t alignment = kDefaultAlignment;
   uint64_t data_offset = 0;  // where the data section starts in the file
-  std::vector<Tensor> tensors;  // in tensor-info order
+  std::vector<TensorSpec> tensors;  // in tensor-info order
   nlohmann::json kv = nlohmann::json::object();
   nlohmann::json kv_types = nlohmann::json::object();
 

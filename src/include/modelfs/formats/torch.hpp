@@ -52,7 +52,7 @@ struct NestedSave {
 };
 
 struct SaveContents {
-  std::vector<Tensor> tensors;
+  std::vector<TensorSpec> tensors;
   nlohmann::json values = nlohmann::json::object();           // plain values, by path
   nlohmann::json skipped_objects = nlohmann::json::array();  // globals not rebuilt
 };
