@@ -155,8 +155,9 @@ void print_json(const Catalog& catalog, std::ostream& out) {
                     {"nbytes", t.bytes.size()},
                     {"source", source}});
     // Format extras (GGUF: ggml_type, block_size, type_size ...), as in the sidecar.
-    if (!t.extras_lines.empty())
-      for (const auto& [key, value] : t.extras().items()) list.back()[key] = value;
+    const nlohmann::json extras = t.extras();
+    if (extras.is_object())
+      for (const auto& [key, value] : extras.items()) list.back()[key] = value;
   }
   out << doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
