@@ -10,11 +10,21 @@
 #include "modelfs/formats.hpp"
 #include "modelfs/formats/gguf.hpp"
 #include "modelfs/formats/onnx.hpp"
+#include "modelfs/formats/pt2.hpp"
 #include "modelfs/formats/safetensors.hpp"
 #include "modelfs/formats/torch.hpp"
 
 namespace modelfs {
 namespace {
+
+// torch.save, TorchScript and PT2 archives share the ZIP container; which
+// one a file is shows only in its central directory, past the probed head,
+// so the ZIP is opened once here and handed to the reader it belongs to.
+Catalog open_zip_container(const ModelFile& model) {
+  const ZipArchive zip = ZipArchive::open(model.mapped, "ZIP archive");
+  if (pt2::is_pt2_archive(zip)) return pt2::open_archive(model.path, model.mapped, zip);
+  return torch::open_zip(model, zip);
+}
 
 const std::array kReaders{
     FormatReader{"safetensors", safetensors::probe_file, safetensors::open_file, safetensors::probe_folder,
@@ -25,10 +35,8 @@ const std::array kReaders{
     FormatReader{"safetensors index", safetensors::probe_index_file, safetensors::open_index_file,
                  nullptr, nullptr},
     FormatReader{"gguf", gguf::probe_file, gguf::open_file, gguf::probe_folder, gguf::open_folder},
-    // torch.save and TorchScript; PT2 archives share the container, and
-    // open_zip hands them to the PT2 reader (their records are only known
-    // from the central directory, past the probed head).
-    FormatReader{"pytorch", torch::probe_zip, torch::open_zip, nullptr, nullptr},
+    // torch.save, TorchScript and PT2 (open_zip_container above).
+    FormatReader{"pytorch", torch::probe_zip, open_zip_container, nullptr, nullptr},
     FormatReader{"pytorch legacy", torch::probe_legacy, torch::open_legacy, nullptr, nullptr},
     FormatReader{"pytorch sharded", nullptr, nullptr, torch::probe_folder, torch::open_folder},
     // ONNX has no magic: probed last, by a bounded trial parse of its first

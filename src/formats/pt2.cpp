@@ -17,8 +17,8 @@
 #include "json_limits.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/formats/torch.hpp"
 #include "torch_objects.hpp"
+#include "torch_save.hpp"
 
 namespace modelfs::pt2 {
 namespace {
@@ -274,10 +274,10 @@ class ArchiveReader {
   ByteSpan payload_bytes(const ZipMember& member);
   void add_document(const std::string& path, const ZipMember& member);
   void add_tensor(Tensor tensor);
-  void add_save_tensors(torch::SaveContents contents, const std::string& what);
+  void add_save_tensors(torch_save::SaveContents contents, const std::string& what);
 
   bool holds_zip(const ZipMember& member) const;
-  torch::SaveContents read_nested(const ZipMember& member, const std::string& name_prefix,
+  torch_save::SaveContents read_nested(const ZipMember& member, const std::string& name_prefix,
                                   const std::string& default_kind);
   void read_layered();
   void read_flat();
@@ -331,7 +331,7 @@ void ArchiveReader::add_tensor(Tensor tensor) {
   catalog_.tensors.push_back(std::move(tensor));
 }
 
-void ArchiveReader::add_save_tensors(torch::SaveContents contents, const std::string& what) {
+void ArchiveReader::add_save_tensors(torch_save::SaveContents contents, const std::string& what) {
   for (auto& t : contents.tensors) add_tensor(std::move(t));
   for (auto& name : contents.skipped_objects) skipped_.push_back({{"in", what}, {"object", name}});
 }
@@ -344,14 +344,14 @@ bool ArchiveReader::holds_zip(const ZipMember& member) const {
 
 // A torch.save archive stored as `member`: read in place when stored,
 // inflated into a memory file when compressed.
-torch::SaveContents ArchiveReader::read_nested(const ZipMember& member, const std::string& name_prefix,
+torch_save::SaveContents ArchiveReader::read_nested(const ZipMember& member, const std::string& name_prefix,
                                                const std::string& default_kind) {
-  torch::NestedSave how{display_, std::string(kFormat), source_, name_prefix, default_kind, true};
-  if (member.stored()) return torch::read_save(zip_.nested(member), how);
+  torch_save::NestedSave how{display_, std::string(kFormat), source_, name_prefix, default_kind, true};
+  if (member.stored()) return torch_save::read_save(zip_.nested(member), how);
   how.in_file = false;
   const ByteSpan inflated = zip_.contents(member);
   auto memory = MappedFile::from_bytes(inflated.view(), display_ + ":" + member.name);
-  return torch::read_save(ZipArchive::open(memory, "ZIP archive"), how);
+  return torch_save::read_save(ZipArchive::open(memory, "ZIP archive"), how);
 }
 
 // A SymInt that must be concrete: {"as_int": n} (a plain n is taken too).
