@@ -16,8 +16,9 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto path = modelfs::fuzz::write_input(data, size, "model");
   try {
-    auto catalog = modelfs::open_model(path);
-    (void)modelfs::check_model(catalog, nullptr);
+    modelfs::IntegrityChecks checks;
+    auto catalog = modelfs::open_model(path, &checks);
+    (void)modelfs::check_model(catalog, checks, nullptr);
     auto tree = modelfs::Tree::build(std::move(catalog), {});
     for (const auto& p : tree->tensor_paths()) (void)tree->resolve(p);
     // Every file served as FUSE would serve it, through what the tree kept

@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // PT2 archives: the payload configs (dtype codes, sizes, strides, storage
 // offsets, symbolic sizes), model JSONs, nested torch.save members and the
-// AOTInductor layout, reached as modelfs reaches them: through the ZIP.
+// AOTInductor layout, reached as detection reaches them: through the ZIP.
 #include "fuzz_input.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/formats/torch.hpp"
+#include "modelfs/formats/pt2.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto path = modelfs::fuzz::write_input(data, size, "model.pt2");
   try {
-    (void)modelfs::torch::open_zip(modelfs::ModelFile::open(path));
+    auto file = modelfs::MappedFile::open(path);
+    const auto zip = modelfs::ZipArchive::open(file, "ZIP archive");
+    (void)modelfs::pt2::open_archive(path, file, zip);
   } catch (const modelfs::ModelError&) {
   }
   return 0;

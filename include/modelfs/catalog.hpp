@@ -127,11 +127,14 @@ struct Document {
 // A verification a format can make beyond parsing (a CRC, a checksum), run
 // by `modelfs --check`, never at mount. `run` reads the bytes it checks,
 // reports them through `progress`, and throws ModelError on a fault.
+// Readers make them only when the caller asks (open_model's `checks`): a
+// mount never holds them (a torch.save archive has one per record).
 struct IntegrityCheck {
   std::string what;  // "CRC-32 of archive/data/0", for messages
   uint64_t bytes = 0;
   std::function<void(const std::function<void(uint64_t)>& progress)> run;
 };
+using IntegrityChecks = std::vector<IntegrityCheck>;
 
 class Catalog {
  public:
@@ -147,7 +150,6 @@ class Catalog {
   // Formats whose tensors may share bytes (tied weights, views of one
   // storage) set this; elsewhere overlapping tensors are a fault.
   bool tensors_may_share_bytes = false;
-  std::vector<IntegrityCheck> integrity_checks;
 
   // Appends a tensor, copying what it names into the catalog's stores
   // (charged to the current budget).

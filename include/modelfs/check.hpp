@@ -6,7 +6,7 @@
 //   - refuses tensors whose bytes overlap where the format forbids sharing,
 //   - reads every tensor byte with pread (an I/O error becomes a ModelError
 //     instead of a SIGBUS through the mapping),
-//   - runs the format's own integrity checks (Catalog::integrity_checks:
+//   - runs the format's own integrity checks (open_model's `checks`:
 //     CRC-32 of ZIP members, checksums of external data, ...).
 // The first fault is thrown as a ModelError naming file, format and offset.
 #include <cstdint>
@@ -24,13 +24,13 @@ struct CheckSummary {
 
 // `progress(done, total)` is called as bytes are read (total = tensor bytes
 // plus the bytes the integrity checks read).
-CheckSummary check_model(const Catalog& catalog,
+CheckSummary check_model(const Catalog& catalog, const IntegrityChecks& checks,
                          const std::function<void(uint64_t done, uint64_t total)>& progress);
 // The same, counting into `summary` as it goes, so that after a fault it
 // holds what was checked before it: tensors whose bytes were all read back
 // (those with no bytes in a file at the start), bytes read, integrity
 // checks passed. `--check --json` reports it.
-void check_model(const Catalog& catalog, const std::function<void(uint64_t done, uint64_t total)>& progress,
-                 CheckSummary& summary);
+void check_model(const Catalog& catalog, const IntegrityChecks& checks,
+                 const std::function<void(uint64_t done, uint64_t total)>& progress, CheckSummary& summary);
 
 }  // namespace modelfs

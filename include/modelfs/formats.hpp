@@ -16,9 +16,14 @@ namespace modelfs {
 struct ModelFile {
   std::filesystem::path path;
   std::shared_ptr<const MappedFile> mapped;
+  // Where the reader adds the format's integrity checks; null when the
+  // caller wants none (a mount).
+  IntegrityChecks* checks = nullptr;
 
   // Maps `path` (for callers that know the format: a shard, a fuzzer).
-  static ModelFile open(const std::filesystem::path& path) { return {path, MappedFile::open(path)}; }
+  static ModelFile open(const std::filesystem::path& path, IntegrityChecks* checks = nullptr) {
+    return {path, MappedFile::open(path), checks};
+  }
 };
 
 // One entry per format modelfs reads. Adding a format is adding a reader
@@ -32,13 +37,15 @@ struct FormatReader {
   Catalog (*open_file)(const ModelFile& model);
   // True when a folder is a model of this format.
   bool (*probe_folder)(const std::filesystem::path& folder);
-  Catalog (*open_folder)(const std::filesystem::path& folder);
+  Catalog (*open_folder)(const std::filesystem::path& folder, IntegrityChecks* checks);
 };
 
 std::span<const FormatReader> format_readers();
 
 // Opens MODEL, a file or a folder. Throws ModelError naming the file, the
 // format, the offset and the reason when it is not a model modelfs can read.
-Catalog open_model(const std::filesystem::path& model);
+// With `checks`, the format's integrity checks are added there (for
+// check_model, check.hpp).
+Catalog open_model(const std::filesystem::path& model, IntegrityChecks* checks = nullptr);
 
 }  // namespace modelfs

@@ -1,19 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "commands.hpp"
 
-#include <fcntl.h>
-#include <grp.h>
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "modelfs/budget.hpp"
 #include "modelfs/check.hpp"
+#include "modelfs/error.hpp"
+#include "modelfs/formats.hpp"
+#include "list.hpp"
+#include "options.hpp"
 
 namespace modelfs::cli {
 namespace {
@@ -73,6 +76,33 @@ void print(const nlohmann::ordered_json& doc, std::ostream& out) {
   out << doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
 
+// `--check [--json]` once the model is open: verifies it (modelfs/check.hpp)
+// and prints the summary or one JSON object.
+int check_command(const std::string& model, const Catalog& catalog, const IntegrityChecks& checks, bool json,
+                  std::ostream& out) {
+  CheckSummary summary;
+  try {
+    ProgressBar bar(::isatty(STDERR_FILENO) != 0);
+    check_model(catalog, checks, [&](uint64_t done, uint64_t total) { bar.update(done, total); }, summary);
+  } catch (const ModelError& fault) {
+    if (json) print(report(model, catalog.format, summary, &fault), out);
+    spdlog::error("{}", fault.what());
+    return kExitBadModel;
+  }
+  if (json)
+    print(report(model, catalog.format, summary, nullptr), out);
+  else
+    out << model << ": ok: " << catalog.format << ", " << summary.tensors << " tensors, "
+        << summary.bytes_read << " bytes read back, " << summary.integrity_checks
+        << " integrity checks passed\n";
+  return kExitOk;
+}
+
+// `--check --json` of a model that cannot even be opened: nothing checked, the fault.
+void print_check_fault(const std::string& model, const ModelError& fault, std::ostream& out) {
+  print(report(model, nullptr, CheckSummary{}, &fault), out);
+}
+
 }  // namespace
 
 int unmount_command(const std::string& mountpoint) {
@@ -85,56 +115,32 @@ int unmount_command(const std::string& mountpoint) {
   return 1;
 }
 
-int check_command(const std::string& model, const Catalog& catalog, bool json, std::ostream& out) {
-  CheckSummary summary;
+int query_command(const Options& options, Budget& budget) {
+  if (options.positional > 1) {
+    spdlog::error("{} takes only MODEL, not a mountpoint",
+                  options.list ? "--list" : options.info ? "--info" : "--check");
+    return kExitUsage;
+  }
   try {
-    ProgressBar bar(::isatty(STDERR_FILENO) != 0);
-    check_model(catalog, [&](uint64_t done, uint64_t total) { bar.update(done, total); }, summary);
-  } catch (const ModelError& fault) {
-    if (json) print(report(model, catalog.format, summary, &fault), out);
-    spdlog::error("{}", fault.what());
-    return 2;
+    IntegrityChecks checks;
+    auto catalog = [&] {
+      BudgetScope scope(budget);
+      return open_model(options.model, options.check ? &checks : nullptr);
+    }();
+    if (options.check)
+      return check_command(options.model, catalog, checks, options.json != 0, std::cout);
+    if (options.info)
+      print_info(catalog, options.json != 0, std::cout);
+    else if (options.json)
+      print_json(catalog, std::cout);
+    else
+      print_table(catalog, std::cout);
+    return kExitOk;
+  } catch (const ModelError& e) {
+    if (options.check && options.json) print_check_fault(options.model, e, std::cout);
+    spdlog::error("{}", e.what());
+    return kExitBadModel;
   }
-  if (json)
-    print(report(model, catalog.format, summary, nullptr), out);
-  else
-    out << model << ": ok: " << catalog.format << ", " << summary.tensors << " tensors, "
-        << summary.bytes_read << " bytes read back, " << summary.integrity_checks
-        << " integrity checks passed\n";
-  return 0;
-}
-
-void print_check_fault(const std::string& model, const ModelError& fault, std::ostream& out) {
-  print(report(model, nullptr, CheckSummary{}, &fault), out);
-}
-
-std::string fuse_device_problem() {
-  if (::geteuid() == 0) return {};
-  const int fd = ::open("/dev/fuse", O_RDWR | O_CLOEXEC);
-  if (fd >= 0) {
-    ::close(fd);
-    return {};
-  }
-  if (errno != EACCES && errno != EPERM) return {};
-  const std::string why = std::strerror(errno);
-  struct stat st {};
-  std::string owner = "root";
-  unsigned mode = 0;
-  if (::stat("/dev/fuse", &st) == 0) {
-    mode = st.st_mode & 07777;
-    if (const group* g = ::getgrgid(st.st_gid)) owner = g->gr_name;
-  }
-  char octal[8];
-  std::snprintf(octal, sizeof octal, "%04o", mode);
-  std::string hint = "cannot open /dev/fuse: " + why + " (mode " + octal + ", group " + owner + "). ";
-  if (owner != "root" && (mode & 0060) == 0060)
-    hint += "Members of the group " + owner + " may use FUSE: sudo usermod -aG " + owner +
-            " \"$USER\", then log in again";
-  else
-    hint += "Only root may use FUSE here: let users in as Debian does (sudo chmod 0666 /dev/fuse), "
-            "or through a group (sudo groupadd -f fuse; sudo chgrp fuse /dev/fuse; sudo chmod 0660 "
-            "/dev/fuse; sudo usermod -aG fuse \"$USER\"; a udev rule keeps it after a reboot)";
-  return hint;
 }
 
 }  // namespace modelfs::cli

@@ -1,13 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Commands and checks of the command line kept out of main.cpp: `-u`,
-// `--check` (text or JSON), and the reason a non-root user cannot open the
-// FUSE device.
-#include <ostream>
+// The commands of the command line, each returning the exit status: `-u`
+// and the query commands `--list`, `--info` and `--check` (commands.cpp),
+// and the mount (mount.cpp).
 #include <string>
 
-#include "modelfs/catalog.hpp"
-#include "modelfs/error.hpp"
+#include "modelfs/budget.hpp"
+#include "options.hpp"
 
 namespace modelfs::cli {
 
@@ -15,16 +14,12 @@ namespace modelfs::cli {
 // process's place; returns (1) only when it cannot be run.
 int unmount_command(const std::string& mountpoint);
 
-// `modelfs --check [--json] MODEL` once the model is open: verifies it
-// (modelfs/check.hpp), prints the summary or, with `json`, one JSON object
-// (tensors checked, bytes read, checks passed, the first fault); 0 or 2.
-int check_command(const std::string& model, const Catalog& catalog, bool json, std::ostream& out);
-// `--check --json` of a model that cannot even be opened: the JSON object
-// with nothing checked and the fault.
-void print_check_fault(const std::string& model, const ModelError& fault, std::ostream& out);
+// `modelfs --list|--info|--check [--json] MODEL`: opens the model within
+// `budget` and prints the table, the model's facts or the check's result.
+int query_command(const Options& options, Budget& budget);
 
-// Empty when this user may open /dev/fuse (or is root, or it is missing:
-// checked elsewhere); otherwise the error with what to do about it.
-std::string fuse_device_problem();
+// `modelfs [options] MODEL MOUNTPOINT`: checks the mountpoint and FUSE,
+// builds the tree within `budget`, mounts it and serves until unmounted.
+int mount_command(CommandLine& line, Budget& budget);
 
 }  // namespace modelfs::cli

@@ -10,11 +10,21 @@
 #include "modelfs/formats.hpp"
 #include "modelfs/formats/gguf.hpp"
 #include "modelfs/formats/onnx.hpp"
+#include "modelfs/formats/pt2.hpp"
 #include "modelfs/formats/safetensors.hpp"
 #include "modelfs/formats/torch.hpp"
 
 namespace modelfs {
 namespace {
+
+// torch.save, TorchScript and PT2 archives share the ZIP container; which
+// one a file is shows only in its central directory, past the probed head,
+// so the ZIP is opened once here and handed to the reader it belongs to.
+Catalog open_zip_container(const ModelFile& model) {
+  const ZipArchive zip = ZipArchive::open(model.mapped, "ZIP archive");
+  if (pt2::is_pt2_archive(zip)) return pt2::open_archive(model, zip);
+  return torch::open_zip(model, zip);
+}
 
 const std::array kReaders{
     FormatReader{"safetensors", safetensors::probe_file, safetensors::open_file, safetensors::probe_folder,
@@ -25,10 +35,8 @@ const std::array kReaders{
     FormatReader{"safetensors index", safetensors::probe_index_file, safetensors::open_index_file,
                  nullptr, nullptr},
     FormatReader{"gguf", gguf::probe_file, gguf::open_file, gguf::probe_folder, gguf::open_folder},
-    // torch.save and TorchScript; PT2 archives share the container, and
-    // open_zip hands them to the PT2 reader (their records are only known
-    // from the central directory, past the probed head).
-    FormatReader{"pytorch", torch::probe_zip, torch::open_zip, nullptr, nullptr},
+    // torch.save, TorchScript and PT2 (open_zip_container above).
+    FormatReader{"pytorch", torch::probe_zip, open_zip_container, nullptr, nullptr},
     FormatReader{"pytorch legacy", torch::probe_legacy, torch::open_legacy, nullptr, nullptr},
     FormatReader{"pytorch sharded", nullptr, nullptr, torch::probe_folder, torch::open_folder},
     // ONNX has no magic: probed last, by a bounded trial parse of its first
@@ -42,7 +50,7 @@ std::span<const FormatReader> format_readers() { return kReaders; }
 
 namespace {
 
-Catalog open_detected(const std::filesystem::path& model) {
+Catalog open_detected(const std::filesystem::path& model, IntegrityChecks* checks) {
   std::error_code ec;
   const auto status = std::filesystem::status(model, ec);
   if (ec || !std::filesystem::exists(status))
@@ -51,14 +59,14 @@ Catalog open_detected(const std::filesystem::path& model) {
 
   if (std::filesystem::is_directory(status)) {
     for (const auto& reader : kReaders)
-      if (reader.probe_folder && reader.probe_folder(model)) return reader.open_folder(model);
+      if (reader.probe_folder && reader.probe_folder(model)) return reader.open_folder(model, checks);
     throw ModelError(model.string(), "folder", std::nullopt,
                      "holds no model modelfs can mount as a whole (looked for "
                      "*.safetensors.index.json, *.bin.index.json and *-00001-of-NNNNN.gguf); "
                      "name a model file instead");
   }
 
-  const ModelFile file = ModelFile::open(model);
+  const ModelFile file = ModelFile::open(model, checks);
   auto head = file.mapped->bytes().first(std::min<uint64_t>(file.mapped->size(), 4096));
   for (const auto& reader : kReaders)
     if (reader.probe_file && reader.probe_file(head)) return reader.open_file(file);
@@ -69,11 +77,11 @@ Catalog open_detected(const std::filesystem::path& model) {
 
 }  // namespace
 
-Catalog open_model(const std::filesystem::path& model) {
-  if (current_budget() != nullptr) return open_detected(model);
+Catalog open_model(const std::filesystem::path& model, IntegrityChecks* checks) {
+  if (current_budget() != nullptr) return open_detected(model, checks);
   Budget budget;
   BudgetScope scope(budget);
-  return open_detected(model);
+  return open_detected(model, checks);
 }
 
 }  // namespace modelfs

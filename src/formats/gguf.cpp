@@ -633,7 +633,7 @@ bool probe_file(std::span<const std::byte> head) {
 
 bool probe_folder(const std::filesystem::path& folder) { return !split_sets_in(folder).empty(); }
 
-Catalog open_folder(const std::filesystem::path& model) {
+Catalog open_folder(const std::filesystem::path& model, IntegrityChecks*) {
   auto sets = split_sets_in(model);
   if (sets.size() != 1) {
     std::string names;

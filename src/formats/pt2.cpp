@@ -17,8 +17,8 @@
 #include "json_limits.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/formats/torch.hpp"
 #include "torch_objects.hpp"
+#include "torch_save.hpp"
 
 namespace modelfs::pt2 {
 namespace {
@@ -245,10 +245,9 @@ json program_versions(const json& program) {
 
 class ArchiveReader {
  public:
-  ArchiveReader(const std::filesystem::path& model, std::shared_ptr<const MappedFile> file,
-                const ZipArchive& zip, std::string root)
-      : file_(std::move(file)), zip_(zip), root_(std::move(root)),
-        display_(file_->display_name()), source_(model.filename().string()) {}
+  ArchiveReader(const ModelFile& model, const ZipArchive& zip, std::string root)
+      : file_(model.mapped), checks_(model.checks), zip_(zip), root_(std::move(root)),
+        display_(file_->display_name()), source_(model.path.filename().string()) {}
 
   Catalog read();
 
@@ -274,10 +273,10 @@ class ArchiveReader {
   ByteSpan payload_bytes(const ZipMember& member);
   void add_document(const std::string& path, const ZipMember& member);
   void add_tensor(TensorSpec tensor);
-  void add_save_tensors(torch::SaveContents contents, const std::string& what);
+  void add_save_tensors(torch_save::SaveContents contents, const std::string& what);
 
   bool holds_zip(const ZipMember& member) const;
-  torch::SaveContents read_nested(const ZipMember& member, const std::string& name_prefix,
+  torch_save::SaveContents read_nested(const ZipMember& member, const std::string& name_prefix,
                                   const std::string& default_kind);
   void read_layered();
   void read_flat();
@@ -292,6 +291,7 @@ class ArchiveReader {
   void read_extras(const std::string& folder);
 
   std::shared_ptr<const MappedFile> file_;
+  IntegrityChecks* checks_;
   const ZipArchive& zip_;
   std::string root_;
   std::string display_;
@@ -332,7 +332,7 @@ void ArchiveReader::add_tensor(TensorSpec tensor) {
   tensors_.push_back(std::move(tensor));
 }
 
-void ArchiveReader::add_save_tensors(torch::SaveContents contents, const std::string& what) {
+void ArchiveReader::add_save_tensors(torch_save::SaveContents contents, const std::string& what) {
   for (auto& t : contents.tensors) add_tensor(std::move(t));
   for (auto& name : contents.skipped_objects) skipped_.push_back({{"in", what}, {"object", name}});
 }
@@ -345,14 +345,14 @@ bool ArchiveReader::holds_zip(const ZipMember& member) const {
 
 // A torch.save archive stored as `member`: read in place when stored,
 // inflated into a memory file when compressed.
-torch::SaveContents ArchiveReader::read_nested(const ZipMember& member, const std::string& name_prefix,
+torch_save::SaveContents ArchiveReader::read_nested(const ZipMember& member, const std::string& name_prefix,
                                                const std::string& default_kind) {
-  torch::NestedSave how{display_, std::string(kFormat), source_, name_prefix, default_kind, true};
-  if (member.stored()) return torch::read_save(zip_.nested(member), how);
+  torch_save::NestedSave how{display_, std::string(kFormat), source_, name_prefix, default_kind, true};
+  if (member.stored()) return torch_save::read_save(zip_.nested(member), how);
   how.in_file = false;
   const ByteSpan inflated = zip_.contents(member);
   auto memory = MappedFile::from_bytes(inflated.view(), display_ + ":" + member.name);
-  return torch::read_save(ZipArchive::open(memory, "ZIP archive"), how);
+  return torch_save::read_save(ZipArchive::open(memory, "ZIP archive"), how);
 }
 
 // A SymInt that must be concrete: {"as_int": n} (a plain n is taken too).
@@ -769,7 +769,8 @@ Catalog ArchiveReader::read() {
   if (!skipped_.empty()) catalog_.metadata["skipped_objects"] = skipped_;
   catalog_.tensors_may_share_bytes = true;  // deduplicated storages, tied weights, views
   for (const auto& t : tensors_) catalog_.add(t);
-  catalog_.integrity_checks = zip_.crc_checks();
+  if (checks_)
+    for (auto& check : zip_.crc_checks()) checks_->push_back(std::move(check));
   return std::move(catalog_);
 }
 
@@ -777,13 +778,12 @@ Catalog ArchiveReader::read() {
 
 bool is_pt2_archive(const ZipArchive& zip) { return archive_root(zip).has_value(); }
 
-Catalog open_archive(const std::filesystem::path& model, std::shared_ptr<const MappedFile> file,
-                     const ZipArchive& zip) {
+Catalog open_archive(const ModelFile& model, const ZipArchive& zip) {
   auto root = archive_root(zip);
   if (!root)
-    throw ModelError(file->display_name(), std::string(kFormat), std::nullopt,
+    throw ModelError(model.mapped->display_name(), std::string(kFormat), std::nullopt,
                      "holds no archive_format record and no serialized_exported_program.json");
-  return ArchiveReader(model, std::move(file), zip, *root).read();
+  return ArchiveReader(model, zip, *root).read();
 }
 
 }  // namespace modelfs::pt2

@@ -166,7 +166,8 @@ Catalog open_file(const ModelFile& model) {
 }
 
 Catalog open_index_file(const ModelFile& index) {
-  return open_sharded_index(index, kSharded, [](const std::filesystem::path& path, const std::string& name) {
+  return open_sharded_index(index, kSharded, [](const std::filesystem::path& path, const std::string& name,
+                                                IntegrityChecks*) {
     File file = parse(MappedFile::open(path), name);
     Catalog shard;
     for (const auto& t : file.tensors) shard.add(t);
@@ -175,8 +176,8 @@ Catalog open_index_file(const ModelFile& index) {
   });
 }
 
-Catalog open_folder(const std::filesystem::path& folder) {
-  return open_index_file(single_index_in(folder, kIndexSuffixes, kSharded));
+Catalog open_folder(const std::filesystem::path& folder, IntegrityChecks* checks) {
+  return open_index_file(single_index_in(folder, kIndexSuffixes, kSharded, checks));
 }
 
 }  // namespace modelfs::safetensors

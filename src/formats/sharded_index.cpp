@@ -32,7 +32,8 @@ std::vector<std::filesystem::path> index_files_in(const std::filesystem::path& f
 }
 
 ModelFile single_index_in(const std::filesystem::path& folder,
-                          std::initializer_list<std::string_view> suffixes, const ShardedFormat& format) {
+                          std::initializer_list<std::string_view> suffixes, const ShardedFormat& format,
+                          IntegrityChecks* checks) {
   const auto indexes = index_files_in(folder, suffixes);
   if (indexes.size() != 1) {
     std::string names;
@@ -42,7 +43,7 @@ ModelFile single_index_in(const std::filesystem::path& folder,
                          " files" + (names.empty() ? std::string() : " (" + names + ")") +
                          "; name the one to mount");
   }
-  return ModelFile::open(indexes.front());
+  return ModelFile::open(indexes.front(), checks);
 }
 
 Catalog open_sharded_index(const ModelFile& index_model, const ShardedFormat& format, const OpenShard& open_shard) {
@@ -86,9 +87,8 @@ Catalog open_sharded_index(const ModelFile& index_model, const ShardedFormat& fo
   nlohmann::json shards = nlohmann::json::object();
   std::unordered_map<std::string, std::string> shard_of;  // tensor name -> the shard holding it
   for (const auto& [shard, expected] : names_by_shard) {
-    Catalog part = open_shard(index_path.parent_path() / shard, shard);
+    Catalog part = open_shard(index_path.parent_path() / shard, shard, index_model.checks);
     catalog.files.push_back(shard);
-    for (auto& check : part.integrity_checks) catalog.integrity_checks.push_back(std::move(check));
     shards[shard] = std::move(part.metadata);
     std::set<std::string> found;
     for (const auto& tensor : part.tensors()) {

@@ -29,10 +29,11 @@ struct ShardedFormat {
   int max_json_depth;
 };
 
-// Opens one shard (its path, and its name as weight_map gives it). The
-// shard's `metadata` becomes the merged catalog's metadata.shards.<name>.
-using OpenShard =
-    std::function<Catalog(const std::filesystem::path& path, const std::string& name)>;
+// Opens one shard (its path, its name as weight_map gives it, and where its
+// integrity checks go: the index's). The shard's `metadata` becomes the
+// merged catalog's metadata.shards.<name>.
+using OpenShard = std::function<Catalog(const std::filesystem::path& path, const std::string& name,
+                                        IntegrityChecks* checks)>;
 
 // The index files in `folder`: regular files whose names end with one of
 // `suffixes` (".safetensors.index.json") after at least one character, in
@@ -43,10 +44,11 @@ std::vector<std::filesystem::path> index_files_in(const std::filesystem::path& f
 // The one index file in `folder` (index_files_in); a ModelError in
 // `format`'s words when there is none or more than one.
 ModelFile single_index_in(const std::filesystem::path& folder,
-                          std::initializer_list<std::string_view> suffixes, const ShardedFormat& format);
+                          std::initializer_list<std::string_view> suffixes, const ShardedFormat& format,
+                          IntegrityChecks* checks);
 
 // The merged catalog: files (the index, then each shard), tensors in shard
-// order, every shard's integrity checks, and metadata {"index": the index's
+// order, and metadata {"index": the index's
 // "metadata", "shards": {name: shard metadata}}.
 Catalog open_sharded_index(const ModelFile& index, const ShardedFormat& format, const OpenShard& open_shard);
 

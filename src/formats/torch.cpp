@@ -11,13 +11,17 @@
 #include "sharded_index.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/formats/pt2.hpp"
 #include "modelfs/unpickler.hpp"
 #include "modelfs/zip_archive.hpp"
 #include "torch_objects.hpp"
+#include "torch_save.hpp"
 
 namespace modelfs::torch {
 namespace {
+
+using torch_save::archive_folder;
+using torch_save::trimmed;
+using torch_save::walk_record;
 
 using pickle::Kind;
 using pickle::Value;
@@ -34,13 +38,6 @@ constexpr uint64_t kMaxScriptSourceBytes = uint64_t{16} << 20;
 
 bool starts_with(std::span<const std::byte> head, std::string_view magic) {
   return head.size() >= magic.size() && std::memcmp(head.data(), magic.data(), magic.size()) == 0;
-}
-
-std::string trimmed(std::string_view text) {
-  const auto begin = text.find_first_not_of(" \t\r\n");
-  if (begin == std::string_view::npos) return "";
-  const auto end = text.find_last_not_of(" \t\r\n");
-  return std::string(text.substr(begin, end - begin + 1));
 }
 
 // The quoted names of a `__parameters__ = ["weight", "bias", ]` line.
@@ -95,98 +92,25 @@ void read_script_classes(const ZipArchive& zip, const std::string& prefix, WalkO
   }
 }
 
-nlohmann::json skipped_objects(const pickle::Pickle& p) {
-  return p.unknown_globals;
-}
-
 std::string file_name(const std::filesystem::path& model) { return model.filename().string(); }
 
-// The folder PyTorch's reader takes as the archive name: that of the first entry.
-std::string archive_folder(const ZipArchive& zip) {
-  if (zip.members().empty()) return "";
-  const std::string& first = zip.members().front().name;
-  const size_t slash = first.find('/');
-  return slash == std::string::npos ? "" : first.substr(0, slash + 1);
-}
-
-struct WalkedRecord {
-  SaveContents contents;
-  int protocol = 0;
-};
-
-// Unpickles `member` and walks it, storages resolved in `storage_folder`.
-// `in_file`: the archive lies in the model file as is, so offsets are file
-// offsets (an inflated nested archive has none).
-WalkedRecord walk_record(const ZipArchive& zip, const ZipMember& member,
-                         const std::string& storage_folder, WalkOptions options,
-                         const std::string& name_prefix, bool in_file) {
-  const std::string& format = options.format;
-  const std::string& display = options.file;
-  if (member.uncompressed_size > kMaxPickleBytes)
-    throw ModelError(display, format, std::nullopt,
-                     member.name + " is " + std::to_string(member.uncompressed_size) +
-                         " bytes, over the limit of " + std::to_string(kMaxPickleBytes));
-  const ByteSpan bytes = zip.contents(member);
-  const bool offsets_in_file = in_file && member.stored();
-  pickle::Pickle pickled = pickle::unpickle(bytes.span(), display, format,
-                                            offsets_in_file ? zip.file_offset(member) : 0);
-  options.pickle_in_file = offsets_in_file;
-  ObjectWalker walker(options, [&zip, in_file, display, format, storage_folder](const StorageId& id) {
-    const ZipMember* record = zip.find(storage_folder + id.key);
-    if (!record)
-      throw ModelError(display, format, std::nullopt,
-                       "storage record " + storage_folder + id.key + " is missing from the archive");
-    StorageBytes out{zip.contents(*record), std::nullopt};
-    if (record->stored() && in_file) out.file_offset = zip.file_offset(*record);
-    return out;
-  });
-  walker.walk(pickled.root, name_prefix, pickled.end);
-  WalkedRecord walked;
-  walked.contents.tensors = std::move(walker.tensors());
-  walked.contents.values = std::move(walker.values());
-  walked.contents.skipped_objects = skipped_objects(pickled);
-  walked.protocol = pickled.protocol;
-  return walked;
-}
-
 }  // namespace
-
-SaveContents read_save(const ZipArchive& zip, const NestedSave& how) {
-  const std::string prefix = archive_folder(zip);
-  const ZipMember* data_pkl = zip.find(prefix + "data.pkl");
-  if (!data_pkl)
-    throw ModelError(how.file, how.format, zip.base(),
-                     "nested archive holds no " + prefix + "data.pkl: not a torch.save archive");
-  WalkOptions options;
-  options.file = how.file;
-  options.format = how.format;
-  options.source = how.source;
-  options.default_kind = how.default_kind;
-  if (const ZipMember* order = zip.find(prefix + "byteorder")) {
-    const std::string text = trimmed(zip.contents(*order).view());
-    if (text != "little" && text != "big")
-      throw ModelError(how.file, how.format, std::nullopt,
-                       "nested archive's byteorder record says \"" + text.substr(0, 20) +
-                           "\", not little or big");
-    options.byte_swap = text == "big";
-  }
-  return walk_record(zip, *data_pkl, prefix + "data/", options, how.name_prefix, how.in_file)
-      .contents;
-}
 
 bool probe_zip(std::span<const std::byte> head) { return starts_with(head, kZipMagic); }
 bool probe_legacy(std::span<const std::byte> head) { return starts_with(head, kLegacyMagic); }
 
 Catalog open_zip(const ModelFile& model) {
+  return open_zip(model, ZipArchive::open(model.mapped, "ZIP archive"));
+}
+
+Catalog open_zip(const ModelFile& model, const ZipArchive& zip) {
   const auto& file = model.mapped;
   const std::string display = file->display_name();
-  ZipArchive zip = ZipArchive::open(file, "ZIP archive");
   auto refuse = [&](const std::string& format, const std::string& reason) {
     return ModelError(display, format, std::nullopt, reason);
   };
   if (zip.members().empty()) throw refuse("ZIP archive", "archive is empty");
 
-  if (pt2::is_pt2_archive(zip)) return pt2::open_archive(model.path, file, zip);
   const std::string prefix = archive_folder(zip);
   const ZipMember* data_pkl = zip.find(prefix + "data.pkl");
   if (!data_pkl) {
@@ -254,7 +178,8 @@ Catalog open_zip(const ModelFile& model) {
   catalog.metadata["torch"] = info;
   if (!skipped.empty()) catalog.metadata["skipped_objects"] = skipped;
   catalog.tensors_may_share_bytes = true;  // tied weights and views share storages
-  catalog.integrity_checks = zip.crc_checks();
+  if (model.checks)
+    for (auto& check : zip.crc_checks()) model.checks->push_back(std::move(check));
   return catalog;
 }
 
@@ -369,8 +294,8 @@ const std::initializer_list<std::string_view> kIndexSuffixes = {".bin.index.json
                                                                      ".pth.index.json"};
 const ShardedFormat kSharded{kIndexFormat, "pytorch", kMaxIndexJsonDepth};
 
-Catalog open_shard(const std::filesystem::path& path) {
-  const ModelFile shard = ModelFile::open(path);
+Catalog open_shard(const std::filesystem::path& path, IntegrityChecks* checks) {
+  const ModelFile shard = ModelFile::open(path, checks);
   auto head = shard.mapped->bytes().first(std::min<uint64_t>(shard.mapped->size(), 64));
   if (probe_zip(head)) return open_zip(shard);
   if (probe_legacy(head)) return open_legacy(shard);
@@ -399,13 +324,16 @@ bool probe_folder(const std::filesystem::path& folder) {
 
 Catalog open_index_file(const ModelFile& index) {
   Catalog catalog = open_sharded_index(
-      index, kSharded, [](const std::filesystem::path& path, const std::string&) { return open_shard(path); });
+      index, kSharded,
+      [](const std::filesystem::path& path, const std::string&, IntegrityChecks* checks) {
+        return open_shard(path, checks);
+      });
   catalog.tensors_may_share_bytes = true;
   return catalog;
 }
 
-Catalog open_folder(const std::filesystem::path& folder) {
-  return open_index_file(single_index_in(folder, kIndexSuffixes, kSharded));
+Catalog open_folder(const std::filesystem::path& folder, IntegrityChecks* checks) {
+  return open_index_file(single_index_in(folder, kIndexSuffixes, kSharded, checks));
 }
 
 }  // namespace modelfs::torch

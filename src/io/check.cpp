@@ -64,15 +64,15 @@ void read_back(const Catalog& catalog, const Placed& range, std::vector<char>& b
 
 }  // namespace
 
-CheckSummary check_model(const Catalog& catalog,
+CheckSummary check_model(const Catalog& catalog, const IntegrityChecks& checks,
                          const std::function<void(uint64_t, uint64_t)>& progress) {
   CheckSummary summary;
-  check_model(catalog, progress, summary);
+  check_model(catalog, checks, progress, summary);
   return summary;
 }
 
-void check_model(const Catalog& catalog, const std::function<void(uint64_t, uint64_t)>& progress,
-                 CheckSummary& summary) {
+void check_model(const Catalog& catalog, const IntegrityChecks& checks,
+                 const std::function<void(uint64_t, uint64_t)>& progress, CheckSummary& summary) {
   summary = {};
   auto placed = mapped_ranges(catalog);
   // Tensors with no bytes in a file (empty, or bytes a reader made) have
@@ -98,7 +98,7 @@ void check_model(const Catalog& catalog, const std::function<void(uint64_t, uint
 
   uint64_t total = 0;
   for (const auto& p : ranges) total += p.end - p.begin;
-  for (const auto& c : catalog.integrity_checks) total += c.bytes;
+  for (const auto& c : checks) total += c.bytes;
   uint64_t done = 0;
   auto advance = [&](uint64_t n) {
     done += n;
@@ -111,7 +111,7 @@ void check_model(const Catalog& catalog, const std::function<void(uint64_t, uint
     summary.bytes_read += ranges[i].end - ranges[i].begin;
     summary.tensors += sharing[i];
   }
-  for (const auto& integrity : catalog.integrity_checks) {
+  for (const auto& integrity : checks) {
     integrity.run(advance);
     ++summary.integrity_checks;
   }

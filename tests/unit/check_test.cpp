@@ -27,7 +27,7 @@ TEST(Check, ReadsEveryByteAndReportsProgressToTheEnd) {
   catalog.add(mapped_tensor("a", file, 0, 1 << 20));
   catalog.add(mapped_tensor("b", file, 1 << 20, 2 << 20));
   uint64_t last_done = 0, last_total = 0;
-  auto summary = check_model(catalog, [&](uint64_t done, uint64_t total) {
+  auto summary = check_model(catalog, {}, [&](uint64_t done, uint64_t total) {
     EXPECT_GE(done, last_done);
     last_done = done;
     last_total = total;
@@ -46,29 +46,30 @@ TEST(Check, OverlapIsAFaultUnlessTheFormatAllowsSharing) {
   catalog.add(mapped_tensor("a", file, 0, 60));
   catalog.add(mapped_tensor("b", file, 50, 50));
   try {
-    check_model(catalog, nullptr);
+    check_model(catalog, {}, nullptr);
     FAIL();
   } catch (const ModelError& e) {
     EXPECT_EQ(e.offset(), 50u);
     EXPECT_NE(e.reason().find("overlaps"), std::string::npos);
   }
   catalog.tensors_may_share_bytes = true;
-  EXPECT_EQ(check_model(catalog, nullptr).bytes_read, 110u);
+  EXPECT_EQ(check_model(catalog, {}, nullptr).bytes_read, 110u);
 }
 
 TEST(Check, IntegrityChecksRunAndTheirFaultsStopTheCheck) {
   Catalog catalog;
   catalog.format = "test";
   int runs = 0;
-  catalog.integrity_checks.push_back({"first", 10, [&](const auto& progress) {
+  IntegrityChecks checks;
+  checks.push_back({"first", 10, [&](const auto& progress) {
                                         ++runs;
                                         progress(10);
                                       }});
-  catalog.integrity_checks.push_back({"second", 5, [&](const auto&) {
+  checks.push_back({"second", 5, [&](const auto&) {
                                         ++runs;
                                         throw ModelError("m.bin", "test", 7, "CRC-32 mismatch");
                                       }});
-  EXPECT_THROW(check_model(catalog, nullptr), ModelError);
+  EXPECT_THROW(check_model(catalog, checks, nullptr), ModelError);
   EXPECT_EQ(runs, 2);
 }
 
@@ -81,7 +82,7 @@ TEST(Check, AFileShorterThanItsMappingIsReportedNotCrashed) {
   catalog.add(mapped_tensor("tail", file, 4096, 4096));
   std::filesystem::resize_file(path, 5000);  // shrunk after opening
   try {
-    check_model(catalog, nullptr);
+    check_model(catalog, {}, nullptr);
     FAIL();
   } catch (const ModelError& e) {
     EXPECT_NE(e.reason().find("\"tail\" cannot be read"), std::string::npos) << e.what();

@@ -38,8 +38,9 @@ TEST(FuzzRegressions, EveryKeptInputIsRefusedOrReadCleanly) {
         ++replayed;
         continue;
       }
-      auto catalog = open_model(entry.path());
-      check_model(catalog, nullptr);
+      IntegrityChecks checks;
+      auto catalog = open_model(entry.path(), &checks);
+      check_model(catalog, checks, nullptr);
       auto tree = Tree::build(std::move(catalog), {});
       for (const auto& path : tree->tensor_paths()) EXPECT_TRUE(tree->resolve(path));
     } catch (const ModelError&) {

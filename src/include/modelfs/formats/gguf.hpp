@@ -107,6 +107,6 @@ bool probe_folder(const std::filesystem::path& folder);
 
 // A single file, any member of a split set, or a folder holding a set.
 Catalog open_file(const ModelFile& model);
-Catalog open_folder(const std::filesystem::path& folder);
+Catalog open_folder(const std::filesystem::path& folder, IntegrityChecks* checks);
 
 }  // namespace modelfs::gguf

@@ -30,6 +30,7 @@
 #include <memory>
 
 #include "modelfs/catalog.hpp"
+#include "modelfs/formats.hpp"
 #include "modelfs/mapped_file.hpp"
 #include "modelfs/zip_archive.hpp"
 
@@ -40,8 +41,7 @@ namespace modelfs::pt2 {
 // open_archive then reads it or says why it is not one after all.
 bool is_pt2_archive(const ZipArchive& zip);
 
-// Reads the PT2 archive `zip`, which lies in `file` (the model at `model`).
-Catalog open_archive(const std::filesystem::path& model, std::shared_ptr<const MappedFile> file,
-                     const ZipArchive& zip);
+// Reads the PT2 archive `zip`, which lies in `model`.
+Catalog open_archive(const ModelFile& model, const ZipArchive& zip);
 
 }  // namespace modelfs::pt2

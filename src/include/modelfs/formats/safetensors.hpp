@@ -43,6 +43,6 @@ bool probe_folder(const std::filesystem::path& folder);
 // A single file; an index JSON and its shards; a folder holding one index.
 Catalog open_file(const ModelFile& model);
 Catalog open_index_file(const ModelFile& index);
-Catalog open_folder(const std::filesystem::path& folder);
+Catalog open_folder(const std::filesystem::path& folder, IntegrityChecks* checks);
 
 }  // namespace modelfs::safetensors

@@ -15,9 +15,9 @@
 // pickled root, joined with '.' (a lone tensor is "tensor", a tensor under an
 // empty key "": {'': t} is "", never "tensor"); their bytes are
 // the part of their storage their view covers, served from the mapping.
-// PT2 archives (torch.export) share the ZIP container: open_zip hands them to
-// the PT2 reader (formats/pt2.hpp), which reads its nested saves through
-// read_save below.
+// PT2 archives (torch.export) share the ZIP container: detection opens the
+// ZIP and hands it to the PT2 reader (formats/pt2.hpp) or to open_zip. Both
+// read torch.save archives through src/formats/torch_save.hpp.
 #include <filesystem>
 #include <span>
 #include <string>
@@ -30,36 +30,14 @@
 namespace modelfs::torch {
 
 inline constexpr int kMaxArchiveVersion = 10;  // as PyTorch's kMaxSupportedFileFormatVersion
-inline constexpr uint64_t kMaxPickleBytes = uint64_t{1} << 31;
 
 bool probe_zip(std::span<const std::byte> head);
 bool probe_legacy(std::span<const std::byte> head);
 
-// torch.save ZIP or TorchScript archive.
+// torch.save ZIP or TorchScript archive `zip`, which lies in `model`.
+Catalog open_zip(const ModelFile& model, const ZipArchive& zip);
+// The same, opening the ZIP itself (a shard, a fuzzer).
 Catalog open_zip(const ModelFile& model);
-// A torch.save archive that is part of a larger file (a PT2 archive's
-// serialized_state_dict.pt, a use_pickle payload): how to name and describe
-// what it holds.
-struct NestedSave {
-  std::string file;          // for messages
-  std::string format;        // for messages and sidecars
-  std::string source;        // Catalog::files entry the bytes lie in
-  std::string name_prefix;   // tensor names start with it; "" as torch.save names them
-  std::string default_kind;  // sidecar "kind" of tensors not pickled as parameters ("" none)
-  // False when `zip` lies in an inflated copy: offsets into it are not file
-  // offsets, so sidecars get none.
-  bool in_file = true;
-};
-
-struct SaveContents {
-  std::vector<TensorSpec> tensors;
-  nlohmann::json values = nlohmann::json::object();           // plain values, by path
-  nlohmann::json skipped_objects = nlohmann::json::array();  // globals not rebuilt
-};
-
-// Reads the torch.save archive `zip` (its data.pkl and data/ storages).
-SaveContents read_save(const ZipArchive& zip, const NestedSave& how);
-
 // Legacy (pre-1.6) torch.save.
 Catalog open_legacy(const ModelFile& model);
 
@@ -70,6 +48,6 @@ bool probe_index_file(std::span<const std::byte> head);
 bool probe_folder(const std::filesystem::path& folder);
 // A sharded checkpoint: its index JSON, or a folder holding one.
 Catalog open_index_file(const ModelFile& index);
-Catalog open_folder(const std::filesystem::path& folder);
+Catalog open_folder(const std::filesystem::path& folder, IntegrityChecks* checks);
 
 }  // namespace modelfs::torch

@@ -1,0 +1,330 @@
+// SPDX-License-Identifier: Apache-2.0
+// `modelfs [options] MODEL MOUNTPOINT`: the checks that give the common
+// mistakes a message saying what to do, then the tree, the mount options and
+// the serving loop.
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <malloc.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "commands.hpp"
+#include "fuse/fuse_server.hpp"
+#include "logging.hpp"
+#include "modelfs/budget.hpp"
+#include "modelfs/error.hpp"
+#include "modelfs/formats.hpp"
+#include "modelfs/tree.hpp"
+#include "modelfs/version.hpp"
+#include "options.hpp"
+
+namespace modelfs::cli {
+namespace {
+
+// A mount at the mountpoint, as /proc/self/mountinfo lists it.
+struct MountEntry {
+  std::string type;    // "fuse.modelfs", "tmpfs", ...
+  std::string source;  // for modelfs, the model it serves
+};
+
+// mountinfo writes space, tab, newline and backslash as \ooo.
+std::string unescape_mountinfo(std::string_view field) {
+  std::string out;
+  for (size_t i = 0; i < field.size(); ++i) {
+    if (field[i] == '\\' && i + 3 < field.size() &&
+        std::isdigit(static_cast<unsigned char>(field[i + 1])) &&
+        std::isdigit(static_cast<unsigned char>(field[i + 2])) &&
+        std::isdigit(static_cast<unsigned char>(field[i + 3]))) {
+      out += static_cast<char>((field[i + 1] - '0') * 64 + (field[i + 2] - '0') * 8 + (field[i + 3] - '0'));
+      i += 3;
+    } else {
+      out += field[i];
+    }
+  }
+  return out;
+}
+
+// The topmost mount whose mount point is `path` (an absolute, resolved
+// path), or nothing when none is listed or /proc cannot be read.
+std::optional<MountEntry> mount_at(const std::string& path) {
+  std::ifstream mountinfo("/proc/self/mountinfo");
+  std::optional<MountEntry> found;
+  std::string line;
+  while (std::getline(mountinfo, line)) {
+    // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPEROPTIONS
+    std::istringstream fields(line);
+    std::vector<std::string> parts;
+    for (std::string part; fields >> part;) parts.push_back(part);
+    const auto dash = std::find(parts.begin(), parts.end(), "-");
+    if (parts.size() < 5 || dash == parts.end() || parts.end() - dash < 3) continue;
+    // Later lines are mounted later, so on top of earlier ones.
+    if (unescape_mountinfo(parts[4]) == path)
+      found = MountEntry{unescape_mountinfo(*(dash + 1)), unescape_mountinfo(*(dash + 2))};
+  }
+  return found;
+}
+
+// A FUSE mount whose daemon is gone: the kernel answers ENOTCONN. stat()
+// alone does not show it at the mount's root, whose attributes the kernel
+// keeps (modelfs's are cached forever); statfs() always asks the daemon.
+bool daemon_gone(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 && errno == ENOTCONN) return true;
+  struct statfs fs {};
+  return ::statfs(path.c_str(), &fs) != 0 && errno == ENOTCONN;
+}
+
+void report_daemon_gone(const std::string& mountpoint) {
+  std::error_code ec;
+  // Not realpath: it could stop at the dead mount. "mnt/" is listed as "mnt".
+  auto absolute = std::filesystem::absolute(mountpoint, ec).lexically_normal();
+  if (!absolute.has_filename() && absolute.has_relative_path()) absolute = absolute.parent_path();
+  const auto mount = mount_at(absolute.string());
+  const std::string whose = mount && mount->type == "fuse.modelfs"
+                                ? "the modelfs daemon serving " + mount->source + " there"
+                                : "the FUSE daemon serving it";
+  spdlog::error("{}: {} has exited (Transport endpoint is not connected); unmount it with: "
+                "fusermount3 -u {}",
+                mountpoint, whose, mountpoint);
+}
+
+// Checks the mountpoint before anything is parsed or mounted, so the common
+// mistakes get a message that says what to do. A folder that is itself a
+// mount root (a container's volume, a tmpfs) is a mountpoint like any
+// other; only modelfs already there, or a mount whose daemon has died, is
+// refused.
+bool check_mountpoint(const std::string& mountpoint, bool allow_nonempty) {
+  if (daemon_gone(mountpoint)) {
+    report_daemon_gone(mountpoint);
+    return false;
+  }
+  struct stat st {};
+  if (::stat(mountpoint.c_str(), &st) != 0) {
+    spdlog::error("{}: mountpoint: {}", mountpoint, std::strerror(errno));
+    return false;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    spdlog::error("{}: mountpoint is not a directory", mountpoint);
+    return false;
+  }
+  struct stat parent {};
+  const std::string up = mountpoint + "/..";
+  if (::stat(up.c_str(), &parent) == 0 && parent.st_dev != st.st_dev && mountpoint != "/") {
+    if (const auto mount = mount_at(mountpoint); mount && mount->type == "fuse.modelfs") {
+      spdlog::error("{}: modelfs is already mounted there (serving {}); unmount it first: "
+                    "fusermount3 -u {}",
+                    mountpoint, mount->source, mountpoint);
+      return false;
+    }
+  }
+  if (!allow_nonempty) {
+    DIR* dir = ::opendir(mountpoint.c_str());
+    if (dir == nullptr) {
+      spdlog::error("{}: mountpoint: {}", mountpoint, std::strerror(errno));
+      return false;
+    }
+    bool empty = true;
+    while (dirent* entry = ::readdir(dir))
+      if (std::strcmp(entry->d_name, ".") != 0 && std::strcmp(entry->d_name, "..") != 0) empty = false;
+    ::closedir(dir);
+    if (!empty) {
+      spdlog::error("{}: mountpoint is not empty (its files would be hidden); use an empty "
+                    "folder, or -o nonempty",
+                    mountpoint);
+      return false;
+    }
+  }
+  return true;
+}
+
+bool on_path(const char* program) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::string candidate = dirs.substr(start, end - start) + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+// Empty when this user may open /dev/fuse (or is root, or it is missing:
+// checked elsewhere); otherwise the error with what to do about it.
+std::string fuse_device_problem() {
+  if (::geteuid() == 0) return {};
+  const int fd = ::open("/dev/fuse", O_RDWR | O_CLOEXEC);
+  if (fd >= 0) {
+    ::close(fd);
+    return {};
+  }
+  if (errno != EACCES && errno != EPERM) return {};
+  const std::string why = std::strerror(errno);
+  struct stat st {};
+  std::string owner = "root";
+  unsigned mode = 0;
+  if (::stat("/dev/fuse", &st) == 0) {
+    mode = st.st_mode & 07777;
+    if (const group* g = ::getgrgid(st.st_gid)) owner = g->gr_name;
+  }
+  char octal[8];
+  std::snprintf(octal, sizeof octal, "%04o", mode);
+  std::string hint = "cannot open /dev/fuse: " + why + " (mode " + octal + ", group " + owner + "). ";
+  if (owner != "root" && (mode & 0060) == 0060)
+    hint += "Members of the group " + owner + " may use FUSE: sudo usermod -aG " + owner +
+            " \"$USER\", then log in again";
+  else
+    hint += "Only root may use FUSE here: let users in as Debian does (sudo chmod 0666 /dev/fuse), "
+            "or through a group (sudo groupadd -f fuse; sudo chgrp fuse /dev/fuse; sudo chmod 0660 "
+            "/dev/fuse; sudo usermod -aG fuse \"$USER\"; a udev rule keeps it after a reboot)";
+  return hint;
+}
+
+// FUSE itself must be there: the device, and for non-root users the
+// setuid helper that mounts on their behalf.
+bool check_fuse_available() {
+  if (::access("/dev/fuse", F_OK) != 0) {
+    spdlog::error("FUSE is not available: /dev/fuse is missing (load the module with "
+                  "'sudo modprobe fuse'; in a container, pass the device: --device /dev/fuse)");
+    return false;
+  }
+  if (::geteuid() != 0 && !on_path("fusermount3")) {
+    spdlog::error("FUSE is not installed: fusermount3 not found; install it with: "
+                  "sudo apt-get install fuse3");
+    return false;
+  }
+  if (const std::string problem = fuse_device_problem(); !problem.empty()) {
+    spdlog::error("{}", problem);
+    return false;
+  }
+  return true;
+}
+
+// fuse_opt splits -o lists at commas; a backslash keeps one literal.
+std::string escape_fuse_option(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == ',' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+int mount_command(CommandLine& line, Budget& budget) {
+  const Options& options = line.options;
+  // Before libfuse resolves the mountpoint, which fails on a mount whose
+  // daemon has died without saying what to do about it.
+  if (options.mountpoint != nullptr && daemon_gone(options.mountpoint)) {
+    report_daemon_gone(options.mountpoint);
+    return kExitUsage;
+  }
+  if (fuse_parse_cmdline(&line.args, &line.fuse) != 0) return kExitUsage;
+  if (line.fuse.max_threads == 0) {
+    spdlog::error("-o max_threads must be at least 1");
+    return kExitUsage;
+  }
+  if (line.fuse.mountpoint == nullptr) {
+    spdlog::error("no mountpoint given (usage: {} [options] MODEL MOUNTPOINT)", line.program);
+    return kExitUsage;
+  }
+  if (options.positional > 2) {
+    spdlog::error("too many arguments (usage: {} [options] MODEL MOUNTPOINT)", line.program);
+    return kExitUsage;
+  }
+  const auto level = line.fuse.debug ? LogLevel::Debug : LogLevel::Warning;
+  if (line.fuse.debug) log_to_stderr(level);
+  const std::string mountpoint = line.fuse.mountpoint;
+  if (!check_mountpoint(mountpoint, options.nonempty) || !check_fuse_available()) return kExitUsage;
+
+  std::unique_ptr<const Tree> tree;
+  try {
+    BudgetScope scope(budget);
+    tree = Tree::build(open_model(options.model), {.flat = options.flat != 0});
+  } catch (const ModelError& e) {
+    spdlog::error("{}", e.what());
+    return kExitBadModel;
+  }
+  // Parsing and building free a lot of short-lived memory (the header's JSON
+  // DOM, the index being assembled); hand it back to the system, or the
+  // daemon keeps it as anonymous RSS for the life of the mount.
+  ::malloc_trim(0);
+
+  // The mount is read-only at the kernel too, the kernel enforces the 0444
+  // and 0555 modes, and `mount` shows the model it serves.
+  std::error_code ec;
+  const std::string source = std::filesystem::absolute(options.model, ec).lexically_normal().string();
+  const std::string mount_options[] = {"-oro", "-odefault_permissions", "-osubtype=modelfs",
+                                       "-ofsname=" + escape_fuse_option(source)};
+  for (const auto& option : mount_options)
+    fuse_opt_add_arg(&line.args, option.c_str());
+
+  const std::string log_file =
+      options.log_file ? std::filesystem::absolute(options.log_file, ec).string() : std::string();
+  // A log file is asked for: it gets the daemon's life story, not only warnings.
+  const auto file_level = line.fuse.debug ? LogLevel::Debug : LogLevel::Info;
+  if (!log_file.empty() && !line.fuse.foreground && !log_to_file(log_file, file_level)) {
+    spdlog::error("{}: cannot open the log file", log_file);
+    return kExitUsage;
+  }
+
+  ServeOptions serve;
+  serve.mountpoint = mountpoint;
+  serve.foreground = line.fuse.foreground != 0;
+  serve.single_thread = line.fuse.singlethread != 0;
+  serve.xattrs = options.xattr != 0;
+  serve.prefetch = options.noprefetch == 0;
+  serve.max_threads = line.fuse.max_threads;
+  serve.clone_fd = line.fuse.clone_fd != 0;
+  if (line.fuse.max_idle_threads != UINT_MAX) serve.max_idle_threads = line.fuse.max_idle_threads;
+  serve.readahead_kb = options.readahead_kb >= 0 ? static_cast<unsigned>(options.readahead_kb)
+                       : ::geteuid() == 0      ? kDefaultReadaheadKib
+                                               : 0;
+  if (options.readahead_kb >= 0 && ::geteuid() != 0) {
+    spdlog::warn("-o readahead_kb={} is ignored: only root may set a mount's readahead (the "
+                 "kernel's 128 KiB stays)",
+                 options.readahead_kb);
+    serve.readahead_kb = 0;
+  }
+  const size_t tensors = tree->tensors().size();
+  serve.on_mounted = [&] {
+    // Said to a person at a terminal; scripts and mount(8) get silence.
+    if (!line.fuse.foreground && ::isatty(STDERR_FILENO))
+      std::cerr << "modelfs: mounted " << options.model << " (" << tree->catalog().format << ", "
+                << tensors << " tensors) at " << mountpoint
+                << "\nmodelfs: unmount with: fusermount3 -u " << mountpoint << "\n";
+  };
+  serve.on_daemonized = [&] {
+    if (log_file.empty()) log_to_syslog(level);
+    spdlog::info("modelfs {} serving {} ({} tensors) at {}, pid {}", MODELFS_VERSION, source,
+                 tensors, mountpoint, ::getpid());
+  };
+  const int status = modelfs::serve(*tree, line.args, serve);
+  spdlog::info("unmounted {}", mountpoint);
+  return status;
+}
+
+}  // namespace modelfs::cli

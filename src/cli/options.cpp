@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "options.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+
+#include "modelfs/version.hpp"
+
+namespace modelfs::cli {
+namespace {
+
+enum Key { kKeyHelp, kKeyVersion, kKeyUnmount };
+
+#define MODELFS_OPT(templ, field, value) \
+  fuse_opt { templ, offsetof(Options, field), value }
+
+// FUSE_OPT_KEY, with the offset's type spelled out (its -1U widens silently).
+#define MODELFS_KEY(templ, key) \
+  fuse_opt { templ, static_cast<unsigned long>(-1U), key }
+
+const fuse_opt kOptions[] = {
+    MODELFS_OPT("--list", list, 1),
+    MODELFS_OPT("--info", info, 1),
+    MODELFS_OPT("--check", check, 1),
+    MODELFS_OPT("--json", json, 1),
+    MODELFS_OPT("flat", flat, 1),
+    MODELFS_OPT("nonempty", nonempty, 1),
+    MODELFS_OPT("log_file=%s", log_file, 0),
+    MODELFS_OPT("readahead_kb=%d", readahead_kb, 0),
+    MODELFS_OPT("xattr", xattr, 1),
+    MODELFS_OPT("noprefetch", noprefetch, 1),
+    MODELFS_OPT("max_parse_mb=%d", max_parse_mb, 0),
+    MODELFS_KEY("-h", kKeyHelp),
+    MODELFS_KEY("--help", kKeyHelp),
+    MODELFS_KEY("-V", kKeyVersion),
+    MODELFS_KEY("--version", kKeyVersion),
+    MODELFS_KEY("-u", kKeyUnmount),
+    MODELFS_KEY("--unmount", kKeyUnmount),
+    FUSE_OPT_END,
+};
+
+// The first positional argument is the model (ours); the second, the
+// mountpoint, stays in the argument list for fuse_parse_cmdline.
+int option_processor(void* data, const char* arg, int key, fuse_args*) {
+  auto& config = *static_cast<Options*>(data);
+  switch (key) {
+    case kKeyHelp:
+      config.show_help = 1;
+      return 0;
+    case kKeyVersion:
+      config.show_version = 1;
+      return 0;
+    case kKeyUnmount:
+      config.unmount = 1;
+      return 0;
+    case FUSE_OPT_KEY_NONOPT:
+      if (config.positional++ == 0) {
+        config.model = ::strdup(arg);
+        return 0;
+      }
+      if (config.positional == 2) config.mountpoint = ::strdup(arg);
+      return 1;
+    default:
+      return 1;
+  }
+}
+
+}  // namespace
+
+CommandLine::~CommandLine() {
+  fuse_opt_free_args(&args);
+  std::free(options.model);
+  std::free(options.mountpoint);
+  std::free(options.log_file);
+  std::free(fuse.mountpoint);
+}
+
+bool parse_options(CommandLine& line) {
+  return fuse_opt_parse(&line.args, &line.options, kOptions, option_processor) == 0;
+}
+
+bool options_consistent(const Options& options) {
+  if (options.json && !options.query()) {
+    spdlog::error("--json goes with --list, --info or --check");
+    return false;
+  }
+  if (options.list + options.info + options.check > 1) {
+    spdlog::error("--list, --info and --check are separate commands; give one");
+    return false;
+  }
+  if (options.max_parse_mb < 0) {
+    spdlog::error("-o max_parse_mb must be a positive number of MiB");
+    return false;
+  }
+  return true;
+}
+
+void print_usage(const char* program) {
+  std::cout << "usage: " << program << " [options] MODEL MOUNTPOINT\n"
+            << "       " << program << " --list [--json] MODEL\n"
+            << "       " << program << " --info [--json] MODEL\n"
+            << "       " << program << " --check [--json] MODEL\n"
+            << "       " << program << " -u MOUNTPOINT\n"
+            << "       " << program << " --version | --help\n"
+            << "\n"
+            << "Mounts a machine-learning model file read-only: every tensor a file of its raw\n"
+            << "bytes, with a JSON sidecar (P.json) and a NumPy view (P.npy) beside it.\n"
+            << "MODEL: a .safetensors file (or a sharded checkpoint's folder or index JSON),\n"
+            << "a .gguf file (or a split set's member or folder), an .onnx file, a torch.save\n"
+            << "file (.pt .pth .bin .ckpt, ZIP or legacy; or a sharded .bin index), or a\n"
+            << "TorchScript archive, or a .pt2 archive (torch.export.save, AOTInductor).\n"
+            << "\n"
+            << "modelfs options:\n"
+            << "    --list                 print the tensor table (name, dtype, shape, bytes)\n"
+            << "    --info                 print the model's format, files, size and metadata\n"
+            << "    --json                 with --list, --info or --check: print JSON\n"
+            << "    --check                verify the whole model without mounting: every\n"
+            << "                           offset and length, every byte readable, overlaps,\n"
+            << "                           the format's checksums; exit 0, or 2 at the first fault\n"
+            << "    -u, --unmount          unmount MOUNTPOINT (runs fusermount3 -u MOUNTPOINT)\n"
+            << "    -o flat                keep tensor names whole, as files at the root\n"
+            << "    -o nonempty            allow mounting over a non-empty folder\n"
+            << "    -o log_file=PATH       after detaching, log here instead of syslog\n"
+            << "    -o readahead_kb=N      readahead of the mount (root only; default "
+            << kDefaultReadaheadKib << ", 0 keeps the kernel's)\n"
+            << "    -o xattr               serve user.modelfs.dtype and user.modelfs.shape as\n"
+            << "                           extended attributes (off: ls -l is faster)\n"
+            << "    -o noprefetch          do not read ahead of sequential readers from a\n"
+            << "                           thread of the daemon's own\n"
+            << "    -o max_parse_mb=N      memory reading the model may take, in MiB (default:\n"
+            << "                           64 plus 8 bytes per byte of the model's metadata)\n"
+            << "\n"
+            << "FUSE options:\n"
+            << "    -h   --help            print help\n"
+            << "    -V   --version         print version\n"
+            << "    -d   -o debug          enable debug output (implies -f)\n"
+            << "    -f                     foreground operation\n"
+            << "    -s                     serve requests on one thread (default: libfuse's\n"
+            << "                           pool of threads)\n"
+            << "    -o max_threads=N       at most N threads (default 10)\n";
+  std::cout.flush();
+  fuse_lowlevel_help();
+  std::cout << "\nExit status: 0 ok, 1 usage or mount error, 2 the model cannot be read.\n"
+            << "Unmount with: fusermount3 -u MOUNTPOINT (or modelfs -u MOUNTPOINT)\n";
+}
+
+void print_version() {
+  std::cout << "modelfs " << MODELFS_VERSION << " (libfuse " << fuse_pkgversion() << ")\n";
+}
+
+}  // namespace modelfs::cli

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The command line: modelfs's own options (taken out by fuse_opt_parse, the
+// rest left for fuse_parse_cmdline), the usage text, and the checks of
+// option combinations that need neither the model nor the mountpoint.
+#include <fuse_lowlevel.h>
+#include <fuse_opt.h>
+
+namespace modelfs::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitUsage = 1;
+inline constexpr int kExitBadModel = 2;
+
+// Readahead set on the mount when running as root: the kernel then sends
+// 1 MiB requests (the most libfuse 3.14 offers), and the read-ahead thread
+// reads further ahead (prefetcher.hpp). A larger window would make the
+// reader's own readahead race the thread for the same pages
+// (docs/performance.md, "Readahead").
+inline constexpr unsigned kDefaultReadaheadKib = 1024;
+
+// modelfs's options as fuse_opt_parse fills them (its strings strdup'd).
+struct Options {
+  char* model = nullptr;
+  char* mountpoint = nullptr;  // as given; fuse_parse_cmdline takes it too
+  int positional = 0;
+  int list = 0;
+  int info = 0;
+  int check = 0;
+  int json = 0;
+  int flat = 0;
+  int nonempty = 0;
+  char* log_file = nullptr;
+  int readahead_kb = -1;
+  int xattr = 0;
+  int noprefetch = 0;
+  int max_parse_mb = 0;  // 0: the budget follows the model's metadata
+  int show_help = 0;
+  int show_version = 0;
+  int unmount = 0;  // -u MOUNTPOINT
+
+  bool query() const { return list || info || check; }
+};
+
+// The arguments and what both parsers allocate from them, freed together.
+struct CommandLine {
+  CommandLine(int argc, char** argv) : program(argv[0]), args(FUSE_ARGS_INIT(argc, argv)) {}
+  ~CommandLine();
+  CommandLine(const CommandLine&) = delete;
+  CommandLine& operator=(const CommandLine&) = delete;
+
+  const char* program;
+  fuse_args args;
+  Options options;
+  fuse_cmdline_opts fuse{};  // filled by fuse_parse_cmdline, for a mount
+};
+
+// Takes modelfs's options out of `line.args`; false on a usage error
+// (libfuse has said which).
+bool parse_options(CommandLine& line);
+// Reports a combination of options that makes no command (--json alone, two
+// commands at once, a negative budget); false when there is one.
+bool options_consistent(const Options& options);
+
+void print_usage(const char* program);
+void print_version();
+
+}  // namespace modelfs::cli

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "torch_save.hpp"
+
+#include <string>
+
+#include "modelfs/error.hpp"
+#include "modelfs/unpickler.hpp"
+
+namespace modelfs::torch_save {
+std::string trimmed(std::string_view text) {
+  const auto begin = text.find_first_not_of(" \t\r\n");
+  if (begin == std::string_view::npos) return "";
+  const auto end = text.find_last_not_of(" \t\r\n");
+  return std::string(text.substr(begin, end - begin + 1));
+}
+
+std::string archive_folder(const ZipArchive& zip) {
+  if (zip.members().empty()) return "";
+  const std::string& first = zip.members().front().name;
+  const size_t slash = first.find('/');
+  return slash == std::string::npos ? "" : first.substr(0, slash + 1);
+}
+
+WalkedRecord walk_record(const ZipArchive& zip, const ZipMember& member,
+                         const std::string& storage_folder, torch::WalkOptions options,
+                         const std::string& name_prefix, bool in_file) {
+  const std::string& format = options.format;
+  const std::string& display = options.file;
+  if (member.uncompressed_size > kMaxPickleBytes)
+    throw ModelError(display, format, std::nullopt,
+                     member.name + " is " + std::to_string(member.uncompressed_size) +
+                         " bytes, over the limit of " + std::to_string(kMaxPickleBytes));
+  const ByteSpan bytes = zip.contents(member);
+  const bool offsets_in_file = in_file && member.stored();
+  pickle::Pickle pickled = pickle::unpickle(bytes.span(), display, format,
+                                            offsets_in_file ? zip.file_offset(member) : 0);
+  options.pickle_in_file = offsets_in_file;
+  torch::ObjectWalker walker(options, [&zip, in_file, display, format, storage_folder](const torch::StorageId& id) {
+    const ZipMember* record = zip.find(storage_folder + id.key);
+    if (!record)
+      throw ModelError(display, format, std::nullopt,
+                       "storage record " + storage_folder + id.key + " is missing from the archive");
+    torch::StorageBytes out{zip.contents(*record), std::nullopt};
+    if (record->stored() && in_file) out.file_offset = zip.file_offset(*record);
+    return out;
+  });
+  walker.walk(pickled.root, name_prefix, pickled.end);
+  WalkedRecord walked;
+  walked.contents.tensors = std::move(walker.tensors());
+  walked.contents.values = std::move(walker.values());
+  walked.contents.skipped_objects = pickled.unknown_globals;
+  walked.protocol = pickled.protocol;
+  return walked;
+}
+
+SaveContents read_save(const ZipArchive& zip, const NestedSave& how) {
+  const std::string prefix = archive_folder(zip);
+  const ZipMember* data_pkl = zip.find(prefix + "data.pkl");
+  if (!data_pkl)
+    throw ModelError(how.file, how.format, zip.base(),
+                     "nested archive holds no " + prefix + "data.pkl: not a torch.save archive");
+  torch::WalkOptions options;
+  options.file = how.file;
+  options.format = how.format;
+  options.source = how.source;
+  options.default_kind = how.default_kind;
+  if (const ZipMember* order = zip.find(prefix + "byteorder")) {
+    const std::string text = trimmed(zip.contents(*order).view());
+    if (text != "little" && text != "big")
+      throw ModelError(how.file, how.format, std::nullopt,
+                       "nested archive's byteorder record says \"" + text.substr(0, 20) +
+                           "\", not little or big");
+    options.byte_swap = text == "big";
+  }
+  return walk_record(zip, *data_pkl, prefix + "data/", options, how.name_prefix, how.in_file)
+      .contents;
+}
+
+}  // namespace modelfs::torch_save
