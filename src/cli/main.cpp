@@ -5,6 +5,7 @@
 //   modelfs --list [--json] MODEL
 //   modelfs --info [--json] MODEL
 //   modelfs --check [--json] MODEL
+//   modelfs --export OUT.safetensors [--force] [-o export=float32] MODEL
 //   modelfs -u MOUNTPOINT
 //   modelfs --version | --help
 //
@@ -38,6 +39,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "export.hpp"
 #include "list.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/check.hpp"
@@ -79,6 +81,9 @@ struct Config {
   int show_help = 0;
   int show_version = 0;
   int unmount = 0;  // -u MOUNTPOINT
+  char* export_out = nullptr;  // --export OUT
+  int export_float32 = 0;
+  int force = 0;
 };
 
 enum Key { kKeyHelp, kKeyVersion, kKeyUnmount };
@@ -102,6 +107,10 @@ const fuse_opt kOptions[] = {
     MODELFS_OPT("xattr", xattr, 1),
     MODELFS_OPT("noprefetch", noprefetch, 1),
     MODELFS_OPT("max_parse_mb=%d", max_parse_mb, 0),
+    MODELFS_OPT("--export %s", export_out, 0),
+    MODELFS_OPT("--export=%s", export_out, 0),
+    MODELFS_OPT("export=float32", export_float32, 1),
+    MODELFS_OPT("--force", force, 1),
     MODELFS_KEY("-h", kKeyHelp),
     MODELFS_KEY("--help", kKeyHelp),
     MODELFS_KEY("-V", kKeyVersion),
@@ -142,6 +151,7 @@ void print_usage(const char* program) {
             << "       " << program << " --list [--json] MODEL\n"
             << "       " << program << " --info [--json] MODEL\n"
             << "       " << program << " --check [--json] MODEL\n"
+            << "       " << program << " --export OUT.safetensors [--force] MODEL\n"
             << "       " << program << " -u MOUNTPOINT\n"
             << "       " << program << " --version | --help\n"
             << "\n"
@@ -159,6 +169,11 @@ void print_usage(const char* program) {
             << "    --check                verify the whole model without mounting: every\n"
             << "                           offset and length, every byte readable, overlaps,\n"
             << "                           the format's checksums; exit 0, or 2 at the first fault\n"
+            << "    --export OUT           write the model as one safetensors file (the mount's\n"
+            << "                           .modelfs/model.safetensors) to OUT without mounting\n"
+            << "    --force                with --export: replace OUT if it exists\n"
+            << "    -o export=float32      the export also holds the tensors safetensors has no\n"
+            << "                           type for (GGUF blocks, int4, quantized), as float32\n"
             << "    -u, --unmount          unmount MOUNTPOINT (runs fusermount3 -u MOUNTPOINT)\n"
             << "    -o flat                keep tensor names whole, as files at the root\n"
             << "    -o nonempty            allow mounting over a non-empty folder\n"
@@ -355,6 +370,7 @@ struct ArgsGuard {
     std::free(config->model);
     std::free(config->mountpoint);
     std::free(config->log_file);
+    std::free(config->export_out);
     std::free(cmdline->mountpoint);
   }
 };
@@ -404,6 +420,14 @@ int run(int argc, char** argv) {
     return kExitUsage;
   }
 
+  if (config.export_out != nullptr) {
+    if (config.list + config.info + config.check + config.json > 0 || config.positional > 1) {
+      spdlog::error("--export takes only OUT and MODEL: {} --export OUT.safetensors MODEL", argv[0]);
+      return kExitUsage;
+    }
+    return modelfs::cli::export_command(
+        {config.model, config.export_out, config.export_float32 != 0, config.force != 0}, budget);
+  }
   if (config.list || config.info || config.check) {
     if (config.positional > 1) {
       spdlog::error("{} takes only MODEL, not a mountpoint",
@@ -462,7 +486,7 @@ int run(int argc, char** argv) {
     // A mount never verifies (that is --check's work): a torch.save archive's
     // checks, one per record, would be held for the life of the mount.
     std::vector<modelfs::IntegrityCheck>().swap(catalog.integrity_checks);
-    tree = modelfs::Tree::build(std::move(catalog), {.flat = config.flat != 0});
+    tree = modelfs::Tree::build(std::move(catalog), {.flat = config.flat != 0, .export_float32 = config.export_float32 != 0});
   } catch (const modelfs::ModelError& e) {
     spdlog::error("{}", e.what());
     return kExitBadModel;

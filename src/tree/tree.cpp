@@ -3,44 +3,87 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <initializer_list>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
+#include "modelfs/error.hpp"
 #include "modelfs/json_text.hpp"
 #include "modelfs/naming.hpp"
 #include "modelfs/npy.hpp"
 #include "modelfs/sidecar.hpp"
+#include "export.hpp"
 #include "numeric_views.hpp"
 #include "strided_view.hpp"
 
 namespace modelfs {
 
-size_t Node::slice(uint64_t offset, uint64_t length, std::span<iovec, kMaxParts> out,
-                   std::string& scratch) const {
-  size_t count = 0;
-  uint64_t part_start = 0;
-  for (const auto& part : parts()) {
-    if (length == 0 || count == out.size()) break;
-    const uint64_t part_end = part_start + part.size;
-    if (offset < part_end) {
-      const uint64_t within = offset - part_start;
-      const uint64_t take = std::min(length, part.size - within);
-      if (part.computed != nullptr) {
-        // Grown, never shrunk here: resizing down and up again would clear
-        // the whole range before every read.
-        if (scratch.size() < take) scratch.resize(take);
-        part.computed->fill(within, std::as_writable_bytes(std::span(scratch.data(), take)));
-        out[count++] = iovec{scratch.data(), take};
-      } else {
-        out[count++] = iovec{const_cast<std::byte*>(part.bytes + within), take};
-      }
-      offset += take;
-      length -= take;
+namespace {
+
+// Bytes [within, within + out.size()) of one part into `out`.
+void copy_part(const Part& part, uint64_t within, std::span<std::byte> out) {
+  if (part.computed != nullptr)
+    part.computed->fill(within, out);
+  else
+    std::memcpy(out.data(), part.bytes + within, out.size());
+}
+
+}  // namespace
+
+size_t slice_parts(std::span<const Part> parts, uint64_t offset, uint64_t length, std::span<iovec> out,
+                   std::string& scratch) {
+  if (out.empty()) return 0;
+  // The first part that ends past `offset`: a search, so that a read of an
+  // export file of 100 000 tensors costs what it asks for wherever it is.
+  auto part = std::upper_bound(parts.begin(), parts.end(), offset,
+                               [](uint64_t at, const Part& p) { return at < p.offset + p.size; });
+  // Sized once, to what is left of the request when first needed and before
+  // any iovec points into it: growing it later would move what earlier
+  // iovecs point at. Grown, never shrunk here: resizing down and up again
+  // would clear the whole range before every read.
+  std::byte* base = nullptr;
+  uint64_t used = 0;
+  auto room = [&](uint64_t take) {
+    if (base == nullptr) {
+      if (scratch.size() < length) scratch.resize(length);
+      base = reinterpret_cast<std::byte*>(scratch.data());
     }
-    part_start = part_end;
+    std::byte* at = base + used;
+    used += take;
+    return at;
+  };
+  size_t count = 0;
+  for (; part != parts.end() && length > 0; ++part) {
+    if (part->size == 0) continue;
+    const uint64_t within = offset - part->offset;
+    const uint64_t take = std::min(length, part->size - within);
+    if (count + 1 == out.size() && take < length) {
+      // The last iovec: the rest of the request, copied part by part.
+      // (Past the end of the file, only what there is.)
+      const uint64_t rest = length;
+      std::byte* at = room(rest);
+      uint64_t done = 0;
+      for (; part != parts.end() && done < rest; ++part) {
+        const uint64_t from = offset + done - part->offset;
+        const uint64_t n = std::min(rest - done, part->size - from);
+        copy_part(*part, from, std::span(at + done, n));
+        done += n;
+      }
+      out[count++] = iovec{at, done};
+      return count;
+    }
+    if (part->computed != nullptr) {
+      std::byte* at = room(take);
+      part->computed->fill(within, std::span(at, take));
+      out[count++] = iovec{at, take};
+    } else {
+      out[count++] = iovec{const_cast<std::byte*>(part->bytes + within), take};
+    }
+    offset += take;
+    length -= take;
   }
   return count;
 }
@@ -77,7 +120,8 @@ void append_index_tail(std::string& out) { out += "\n}\n"; }
 
 class TreeBuilder {
  public:
-  TreeBuilder(Tree& tree, const TreeOptions& options) : tree_(tree), options_(options) {}
+  TreeBuilder(Tree& tree, const TreeOptions& options)
+      : tree_(tree), options_(options), export_(options.export_float32, tree.computed_) {}
 
   void build() {
     Node root;
@@ -102,14 +146,20 @@ class TreeBuilder {
     for (const auto& document : tree_.catalog_.documents)
       more += 1 + static_cast<size_t>(std::count(document.path.begin(), document.path.end(), '/'));
     tree_.nodes_.reserve(tree_.nodes_.size() + more);
+    // A tensor's raw file, .npy header and body, and its export part; a
+    // document's one. Growing past it would copy the table.
+    tree_.parts_.reserve(4 * tensors.size() + tree_.catalog_.documents.size() + 8);
     folder_ordinal_.reserve(tree_.nodes_.size() + more);
 
     tree_.tensor_files_.reserve(tensors.size());
     tree_.tensors_.reserve(tensors.size());  // exact: nodes point at records
     for (size_t i = 0; i < tensors.size(); ++i)
       add_tensor(tensors[i], tensor_path_components(tensors[i].name, options_.flat), folder_of[i]);
+    add_export();
     add_documents();
     finish_folders();
+    // Several export files (a PT2 archive's models) may pass the reservation.
+    tree_.parts_.shrink_to_fit();
     // Everything is in the records now; the catalog's tensors were a heap
     // block per name, shape and stride list among the reader's garbage.
     std::vector<Tensor>().swap(tree_.catalog_.tensors);
@@ -213,12 +263,25 @@ class TreeBuilder {
 
   uint64_t add_file(uint64_t dir, std::string_view name, FileRole role,
                     std::initializer_list<Part> parts, const TensorRecord* tensor) {
+    return add_file(dir, name, role, std::span(parts.begin(), parts.size()), tensor);
+  }
+
+  // The file's parts go to the end of the tree's table, each with its offset.
+  uint64_t add_file(uint64_t dir, std::string_view name, FileRole role, std::span<const Part> parts,
+                    const TensorRecord* tensor) {
     Node file;
     file.role = role;
     file.tensor = tensor;
-    for (const auto& part : parts) {
-      file.part_array[file.part_count++] = part;
+    auto& table = tree_.parts_;
+    if (table.size() + parts.size() > UINT32_MAX)
+      throw ModelError(tree_.catalog_.files.empty() ? std::string() : tree_.catalog_.files.front(),
+                       tree_.catalog_.format, std::nullopt, "more file parts than the tree can number");
+    file.first_part = static_cast<uint32_t>(table.size());
+    file.part_count = static_cast<uint32_t>(parts.size());
+    for (Part part : parts) {
+      part.offset = file.size;
       file.size += part.size;
+      table.push_back(part);
     }
     return add_node(dir, name, std::move(file));
   }
@@ -236,6 +299,8 @@ class TreeBuilder {
     std::optional<NpyContent> content;
     std::string_view descr;
     bool fortran = false;
+    bool dequantized = false;  // its values are not its stored integers
+    bool converted = false;    // `body` converts the stored values (numeric_views.hpp)
   };
 
   // The stored bytes where numpy has the type and they are in C or Fortran
@@ -246,6 +311,7 @@ class TreeBuilder {
     NpyBody out;
     out.content = npy_content(tensor);
     if (!out.content) return out;
+    out.dequantized = !out.content->exact;
     const bool stored = out.content->exact && out.content->dtype == tensor.dtype;
     if (!stored) {
       const ComputedBytes* view = nullptr;
@@ -274,6 +340,7 @@ class TreeBuilder {
         charge(sizeof(ElementView), "a converted .npy view");
         keep(tensor.bytes);
         out.body = Part{nullptr, view, size};
+        out.converted = true;
         out.descr = *numpy_descr(out.content->dtype);
         return out;
       }
@@ -375,7 +442,7 @@ class TreeBuilder {
   }
 
   void add_tensor(const Tensor& tensor, const std::vector<std::string>& parts, uint64_t dir) {
-    charge(sizeof(TensorRecord) + 3 * (sizeof(Node) + sizeof(DirEntry)) + 2 * tensor.name.size() +
+    charge(sizeof(TensorRecord) + 3 * (sizeof(Node) + sizeof(DirEntry)) + 4 * sizeof(Part) + 2 * tensor.name.size() +
                16 * tensor.shape.size() + 64,
            "the tree's record of a tensor");
     const auto shape = tree_.shapes_.add(tensor.shape);
@@ -385,8 +452,14 @@ class TreeBuilder {
     const std::optional<Part>& npy_body = npy.body;
     const std::string name = free_name(dir, parts.back(), npy_body.has_value());
 
-    tree_.tensor_files_.push_back(
-        add_file(dir, name, FileRole::TensorData, {keep(tensor.bytes)}, record));
+    const Part stored = keep(tensor.bytes);
+    tree_.tensor_files_.push_back(add_file(dir, name, FileRole::TensorData, {stored}, record));
+    export_.add({.tensor = record,
+                 .stored = stored,
+                 .c_contiguous = tensor.is_c_contiguous(),
+                 .dequantized = npy.dequantized,
+                 .converted = npy.converted ? npy.body : std::nullopt,
+                 .converted_dtype = npy.content ? npy.content->dtype : DType::Float32});
     // A sidecar is printed when read, but one too big to print again for
     // every small read (a shape of millions of dimensions) is kept as
     // printed: its size follows the metadata the model file holds.
@@ -464,30 +537,59 @@ class TreeBuilder {
   }
 
   void add_document(const std::string& relative_path, const std::string& content) {
-    std::vector<std::string> parts;
+    add_document(relative_path, std::array{Part::held(std::as_bytes(std::span(content.data(), content.size())))});
+  }
+
+  void add_document(const std::string& relative_path, std::span<const Part> parts) {
+    std::vector<std::string> names;
     size_t start = 0;
     for (size_t i = 0; i <= relative_path.size(); ++i) {
       if (i == relative_path.size() || relative_path[i] == '/') {
-        parts.push_back(escape_component(std::string_view(relative_path).substr(start, i - start)));
+        names.push_back(escape_component(std::string_view(relative_path).substr(start, i - start)));
         start = i + 1;
       }
     }
     uint64_t dir = meta_dir_;
-    for (size_t i = 0; i + 1 < parts.size(); ++i) {
-      const auto existing = find(dir, parts[i]);
+    for (size_t i = 0; i + 1 < names.size(); ++i) {
+      const auto existing = find(dir, names[i]);
       if (existing && node(*existing).kind == NodeKind::Directory)
         dir = *existing;
       else
-        dir = directory(dir, free_name(dir, parts[i], false));
+        dir = directory(dir, free_name(dir, names[i], false));
     }
-    add_file(dir, free_name(dir, parts.back(), false), FileRole::Document,
-             {Part::held(std::as_bytes(std::span(content.data(), content.size())))}, nullptr);
+    add_file(dir, free_name(dir, names.back(), false), FileRole::Document, parts, nullptr);
   }
 
   // A document the tree made: kept by the tree, which its file points into.
   void add_made_document(const std::string& relative_path, std::string content) {
     content.shrink_to_fit();
     add_document(relative_path, tree_.documents_.emplace_back(std::move(content)));
+  }
+
+  // .modelfs/model.safetensors, a PT2 archive's models/NAME.safetensors
+  // (export.hpp), and export.json saying what they leave out. Before the
+  // documents: the metadata is read here, and the files take these names.
+  void add_export() {
+    const auto& catalog = tree_.catalog_;
+    const ExportMetadata metadata = export_metadata(catalog);
+    std::string note;
+    auto add = [&](const std::string& path, std::string_view prefix) {
+      auto file = export_.file(prefix, metadata);
+      if (!file) {
+        note += path + ": not made, its header would pass " + std::to_string(ExportPlan::kMaxHeader) +
+                " bytes (the most the reference reader takes). ";
+        return;
+      }
+      charge(file->header.size() + (file->tensors.size() + 1) * sizeof(Part), "the export file's header");
+      const std::string& header = tree_.documents_.emplace_back(std::move(file->header));
+      file->tensors.insert(file->tensors.begin(), Part::held(std::as_bytes(std::span(header))));
+      add_document(path, file->tensors);
+    };
+    add("model.safetensors", "");
+    for (const auto& [name, prefix] : export_models(catalog)) add("models/" + name + ".safetensors", prefix);
+    std::string report = export_.report(note);
+    charge(report.size(), "export.json");
+    add_made_document("export.json", std::move(report));
   }
 
   void add_documents() {
@@ -557,6 +659,7 @@ class TreeBuilder {
   // tensor first asks for its scales.
   std::unique_ptr<std::unordered_map<std::string_view, const Tensor*>> catalog_names_;
   ViewArena* arena_ = nullptr;  // owned by the tree (its byte owners)
+  ExportPlan export_;
 };
 
 std::unique_ptr<const Tree> Tree::build(Catalog catalog, const TreeOptions& options) {
@@ -624,9 +727,8 @@ const std::string& Tree::index_text(uint64_t size) const {
 namespace {
 
 // [offset, offset + length) of a printed file, as one iovec (none past its end).
-size_t slice_text(std::string_view text, uint64_t offset, uint64_t length,
-                  std::span<iovec, Node::kMaxParts> out) {
-  if (offset >= text.size()) return 0;
+size_t slice_text(std::string_view text, uint64_t offset, uint64_t length, std::span<iovec> out) {
+  if (offset >= text.size() || out.empty()) return 0;
   out[0] = iovec{const_cast<char*>(text.data() + offset),
                  std::min<uint64_t>(length, text.size() - offset)};
   return 1;
@@ -634,8 +736,8 @@ size_t slice_text(std::string_view text, uint64_t offset, uint64_t length,
 
 }  // namespace
 
-size_t Tree::read(const Node& file, uint64_t offset, uint64_t length,
-                  std::span<iovec, Node::kMaxParts> out, std::string& scratch) const {
+size_t Tree::read(const Node& file, uint64_t offset, uint64_t length, std::span<iovec> out,
+                  std::string& scratch) const {
   // Printed files are served as printed, never past the size the builder
   // measured (the file's size).
   if (file.role == FileRole::Index) {
@@ -646,11 +748,11 @@ size_t Tree::read(const Node& file, uint64_t offset, uint64_t length,
     scratch = sidecar_text(*file.tensor, catalog_.format);
     return slice_text(scratch, offset, length, out);
   }
-  return file.slice(offset, length, out, scratch);
+  return slice_parts(parts(file), offset, length, out, scratch);
 }
 
 std::string Tree::content(const Node& file) const {
-  std::array<iovec, Node::kMaxParts> iov{};
+  std::array<iovec, 2> iov{};  // slice_parts copies the rest into the last one
   std::string scratch;
   std::string out;
   const size_t n = read(file, 0, file.size, iov, scratch);
