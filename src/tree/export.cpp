@@ -63,10 +63,10 @@ void ExportPlan::add(const ExportInput& input) {
   std::optional<Part> part;
   std::string_view dtype;
   std::string reason;
-  if (input.dequantized) {
-    reason = "a quantized type (" + std::string(t.dtype_name) + "): its stored integers are not its values";
-  } else if (!code) {
+  if (!code) {
     reason = "safetensors has no type for " + std::string(t.dtype_name);
+  } else if (input.dequantized) {
+    reason = "a quantized type (" + std::string(t.dtype_name) + "): its stored integers are not its values";
   } else if (const auto size = safetensors_size(t.dtype, t.shape); !size) {
     reason = "its " + std::string(t.dtype_name) + " elements do not fill whole bytes";
   } else if (input.c_contiguous) {
