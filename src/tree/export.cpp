@@ -157,7 +157,7 @@ std::optional<ExportFile> ExportPlan::file(std::string_view prefix, const Export
 std::string ExportPlan::report(std::string_view file_note) const {
   nlohmann::ordered_json report;
   report["tensors"] = entries_.size();
-  if (!file_note.empty()) report["error"] = std::string(file_note);
+  if (!file_note.empty()) report["note"] = std::string(file_note);
   report["float32"] = float32_;
   auto& converted = report["converted"] = nlohmann::ordered_json::object();
   for (const auto& [name, what] : converted_) converted[std::string(name)] = what;

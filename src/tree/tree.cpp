@@ -167,6 +167,7 @@ class TreeBuilder {
 
  private:
   static constexpr uint32_t kNotFolder = UINT32_MAX;
+  static constexpr size_t kMaxModelFiles = 64;
   // Sidecars up to this size are printed for each read (most are a few
   // hundred bytes, and a read asks for the whole file).
   static constexpr size_t kPrintedWhenRead = 16 << 10;
@@ -586,7 +587,14 @@ class TreeBuilder {
       add_document(path, file->tensors);
     };
     add("model.safetensors", "");
-    for (const auto& [name, prefix] : export_models(catalog)) add("models/" + name + ".safetensors", prefix);
+    // Each model's file is a pass over every tensor: an archive naming
+    // thousands of models gets the whole model's file alone.
+    const auto models = export_models(catalog);
+    if (models.size() <= kMaxModelFiles)
+      for (const auto& [name, prefix] : models) add("models/" + name + ".safetensors", prefix);
+    else
+      note += std::to_string(models.size()) + " models: no file of each (at most " +
+              std::to_string(kMaxModelFiles) + "). ";
     std::string report = export_.report(note);
     charge(report.size(), "export.json");
     add_made_document("export.json", std::move(report));
