@@ -420,6 +420,10 @@ int run(int argc, char** argv) {
     return kExitUsage;
   }
 
+  if (config.force && config.export_out == nullptr) {
+    spdlog::error("--force goes with --export");
+    return kExitUsage;
+  }
   if (config.export_out != nullptr) {
     if (config.list + config.info + config.check + config.json > 0 || config.positional > 1) {
       spdlog::error("--export takes only OUT and MODEL: {} --export OUT.safetensors MODEL", argv[0]);

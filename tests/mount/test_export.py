@@ -367,6 +367,8 @@ def test_export_refuses_to_overwrite_without_force_and_leaves_no_partial_file(tm
     bad = run_modelfs("--export", tmp / "x.safetensors", tmp / "missing.pt")
     assert bad.returncode == 2 and not (tmp / "x.safetensors.tmp").exists()
     assert "--export" in run_modelfs("--help").stdout
+    alone = run_modelfs("--force", model, tmp)
+    assert alone.returncode == 1 and "--force goes with --export" in alone.stderr
 
 
 def test_real_safetensors_reader_loads_the_export(shared, tmp):
