@@ -354,6 +354,23 @@ def test_reads_at_odd_offsets_and_windows_across_many_tiny_tensors(tmp):
         assert got == whole
 
 
+def test_windows_across_thousands_of_gathered_views(tmp):
+    # 3000 transposed 2x3 views of one storage: every tensor a computed
+    # part, so a 1 MiB request fills the scratch with gathers and copies.
+    base = torch.arange(3000 * 6, dtype=torch.float32).reshape(3000, 2, 3)
+    sd = {f"v{i}": base[i].t() for i in range(3000)}
+    model = tmp / "views.pt"
+    torch.save(sd, model)
+    out, _, _, _ = export_both_ways(model, tmp)
+    whole = out.read_bytes()
+    parsed, _ = parse_export(whole)
+    assert all(parsed[k][2] == v.contiguous().numpy().tobytes() for k, v in sd.items())
+    with mounted(model) as mnt:
+        with open(mnt / ".modelfs" / "model.safetensors", "rb", buffering=0) as f:
+            for offset, size in [(1, 1 << 20), (4097, 128 << 10), (len(whole) - 333, 1 << 20)]:
+                assert os.pread(f.fileno(), size, offset) == whole[offset:offset + size], offset
+
+
 def test_export_refuses_to_overwrite_without_force_and_leaves_no_partial_file(tmp):
     model = tmp / "m.safetensors"
     st.write(model, {"w": np.arange(3, dtype=np.float32)})
