@@ -51,6 +51,10 @@ std::string_view dtype_name(DType dtype) noexcept;
 uint32_t dtype_bits(DType dtype) noexcept;
 // The NumPy descr ("<f4", "|b1", ...) where numpy has the type natively.
 std::optional<std::string_view> numpy_descr(DType dtype) noexcept;
+// The safetensors dtype string ("F32", "BF16", "F8_E4M3", ...) where the
+// format has the type, and its inverse.
+std::optional<std::string_view> safetensors_dtype(DType dtype) noexcept;
+std::optional<DType> dtype_from_safetensors(std::string_view code) noexcept;
 // Inverse of dtype_name, for the plain types.
 std::optional<DType> dtype_from_name(std::string_view name) noexcept;
 

@@ -14,7 +14,8 @@
 //              for a type numpy lacks, its values converted on each read
 //   .modelfs/  index.json (printed when first read, then kept: a line per
 //              tensor that most mounts never read), metadata.json
-//              and the format's documents
+//              and the format's documents; model.safetensors (export.hpp:
+//              a printed header, then one part per tensor) and export.json
 #include <sys/uio.h>
 
 #include <array>
@@ -50,6 +51,9 @@ struct NpyContent {
 
 struct TreeOptions {
   bool flat = false;  // keep every tensor name whole, as a file at the root
+  // model.safetensors also holds the tensors safetensors has no type for,
+  // as their .npy's converted values (export.hpp).
+  bool export_float32 = false;
 };
 
 enum class NodeKind : uint8_t { Directory, File };
@@ -79,35 +83,38 @@ struct Part {
   const std::byte* bytes = nullptr;         // held, or
   const ComputedBytes* computed = nullptr;  // computed (then `bytes` is null)
   uint64_t size = 0;
+  uint64_t offset = 0;  // where it starts in its file (the tree sets it)
 
   static Part held(std::span<const std::byte> span) { return {span.data(), nullptr, span.size()}; }
 };
 
+// The parts of [offset, offset + length) of a content made of `parts` (each
+// one's `offset` set, in order), as iovecs in `out`: into held bytes
+// without a copy, into `scratch` for computed bytes. A request always gets
+// all its bytes: when the parts it spans outnumber `out`, the last iovec
+// holds the rest copied into `scratch` (FUSE takes a short read for the end
+// of the file). The copy and the scratch are bounded by `length`; `scratch`
+// must outlive the iovecs and `out` must hold at least one. Returns how many
+// were written.
+size_t slice_parts(std::span<const Part> parts, uint64_t offset, uint64_t length, std::span<iovec> out,
+                   std::string& scratch);
+
 // Every field is inline: a model with 100 000 tensors has 400 000 nodes, and
 // a vector per node (its children, its parts) was a heap block each.
 struct Node {
-  static constexpr size_t kMaxParts = 2;
-
   NodeKind kind = NodeKind::File;
   FileRole role = FileRole::None;
-  uint8_t part_count = 0;
   uint32_t nlink = 1;
+  // Files: the content is the concatenation of parts [first_part,
+  // first_part + part_count) of the tree's parts table (Tree::parts; small
+  // sidecars have none: they are printed when read). The bytes belong to
+  // the tree.
+  uint32_t first_part = 0;
+  uint32_t part_count = 0;
   uint64_t parent = 1;                // the folder holding it; the root's is itself
   uint64_t size = 0;                  // files: bytes; folders: 0
   const Tensor* tensor = nullptr;     // tensor files, sidecars and .npy views (the catalog's)
   std::span<const DirEntry> children; // folders: sorted by name (a range of the tree's entries)
-  // Files: the content is the concatenation of the first part_count parts
-  // (small sidecars have none: they are printed when read). The bytes
-  // belong to the tree.
-  std::array<Part, kMaxParts> part_array{};
-
-  std::span<const Part> parts() const noexcept { return {part_array.data(), part_count}; }
-  // The parts of [offset, offset + length) of the content, as iovecs: into
-  // held bytes without a copy, into `scratch` for computed bytes (at most
-  // one computed part a file; `scratch` must outlive the iovecs). Returns
-  // how many were written.
-  size_t slice(uint64_t offset, uint64_t length, std::span<iovec, kMaxParts> out,
-               std::string& scratch) const;
 };
 
 class Tree {
@@ -124,11 +131,15 @@ class Tree {
   std::optional<uint64_t> resolve(std::string_view path) const;
 
   // The parts of [offset, offset + length) of a file's content, as iovecs
-  // (no tensor byte is copied). A small sidecar is printed, and computed
-  // bytes are computed, into `scratch` first, which must outlive the
-  // iovecs. Returns how many were written.
-  size_t read(const Node& file, uint64_t offset, uint64_t length,
-              std::span<iovec, Node::kMaxParts> out, std::string& scratch) const;
+  // (slice_parts: no held byte is copied while `out` has room). A small
+  // sidecar is printed, and computed bytes are computed, into `scratch`,
+  // which must outlive the iovecs. Returns how many were written.
+  size_t read(const Node& file, uint64_t offset, uint64_t length, std::span<iovec> out,
+              std::string& scratch) const;
+  // A file's parts, in order.
+  std::span<const Part> parts(const Node& file) const noexcept {
+    return std::span(parts_).subspan(file.first_part, file.part_count);
+  }
   // A file's whole content (tests, small documents).
   std::string content(const Node& file) const;
 
@@ -162,6 +173,7 @@ class Tree {
   Catalog catalog_;
   std::vector<Node> nodes_;
   std::vector<DirEntry> entries_;  // every folder's children, folder after folder
+  std::vector<Part> parts_;        // every file's parts, file after file
   std::vector<std::optional<NpyContent>> npy_;  // one per catalog tensor
   // What nodes point into beyond the catalog: entry names; the converted
   // .npy views (one arena, numeric_views.hpp).

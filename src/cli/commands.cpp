@@ -21,33 +21,6 @@
 namespace modelfs::cli {
 namespace {
 
-// A progress line on a terminal, redrawn at most a few times a second.
-class ProgressBar {
- public:
-  explicit ProgressBar(bool enabled) : enabled_(enabled) {}
-  void update(uint64_t done, uint64_t total) {
-    if (!enabled_ || total < (64u << 20)) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (done < total && now - last_ < std::chrono::milliseconds(200)) return;
-    last_ = now;
-    const int percent = static_cast<int>(done * 100 / total);
-    const int filled = percent * 40 / 100;
-    std::fprintf(stderr, "\rchecking [%s%s] %3d%% (%llu of %llu MiB)", std::string(filled, '#').c_str(),
-                 std::string(40 - filled, ' ').c_str(), percent,
-                 static_cast<unsigned long long>(done >> 20),
-                 static_cast<unsigned long long>(total >> 20));
-    drawn_ = true;
-  }
-  ~ProgressBar() {
-    if (drawn_) std::fputs("\n", stderr);
-  }
-
- private:
-  bool enabled_;
-  bool drawn_ = false;
-  std::chrono::steady_clock::time_point last_{};
-};
-
 nlohmann::ordered_json report(const std::string& model, const nlohmann::ordered_json& format,
                               const CheckSummary& summary, const ModelError* fault) {
   nlohmann::ordered_json doc;
@@ -82,7 +55,7 @@ int check_command(const std::string& model, const Catalog& catalog, const Integr
                   std::ostream& out) {
   CheckSummary summary;
   try {
-    ProgressBar bar(::isatty(STDERR_FILENO) != 0);
+    ProgressBar bar(::isatty(STDERR_FILENO) != 0, "checking");
     check_model(catalog, checks, [&](uint64_t done, uint64_t total) { bar.update(done, total); }, summary);
   } catch (const ModelError& fault) {
     if (json) print(report(model, catalog.format, summary, &fault), out);
@@ -141,6 +114,23 @@ int query_command(const Options& options, Budget& budget) {
     spdlog::error("{}", e.what());
     return kExitBadModel;
   }
+}
+
+void ProgressBar::update(uint64_t done, uint64_t total) {
+  if (!enabled_ || total < (64u << 20)) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (done < total && now - last_ < std::chrono::milliseconds(200)) return;
+  last_ = now;
+  const int percent = static_cast<int>(done * 100 / total);
+  const int filled = percent * 40 / 100;
+  std::fprintf(stderr, "\r%s [%s%s] %3d%% (%llu of %llu MiB)", label_, std::string(filled, '#').c_str(),
+               std::string(40 - filled, ' ').c_str(), percent, static_cast<unsigned long long>(done >> 20),
+               static_cast<unsigned long long>(total >> 20));
+  drawn_ = true;
+}
+
+ProgressBar::~ProgressBar() {
+  if (drawn_) std::fputs("\n", stderr);
 }
 
 }  // namespace modelfs::cli

@@ -2,13 +2,32 @@
 #pragma once
 // The commands of the command line, each returning the exit status: `-u`
 // and the query commands `--list`, `--info` and `--check` (commands.cpp),
-// and the mount (mount.cpp).
+// and the mount (mount.cpp); --export is export.hpp.
+#include <chrono>
+#include <cstdint>
 #include <string>
 
 #include "modelfs/budget.hpp"
 #include "options.hpp"
 
 namespace modelfs::cli {
+
+// A progress line on stderr when it is a terminal and the work passes
+// 64 MiB, redrawn at most a few times a second ("LABEL [###   ] 40% ...").
+class ProgressBar {
+ public:
+  ProgressBar(bool enabled, const char* label) : enabled_(enabled), label_(label) {}
+  void update(uint64_t done, uint64_t total);
+  ~ProgressBar();
+  ProgressBar(const ProgressBar&) = delete;
+  ProgressBar& operator=(const ProgressBar&) = delete;
+
+ private:
+  bool enabled_;
+  const char* label_;
+  bool drawn_ = false;
+  std::chrono::steady_clock::time_point last_{};
+};
 
 // `modelfs -u MOUNTPOINT`: runs `fusermount3 -u MOUNTPOINT` in this
 // process's place; returns (1) only when it cannot be run.

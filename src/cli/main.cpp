@@ -5,6 +5,7 @@
 //   modelfs --list [--json] MODEL
 //   modelfs --info [--json] MODEL
 //   modelfs --check [--json] MODEL
+//   modelfs --export OUT.safetensors [--force] [-o export=float32] MODEL
 //   modelfs -u MOUNTPOINT
 //   modelfs --version | --help
 //
@@ -19,6 +20,7 @@
 #include <optional>
 
 #include "commands.hpp"
+#include "export.hpp"
 #include "logging.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/terminal_text.hpp"
@@ -58,6 +60,9 @@ int run(int argc, char** argv) {
     std::cerr << "usage: " << line.program << " [options] MODEL MOUNTPOINT (see --help)\n";
     return kExitUsage;
   }
+  if (options.export_out != nullptr)
+    return export_command({options.model, options.export_out, options.export_float32 != 0, options.force != 0},
+                          budget);
   return options.query() ? query_command(options, budget) : mount_command(line, budget);
 }
 

@@ -34,6 +34,10 @@ const fuse_opt kOptions[] = {
     MODELFS_OPT("xattr", xattr, 1),
     MODELFS_OPT("noprefetch", noprefetch, 1),
     MODELFS_OPT("max_parse_mb=%d", max_parse_mb, 0),
+    MODELFS_OPT("--export %s", export_out, 0),
+    MODELFS_OPT("--export=%s", export_out, 0),
+    MODELFS_OPT("export=float32", export_float32, 1),
+    MODELFS_OPT("--force", force, 1),
     MODELFS_KEY("-h", kKeyHelp),
     MODELFS_KEY("--help", kKeyHelp),
     MODELFS_KEY("-V", kKeyVersion),
@@ -76,6 +80,7 @@ CommandLine::~CommandLine() {
   std::free(options.model);
   std::free(options.mountpoint);
   std::free(options.log_file);
+  std::free(options.export_out);
   std::free(fuse.mountpoint);
 }
 
@@ -96,6 +101,14 @@ bool options_consistent(const Options& options) {
     spdlog::error("-o max_parse_mb must be a positive number of MiB");
     return false;
   }
+  if (options.force && options.export_out == nullptr) {
+    spdlog::error("--force goes with --export");
+    return false;
+  }
+  if (options.export_out != nullptr && (options.query() || options.json || options.positional > 1)) {
+    spdlog::error("--export takes only OUT and MODEL: modelfs --export OUT.safetensors MODEL");
+    return false;
+  }
   return true;
 }
 
@@ -104,6 +117,7 @@ void print_usage(const char* program) {
             << "       " << program << " --list [--json] MODEL\n"
             << "       " << program << " --info [--json] MODEL\n"
             << "       " << program << " --check [--json] MODEL\n"
+            << "       " << program << " --export OUT.safetensors [--force] MODEL\n"
             << "       " << program << " -u MOUNTPOINT\n"
             << "       " << program << " --version | --help\n"
             << "\n"
@@ -121,6 +135,11 @@ void print_usage(const char* program) {
             << "    --check                verify the whole model without mounting: every\n"
             << "                           offset and length, every byte readable, overlaps,\n"
             << "                           the format's checksums; exit 0, or 2 at the first fault\n"
+            << "    --export OUT           write the model as one safetensors file (the mount's\n"
+            << "                           .modelfs/model.safetensors) to OUT without mounting\n"
+            << "    --force                with --export: replace OUT if it exists\n"
+            << "    -o export=float32      the export also holds the tensors safetensors has no\n"
+            << "                           type for (GGUF blocks, int4, quantized), as float32\n"
             << "    -u, --unmount          unmount MOUNTPOINT (runs fusermount3 -u MOUNTPOINT)\n"
             << "    -o flat                keep tensor names whole, as files at the root\n"
             << "    -o nonempty            allow mounting over a non-empty folder\n"

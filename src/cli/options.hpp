@@ -38,6 +38,9 @@ struct Options {
   int show_help = 0;
   int show_version = 0;
   int unmount = 0;  // -u MOUNTPOINT
+  char* export_out = nullptr;  // --export OUT
+  int export_float32 = 0;      // -o export=float32
+  int force = 0;               // --force: --export may replace OUT
 
   bool query() const { return list || info || check; }
 };

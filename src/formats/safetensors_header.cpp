@@ -19,43 +19,6 @@ constexpr std::string_view kFormat = "safetensors";
 constexpr uint64_t kHeaderStart = 8;  // the header's first byte in the file
 constexpr std::string_view kMetadataKey = "__metadata__";
 
-struct DTypeCode {
-  std::string_view code;
-  DType dtype;
-};
-
-// docs/formats.md, "safetensors dtypes": every dtype string the format defines.
-constexpr DTypeCode kDTypes[] = {
-    {"BOOL", DType::Bool},
-    {"F4", DType::Float4E2M1},
-    {"F6_E2M3", DType::Float6E2M3FN},
-    {"F6_E3M2", DType::Float6E3M2FN},
-    {"U8", DType::UInt8},
-    {"I8", DType::Int8},
-    {"F8_E5M2", DType::Float8E5M2},
-    {"F8_E4M3", DType::Float8E4M3FN},
-    {"F8_E8M0", DType::Float8E8M0FNU},
-    {"F8_E4M3FNUZ", DType::Float8E4M3FNUZ},
-    {"F8_E5M2FNUZ", DType::Float8E5M2FNUZ},
-    {"I16", DType::Int16},
-    {"U16", DType::UInt16},
-    {"F16", DType::Float16},
-    {"BF16", DType::BFloat16},
-    {"I32", DType::Int32},
-    {"U32", DType::UInt32},
-    {"F32", DType::Float32},
-    {"C64", DType::Complex64},
-    {"F64", DType::Float64},
-    {"I64", DType::Int64},
-    {"U64", DType::UInt64},
-};
-
-std::optional<DType> dtype_from_code(std::string_view code) {
-  for (const auto& entry : kDTypes)
-    if (entry.code == code) return entry.dtype;
-  return std::nullopt;
-}
-
 // A JSON value as it arrives from the parser; shown in full only in
 // messages, so the common case formats nothing.
 struct Value {
@@ -132,7 +95,7 @@ struct EntryDraft {
     if (!shape_seen || !shape_is_array) return quote() + "missing or non-array \"shape\"";
     if (!offsets_seen || !offsets_is_array || offsets_count != 2)
       return quote() + "\"data_offsets\" must be an array of two integers";
-    const auto dtype = dtype_from_code(dtype_code);
+    const auto dtype = dtype_from_safetensors(dtype_code);
     if (!dtype) return quote() + "unknown dtype \"" + dtype_code + "\"";
     entry.dtype = *dtype;
     if (bad_dim) return quote() + "shape holds " + *bad_dim + ", not a non-negative integer";

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <climits>
 #include <atomic>
 #include <cerrno>
 #include <cstdarg>
@@ -256,6 +257,8 @@ void warn_failed_read(const Node& node, uint64_t offset, int error) {
                name, offset, std::strerror(error), n + 1 == kMaxWarnings ? " (further failures not logged)" : "");
 }
 
+constexpr size_t kReplyIovecs = IOV_MAX - 1;
+
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
   guarded(req, "read", [&] {
     const Node* node = context(req).tree->node(ino);
@@ -265,8 +268,13 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
     const uint64_t start = static_cast<uint64_t>(offset);
     if (start >= node->size) return (void)fuse_reply_buf(req, nullptr, 0);
     const uint64_t length = std::min<uint64_t>(size, node->size - start);
-    std::array<iovec, Node::kMaxParts> iov{};
-    thread_local std::string scratch;  // a sidecar printed for this read
+    // A read of the export file may span thousands of tiny tensors, and
+    // FUSE takes a short read only at the end of a file: the tree copies
+    // what does not fit in these iovecs into the scratch (libfuse adds its
+    // header to them, hence one less than IOV_MAX). Per thread: 16 KiB, and
+    // the scratch grows to the largest request (max_read) at most.
+    thread_local std::array<iovec, kReplyIovecs> iov{};
+    thread_local std::string scratch;  // a sidecar printed, computed bytes, the copied rest
     const size_t count = context(req).tree->read(*node, start, length, iov, scratch);
     // `req` is gone once answered.
     Prefetcher* const prefetcher = context(req).prefetcher;

@@ -3,43 +3,86 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <initializer_list>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
+#include "modelfs/error.hpp"
 #include "modelfs/json_text.hpp"
 #include "modelfs/naming.hpp"
 #include "modelfs/npy.hpp"
 #include "modelfs/sidecar.hpp"
+#include "export.hpp"
 #include "numeric_views.hpp"
 
 namespace modelfs {
 
-size_t Node::slice(uint64_t offset, uint64_t length, std::span<iovec, kMaxParts> out,
-                   std::string& scratch) const {
-  size_t count = 0;
-  uint64_t part_start = 0;
-  for (const auto& part : parts()) {
-    if (length == 0 || count == out.size()) break;
-    const uint64_t part_end = part_start + part.size;
-    if (offset < part_end) {
-      const uint64_t within = offset - part_start;
-      const uint64_t take = std::min(length, part.size - within);
-      if (part.computed != nullptr) {
-        // Grown, never shrunk here: resizing down and up again would clear
-        // the whole range before every read.
-        if (scratch.size() < take) scratch.resize(take);
-        part.computed->fill(within, std::as_writable_bytes(std::span(scratch.data(), take)));
-        out[count++] = iovec{scratch.data(), take};
-      } else {
-        out[count++] = iovec{const_cast<std::byte*>(part.bytes + within), take};
-      }
-      offset += take;
-      length -= take;
+namespace {
+
+// Bytes [within, within + out.size()) of one part into `out`.
+void copy_part(const Part& part, uint64_t within, std::span<std::byte> out) {
+  if (part.computed != nullptr)
+    part.computed->fill(within, out);
+  else
+    std::memcpy(out.data(), part.bytes + within, out.size());
+}
+
+}  // namespace
+
+size_t slice_parts(std::span<const Part> parts, uint64_t offset, uint64_t length, std::span<iovec> out,
+                   std::string& scratch) {
+  if (out.empty()) return 0;
+  // The first part that ends past `offset`: a search, so that a read of an
+  // export file of 100 000 tensors costs what it asks for wherever it is.
+  auto part = std::upper_bound(parts.begin(), parts.end(), offset,
+                               [](uint64_t at, const Part& p) { return at < p.offset + p.size; });
+  // Sized once, to what is left of the request when first needed and before
+  // any iovec points into it: growing it later would move what earlier
+  // iovecs point at. Grown, never shrunk here: resizing down and up again
+  // would clear the whole range before every read.
+  std::byte* base = nullptr;
+  uint64_t used = 0;
+  auto room = [&](uint64_t take) {
+    if (base == nullptr) {
+      if (scratch.size() < length) scratch.resize(length);
+      base = reinterpret_cast<std::byte*>(scratch.data());
     }
-    part_start = part_end;
+    std::byte* at = base + used;
+    used += take;
+    return at;
+  };
+  size_t count = 0;
+  for (; part != parts.end() && length > 0; ++part) {
+    if (part->size == 0) continue;
+    const uint64_t within = offset - part->offset;
+    const uint64_t take = std::min(length, part->size - within);
+    if (count + 1 == out.size() && take < length) {
+      // The last iovec: the rest of the request, copied part by part.
+      // (Past the end of the file, only what there is.)
+      const uint64_t rest = length;
+      std::byte* at = room(rest);
+      uint64_t done = 0;
+      for (; part != parts.end() && done < rest; ++part) {
+        const uint64_t from = offset + done - part->offset;
+        const uint64_t n = std::min(rest - done, part->size - from);
+        copy_part(*part, from, std::span(at + done, n));
+        done += n;
+      }
+      out[count++] = iovec{at, done};
+      return count;
+    }
+    if (part->computed != nullptr) {
+      std::byte* at = room(take);
+      part->computed->fill(within, std::span(at, take));
+      out[count++] = iovec{at, take};
+    } else {
+      out[count++] = iovec{const_cast<std::byte*>(part->bytes + within), take};
+    }
+    offset += take;
+    length -= take;
   }
   return count;
 }
@@ -76,7 +119,8 @@ void append_index_tail(std::string& out) { out += "\n}\n"; }
 
 class TreeBuilder {
  public:
-  TreeBuilder(Tree& tree, const TreeOptions& options) : tree_(tree), options_(options) {}
+  TreeBuilder(Tree& tree, const TreeOptions& options)
+      : tree_(tree), options_(options), export_(options.export_float32) {}
 
   void build() {
     Node root;
@@ -101,18 +145,25 @@ class TreeBuilder {
     for (const auto& document : tree_.catalog_.documents)
       more += 1 + static_cast<size_t>(std::count(document.path.begin(), document.path.end(), '/'));
     tree_.nodes_.reserve(tree_.nodes_.size() + more);
+    // A tensor's raw file, .npy header and body, and its export part; a
+    // document's one. Growing past it would copy the table.
+    tree_.parts_.reserve(4 * tensors.size() + tree_.catalog_.documents.size() + 8);
     folder_ordinal_.reserve(tree_.nodes_.size() + more);
 
     tree_.tensor_files_.reserve(tensors.size());
     tree_.npy_.reserve(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i)
       add_tensor(tensors[i], tensor_path_components(tensors[i].name, options_.flat), folder_of[i]);
+    add_export();
     add_documents();
     finish_folders();
+    // Several export files (a PT2 archive's models) may pass the reservation.
+    tree_.parts_.shrink_to_fit();
   }
 
  private:
   static constexpr uint32_t kNotFolder = UINT32_MAX;
+  static constexpr size_t kMaxModelFiles = 64;
   // Sidecars up to this size are printed for each read (most are a few
   // hundred bytes, and a read asks for the whole file).
   static constexpr size_t kPrintedWhenRead = 16 << 10;
@@ -209,12 +260,25 @@ class TreeBuilder {
 
   uint64_t add_file(uint64_t dir, std::string_view name, FileRole role,
                     std::initializer_list<Part> parts, const Tensor* tensor) {
+    return add_file(dir, name, role, std::span(parts.begin(), parts.size()), tensor);
+  }
+
+  // The file's parts go to the end of the tree's table, each with its offset.
+  uint64_t add_file(uint64_t dir, std::string_view name, FileRole role, std::span<const Part> parts,
+                    const Tensor* tensor) {
     Node file;
     file.role = role;
     file.tensor = tensor;
-    for (const auto& part : parts) {
-      file.part_array[file.part_count++] = part;
+    auto& table = tree_.parts_;
+    if (table.size() + parts.size() > UINT32_MAX)
+      throw ModelError(tree_.catalog_.files.empty() ? std::string() : tree_.catalog_.files.front(),
+                       tree_.catalog_.format, std::nullopt, "more file parts than the tree can number");
+    file.first_part = static_cast<uint32_t>(table.size());
+    file.part_count = static_cast<uint32_t>(parts.size());
+    for (Part part : parts) {
+      part.offset = file.size;
       file.size += part.size;
+      table.push_back(part);
     }
     return add_node(dir, name, std::move(file));
   }
@@ -232,6 +296,8 @@ class TreeBuilder {
     std::optional<NpyContent> content;
     std::string_view descr;
     bool fortran = false;
+    bool dequantized = false;  // its values are not its stored integers
+    bool converted = false;    // `body` converts the stored values (numeric_views.hpp)
   };
 
   // The stored bytes where numpy has the type and they are in C or Fortran
@@ -244,6 +310,7 @@ class TreeBuilder {
     NpyBody out;
     out.content = npy_content(tensor);
     if (!out.content) return out;
+    out.dequantized = !out.content->exact;
     const bool stored = out.content->exact && out.content->dtype == tensor.dtype;
     if (!stored) {
       const ComputedBytes* view = nullptr;
@@ -269,6 +336,7 @@ class TreeBuilder {
       }
       if (view) {
         out.body = Part{nullptr, view, size};
+        out.converted = true;
         out.descr = *numpy_descr(out.content->dtype);
         return out;
       }
@@ -352,7 +420,8 @@ class TreeBuilder {
       for (const auto& t : tree_.catalog_.tensors()) {
         const auto content = npy_content(t);
         if (!content) continue;
-        if (content->exact && content->dtype == t.dtype && (t.is_c_contiguous() || t.is_f_contiguous())) continue;
+        // Converted, or gathered into C order (for the .npy or the export).
+        if (content->exact && content->dtype == t.dtype && t.is_c_contiguous()) continue;
         ++(t.dtype == DType::GgmlBlock ? blocks : elements);
       }
       auto arena = std::make_shared<ViewArena>(elements, blocks);
@@ -360,6 +429,19 @@ class TreeBuilder {
       tree_.views_ = std::move(arena);
     }
     return *arena_;
+  }
+
+  // The tensor's elements in C order, for the export: its stored bytes, the
+  // .npy's gather of a strided view, or (a Fortran-order or sub-byte-free
+  // view the .npy serves as stored) a gather made here; none where the
+  // strides reach outside the bytes or elements are smaller than a byte.
+  std::optional<Part> c_order(const Tensor& tensor, const NpyBody& npy) {
+    if (tensor.is_c_contiguous()) return Part::held(tensor.bytes.span());
+    if (npy.body && npy.body->computed != nullptr && !npy.converted) return npy.body;
+    if (dtype_bits(tensor.dtype) % 8 != 0) return std::nullopt;
+    const ElementView* gather = element_view(tensor, copy_conversion(dtype_bits(tensor.dtype) / 8));
+    if (gather == nullptr) return std::nullopt;
+    return Part{nullptr, gather, gather->size()};
   }
 
   // The catalog's tensor of that name (the first, where names repeat).
@@ -373,13 +455,19 @@ class TreeBuilder {
   }
 
   void add_tensor(const Tensor& tensor, const std::vector<std::string>& parts, uint64_t dir) {
-    charge(3 * (sizeof(Node) + sizeof(DirEntry)) + tensor.name.size() + 16, "the tree's files of a tensor");
+    charge(3 * (sizeof(Node) + sizeof(DirEntry)) + 4 * sizeof(Part) + tensor.name.size() + 16,
+           "the tree's files of a tensor");
     const NpyBody npy = npy_body(tensor);
     tree_.npy_.push_back(npy.content);
     const std::string name = free_name(dir, parts.back(), npy.body.has_value());
 
-    tree_.tensor_files_.push_back(
-        add_file(dir, name, FileRole::TensorData, {Part::held(tensor.bytes.span())}, &tensor));
+    const Part stored = Part::held(tensor.bytes.span());
+    tree_.tensor_files_.push_back(add_file(dir, name, FileRole::TensorData, {stored}, &tensor));
+    export_.add({.tensor = &tensor,
+                 .c_order = c_order(tensor, npy),
+                 .dequantized = npy.dequantized,
+                 .converted = npy.converted ? npy.body : std::nullopt,
+                 .converted_dtype = npy.content ? npy.content->dtype : DType::Float32});
     // A sidecar is printed when read, but one too big to print again for
     // every small read (a shape of millions of dimensions) is kept as
     // printed: its size follows the metadata the model file holds.
@@ -416,30 +504,66 @@ class TreeBuilder {
   }
 
   void add_document(const std::string& relative_path, const std::string& content) {
-    std::vector<std::string> parts;
+    add_document(relative_path, std::array{Part::held(std::as_bytes(std::span(content.data(), content.size())))});
+  }
+
+  void add_document(const std::string& relative_path, std::span<const Part> parts) {
+    std::vector<std::string> names;
     size_t start = 0;
     for (size_t i = 0; i <= relative_path.size(); ++i) {
       if (i == relative_path.size() || relative_path[i] == '/') {
-        parts.push_back(escape_component(std::string_view(relative_path).substr(start, i - start)));
+        names.push_back(escape_component(std::string_view(relative_path).substr(start, i - start)));
         start = i + 1;
       }
     }
     uint64_t dir = meta_dir_;
-    for (size_t i = 0; i + 1 < parts.size(); ++i) {
-      const auto existing = find(dir, parts[i]);
+    for (size_t i = 0; i + 1 < names.size(); ++i) {
+      const auto existing = find(dir, names[i]);
       if (existing && node(*existing).kind == NodeKind::Directory)
         dir = *existing;
       else
-        dir = directory(dir, free_name(dir, parts[i], false));
+        dir = directory(dir, free_name(dir, names[i], false));
     }
-    add_file(dir, free_name(dir, parts.back(), false), FileRole::Document,
-             {Part::held(std::as_bytes(std::span(content.data(), content.size())))}, nullptr);
+    add_file(dir, free_name(dir, names.back(), false), FileRole::Document, parts, nullptr);
   }
 
   // A document the tree made: kept by the tree, which its file points into.
   void add_made_document(const std::string& relative_path, std::string content) {
     content.shrink_to_fit();
     add_document(relative_path, tree_.documents_.emplace_back(std::move(content)));
+  }
+
+  // .modelfs/model.safetensors, a PT2 archive's models/NAME.safetensors
+  // (export.hpp), and export.json saying what they leave out. Before the
+  // documents: the metadata is read here, and the files take these names.
+  void add_export() {
+    const auto& catalog = tree_.catalog_;
+    const ExportMetadata metadata = export_metadata(catalog);
+    std::string note;
+    auto add = [&](const std::string& path, std::string_view prefix) {
+      auto file = export_.file(prefix, metadata);
+      if (!file) {
+        note += path + ": not made, its header would pass " + std::to_string(ExportPlan::kMaxHeader) +
+                " bytes (the most the reference reader takes). ";
+        return;
+      }
+      charge(file->header.size() + (file->tensors.size() + 1) * sizeof(Part), "the export file's header");
+      const std::string& header = tree_.documents_.emplace_back(std::move(file->header));
+      file->tensors.insert(file->tensors.begin(), Part::held(std::as_bytes(std::span(header))));
+      add_document(path, file->tensors);
+    };
+    add("model.safetensors", "");
+    // Each model's file is a pass over every tensor: an archive naming
+    // thousands of models gets the whole model's file alone.
+    const auto models = export_models(catalog);
+    if (models.size() <= kMaxModelFiles)
+      for (const auto& [name, prefix] : models) add("models/" + name + ".safetensors", prefix);
+    else
+      note += std::to_string(models.size()) + " models: no file of each (at most " +
+              std::to_string(kMaxModelFiles) + "). ";
+    std::string report = export_.report(note);
+    charge(report.size(), "export.json");
+    add_made_document("export.json", std::move(report));
   }
 
   void add_documents() {
@@ -507,6 +631,7 @@ class TreeBuilder {
   // tensor first asks for its scales.
   std::unique_ptr<std::unordered_map<std::string_view, const Tensor*>> catalog_names_;
   ViewArena* arena_ = nullptr;  // owned by the tree (its byte owners)
+  ExportPlan export_;
 };
 
 std::unique_ptr<const Tree> Tree::build(Catalog catalog, const TreeOptions& options) {
@@ -574,9 +699,8 @@ const std::string& Tree::index_text(uint64_t size) const {
 namespace {
 
 // [offset, offset + length) of a printed file, as one iovec (none past its end).
-size_t slice_text(std::string_view text, uint64_t offset, uint64_t length,
-                  std::span<iovec, Node::kMaxParts> out) {
-  if (offset >= text.size()) return 0;
+size_t slice_text(std::string_view text, uint64_t offset, uint64_t length, std::span<iovec> out) {
+  if (offset >= text.size() || out.empty()) return 0;
   out[0] = iovec{const_cast<char*>(text.data() + offset),
                  std::min<uint64_t>(length, text.size() - offset)};
   return 1;
@@ -584,8 +708,8 @@ size_t slice_text(std::string_view text, uint64_t offset, uint64_t length,
 
 }  // namespace
 
-size_t Tree::read(const Node& file, uint64_t offset, uint64_t length,
-                  std::span<iovec, Node::kMaxParts> out, std::string& scratch) const {
+size_t Tree::read(const Node& file, uint64_t offset, uint64_t length, std::span<iovec> out,
+                  std::string& scratch) const {
   // Printed files are served as printed, never past the size the builder
   // measured (the file's size).
   if (file.role == FileRole::Index) {
@@ -596,11 +720,11 @@ size_t Tree::read(const Node& file, uint64_t offset, uint64_t length,
     scratch = sidecar_text(*file.tensor, catalog_.format, npy_of(*file.tensor));
     return slice_text(scratch, offset, length, out);
   }
-  return file.slice(offset, length, out, scratch);
+  return slice_parts(parts(file), offset, length, out, scratch);
 }
 
 std::string Tree::content(const Node& file) const {
-  std::array<iovec, Node::kMaxParts> iov{};
+  std::array<iovec, 2> iov{};  // slice_parts copies the rest into the last one
   std::string scratch;
   std::string out;
   const size_t n = read(file, 0, file.size, iov, scratch);

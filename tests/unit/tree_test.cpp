@@ -88,8 +88,8 @@ TEST(Tree, SplitsNamesIntoFoldersWithSidecarsAndNpyViews) {
   EXPECT_EQ(folder->children.size(), 6u);
   EXPECT_EQ(tree->node(*tree->resolve("model/layers/0/weight"))->size, 8u);
   const Node* npy = tree->node(*tree->resolve("model/layers/0/weight.npy"));
-  EXPECT_EQ(npy->size, npy->parts()[0].size + 8u);
-  EXPECT_EQ(npy->parts()[0].size % 64, 0u);
+  EXPECT_EQ(npy->size, tree->parts(*npy)[0].size + 8u);
+  EXPECT_EQ(tree->parts(*npy)[0].size % 64, 0u);
 }
 
 TEST(Tree, NoNpyWhereModelfsCannotConvertTheType) {
@@ -151,11 +151,11 @@ TEST(Tree, ABigSidecarIsKeptAsPrintedAndReadByRange) {
   t.bytes = ByteSpan::owned("abcd");
   auto tree = build({t});
   const Node* file = tree->node(*tree->resolve("w.json"));
-  ASSERT_EQ(file->parts().size(), 1u);  // held, not printed per read
+  ASSERT_EQ(tree->parts(*file).size(), 1u);  // held, not printed per read
   const std::string whole = content(*tree, "w.json");
   EXPECT_EQ(whole.size(), file->size);
   EXPECT_TRUE(whole == sidecar_text(tree->tensors()[0], "safetensors", tree->npy_of(tree->tensors()[0])));
-  std::array<iovec, Node::kMaxParts> iov{};
+  std::array<iovec, 2> iov{};
   std::string scratch;
   ASSERT_EQ(tree->read(*file, 4096, 4096, iov, scratch), 1u);
   EXPECT_EQ(std::string_view(static_cast<const char*>(iov[0].iov_base), iov[0].iov_len),
@@ -268,17 +268,17 @@ TEST(Tree, IndexIsTheJsonObjectPrintedReadably) {
 TEST(Tree, SlicesSpanTheNpyHeaderAndTheData) {
   auto tree = build({tensor("w", DType::Float32, {4})});
   const Node* npy = tree->node(*tree->resolve("w.npy"));
-  ASSERT_EQ(npy->parts().size(), 2u);
-  const uint64_t header = npy->parts()[0].size;
-  std::array<iovec, Node::kMaxParts> iov{};
+  ASSERT_EQ(tree->parts(*npy).size(), 2u);
+  const uint64_t header = tree->parts(*npy)[0].size;
+  std::array<iovec, 2> iov{};
   std::string scratch;
-  auto n = npy->slice(header - 4, 10, iov, scratch);
+  auto n = tree->read(*npy, header - 4, 10, iov, scratch);
   ASSERT_EQ(n, 2u);
   EXPECT_EQ(iov[0].iov_len, 4u);
   EXPECT_EQ(iov[1].iov_len, 6u);
-  EXPECT_EQ(iov[1].iov_base, npy->parts()[1].bytes);
-  EXPECT_EQ(npy->slice(header + 16, 10, iov, scratch), 0u);
-  EXPECT_EQ(npy->slice(header + 6, 100, iov, scratch), 1u);
+  EXPECT_EQ(iov[1].iov_base, tree->parts(*npy)[1].bytes);
+  EXPECT_EQ(tree->read(*npy, header + 16, 10, iov, scratch), 0u);
+  EXPECT_EQ(tree->read(*npy, header + 6, 100, iov, scratch), 1u);
   EXPECT_EQ(iov[0].iov_len, 10u);
 }
 

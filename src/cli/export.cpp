@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "export.hpp"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "commands.hpp"
+#include "options.hpp"
+#include "modelfs/error.hpp"
+#include "modelfs/formats.hpp"
+#include "modelfs/tree.hpp"
+
+namespace modelfs::cli {
+namespace {
+
+// Bytes asked of the tree at a time: large enough that a write is cheap
+// next to its bytes, small enough that the copied rest of a window over
+// many tiny tensors stays small.
+constexpr uint64_t kChunk = 8 << 20;
+
+// Writes all of `iov` (advancing it past partial writes); false on an error
+// (errno set).
+bool write_all(int fd, iovec* iov, size_t count) {
+  while (count > 0) {
+    const ssize_t n = ::writev(fd, iov, static_cast<int>(std::min<size_t>(count, IOV_MAX)));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    auto left = static_cast<size_t>(n);
+    while (count > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      ++iov;
+      --count;
+    }
+    if (count > 0) {
+      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  return true;
+}
+
+// What the export left out, on stderr: the count and the first few names.
+void warn_left_out(const Tree& tree, const std::string& out) {
+  const auto report_ino = tree.resolve(".modelfs/export.json");
+  if (!report_ino) return;
+  const auto report = nlohmann::json::parse(tree.content(*tree.node(*report_ino)), nullptr, false);
+  if (!report.is_object()) return;
+  const auto& left_out = report["left_out"];
+  if (!left_out.is_object() || left_out.empty()) return;
+  std::string names;
+  size_t shown = 0;
+  for (const auto& [name, why] : left_out.items()) {
+    if (shown++ == 3) {
+      names += ", ...";
+      break;
+    }
+    names += (names.empty() ? "" : ", ") + name + " (" + why.get<std::string>() + ")";
+  }
+  spdlog::warn("{}: {} tensor(s) left out: {}; -o export=float32 writes converted values where modelfs has them",
+               out, left_out.size(), names);
+}
+
+}  // namespace
+
+int export_command(const ExportRequest& request, Budget& budget) {
+  std::error_code ec;
+  if (!request.force && std::filesystem::symlink_status(request.out, ec).type() != std::filesystem::file_type::not_found) {
+    spdlog::error("{} exists; give --force to replace it", request.out);
+    return kExitUsage;
+  }
+  std::unique_ptr<const Tree> tree;
+  try {
+    BudgetScope scope(budget);
+    tree = Tree::build(open_model(request.model), {.export_float32 = request.float32});
+  } catch (const ModelError& e) {
+    spdlog::error("{}", e.what());
+    return kExitBadModel;
+  }
+  const auto ino = tree->resolve(".modelfs/model.safetensors");
+  if (!ino) {
+    spdlog::error("{}: no export file (its header would be too large; see .modelfs/export.json)", request.model);
+    return kExitBadModel;
+  }
+  const Node& file = *tree->node(*ino);
+
+  const std::string temporary = request.out + ".tmp";
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    spdlog::error("{}: {}", temporary, std::strerror(errno));
+    return kExitUsage;
+  }
+  auto fail = [&](const char* what) {
+    const int error = errno;
+    ::close(fd);
+    ::unlink(temporary.c_str());
+    spdlog::error("{}: {}: {}", temporary, what, std::strerror(error));
+    return kExitUsage;
+  };
+  std::vector<iovec> iov(IOV_MAX);
+  std::string scratch;
+  {
+    ProgressBar bar(::isatty(STDERR_FILENO) != 0, "exporting");
+    for (uint64_t offset = 0; offset < file.size;) {
+      const uint64_t length = std::min(kChunk, file.size - offset);
+      const size_t count = tree->read(file, offset, length, iov, scratch);
+      uint64_t got = 0;
+      for (size_t i = 0; i < count; ++i) got += iov[i].iov_len;
+      if (got != length) {
+        errno = EIO;
+        return fail("the tree gave a short read");
+      }
+      if (!write_all(fd, iov.data(), count)) return fail("write");
+      offset += length;
+      bar.update(offset, file.size);
+    }
+  }
+  if (::close(fd) != 0) {
+    const int error = errno;
+    ::unlink(temporary.c_str());
+    spdlog::error("{}: close: {}", temporary, std::strerror(error));
+    return kExitUsage;
+  }
+  if (::rename(temporary.c_str(), request.out.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(temporary.c_str());
+    spdlog::error("{} -> {}: {}", temporary, request.out, std::strerror(error));
+    return kExitUsage;
+  }
+  warn_left_out(*tree, request.out);
+  return kExitOk;
+}
+
+}  // namespace modelfs::cli

@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "export.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "modelfs/checked_math.hpp"
+#include "modelfs/json_text.hpp"
+
+namespace modelfs {
+namespace {
+
+constexpr std::string_view kMetadataKey = "__metadata__";
+
+// The bytes `shape` of `dtype` takes in safetensors: whole bytes, as the
+// reference reader wants (a sub-byte type's elements must fill them).
+std::optional<uint64_t> safetensors_size(DType dtype, std::span<const uint64_t> shape) {
+  const auto numel = checked_numel(shape);
+  if (!numel) return std::nullopt;
+  const auto bits = checked_mul(*numel, uint64_t{dtype_bits(dtype)});
+  if (!bits || *bits % 8 != 0) return std::nullopt;
+  return *bits / 8;
+}
+
+std::string quoted(std::string_view text) {
+  std::string out;
+  append_json_string(out, text);
+  return out;
+}
+
+}  // namespace
+
+void ExportPlan::leave_out(std::string_view name, std::string reason) {
+  left_out_.emplace_back(name, std::move(reason));
+}
+
+void ExportPlan::add(const ExportInput& input) {
+  const Tensor& t = *input.tensor;
+  // Names as the header prints them (invalid UTF-8 replaced): two stored
+  // names may print alike, and a header names each tensor once.
+  std::string key = quoted(t.name);
+  if (t.name == kMetadataKey) return leave_out(t.name, "the name safetensors keeps for the metadata");
+  if (keys_.contains(key)) return leave_out(t.name, "a second tensor of this name (the first is written)");
+
+  const auto code = safetensors_dtype(t.dtype);
+  std::optional<Part> part;
+  std::string_view dtype;
+  std::string reason;
+  if (!code) {
+    reason = "safetensors has no type for " + std::string(t.dtype_name());
+  } else if (input.dequantized) {
+    reason = "a quantized type (" + std::string(t.dtype_name()) + "): its stored integers are not its values";
+  } else if (const auto size = safetensors_size(t.dtype, t.shape); !size) {
+    reason = "its " + std::string(t.dtype_name()) + " elements do not fill whole bytes";
+  } else if (input.c_order && input.c_order->size == *size) {
+    // Stored in C order, or a strided view (a transpose, an expand, a
+    // column) gathered into C order on each read.
+    part = input.c_order;
+    dtype = *code;
+  } else if (t.is_c_contiguous()) {
+    reason = "its stored bytes are not what its shape needs";
+  } else if (dtype_bits(t.dtype) % 8 == 0) {
+    reason = "its strides reach outside its storage";
+  } else {
+    reason = "a strided view of a sub-byte type";
+  }
+
+  if (!part && float32_ && input.converted) {
+    // -o export=float32: the .npy's values (float32, or int8/uint8 for the
+    // 2- and 4-bit integers), C order.
+    const auto converted_code = safetensors_dtype(input.converted_dtype);
+    const auto size = safetensors_size(input.converted_dtype, t.shape);
+    if (converted_code && size && *size == input.converted->size) {
+      part = *input.converted;
+      part->offset = 0;
+      dtype = *converted_code;
+      converted_.emplace_back(t.name, std::string(t.dtype_name()) + " as " +
+                                          std::string(dtype_name(input.converted_dtype)));
+    }
+  }
+  if (!part) return leave_out(t.name, std::move(reason));
+  keys_.insert(std::move(key));
+  entries_.push_back({t.name, dtype, t.shape, *part});
+}
+
+std::optional<ExportFile> ExportPlan::file(std::string_view prefix, const ExportMetadata& metadata) const {
+  ExportFile out;
+  std::string& h = out.header;
+  h.assign(8, ' ');  // the length, written last
+  h += '{';
+  if (!metadata.empty()) {
+    append_json_string(h, kMetadataKey);
+    h += ":{";
+    for (size_t i = 0; i < metadata.size(); ++i) {
+      if (i) h += ',';
+      append_json_string(h, metadata[i].first);
+      h += ':';
+      append_json_string(h, metadata[i].second);
+    }
+    h += '}';
+  }
+  uint64_t offset = 0;
+  for (const auto& entry : entries_) {
+    if (!entry.name.starts_with(prefix)) continue;
+    const std::string_view name = entry.name.substr(prefix.size());
+    // A model's own names: the prefix alone, or the metadata's key, are no
+    // tensor names in its file.
+    if (name.empty() || name == kMetadataKey) continue;
+    if (h.size() > 9) h += ',';
+    append_json_string(h, name);
+    h += ":{\"dtype\":\"";
+    h += entry.dtype;
+    h += "\",\"shape\":";
+    append_json_array(h, entry.shape);
+    h += ",\"data_offsets\":[" + std::to_string(offset) + ',' + std::to_string(offset + entry.part.size) + "]}";
+    offset += entry.part.size;
+    out.tensors.push_back(entry.part);
+    if (h.size() > kMaxHeader + 8) return std::nullopt;
+  }
+  h += '}';
+  // The data starts 8-byte aligned: the JSON padded with spaces.
+  while (h.size() % 8 != 0) h += ' ';
+  if (h.size() - 8 > kMaxHeader) return std::nullopt;
+  uint64_t length = h.size() - 8;
+  for (size_t i = 0; i < 8; ++i, length >>= 8) h[i] = static_cast<char>(length & 0xff);
+  h.shrink_to_fit();
+  return out;
+}
+
+std::string ExportPlan::report(std::string_view file_note) const {
+  nlohmann::ordered_json report;
+  report["tensors"] = entries_.size();
+  if (!file_note.empty()) report["note"] = std::string(file_note);
+  report["float32"] = float32_;
+  auto& converted = report["converted"] = nlohmann::ordered_json::object();
+  for (const auto& [name, what] : converted_) converted[std::string(name)] = what;
+  auto& left_out = report["left_out"] = nlohmann::ordered_json::object();
+  for (const auto& [name, why] : left_out_) left_out[std::string(name)] = why;
+  return readable_json(report);
+}
+
+ExportMetadata export_metadata(const Catalog& catalog) {
+  ExportMetadata out;
+  // What transformers expects of a PyTorch checkpoint; a safetensors source
+  // says what it is itself; ONNX and GGUF keep their own names and layouts
+  // (ggml's dimension order), so claiming one would mislead a loader.
+  if (catalog.format == "pytorch" || catalog.format == "torchscript" || catalog.format == "pt2") {
+    out.emplace_back("format", "pt");
+  } else if (catalog.format == "safetensors") {
+    const auto own = catalog.metadata.find(kMetadataKey);
+    if (own != catalog.metadata.end() && own->is_object()) {
+      const auto format = own->find("format");
+      if (format != own->end() && format->is_string()) out.emplace_back("format", format->get<std::string>());
+    }
+  }
+  out.emplace_back("source", catalog.files.empty() ? std::string() : catalog.files.front());
+  out.emplace_back("source_format", catalog.format);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> export_models(const Catalog& catalog) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const auto models = catalog.metadata.find("models");
+  if (catalog.format != "pt2" || models == catalog.metadata.end() || !models->is_object()) return out;
+  for (const auto& [name, info] : models->items()) {
+    if (!info.is_object()) continue;
+    const auto prefix = info.find("prefix");
+    if (prefix != info.end() && prefix->is_string() && !prefix->get_ref<const std::string&>().empty())
+      out.emplace_back(name, prefix->get<std::string>());
+  }
+  return out;
+}
+
+}  // namespace modelfs

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// .modelfs/model.safetensors: the whole model as one safetensors file, made
+// of parts (tree.hpp): the header the plan prints, then one part per
+// tensor in the header's order. A tensor stored in C order is its range of
+// the mapping; a strided view is gathered into C order on each read (the
+// tree's gather, numeric_views.hpp); with -o export=float32, a tensor safetensors has no type
+// for is its .npy's converted values (numeric_views.hpp). Nothing is
+// materialised: only the header is printed, at build.
+//
+// The header follows the rules the reference reader checks: data offsets
+// contiguous from 0 in header order with no overlap or gap, each range
+// exactly the bytes its dtype and shape need, the header's length a
+// multiple of 8 padded with spaces, dtypes by the safetensors names, and no
+// name twice. What cannot be written (no safetensors type, a torch
+// quantized type, a name already taken) is left out and named, with the
+// reason, in .modelfs/export.json. docs/design.md, "The export file".
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "modelfs/catalog.hpp"
+#include "modelfs/tree.hpp"
+
+namespace modelfs {
+
+// What the tree offers the export of one tensor.
+struct ExportInput {
+  const Tensor* tensor = nullptr;  // the catalog's: outlives the plan's files
+  // Its elements in C order (the stored bytes, or a gather of a strided
+  // view); none when the tree cannot gather them.
+  std::optional<Part> c_order;
+  // Its values are not its stored integers (a torch quantized type): the
+  // .npy dequantizes them.
+  bool dequantized = false;
+  // Its .npy's body where that converts the values (C order), and their type.
+  std::optional<Part> converted;
+  DType converted_dtype = DType::Float32;
+};
+
+// One safetensors file of the plan: the header (its 8-byte length, the
+// JSON and the padding) and the tensors' parts, in header order.
+struct ExportFile {
+  std::string header;
+  std::vector<Part> tensors;
+};
+
+// `__metadata__`'s entries, in order.
+using ExportMetadata = std::vector<std::pair<std::string, std::string>>;
+
+class ExportPlan {
+ public:
+  // The reference reader refuses a header longer than this.
+  static constexpr uint64_t kMaxHeader = 100'000'000;
+
+  // `float32`: -o export=float32.
+  explicit ExportPlan(bool float32) : float32_(float32) {}
+
+  // The next tensor in catalog order.
+  void add(const ExportInput& input);
+  // The file of the tensors whose names start with `prefix`, named without
+  // it (a PT2 archive's model); "" for the whole model. Null when its header
+  // would pass kMaxHeader.
+  std::optional<ExportFile> file(std::string_view prefix, const ExportMetadata& metadata) const;
+  // export.json: what was converted and what was left out, with why.
+  std::string report(std::string_view file_note) const;
+
+ private:
+  struct Entry {
+    std::string_view name;
+    std::string_view dtype;  // safetensors name
+    std::span<const uint64_t> shape;
+    Part part;
+  };
+  void leave_out(std::string_view name, std::string reason);
+
+  bool float32_;
+  std::vector<Entry> entries_;
+  std::vector<std::pair<std::string_view, std::string>> left_out_;
+  std::vector<std::pair<std::string_view, std::string>> converted_;
+  std::unordered_set<std::string> keys_;  // names as the header prints them
+};
+
+// The export's __metadata__ for `catalog`: "format" ("pt" for the torch
+// formats, the source's own for safetensors, none for the others), then
+// the source file's name and format.
+ExportMetadata export_metadata(const Catalog& catalog);
+
+// The prefix of each model of a PT2 archive with several (metadata
+// "models.<name>.prefix"), by name; empty for every other model.
+std::vector<std::pair<std::string, std::string>> export_models(const Catalog& catalog);
+
+}  // namespace modelfs
