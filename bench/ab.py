@@ -9,7 +9,8 @@ order where each follows every other equally often, fresh mounts each round.
 
 Per model and variant, medians (and ranges) of: seconds from the command to
 `.modelfs/index.json` being stat-able ("ready"), the daemon's RssAnon then,
-with --walk the seconds of `find` over the fresh mount and RssAnon after it,
+with --walk the seconds of `find` over the fresh mount, the daemon's CPU
+time and context switches (all threads) during it and RssAnon after it,
 with --read the seconds of one `cat` of every tensor file (the first pass)
 against a `cat` of the model file just before, and RssAnon after it.
 
@@ -17,6 +18,7 @@ small.pt (100 000 tensors of 16 float32, torch.save's ZIP format: 100 000
 records and a pickle of as many rebuild calls) is made here when missing;
 the other models come from gen_models.py."""
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -60,6 +62,20 @@ def parse_variant(text):
     return dict(name=name, binary=binary, env=env, args=args)
 
 
+def daemon_effort(pid):
+    """(CPU seconds, context switches) of every thread of the daemon so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime, all threads
+    switches = 0
+    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError), open(task / "status") as f:
+            for line in f:
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    switches += int(line.split()[1])
+    return cpu, switches
+
+
 def measure(variant, model, mnt, walk, read):
     cmd = [variant["binary"], "-f", *variant["args"], str(model), str(mnt)]
     out = {}
@@ -71,7 +87,12 @@ def measure(variant, model, mnt, walk, read):
             time.sleep(0.2)  # what the daemon does after the tree is served (nothing, or trimming)
             out["RssAnon mounted (MiB)"] = bench.rss_anon_mib(pid)
             if walk:
+                cpu, switches = daemon_effort(pid)
                 out["find (s)"] = bench.timed(["find", str(mnt)])
+                cpu_after, switches_after = daemon_effort(pid)
+                out["daemon CPU during find (s)"] = cpu_after - cpu
+                out["daemon context switches during find (k)"] = (switches_after - switches) / 1000
+                out["daemon threads after find"] = len(os.listdir(f"/proc/{pid}/task"))
                 out["RssAnon after find (MiB)"] = bench.rss_anon_mib(pid)
             if read:
                 index = json.loads((mnt / ".modelfs/index.json").read_text())
