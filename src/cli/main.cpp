@@ -11,7 +11,6 @@
 //
 // Exit status: 0 success; 1 usage, mountpoint or FUSE failure; 2 the model
 // cannot be read (the message names file, format, offset and reason).
-#include <malloc.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdint>
@@ -69,10 +68,6 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // One malloc arena for every thread: the serving threads allocate only
-  // libfuse's small per-request blocks, which their thread caches recycle,
-  // so an arena each would only keep pages resident for that.
-  ::mallopt(M_ARENA_MAX, 1);
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {

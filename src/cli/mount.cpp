@@ -270,8 +270,10 @@ int mount_command(CommandLine& line, Budget& budget) {
     return kExitBadModel;
   }
   // Parsing and building free a lot of short-lived memory (the header's JSON
-  // DOM, the index being assembled); hand it back to the system, or the
-  // daemon keeps it as anonymous RSS for the life of the mount.
+  // DOM, the pickle's values, the index being assembled) that glibc keeps
+  // below live blocks, where it never returns it by itself: without this the
+  // daemon holds it as anonymous RSS for the life of the mount
+  // (bench/results/2026-12-01_memory.md measures how much).
   ::malloc_trim(0);
 
   // The mount is read-only at the kernel too, the kernel enforces the 0444

@@ -465,6 +465,27 @@ class Reader {
       value["tensor"] = *constant_name;
       return {name, value};
     }
+    // Tensor-valued attributes, dense or sparse: one is named after the
+    // Constant it makes (else the attribute), a list's by their index.
+    const auto read_any = [&](const WireMessage& tensor, const std::optional<std::string>& forced_name,
+                              const std::string& fallback, const char* kind, bool sparse) {
+      return sparse ? read_sparse(tensor, forced_name, fallback, kind, graph_path)
+                    : read_tensor(tensor, forced_name, fallback, kind, graph_path);
+    };
+    const auto one_tensor = [&](uint32_t field, const char* key, bool sparse) {
+      const auto t = fields.every(field);
+      if (t.empty()) return;
+      value[key] = read_any(attribute.child(t), constant_name ? constant_name : std::optional(tensor_base),
+                            tensor_base, constant_name ? "constant" : "attribute", sparse);
+    };
+    const auto tensor_list = [&](uint32_t field, const char* key, bool sparse) {
+      value[key] = Json::array();
+      const auto list = fields.every(field);
+      for (size_t i = 0; i < list.size(); ++i) {
+        const std::string tensor_name = tensor_base + "/" + std::to_string(i);
+        value[key].push_back(read_any(attribute.child(list[i]), tensor_name, tensor_name, "attribute", sparse));
+      }
+    };
     switch (type) {
       case attribute_type::kFloat: {
         const auto* f = fields.last(kF);
@@ -505,41 +526,18 @@ class Reader {
       case attribute_type::kStrings:
         value = texts(fields, kStrings);
         break;
-      case attribute_type::kTensor: {
-        auto t = fields.every(kT);
-        if (t.empty()) break;
-        value["tensor"] = read_tensor(attribute.child(t), constant_name ? constant_name : std::optional(tensor_base),
-                                      tensor_base, constant_name ? "constant" : "attribute", graph_path);
+      case attribute_type::kTensor:
+        one_tensor(kT, "tensor", false);
         break;
-      }
-      case attribute_type::kTensors: {
-        value["tensors"] = Json::array();
-        const auto list = fields.every(kTensors);
-        for (size_t i = 0; i < list.size(); ++i) {
-          std::string tensor_name = tensor_base + "/" + std::to_string(i);
-          value["tensors"].push_back(read_tensor(attribute.child(list[i]), tensor_name, tensor_name,
-                                                 "attribute", graph_path));
-        }
+      case attribute_type::kTensors:
+        tensor_list(kTensors, "tensors", false);
         break;
-      }
-      case attribute_type::kSparseTensor: {
-        auto t = fields.every(kSparseTensor);
-        if (t.empty()) break;
-        value["sparse_tensor"] =
-            read_sparse(attribute.child(t), constant_name ? constant_name : std::optional(tensor_base),
-                        tensor_base, constant_name ? "constant" : "attribute", graph_path);
+      case attribute_type::kSparseTensor:
+        one_tensor(kSparseTensor, "sparse_tensor", true);
         break;
-      }
-      case attribute_type::kSparseTensors: {
-        value["sparse_tensors"] = Json::array();
-        const auto list = fields.every(kSparseTensors);
-        for (size_t i = 0; i < list.size(); ++i) {
-          std::string tensor_name = tensor_base + "/" + std::to_string(i);
-          value["sparse_tensors"].push_back(read_sparse(attribute.child(list[i]), tensor_name,
-                                                        tensor_name, "attribute", graph_path));
-        }
+      case attribute_type::kSparseTensors:
+        tensor_list(kSparseTensors, "sparse_tensors", true);
         break;
-      }
       case attribute_type::kGraph: {
         auto g = fields.every(kG);
         if (!g.empty()) value["graph"] = read_graph(attribute.child(g), graph_path + "/" + tensor_base);

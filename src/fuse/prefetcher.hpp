@@ -81,6 +81,8 @@ class Prefetcher {
   std::string relative_;
   std::string path_;
   std::array<Stream, kStreams> streams_{};
+  // Guards streams_ and stopping_. note_read takes it on every READ: a
+  // stream's fields change together and the thread reads them together.
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;

@@ -2,14 +2,12 @@
 #include "modelfs/unpickler.hpp"
 
 #include <spdlog/spdlog.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <array>
 #include <bit>
 #include <charconv>
 #include <cstring>
-#include <new>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -751,74 +749,6 @@ std::string Value::qualified_name() const {
   if (kind == Kind::Global) return module + "." + name;
   if (kind == Kind::Call && callable && callable->kind == Kind::Global) return callable->qualified_name();
   return "";
-}
-
-// Under AddressSanitizer (GCC says so one way, Clang another) the chunks
-// come from the heap, where it watches every access: a value used after its
-// pickle is gone is then reported. They are small there, or the fuzzers'
-// thousands of tiny pickles a second would each pay for a big chunk.
-#if defined(__SANITIZE_ADDRESS__)
-#define MODELFS_UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define MODELFS_UNDER_ASAN 1
-#endif
-#endif
-
-#if defined(MODELFS_UNDER_ASAN)
-const size_t ValueStore::kChunkValues = 64;
-#else
-const size_t ValueStore::kChunkValues = 4096;
-#endif
-
-namespace {
-const size_t kChunkBytes = ValueStore::kChunkValues * sizeof(Value);
-
-#if defined(MODELFS_UNDER_ASAN)
-void* map_chunk() { return ::operator new(kChunkBytes); }
-void unmap_chunk(void* chunk) noexcept { ::operator delete(chunk); }
-#else
-void* map_chunk() {
-  void* chunk = ::mmap(nullptr, kChunkBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (chunk == MAP_FAILED) throw std::bad_alloc();
-  return chunk;
-}
-void unmap_chunk(void* chunk) noexcept { ::munmap(chunk, kChunkBytes); }
-#endif
-}  // namespace
-
-ValueStore::ValueStore(ValueStore&& other) noexcept
-    : chunks_(std::move(other.chunks_)), size_(std::exchange(other.size_, 0)) {
-  other.chunks_.clear();
-}
-
-ValueStore& ValueStore::operator=(ValueStore&& other) noexcept {
-  if (this != &other) {
-    release();
-    chunks_ = std::move(other.chunks_);
-    other.chunks_.clear();
-    size_ = std::exchange(other.size_, 0);
-  }
-  return *this;
-}
-
-ValueStore::~ValueStore() { release(); }
-
-void ValueStore::release() noexcept {
-  for (size_t i = 0; i < size_; ++i) slot(i)->~Value();
-  for (Value* chunk : chunks_) unmap_chunk(chunk);
-  chunks_.clear();
-  size_ = 0;
-}
-
-Value& ValueStore::emplace_back() {
-  if (size_ == chunks_.size() * kChunkValues) {
-    chunks_.reserve(chunks_.size() + 1);  // before the mapping, so a throw leaks nothing
-    chunks_.push_back(static_cast<Value*>(map_chunk()));
-  }
-  Value* v = new (slot(size_)) Value();
-  ++size_;
-  return *v;
 }
 
 Pickle unpickle(std::span<const std::byte> bytes, const std::string& file,

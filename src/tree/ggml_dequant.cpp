@@ -377,6 +377,33 @@ void q2_0(const uint8_t* __restrict b, float* __restrict y) {
 
 inline float sign_of(uint8_t signs, int j) { return (signs >> j) & 1 ? -1.0f : 1.0f; }
 
+// One row of a lattice grid: y[j] = db * grid[j], negative where bit
+// first + j of `signs` is set.
+inline void signed_row(float* y, float db, const uint8_t* grid, uint8_t signs, int n, int first = 0) {
+  for (int j = 0; j < n; ++j) y[j] = db * static_cast<float>(grid[j]) * sign_of(signs, first + j);
+}
+
+// A scale byte's two nibbles as iq2_xs and iq2_s apply them, one to each
+// 16 elements: d*(0.5 + s)*0.25.
+inline std::array<float, 2> nibble_scales(float d, uint8_t scale) {
+  return {d * (0.5f + static_cast<float>(scale & 0x0F)) * 0.25f,
+          d * (0.5f + static_cast<float>(scale >> 4)) * 0.25f};
+}
+
+// Where the parts of an iq2_s or iq3_s block lie: d, the low index bytes
+// after it, then the high index bits, sign bytes and scales at the type's
+// offsets.
+struct SBlock {
+  float d;
+  const uint8_t* qs;
+  const uint8_t* qh;
+  const uint8_t* signs;
+  const uint8_t* scales;
+};
+inline SBlock s_block(const uint8_t* b, int qh_at, int signs_at, int scales_at) {
+  return {half_at(b), b + 2, b + qh_at, b + signs_at, b + scales_at};
+}
+
 // iq2_xxs: d | 8 x (4 grid bytes | u32: four 7-bit sign indices, then a
 // 4-bit scale in the top bits). Each group of 32: four rows of 8 from
 // the 256-point grid; value = d*(0.5 + s)*0.25 * grid * sign.
@@ -388,8 +415,7 @@ void iq2_xxs(const uint8_t* __restrict b, float* __restrict y) {
     const float db = d * (0.5f + static_cast<float>(aux >> 28)) * 0.25f;
     for (int l = 0; l < 4; ++l, y += 8) {
       const uint8_t* grid = iq2xxs_grid(group[l]);
-      const uint8_t signs = sign_pattern((aux >> (7 * l)) & 127);
-      for (int j = 0; j < 8; ++j) y[j] = db * static_cast<float>(grid[j]) * sign_of(signs, j);
+      signed_row(y, db, grid, sign_pattern((aux >> (7 * l)) & 127), 8);
     }
   }
 }
@@ -400,13 +426,10 @@ void iq2_xs(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b);
   const uint8_t* scales = b + 66;
   for (int ib = 0; ib < 8; ++ib) {
-    const float db[2] = {d * (0.5f + static_cast<float>(scales[ib] & 0x0F)) * 0.25f,
-                         d * (0.5f + static_cast<float>(scales[ib] >> 4)) * 0.25f};
+    const auto db = nibble_scales(d, scales[ib]);
     for (int l = 0; l < 4; ++l, y += 8) {
       const uint16_t q = le16(b + 2 + 2 * (4 * ib + l));
-      const uint8_t* grid = iq2xs_grid(q & 511);
-      const uint8_t signs = sign_pattern(q >> 9);
-      for (int j = 0; j < 8; ++j) y[j] = db[l / 2] * static_cast<float>(grid[j]) * sign_of(signs, j);
+      signed_row(y, db[l / 2], iq2xs_grid(q & 511), sign_pattern(q >> 9), 8);
     }
   }
 }
@@ -414,18 +437,12 @@ void iq2_xs(const uint8_t* __restrict b, float* __restrict y) {
 // iq2_s: d | 32 low grid-index bytes | 32 sign bytes | 8 bytes of two
 // high index bits per row | 8 scale bytes; a 1024-point grid.
 void iq2_s(const uint8_t* __restrict b, float* __restrict y) {
-  const float d = half_at(b);
-  const uint8_t* qs = b + 2;
-  const uint8_t* signs = b + 34;
-  const uint8_t* qh = b + 66;
-  const uint8_t* scales = b + 74;
+  auto [d, qs, qh, signs, scales] = s_block(b, 66, 34, 74);
   for (int ib = 0; ib < 8; ++ib, qs += 4, signs += 4) {
-    const float db[2] = {d * (0.5f + static_cast<float>(scales[ib] & 0x0F)) * 0.25f,
-                         d * (0.5f + static_cast<float>(scales[ib] >> 4)) * 0.25f};
+    const auto db = nibble_scales(d, scales[ib]);
     for (int l = 0; l < 4; ++l, y += 8) {
       const int index = qs[l] | ((qh[ib] << (8 - 2 * l)) & 0x300);
-      const uint8_t* grid = iq2s_grid(index);
-      for (int j = 0; j < 8; ++j) y[j] = db[l / 2] * static_cast<float>(grid[j]) * sign_of(signs[l], j);
+      signed_row(y, db[l / 2], iq2s_grid(index), signs[l], 8);
     }
   }
 }
@@ -442,12 +459,8 @@ void iq3_xxs(const uint8_t* __restrict b, float* __restrict y) {
     const float db = d * (0.5f + static_cast<float>(aux >> 28)) * 0.5f;
     for (int l = 0; l < 4; ++l, y += 8) {
       const uint8_t signs = sign_pattern((aux >> (7 * l)) & 127);
-      const uint8_t* grid1 = iq3xxs_grid(qs[2 * l]);
-      const uint8_t* grid2 = iq3xxs_grid(qs[2 * l + 1]);
-      for (int j = 0; j < 4; ++j) {
-        y[j] = db * static_cast<float>(grid1[j]) * sign_of(signs, j);
-        y[j + 4] = db * static_cast<float>(grid2[j]) * sign_of(signs, j + 4);
-      }
+      signed_row(y, db, iq3xxs_grid(qs[2 * l]), signs, 4);
+      signed_row(y + 4, db, iq3xxs_grid(qs[2 * l + 1]), signs, 4, 4);
     }
   }
 }
@@ -456,21 +469,13 @@ void iq3_xxs(const uint8_t* __restrict b, float* __restrict y) {
 // bytes | 4 scale bytes (a nibble per 32 elements); 512-point grid of
 // rows of 4; value = d*(1 + 2s) * grid * sign.
 void iq3_s(const uint8_t* __restrict b, float* __restrict y) {
-  const float d = half_at(b);
-  const uint8_t* qs = b + 2;
-  const uint8_t* qh = b + 66;
-  const uint8_t* signs = b + 74;
-  const uint8_t* scales = b + 106;
+  auto [d, qs, qh, signs, scales] = s_block(b, 66, 74, 106);
   for (int ib = 0; ib < 8; ++ib, qs += 8, signs += 4) {
     const int s = ib % 2 == 0 ? (scales[ib / 2] & 0x0F) : (scales[ib / 2] >> 4);
     const float db = d * static_cast<float>(1 + 2 * s);
     for (int l = 0; l < 4; ++l, y += 8) {
-      const uint8_t* grid1 = iq3s_grid(qs[2 * l] | ((qh[ib] << (8 - 2 * l)) & 256));
-      const uint8_t* grid2 = iq3s_grid(qs[2 * l + 1] | ((qh[ib] << (7 - 2 * l)) & 256));
-      for (int j = 0; j < 4; ++j) {
-        y[j] = db * static_cast<float>(grid1[j]) * sign_of(signs[l], j);
-        y[j + 4] = db * static_cast<float>(grid2[j]) * sign_of(signs[l], j + 4);
-      }
+      signed_row(y, db, iq3s_grid(qs[2 * l] | ((qh[ib] << (8 - 2 * l)) & 256)), signs[l], 4);
+      signed_row(y + 4, db, iq3s_grid(qs[2 * l + 1] | ((qh[ib] << (7 - 2 * l)) & 256)), signs[l], 4, 4);
     }
   }
 }

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -132,26 +133,32 @@ struct Value {
   std::string qualified_name() const;
 };
 
-// Where a pickle's values live: stable addresses, in chunks mapped from the
-// kernel and unmapped whole with the pickle. On the heap (a std::deque, two
-// values per 512-byte block) they were interleaved with the strings the
-// catalog keeps, and once freed left holes the heap could not give back,
-// held for the life of the mount.
+// Where a pickle's values live: at stable addresses (values point at each
+// other), in chunks from the heap that neither growing nor moving the store
+// moves. Chunks mapped from the kernel and larger chunks did no better in
+// time or resident memory on a 100 000-tensor torch.save model; a
+// std::deque, two values per block, mounted it markedly slower
+// (bench/results/2026-12-01_memory.md).
 class ValueStore {
  public:
-  // Values per chunk: 4096 (864 KiB, mapped); 64 under AddressSanitizer,
-  // where chunks come from its heap.
-  static const size_t kChunkValues;
+  static constexpr size_t kChunkValues = 256;
 
   ValueStore() = default;
-  ValueStore(ValueStore&& other) noexcept;
-  ValueStore& operator=(ValueStore&& other) noexcept;
-  ValueStore(const ValueStore&) = delete;
-  ValueStore& operator=(const ValueStore&) = delete;
-  ~ValueStore();
+  ValueStore(ValueStore&& other) noexcept
+      : chunks_(std::move(other.chunks_)), size_(std::exchange(other.size_, 0)) {}
+  ValueStore& operator=(ValueStore&& other) noexcept {
+    chunks_ = std::move(other.chunks_);
+    size_ = std::exchange(other.size_, 0);
+    return *this;
+  }
 
   // A default Value at a new, stable address; std::bad_alloc if no memory.
-  Value& emplace_back();
+  Value& emplace_back() {
+    if (size_ == chunks_.size() * kChunkValues) chunks_.push_back(std::make_unique<Value[]>(kChunkValues));
+    Value& v = chunks_[size_ / kChunkValues][size_ % kChunkValues];
+    ++size_;
+    return v;
+  }
   size_t size() const noexcept { return size_; }
 
   class const_iterator {
@@ -184,12 +191,9 @@ class ValueStore {
   const_iterator end() const { return {this, size_}; }
 
  private:
-  // Where value i lives (or will live, for i == size()).
-  Value* slot(size_t i) const { return chunks_[i / kChunkValues] + i % kChunkValues; }
-  const Value& at(size_t i) const { return *slot(i); }
-  void release() noexcept;
+  const Value& at(size_t i) const { return chunks_[i / kChunkValues][i % kChunkValues]; }
 
-  std::vector<Value*> chunks_;
+  std::vector<std::unique_ptr<Value[]>> chunks_;
   size_t size_ = 0;
 };
 
