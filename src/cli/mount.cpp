@@ -5,7 +5,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
-#include <malloc.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -269,13 +268,6 @@ int mount_command(CommandLine& line, Budget& budget) {
     spdlog::error("{}", e.what());
     return kExitBadModel;
   }
-  // Parsing and building free a lot of short-lived memory (the header's JSON
-  // DOM, the pickle's values, the index being assembled) that glibc keeps
-  // below live blocks, where it never returns it by itself: without this the
-  // daemon holds it as anonymous RSS for the life of the mount
-  // (bench/results/2026-12-01_memory.md measures how much).
-  ::malloc_trim(0);
-
   // The mount is read-only at the kernel too, the kernel enforces the 0444
   // and 0555 modes, and `mount` shows the model it serves.
   std::error_code ec;

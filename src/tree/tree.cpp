@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "modelfs/tree.hpp"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -638,6 +640,12 @@ std::unique_ptr<const Tree> Tree::build(Catalog catalog, const TreeOptions& opti
   std::unique_ptr<Tree> tree(new Tree());
   tree->catalog_ = std::move(catalog);
   TreeBuilder(*tree, options).build();
+  // Reading the model and building the tree free a lot of short-lived memory
+  // (a header's JSON, a pickle's values, the builder's maps) that glibc
+  // keeps below the tree's live blocks, where it never returns it by itself:
+  // without this a mount holds it as anonymous RSS for its life
+  // (bench/results/2026-12-01_memory.md measures how much).
+  ::malloc_trim(0);
   return tree;
 }
 
