@@ -43,6 +43,7 @@
 #include "modelfs/check.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
+#include "modelfs/remote.hpp"
 #include "modelfs/terminal_text.hpp"
 #include "fuse/fuse_server.hpp"
 #include "logging.hpp"
@@ -76,6 +77,7 @@ struct Config {
   int xattr = 0;
   int noprefetch = 0;
   int max_parse_mb = 0;  // 0: the budget follows the model's metadata
+  char* cache_dir = nullptr;  // remote models' cache (src/remote)
   int show_help = 0;
   int show_version = 0;
   int unmount = 0;  // -u MOUNTPOINT
@@ -102,6 +104,7 @@ const fuse_opt kOptions[] = {
     MODELFS_OPT("xattr", xattr, 1),
     MODELFS_OPT("noprefetch", noprefetch, 1),
     MODELFS_OPT("max_parse_mb=%d", max_parse_mb, 0),
+    MODELFS_OPT("cache_dir=%s", cache_dir, 0),
     MODELFS_KEY("-h", kKeyHelp),
     MODELFS_KEY("--help", kKeyHelp),
     MODELFS_KEY("-V", kKeyVersion),
@@ -336,6 +339,19 @@ bool check_fuse_available() {
   return true;
 }
 
+// A URL's query string and user:password@ (a signed URL's secrets) are
+// blanked in the program's arguments, which /proc/PID/cmdline shows to
+// every user; modelfs keeps its own copy.
+void hide_url_secrets(int argc, char** argv, const char* model) {
+  const std::string shown = modelfs::remote::display_url(model);
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], model) != 0 || shown.size() == std::strlen(argv[i])) continue;
+    const size_t length = std::strlen(argv[i]);
+    std::memcpy(argv[i], shown.data(), std::min(shown.size(), length));
+    std::memset(argv[i] + std::min(shown.size(), length), ' ', length - std::min(shown.size(), length));
+  }
+}
+
 // fuse_opt splits -o lists at commas; a backslash keeps one literal.
 std::string escape_fuse_option(const std::string& value) {
   std::string out;
@@ -403,6 +419,12 @@ int run(int argc, char** argv) {
     std::cerr << "usage: " << argv[0] << " [options] MODEL MOUNTPOINT (see --help)\n";
     return kExitUsage;
   }
+
+  if (config.cache_dir != nullptr) {
+    std::error_code cache_ec;
+    modelfs::remote::set_cache_options({std::filesystem::absolute(config.cache_dir, cache_ec)});
+  }
+  if (modelfs::remote::is_url(config.model)) hide_url_secrets(argc, argv, config.model);
 
   if (config.list || config.info || config.check) {
     if (config.positional > 1) {
@@ -475,7 +497,9 @@ int run(int argc, char** argv) {
   // The mount is read-only at the kernel too, the kernel enforces the 0444
   // and 0555 modes, and `mount` shows the model it serves.
   std::error_code ec;
-  const std::string source = std::filesystem::absolute(config.model, ec).lexically_normal().string();
+  const std::string source = modelfs::remote::is_url(config.model)
+                                 ? modelfs::remote::display_url(config.model)
+                                 : std::filesystem::absolute(config.model, ec).lexically_normal().string();
   const std::string mount_options[] = {"-oro", "-odefault_permissions", "-osubtype=modelfs",
                                        "-ofsname=" + escape_fuse_option(source)};
   for (const auto& option : mount_options)

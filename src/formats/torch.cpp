@@ -14,6 +14,7 @@
 #include "modelfs/formats/pt2.hpp"
 #include "modelfs/unpickler.hpp"
 #include "modelfs/zip_archive.hpp"
+#include "modelfs/present.hpp"
 #include "torch_objects.hpp"
 
 namespace modelfs::torch {
@@ -68,7 +69,7 @@ void read_script_classes(const ZipArchive& zip, const std::string& prefix, WalkO
     std::replace(module.begin(), module.end(), '/', '.');
     std::string text;
     try {
-      text = std::string(zip.contents(member).view());
+      text = std::string(present(zip.contents(member)).view());
     } catch (const ModelError& e) {
       spdlog::warn("{}: TorchScript source not read, parameter/buffer kinds unknown: {}",
                    options.file, e.what());
@@ -163,7 +164,7 @@ SaveContents read_save(const ZipArchive& zip, const NestedSave& how) {
   options.source = how.source;
   options.default_kind = how.default_kind;
   if (const ZipMember* order = zip.find(prefix + "byteorder")) {
-    const std::string text = trimmed(zip.contents(*order).view());
+    const std::string text = trimmed(present(zip.contents(*order)).view());
     if (text != "little" && text != "big")
       throw ModelError(how.file, how.format, std::nullopt,
                        "nested archive's byteorder record says \"" + text.substr(0, 20) +
@@ -206,7 +207,7 @@ Catalog open_zip(const ModelFile& model) {
   const ZipMember* version = zip.find(prefix + ".data/version");
   if (!version) version = zip.find(prefix + "version");
   if (version) {
-    const std::string text = trimmed(zip.contents(*version).view());
+    const std::string text = trimmed(present(zip.contents(*version)).view());
     int value = 0;
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (ec != std::errc() || end != text.data() + text.size() || value < 1 || value > kMaxArchiveVersion)
@@ -216,7 +217,7 @@ Catalog open_zip(const ModelFile& model) {
   }
   bool big_endian = false;
   if (const ZipMember* order = zip.find(prefix + "byteorder")) {
-    const std::string text = trimmed(zip.contents(*order).view());
+    const std::string text = trimmed(present(zip.contents(*order)).view());
     if (text != "little" && text != "big")
       throw refuse(format, "byteorder record says \"" + text.substr(0, 20) + "\", not little or big");
     big_endian = text == "big";
@@ -320,6 +321,7 @@ Catalog open_legacy(const ModelFile& model) {
     if (bytes.size() - position < 8)
       throw fail(position, "storage " + key->text + ": element count runs past the end of the file");
     int64_t numel = 0;
+    file->ensure(position, 8);
     std::memcpy(&numel, bytes.data() + position, 8);
     if (numel < 0 || static_cast<uint64_t>(numel) != id->second.numel)
       throw fail(position, "storage " + key->text + " holds " + std::to_string(numel) +
@@ -372,6 +374,7 @@ const ShardedFormat kSharded{kIndexFormat, "pytorch", kMaxIndexJsonDepth};
 Catalog open_shard(const std::filesystem::path& path) {
   const ModelFile shard = ModelFile::open(path);
   auto head = shard.mapped->bytes().first(std::min<uint64_t>(shard.mapped->size(), 64));
+  shard.mapped->ensure(0, head.size());
   if (probe_zip(head)) return open_zip(shard);
   if (probe_legacy(head)) return open_legacy(shard);
   throw ModelError(path.string(), std::string(kIndexFormat), 0,

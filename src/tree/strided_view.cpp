@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "modelfs/checked_math.hpp"
+#include "modelfs/mapped_file.hpp"
 
 namespace modelfs {
 
@@ -31,12 +32,15 @@ std::unique_ptr<StridedGather> StridedGather::make(std::span<const std::byte> by
   }
   auto size = checked_mul(numel, uint64_t{element_size});
   if (!size) return nullptr;
+  uint64_t reach = 0;
   if (numel > 0) {
     auto end = checked_mul(last + 1, uint64_t{element_size});
     if (!end || *end > bytes.size()) return nullptr;
+    reach = *end;
   }
   std::unique_ptr<StridedGather> gather(new StridedGather());
   gather->base_ = bytes.data();
+  gather->reach_ = reach;
   gather->shape_ = shape;
   gather->strides_ = strides;
   gather->element_size_ = element_size;
@@ -46,6 +50,8 @@ std::unique_ptr<StridedGather> StridedGather::make(std::span<const std::byte> by
 
 void StridedGather::fill(uint64_t offset, std::span<std::byte> out) const {
   if (out.empty()) return;
+  // Any element may be asked for: a remote model's tensor is made present whole.
+  MappedFile::ensure_at(base_, reach_);
   const uint64_t e = element_size_;
   const size_t rank = shape_.size();
   // The C-order index of the first element asked for, and its offset (in

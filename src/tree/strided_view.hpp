@@ -27,6 +27,7 @@ class StridedGather final : public ComputedBytes {
  private:
   StridedGather() = default;
   const std::byte* base_ = nullptr;
+  uint64_t reach_ = 0;  // bytes from base_ the elements lie in (ensured before a fill)
   std::span<const uint64_t> shape_;
   std::span<const int64_t> strides_;
   uint32_t element_size_ = 1;

@@ -35,6 +35,8 @@ size_t Node::slice(uint64_t offset, uint64_t length, std::span<iovec, kMaxParts>
         part.computed->fill(within, std::as_writable_bytes(std::span(scratch.data(), take)));
         out[count++] = iovec{scratch.data(), take};
       } else {
+        // A remote model's blocks are fetched here, before the kernel copies.
+        MappedFile::ensure_at(part.bytes + within, take);
         out[count++] = iovec{const_cast<std::byte*>(part.bytes + within), take};
       }
       offset += take;

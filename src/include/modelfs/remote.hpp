@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Remote models: a model named by URL (http://, https://, s3://, hf://) is
+// a sparse local cache file, mapped read-only like any model file. Its
+// blocks are fetched by range requests when MappedFile::ensure asks for
+// them (docs/remote.md).
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace modelfs {
+
+class MappedFile;
+
+namespace remote {
+
+// True for a name modelfs reads as a URL rather than a path.
+bool is_url(std::string_view name);
+
+// The URL as messages, sidecars and mount tables show it: without its
+// query string or fragment (where signed URLs keep their secrets) and
+// without user:password@.
+std::string display_url(std::string_view url);
+
+// What a request needs: the http(s) URL, how to authenticate, and the name
+// to show. Secrets live only here and in the requests libcurl makes.
+struct Target {
+  std::string url;      // http(s), what is requested first
+  std::string display;  // for messages (display_url of what the user named)
+  std::string sigv4;    // CURLOPT_AWS_SIGV4 provider string, or empty
+  std::string userpwd;  // the SigV4 key pair, secret
+  std::vector<std::string> headers;  // secret headers (a token)
+  std::string hub_repo_rev;  // "OWNER/REPO@REV" of an hf:// URL, for pinning its commit
+};
+
+// Resolves a URL as the user gave it (hf:// and s3:// through their
+// environment). Throws ModelError for a URL modelfs cannot read.
+Target resolve(std::string_view name);
+
+// Makes later hf:// URLs of OWNER/REPO@REV resolve to `commit` (the one
+// the first file was found at).
+void pin_hub_commit(const std::string& repo_rev, const std::string& commit);
+
+// Where the cache lives; set once by the program before any model opens.
+struct CacheOptions {
+  std::filesystem::path dir;  // empty: $XDG_CACHE_HOME/modelfs or ~/.cache/modelfs
+};
+void set_cache_options(CacheOptions options);
+
+// Opens the object at `name` (a URL): asks the server its size and
+// identity, and maps its cache file. Throws ModelError (exit 2 at mount)
+// when the server refuses, lacks it, or ignores Range.
+std::shared_ptr<const MappedFile> open(std::string_view name);
+
+// The folder URL a remote model file lies in, and a name resolved in it.
+std::string parent_url(std::string_view url);
+
+}  // namespace remote
+}  // namespace modelfs
