@@ -171,7 +171,8 @@ void common_options(CURL* c, const Target& target, const std::string& url, Heade
 }
 
 bool transient(CURLcode code, long status) {
-  if (code == CURLE_OK) return status >= 500 || status == 429 || status == 408;
+  if (status >= 500 || status == 429 || status == 408) return true;
+  if (code == CURLE_OK) return false;
   switch (code) {
     case CURLE_COULDNT_CONNECT:
     case CURLE_COULDNT_RESOLVE_HOST:
@@ -213,9 +214,14 @@ struct Identity {
   timespec mtime{};
 };
 
+// The most of an error page (or of the probe's one byte) read before the
+// transfer is cut: a hostile server's endless body is never waited out.
+constexpr uint64_t kMaxDiscardedBytes = 64 << 10;
+
 struct ProbeBody {
   CURL* handle = nullptr;
   Response* response = nullptr;
+  uint64_t received = 0;
 };
 
 size_t probe_body(char*, size_t size, size_t count, void* user) {
@@ -225,6 +231,11 @@ size_t probe_body(char*, size_t size, size_t count, void* user) {
   // A whole object where one byte was asked for: stop it here.
   if (status == 200) {
     body->response->error = "ignores Range";
+    return 0;
+  }
+  body->received += uint64_t(size) * count;
+  if (body->received > (status == 206 ? 1 : kMaxDiscardedBytes)) {
+    body->response->error = "sent more than was asked";
     return 0;
   }
   return size * count;
@@ -242,7 +253,10 @@ Identity probe(const Target& target) {
     const CURLcode code = curl_easy_perform(c);
     long status = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-    if (status == 200 || !response.error.empty())
+    if (status == 206 && response.error == "sent more than was asked")
+      throw ModelError(target.display, "remote", std::nullopt,
+                       "the server sent more than the one byte asked for; it does not serve byte ranges as HTTP says");
+    if (status == 200 || response.error == "ignores Range")
       throw ModelError(target.display, "remote", std::nullopt,
                        "the server ignores Range requests (it answered 200 with the whole object to a "
                        "request for one byte); modelfs mounts only from servers that serve byte ranges");
@@ -282,8 +296,8 @@ Identity probe(const Target& target) {
       continue;
     }
     throw ModelError(target.display, "remote", std::nullopt,
-                     code != CURLE_OK ? std::string("cannot be fetched: ") + curl_easy_strerror(code)
-                                      : "cannot be fetched: " + status_text(status));
+                     code != CURLE_OK && status < 400 ? std::string("cannot be fetched: ") + curl_easy_strerror(code)
+                                                      : "cannot be fetched: " + status_text(status));
   }
 }
 
@@ -467,7 +481,9 @@ size_t range_body(char* data, size_t size, size_t count, void* user) {
     curl_easy_getinfo(body->handle, CURLINFO_RESPONSE_CODE, &status);
     if (status != 206) {
       if (status == 200) body->response->error = "the server ignores Range now (answered 200)";
-      return status == 200 ? 0 : n;  // other statuses' bodies are discarded below
+      // Other statuses' bodies (an error page) are discarded, up to a bound.
+      body->received += n;
+      return status == 200 || body->received > kMaxDiscardedBytes ? 0 : n;
     }
     uint64_t first = 0, last = 0, total = 0;
     if (!parse_content_range(body->response->content_range, first, last, total) || first != body->offset ||
@@ -479,7 +495,7 @@ size_t range_body(char* data, size_t size, size_t count, void* user) {
     body->checked = true;
   }
   if (n > body->length - body->received) {
-    body->response->error = "the server sent more bytes than the range holds";
+    body->response->error = "the server's body is longer than the range asked for";
     return 0;
   }
   for (uint64_t done = 0; done < n;) {
@@ -526,22 +542,17 @@ void Blocks::fetch(uint64_t first_block, uint64_t blocks) {
     long status = 0;
     std::string why;
     fetch_once(offset, length, code, status, why);
-    if (code == CURLE_WRITE_ERROR || (code == CURLE_OK && status == 206)) {
-      if (why.empty()) break;
-      // A short body may be a connection cut: tried again. A changed
-      // object or a wrong range never is: its bytes are not this object's.
-      if (why.starts_with("the server sent ") && attempt + 1 < kAttempts) {
-        back_off(attempt);
-        continue;
-      }
-      spdlog::error("{}: bytes {}-{}: {}", target_.display, offset, offset + length - 1, why);
-      fail(offset, why);
-    }
-    if (attempt + 1 < kAttempts && transient(code, status)) {
+    if (code == CURLE_OK && status == 206 && why.empty()) break;
+    // A short body may be a connection cut, tried again like a reset or a
+    // 5xx. A changed object, a wrong range or a 200 never is: those bytes
+    // are not the mounted object's.
+    const bool short_body = why.starts_with("the server sent ");
+    const bool refused = !why.empty() && !short_body;
+    if (!refused && attempt + 1 < kAttempts && (short_body || transient(code, status))) {
       back_off(attempt);
       continue;
     }
-    why = code != CURLE_OK ? std::string(curl_easy_strerror(code)) : status_text(status);
+    if (why.empty()) why = code != CURLE_OK && status < 400 ? std::string(curl_easy_strerror(code)) : status_text(status);
     spdlog::error("{}: bytes {}-{}: {}", target_.display, offset, offset + length - 1, why);
     fail(offset, "cannot fetch bytes " + std::to_string(offset) + "-" + std::to_string(offset + length - 1) +
                      ": " + why);
