@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -78,6 +79,7 @@ struct Config {
   int noprefetch = 0;
   int max_parse_mb = 0;  // 0: the budget follows the model's metadata
   char* cache_dir = nullptr;  // remote models' cache (src/remote)
+  char* cache_max = nullptr;  // its bound: N, NK, NM, NG or NT (binary units)
   int show_help = 0;
   int show_version = 0;
   int unmount = 0;  // -u MOUNTPOINT
@@ -105,6 +107,7 @@ const fuse_opt kOptions[] = {
     MODELFS_OPT("noprefetch", noprefetch, 1),
     MODELFS_OPT("max_parse_mb=%d", max_parse_mb, 0),
     MODELFS_OPT("cache_dir=%s", cache_dir, 0),
+    MODELFS_OPT("cache_max=%s", cache_max, 0),
     MODELFS_KEY("-h", kKeyHelp),
     MODELFS_KEY("--help", kKeyHelp),
     MODELFS_KEY("-V", kKeyVersion),
@@ -352,6 +355,25 @@ void hide_url_secrets(int argc, char** argv, const char* model) {
   }
 }
 
+// "N", "NK", "NM", "NG", "NT" (binary units, an optional "iB" or "B").
+std::optional<uint64_t> parse_size(std::string_view text) {
+  uint64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end == text.data()) return std::nullopt;
+  std::string_view unit(end, static_cast<size_t>(text.data() + text.size() - end));
+  int shift = 0;
+  if (!unit.empty()) {
+    const char* units = "KMGT";
+    const char* at = std::strchr(units, std::toupper(static_cast<unsigned char>(unit[0])));
+    if (at == nullptr || unit[0] == '\0') return std::nullopt;
+    shift = 10 * static_cast<int>(at - units + 1);
+    unit.remove_prefix(1);
+    if (unit != "" && unit != "B" && unit != "iB") return std::nullopt;
+  }
+  if (shift > 0 && value > (UINT64_MAX >> shift)) return std::nullopt;
+  return value << shift;
+}
+
 // fuse_opt splits -o lists at commas; a backslash keeps one literal.
 std::string escape_fuse_option(const std::string& value) {
   std::string out;
@@ -420,10 +442,20 @@ int run(int argc, char** argv) {
     return kExitUsage;
   }
 
+  modelfs::remote::CacheOptions cache;
   if (config.cache_dir != nullptr) {
     std::error_code cache_ec;
-    modelfs::remote::set_cache_options({std::filesystem::absolute(config.cache_dir, cache_ec)});
+    cache.dir = std::filesystem::absolute(config.cache_dir, cache_ec);
   }
+  if (config.cache_max != nullptr) {
+    const auto bound = parse_size(config.cache_max);
+    if (!bound || *bound == 0) {
+      spdlog::error("-o cache_max takes a size: N bytes, or with K, M, G or T (KiB ... TiB)");
+      return kExitUsage;
+    }
+    cache.max_bytes = *bound;
+  }
+  modelfs::remote::set_cache_options(cache);
   if (modelfs::remote::is_url(config.model)) hide_url_secrets(argc, argv, config.model);
 
   if (config.list || config.info || config.check) {

@@ -305,13 +305,41 @@ Identity probe(const Target& target) {
 
 void set_cache_options(CacheOptions options) { cache_options = std::move(options); }
 
+// The blocks a FUSE read pinned (ReadScope), released after its reply.
+struct Pin {
+  Blocks* blocks;
+  uint64_t first, last;
+};
+thread_local bool in_read_scope = false;
+thread_local std::vector<Pin> read_pins;
+
+// Every open remote object of this daemon, for eviction, and the bytes of
+// theirs the cache holds.
+std::mutex open_lock;
+std::vector<Blocks*> open_objects;
+std::atomic<uint64_t> cached_bytes{0};
+std::atomic<uint64_t> use_clock{0};
+std::mutex evicting;
+
 class Blocks {
  public:
   Blocks(Target target, Identity id) : target_(std::move(target)), id_(std::move(id)) {}
   ~Blocks() {
+    {
+      std::lock_guard guard(open_lock);
+      std::erase(open_objects, this);
+    }
     if (presence_ != nullptr) ::munmap(presence_, presence_bytes_);
     if (presence_fd_ >= 0) ::close(presence_fd_);
   }
+  void unpin(uint64_t first, uint64_t last) {
+    for (uint64_t b = first; b <= last; ++b) pins_[b].fetch_sub(1, std::memory_order_seq_cst);
+  }
+  // Evicts this object's least recently used unpinned blocks used before
+  // `before`, while this daemon's cached bytes exceed `limit`.
+  void evict_older_than(uint64_t before, uint64_t limit);
+  // The oldest use among this object's present, unpinned blocks.
+  uint64_t oldest_use() const;
 
   // The object as a mapped file, over its cache (created when missing).
   static std::shared_ptr<const MappedFile> map(Target target, Identity id);
@@ -342,7 +370,86 @@ class Blocks {
   // where the sequential run it continues began: read-ahead grows with it.
   std::atomic<uint64_t> last_end_{0};
   std::atomic<uint64_t> run_start_{0};
+  // With a bounded cache: readers pinning each block, and each block's
+  // last use (use_clock).
+  std::unique_ptr<std::atomic<uint32_t>[]> pins_;
+  std::unique_ptr<std::atomic<uint64_t>[]> used_;
 };
+
+ReadScope::ReadScope() { in_read_scope = true; }
+
+ReadScope::~ReadScope() {
+  for (const Pin& pin : read_pins) pin.blocks->unpin(pin.first, pin.last);
+  read_pins.clear();
+  in_read_scope = false;
+}
+
+uint64_t Blocks::oldest_use() const {
+  uint64_t oldest = UINT64_MAX;
+  for (uint64_t b = 0; b < blocks_; ++b)
+    if (present(b) && pins_[b].load(std::memory_order_relaxed) == 0)
+      oldest = std::min(oldest, used_[b].load(std::memory_order_relaxed));
+  return oldest;
+}
+
+void Blocks::evict_older_than(uint64_t before, uint64_t limit) {
+  // Only an object no other daemon maps may lose blocks: this daemon holds
+  // a read lock on its record for the life of the mount, and evicts only
+  // when it can turn that into a write lock (atomically, both ways).
+  struct flock exclusive {};
+  exclusive.l_type = F_WRLCK;
+  exclusive.l_whence = SEEK_SET;
+  exclusive.l_len = 1;
+  if (::fcntl(presence_fd_, F_OFD_SETLK, &exclusive) != 0) return;
+  std::unique_lock guard(lock_);
+  for (uint64_t b = 0; b < blocks_ && cached_bytes.load() > limit; ++b) {
+    if (!present(b) || in_flight_[b] || used_[b].load(std::memory_order_relaxed) > before) continue;
+    // A reader pins, then looks at the record; here the record is cleared,
+    // then the pins looked at: one of the two sees the other.
+    __atomic_store_n(presence_ + b, 0, __ATOMIC_SEQ_CST);
+    if (pins_[b].load(std::memory_order_seq_cst) != 0) {
+      __atomic_store_n(presence_ + b, 1, __ATOMIC_SEQ_CST);
+      continue;
+    }
+    const uint64_t length = std::min(kBlockBytes, id_.size - b * kBlockBytes);
+    if (::fallocate(data_fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(b * kBlockBytes),
+                    static_cast<off_t>(length)) != 0) {
+      // Not evicted (a file system without holes): the bytes are intact.
+      __atomic_store_n(presence_ + b, 1, __ATOMIC_SEQ_CST);
+      break;
+    }
+    cached_bytes.fetch_sub(length);
+  }
+  guard.unlock();
+  struct flock shared = exclusive;
+  shared.l_type = F_RDLCK;
+  ::fcntl(presence_fd_, F_OFD_SETLK, &shared);
+}
+
+// Brings this daemon's cached bytes back under the bound, oldest blocks
+// first, object by object.
+void evict_to_bound() {
+  const uint64_t limit = cache_options.max_bytes;
+  if (limit == 0 || cached_bytes.load() <= limit) return;
+  std::unique_lock busy(evicting, std::try_to_lock);
+  if (!busy) return;  // another thread is at it
+  std::lock_guard guard(open_lock);
+  for (int round = 0; round < 64 && cached_bytes.load() > limit; ++round) {
+    Blocks* victim = nullptr;
+    uint64_t oldest = UINT64_MAX;
+    for (Blocks* blocks : open_objects)
+      if (const uint64_t use = blocks->oldest_use(); use < oldest) {
+        oldest = use;
+        victim = blocks;
+      }
+    if (victim == nullptr) return;
+    // Everything this object last used within the oldest quarter of the
+    // clock since its oldest block goes in one pass.
+    const uint64_t now = use_clock.load();
+    victim->evict_older_than(oldest + (now - oldest) / 4, limit);
+    if (victim->oldest_use() == oldest) return;  // nothing could go (shared, pinned)
+  }
+}
 
 std::shared_ptr<const MappedFile> Blocks::map(Target target, Identity id) {
   auto blocks = std::make_shared<Blocks>(std::move(target), std::move(id));
@@ -351,6 +458,8 @@ std::shared_ptr<const MappedFile> Blocks::map(Target target, Identity id) {
   blocks->attach(*file);
   file->remote_ = blocks;
   MappedFile::register_remote(file.get());
+  std::lock_guard guard(open_lock);
+  open_objects.push_back(blocks.get());
   return file;
 }
 
@@ -391,9 +500,23 @@ void Blocks::attach(MappedFile& file) {
     ok = ::ftruncate(presence_fd_, static_cast<off_t>(presence_bytes_)) == 0;
   ::flock(presence_fd_, LOCK_UN);
   if (!ok) fail_cache("cannot size the cache files");
+  // Held for the life of the mount: a daemon evicts only blocks of objects
+  // no other daemon holds (evict_older_than). Waits while one evicts.
+  struct flock shared {};
+  shared.l_type = F_RDLCK;
+  shared.l_whence = SEEK_SET;
+  shared.l_len = 1;
+  while (::fcntl(presence_fd_, F_OFD_SETLKW, &shared) != 0)
+    if (errno != EINTR) fail_cache("cannot lock the block record");
   void* presence = ::mmap(nullptr, presence_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, presence_fd_, 0);
   if (presence == MAP_FAILED) fail_cache("cannot map the block record");
   presence_ = static_cast<uint8_t*>(presence);
+  pins_ = std::make_unique<std::atomic<uint32_t>[]>(blocks_);
+  used_ = std::make_unique<std::atomic<uint64_t>[]>(blocks_);
+  uint64_t cached = 0;
+  for (uint64_t b = 0; b < blocks_; ++b)
+    if (present(b)) cached += std::min(kBlockBytes, id_.size - b * kBlockBytes);
+  cached_bytes.fetch_add(cached);
   file.size_ = id_.size;
   file.mtime_ = id_.mtime;
   if (id_.size > 0) {
@@ -411,6 +534,17 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
   const uint64_t previous_end = last_end_.exchange(offset + length, std::memory_order_relaxed);
   const bool sequential = offset == previous_end;
   if (!sequential) run_start_.store(offset, std::memory_order_relaxed);
+  const bool bounded = cache_options.max_bytes != 0;
+  if (bounded) {
+    const uint64_t now = use_clock.fetch_add(1, std::memory_order_relaxed);
+    for (uint64_t b = first; b <= last; ++b) used_[b].store(now, std::memory_order_relaxed);
+    // Pinned before the record is read (see evict_older_than), until the
+    // reply has copied the bytes.
+    if (in_read_scope) {
+      for (uint64_t b = first; b <= last; ++b) pins_[b].fetch_add(1, std::memory_order_seq_cst);
+      read_pins.push_back({this, first, last});
+    }
+  }
   bool all = true;
   for (uint64_t b = first; b <= last && all; ++b) all = present(b);
   if (all) return;
@@ -461,6 +595,11 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
     for (uint64_t b : mine) in_flight_[b] = 0;
     fetched_.notify_all();
     if (failure) std::rethrow_exception(failure);
+    if (bounded && in_read_scope) {
+      guard.unlock();
+      evict_to_bound();
+      guard.lock();
+    }
   }
 }
 
@@ -558,7 +697,8 @@ void Blocks::fetch(uint64_t first_block, uint64_t blocks) {
                      ": " + why);
   }
   // Written whole: marked, for this daemon and any other sharing the cache.
-  for (uint64_t b = first_block; b < first_block + blocks; ++b) __atomic_store_n(presence_ + b, 1, __ATOMIC_RELEASE);
+  for (uint64_t b = first_block; b < first_block + blocks; ++b) __atomic_store_n(presence_ + b, 1, __ATOMIC_SEQ_CST);
+  cached_bytes.fetch_add(length);
 }
 
 std::shared_ptr<const MappedFile> open(std::string_view name) {

@@ -492,3 +492,36 @@ def test_s3_single_file_and_sharded_checkpoint(moto, tmp, cache, shared):
 def run_env(args, cache, env):
     return subprocess.run([str(MODELFS), "-o", f"cache_dir={cache}", *args], capture_output=True, text=True,
                           env=env, timeout=120)
+
+
+def allocated(cache):
+    return sum(p.stat().st_blocks * 512 for p in cache.glob("*.data"))
+
+
+def test_cache_max_evicts_least_recently_used_blocks(nginx, www, cache):
+    values = big_model(www, tensors=8, each=4 * MIB)
+    bound = 8 * MIB
+    with remote_mount(f"{nginx.url}/big.safetensors", cache, "-o", "cache_max=8M") as mnt:
+        paths, _ = index_paths(mnt)
+        for name, value in values.items():
+            assert cat(paths[name]) == value.tobytes(), name
+            # Over the bound by at most what one read pins (its blocks and
+            # read-ahead) while it is answered.
+            assert allocated(cache) <= bound + 10 * MIB, allocated(cache)
+        assert allocated(cache) < 32 * MIB
+        # The first tensor was evicted: fetched again, exactly.
+        before = nginx.bytes_sent()
+        # The kernel's own copy of the file's pages dropped (this file only).
+        fd = os.open(paths["layer0.weight"], os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        assert paths["layer0.weight"].read_bytes() == values["layer0.weight"].tobytes()
+        assert nginx.bytes_sent() > before
+
+
+def test_cache_max_takes_sizes_only(nginx, tmp, cache):
+    result = run_modelfs("-o", "cache_max=lots", "--list", f"{nginx.url}/x.safetensors")
+    assert result.returncode == 1
+    assert "cache_max" in result.stderr

@@ -47,8 +47,23 @@ void pin_hub_commit(const std::string& repo_rev, const std::string& commit);
 // Where the cache lives; set once by the program before any model opens.
 struct CacheOptions {
   std::filesystem::path dir;  // empty: $XDG_CACHE_HOME/modelfs or ~/.cache/modelfs
+  // The most bytes this daemon's remote objects keep in the cache; 0: no
+  // bound. Least recently used blocks are evicted (docs/remote.md).
+  uint64_t max_bytes = 0;
 };
 void set_cache_options(CacheOptions options);
+
+// Held by a FUSE read around its ensure() calls and its reply: the blocks
+// it made present are pinned (never evicted) until the reply has copied
+// them, and only inside such a scope may blocks be evicted (a reader's
+// parse at mount keeps spans of the mapping for longer than a call).
+class ReadScope {
+ public:
+  ReadScope();
+  ~ReadScope();
+  ReadScope(const ReadScope&) = delete;
+  ReadScope& operator=(const ReadScope&) = delete;
+};
 
 // Opens the object at `name` (a URL): asks the server its size and
 // identity, and maps its cache file. Throws ModelError (exit 2 at mount)
