@@ -35,11 +35,14 @@
 namespace modelfs::remote {
 namespace {
 
-constexpr uint64_t kBlockBytes = uint64_t{1} << 20;
-// Blocks fetched past a sequential reader's request, in the same request.
-constexpr uint64_t kReadAheadBlocks = 8;
-// The largest range one request asks for (neighbouring misses merged).
-constexpr uint64_t kMaxRunBlocks = 32;
+// Small enough that a mount fetches little past a small header, large
+// enough that a record of them stays small (4 KiB per GiB).
+constexpr uint64_t kBlockBytes = uint64_t{256} << 10;
+// Blocks fetched past a sequential reader's request, in the same request
+// (8 MiB at most).
+constexpr uint64_t kReadAheadBlocks = 32;
+// The largest range one request asks for (neighbouring misses merged: 32 MiB).
+constexpr uint64_t kMaxRunBlocks = 128;
 // Objects past this size are refused (a server's claim, not a file).
 constexpr uint64_t kMaxObjectBytes = uint64_t{1} << 44;
 constexpr int kAttempts = 4;
@@ -212,6 +215,10 @@ struct Identity {
   std::string etag;
   std::string url;  // pinned: redirects resolved, or the Hub's commit
   timespec mtime{};
+  // Sent as If-Match with every range: empty when the URL itself is
+  // immutable (a Hub commit) or the ETag weak (If-Match compares strongly,
+  // so a weak one would always fail); the response's ETag is still compared.
+  std::string if_match;
 };
 
 // The most of an error page (or of the probe's one byte) read before the
@@ -271,6 +278,7 @@ Identity probe(const Target& target) {
       Identity id;
       id.size = total;
       id.etag = response.etag;
+      if (!id.etag.starts_with("W/")) id.if_match = id.etag;
       char* effective = nullptr;
       curl_easy_getinfo(c, CURLINFO_EFFECTIVE_URL, &effective);
       id.url = effective != nullptr ? effective : target.url;
@@ -283,6 +291,7 @@ Identity probe(const Target& target) {
         if (!response.commit.empty()) {
           pin_hub_commit(target.hub_repo_rev, response.commit);
           id.url = resolve(target.display).url;
+          id.if_match.clear();
         } else {
           id.url = target.url;
         }
@@ -376,7 +385,7 @@ class Blocks {
   std::unique_ptr<std::atomic<uint64_t>[]> used_;
 };
 
-ReadScope::ReadScope() { in_read_scope = true; }
+ReadScope::ReadScope() { in_read_scope = true; }  // pins only with a bound (ensure)
 
 ReadScope::~ReadScope() {
   for (const Pin& pin : read_pins) pin.blocks->unpin(pin.first, pin.last);
@@ -549,9 +558,11 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
   for (uint64_t b = first; b <= last && all; ++b) all = present(b);
   if (all) return;
 
-  // As many blocks ahead as the sequential run has read, up to the most.
+  // As many blocks ahead as the sequential run has read, up to the most;
+  // for FUSE reads only (a parser reading a header in order is no reader
+  // of the tensors after it).
   const uint64_t ahead =
-      sequential ? std::min(kReadAheadBlocks, (offset + length - run_start_.load(std::memory_order_relaxed)) / kBlockBytes)
+      sequential && in_read_scope ? std::min(kReadAheadBlocks, (offset + length - run_start_.load(std::memory_order_relaxed)) / kBlockBytes)
                  : 0;
   std::unique_lock guard(lock_);
   for (;;) {
@@ -656,7 +667,7 @@ void Blocks::fetch_once(uint64_t offset, uint64_t length, CURLcode& code, long& 
   Response response;
   Headers headers;
   const std::string range = std::to_string(offset) + "-" + std::to_string(offset + length - 1);
-  common_options(c, target_, id_.url, headers, range, id_.etag, response);
+  common_options(c, target_, id_.url, headers, range, id_.if_match, response);
   RangeBody body{c, &response, data_fd_, offset, length, id_.size};
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, range_body);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
