@@ -20,7 +20,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -347,38 +346,6 @@ bool check_fuse_available() {
   return true;
 }
 
-// A URL's query string and user:password@ (a signed URL's secrets) are
-// blanked in the program's arguments, which /proc/PID/cmdline shows to
-// every user; modelfs keeps its own copy.
-void hide_url_secrets(int argc, char** argv, const char* model) {
-  const std::string shown = modelfs::remote::display_url(model);
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], model) != 0 || shown.size() == std::strlen(argv[i])) continue;
-    const size_t length = std::strlen(argv[i]);
-    std::memcpy(argv[i], shown.data(), std::min(shown.size(), length));
-    std::memset(argv[i] + std::min(shown.size(), length), ' ', length - std::min(shown.size(), length));
-  }
-}
-
-// "N", "NK", "NM", "NG", "NT" (binary units, an optional "iB" or "B").
-std::optional<uint64_t> parse_size(std::string_view text) {
-  uint64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end == text.data()) return std::nullopt;
-  std::string_view unit(end, static_cast<size_t>(text.data() + text.size() - end));
-  int shift = 0;
-  if (!unit.empty()) {
-    const char* units = "KMGT";
-    const char* at = std::strchr(units, std::toupper(static_cast<unsigned char>(unit[0])));
-    if (at == nullptr || unit[0] == '\0') return std::nullopt;
-    shift = 10 * static_cast<int>(at - units + 1);
-    unit.remove_prefix(1);
-    if (unit != "" && unit != "B" && unit != "iB") return std::nullopt;
-  }
-  if (shift > 0 && value > (UINT64_MAX >> shift)) return std::nullopt;
-  return value << shift;
-}
-
 // fuse_opt splits -o lists at commas; a backslash keeps one literal.
 std::string escape_fuse_option(const std::string& value) {
   std::string out;
@@ -453,7 +420,7 @@ int run(int argc, char** argv) {
     cache.dir = std::filesystem::absolute(config.cache_dir, cache_ec);
   }
   if (config.cache_max != nullptr) {
-    const auto bound = parse_size(config.cache_max);
+    const auto bound = modelfs::remote::parse_size(config.cache_max);
     if (!bound || *bound == 0) {
       spdlog::error("-o cache_max takes a size: N bytes, or with K, M, G or T (KiB ... TiB)");
       return kExitUsage;
@@ -461,7 +428,7 @@ int run(int argc, char** argv) {
     cache.max_bytes = *bound;
   }
   modelfs::remote::set_cache_options(cache);
-  if (modelfs::remote::is_url(config.model)) hide_url_secrets(argc, argv, config.model);
+  if (modelfs::remote::is_url(config.model)) modelfs::remote::hide_url_secrets(argc, argv, config.model);
 
   if (config.list || config.info || config.check) {
     if (config.positional > 1) {

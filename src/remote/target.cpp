@@ -2,7 +2,12 @@
 // What a URL names: the http(s) URL to request, how to authenticate, and
 // the name to show. s3:// and hf:// are resolved through the environment
 // their own tools use (docs/remote.md).
+#include <algorithm>
+#include <charconv>
+#include <cctype>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -195,6 +200,38 @@ Target resolve(std::string_view name) {
   t.url = std::string(name);
   t.display = display_url(name);
   return t;
+}
+
+// A URL's query string and user:password@ (a signed URL's secrets) are
+// blanked in the program's arguments, which /proc/PID/cmdline shows to
+// every user; modelfs keeps its own copy.
+void hide_url_secrets(int argc, char** argv, const char* model) {
+  const std::string shown = display_url(model);
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], model) != 0 || shown.size() == std::strlen(argv[i])) continue;
+    const size_t length = std::strlen(argv[i]);
+    std::memcpy(argv[i], shown.data(), std::min(shown.size(), length));
+    std::memset(argv[i] + std::min(shown.size(), length), ' ', length - std::min(shown.size(), length));
+  }
+}
+
+// "N", "NK", "NM", "NG", "NT" (binary units, an optional "iB" or "B").
+std::optional<uint64_t> parse_size(std::string_view text) {
+  uint64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end == text.data()) return std::nullopt;
+  std::string_view unit(end, static_cast<size_t>(text.data() + text.size() - end));
+  int shift = 0;
+  if (!unit.empty()) {
+    const char* units = "KMGT";
+    const char* at = std::strchr(units, std::toupper(static_cast<unsigned char>(unit[0])));
+    if (at == nullptr || unit[0] == '\0') return std::nullopt;
+    shift = 10 * static_cast<int>(at - units + 1);
+    unit.remove_prefix(1);
+    if (unit != "" && unit != "B" && unit != "iB") return std::nullopt;
+  }
+  if (shift > 0 && value > (UINT64_MAX >> shift)) return std::nullopt;
+  return value << shift;
 }
 
 void pin_hub_commit(const std::string& repo_rev, const std::string& commit) {

@@ -101,6 +101,15 @@ TEST(RemoteUrl, HubResolvesRevisionAndToken) {
   EXPECT_THROW(remote::resolve("hf://org"), ModelError);
 }
 
+TEST(RemoteCache, SizesInBinaryUnits) {
+  EXPECT_EQ(remote::parse_size("4096"), 4096u);
+  EXPECT_EQ(remote::parse_size("8M"), 8u << 20);
+  EXPECT_EQ(remote::parse_size("2GiB"), uint64_t{2} << 30);
+  EXPECT_EQ(remote::parse_size("1t"), uint64_t{1} << 40);
+  for (const char* bad : {"", "M", "8X", "8MB2", "-1", "99999999999T"})
+    EXPECT_FALSE(remote::parse_size(bad)) << bad;
+}
+
 TEST(RemoteFolder, NamesStayInsideTheUrlsFolder) {
   const auto folder = ModelFolder::of_file("https://h/ckpt/model.safetensors.index.json?sig=1", "index");
   auto ok = folder.resolve("model-00001-of-00002.safetensors");

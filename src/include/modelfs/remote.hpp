@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -69,6 +70,14 @@ class ReadScope {
 // identity, and maps its cache file. Throws ModelError (exit 2 at mount)
 // when the server refuses, lacks it, or ignores Range.
 std::shared_ptr<const MappedFile> open(std::string_view name);
+
+// A size as -o cache_max takes it: "N", "NK", "NM", "NG", "NT" (binary
+// units, an optional "iB" or "B"); nullopt when it is none.
+std::optional<uint64_t> parse_size(std::string_view text);
+
+// Blanks the query string and user:password@ of `model` where it appears
+// in the program's arguments (/proc/PID/cmdline shows them to every user).
+void hide_url_secrets(int argc, char** argv, const char* model);
 
 // The folder URL a remote model file lies in, and a name resolved in it.
 std::string parent_url(std::string_view url);
