@@ -79,6 +79,7 @@ struct Config {
   int max_parse_mb = 0;  // 0: the budget follows the model's metadata
   char* cache_dir = nullptr;  // remote models' cache (src/remote)
   char* cache_max = nullptr;  // its bound: N, NK, NM, NG or NT (binary units)
+  int remote_timeout = 0;     // seconds; 0: the default (remote.hpp)
   int show_help = 0;
   int show_version = 0;
   int unmount = 0;  // -u MOUNTPOINT
@@ -107,6 +108,7 @@ const fuse_opt kOptions[] = {
     MODELFS_OPT("max_parse_mb=%d", max_parse_mb, 0),
     MODELFS_OPT("cache_dir=%s", cache_dir, 0),
     MODELFS_OPT("cache_max=%s", cache_max, 0),
+    MODELFS_OPT("remote_timeout=%d", remote_timeout, 0),
     MODELFS_KEY("-h", kKeyHelp),
     MODELFS_KEY("--help", kKeyHelp),
     MODELFS_KEY("-V", kKeyVersion),
@@ -181,6 +183,8 @@ void print_usage(const char* program) {
             << "                           $XDG_CACHE_HOME/modelfs, or ~/.cache/modelfs)\n"
             << "    -o cache_max=SIZE      evict least recently used cached blocks past SIZE\n"
             << "                           (bytes, or K, M, G, T)\n"
+            << "    -o remote_timeout=N    seconds a remote request may take to connect or stall\n"
+            << "                           (default 20)\n"
             << "\n"
             << "FUSE options:\n"
             << "    -h   --help            print help\n"
@@ -427,6 +431,11 @@ int run(int argc, char** argv) {
     }
     cache.max_bytes = *bound;
   }
+  if (config.remote_timeout < 0) {
+    spdlog::error("-o remote_timeout takes a number of seconds");
+    return kExitUsage;
+  }
+  if (config.remote_timeout > 0) cache.timeout_seconds = static_cast<unsigned>(config.remote_timeout);
   modelfs::remote::set_cache_options(cache);
   if (modelfs::remote::is_url(config.model)) modelfs::remote::hide_url_secrets(argc, argv, config.model);
 

@@ -47,9 +47,9 @@ constexpr uint64_t kMaxRunBlocks = 128;
 constexpr uint64_t kMaxObjectBytes = uint64_t{1} << 44;
 constexpr int kAttempts = 4;
 constexpr size_t kMaxHeaderValue = 1024;
-constexpr long kConnectTimeoutSeconds = 10;
-constexpr long kLowSpeedBytes = 1024;  // per second, for...
-constexpr long kLowSpeedSeconds = 20;  // ...this long: a stalled transfer
+// A transfer below this many bytes a second for the timeout (-o
+// remote_timeout, CacheOptions) is stalled; connecting has as long.
+constexpr long kLowSpeedBytes = 1024;
 
 std::once_flag curl_ready;
 CacheOptions cache_options;
@@ -156,9 +156,10 @@ void common_options(CURL* c, const Target& target, const std::string& url, Heade
   curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
   curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, kConnectTimeoutSeconds);
+  const long timeout = static_cast<long>(cache_options.timeout_seconds);
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, timeout);
   curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, kLowSpeedBytes);
-  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, kLowSpeedSeconds);
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, timeout);
   curl_easy_setopt(c, CURLOPT_FILETIME, 1L);
   curl_easy_setopt(c, CURLOPT_USERAGENT, "modelfs");
   curl_easy_setopt(c, CURLOPT_RANGE, range.c_str());
@@ -703,7 +704,9 @@ void Blocks::fetch(uint64_t first_block, uint64_t blocks) {
       continue;
     }
     if (why.empty()) why = code != CURLE_OK && status < 400 ? std::string(curl_easy_strerror(code)) : status_text(status);
-    spdlog::error("{}: bytes {}-{}: {}", target_.display, offset, offset + length - 1, why);
+    // A FUSE read's failure is logged here (the reader sees only EIO); at
+    // mount the error is the one line modelfs exits with.
+    if (in_read_scope) spdlog::error("{}: bytes {}-{}: {}", target_.display, offset, offset + length - 1, why);
     fail(offset, "cannot fetch bytes " + std::to_string(offset) + "-" + std::to_string(offset + length - 1) +
                      ": " + why);
   }

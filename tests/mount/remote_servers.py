@@ -70,6 +70,7 @@ http {{
     location ~ ^/redirect/(.*)$ {{ return 302 {self.url}/$1; }}
     location /norange/ {{ alias {self.root}/; max_ranges 0; }}
     location /forbidden/ {{ return 403; }}
+    location /slow/ {{ alias {self.root}/; limit_rate 100; }}
     # The Hub: /OWNER/REPO/resolve/REVISION/PATH answers with its commit and
     # a redirect to where the file is stored.
     location ~ ^/hub-owner/([^/]+)/resolve/([^/]+)/(.*)$ {{

@@ -538,3 +538,17 @@ def test_mount_of_many_tensors_fetches_about_the_header(nginx, www, cache):
         sent = nginx.bytes_sent()
         assert header <= sent <= header + 300 * 1024, (sent, header, size)
         assert cat(mnt / "layers" / "123" / "p45") == values[12345].tobytes()
+
+
+def test_slow_server_times_out_with_exit_2(nginx, www, cache):
+    big_model(www, tensors=2, each=1 * MIB)
+    start = time.time()
+    # 100 bytes a second: the header's block stalls under 1 KiB/s.
+    result = run_modelfs("-o", f"cache_dir={cache}", "-o", "remote_timeout=1", "--list",
+                         f"{nginx.url}/slow/big.safetensors")
+    took = time.time() - start
+    assert result.returncode == 2, result.stderr
+    assert "timed out" in result.stderr.lower() or "timeout" in result.stderr.lower(), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    # Four tries of about a second each, and the backoff between them.
+    assert took < 20, took
