@@ -552,3 +552,20 @@ def test_slow_server_times_out_with_exit_2(nginx, www, cache):
     assert len(result.stderr.strip().splitlines()) == 1
     # Four tries of about a second each, and the backoff between them.
     assert took < 20, took
+
+
+def test_split_gguf_set_by_url_of_any_member(nginx, www, cache):
+    import gguf_writer as gw
+    folder = www / "split"
+    folder.mkdir()
+    tensors = [gw.random_tensor(f"blk.{i}.w", [0, 12, 1, 2][i % 4], [2, 256], seed=10 + i) for i in range(7)]
+    kvs = [("general.architecture", gw.Value(gw.STRING, "llama"))]
+    paths = gw.write_split(folder, "model", kvs, tensors, 3, alignment=64)
+    for member in (paths[0], paths[1]):
+        files = same_tree_as_local(f"{nginx.url}/split/{member.name}", member, cache)
+        assert any(name.endswith(".json") for name in files)
+    with remote_mount(f"{nginx.url}/split/{paths[0].name}", cache) as mnt:
+        found, index = index_paths(mnt)
+        assert index["files"] == [p.name for p in paths]
+        for t in tensors:
+            assert cat(found[t.name]) == t.data
