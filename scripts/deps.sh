@@ -14,6 +14,7 @@ set -euo pipefail
 BUILD=(
   build-essential cmake pkg-config
   fuse3 libfuse3-dev zlib1g-dev libzip-dev nlohmann-json3-dev libspdlog-dev
+  libcurl4-openssl-dev  # remote models: HTTP(S), S3 SigV4 (src/remote)
   python3 python3-numpy
 )
 # The test suite on top (scripts/test.sh): oracles, packaging, tools the
@@ -22,6 +23,7 @@ TEST=(
   git libgtest-dev googletest
   python3-pytest python3-torch python3-onnx
   attr dpkg-dev bash-completion man-db
+  nginx-light  # tests/mount/test_remote.py: the HTTP server remote models are mounted from
   time      # /usr/bin/time: peak RSS in tests/mount/test_hostile_corpus.py
   debhelper lintian mmdebstrap  # tests/mount/test_packaging.py: build, lint, install in a clean root
   systemd   # systemd-analyze verify of the man page's .mount unit

@@ -4,6 +4,14 @@
 // Every tensor byte modelfs serves comes from one of these mappings; the
 // object is shared (shared_ptr) by every tensor that points into it, so the
 // mapping lives exactly as long as something can still be read from it.
+//
+// A remote model (a URL) is mapped the same way, from a sparse local cache
+// file whose blocks are fetched when first needed. Nothing may read the
+// mapping before ensure() has made the range present: ensure() is the one
+// chokepoint (a no-op for local files), called by ByteReader, the protobuf
+// reader, the tree's read path, --check and the few readers that take bytes
+// of the mapping directly (ARCHITECTURE.md, "Remote models").
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -15,12 +23,18 @@
 
 namespace modelfs {
 
+namespace remote {
+class Blocks;
+}
+
 class MappedFile {
  public:
   // Opens and maps `path`. Throws ModelError (format "file") when the file
   // cannot be opened, is not a regular file, or cannot be mapped. Never
   // blocks on a FIFO: the open is non-blocking and the type checked before
   // anything is read.
+  // A path that is a URL (http://, https://, s3://, hf://) opens the remote
+  // object through its cache (src/remote).
   static std::shared_ptr<const MappedFile> open(const std::filesystem::path& path);
   // Bytes modelfs made (an inflated ZIP member holding a nested archive),
   // placed in an anonymous memory file and mapped like a model file, so the
@@ -41,8 +55,30 @@ class MappedFile {
   timespec mtime() const noexcept { return mtime_; }
   int fd() const noexcept { return fd_; }
 
+  // Makes bytes [offset, offset + length) of the mapping readable: for a
+  // remote model, fetches the blocks missing from the cache (throws
+  // ModelError when they cannot be had: a read fails with EIO); for a local
+  // file, nothing. The range is clamped to the file.
+  void ensure(uint64_t offset, uint64_t length) const {
+    if (remote_ != nullptr) fetch_missing(offset, length);
+  }
+  // The same for bytes known only by address: those that lie in a remote
+  // mapping are ensured, any others (local mappings, buffers) are left be.
+  // Costs one atomic load while no remote model is open.
+  static void ensure_at(const std::byte* at, uint64_t length) {
+    if (remote_mappings_.load(std::memory_order_acquire) != 0) ensure_at_slow(at, length);
+  }
+  bool is_remote() const noexcept { return remote_ != nullptr; }
+
  private:
+  friend class remote::Blocks;
   MappedFile() = default;
+  void fetch_missing(uint64_t offset, uint64_t length) const;
+  static void ensure_at_slow(const std::byte* at, uint64_t length);
+  static void register_remote(const MappedFile* file);
+  static void unregister_remote(const MappedFile* file);
+  static inline std::atomic<int> remote_mappings_{0};
+  std::shared_ptr<remote::Blocks> remote_;
   std::filesystem::path path_;
   int fd_ = -1;
   const std::byte* data_ = nullptr;

@@ -22,6 +22,7 @@
 #include "export.hpp"
 #include "logging.hpp"
 #include "modelfs/budget.hpp"
+#include "modelfs/remote.hpp"
 #include "modelfs/terminal_text.hpp"
 #include "options.hpp"
 
@@ -59,6 +60,25 @@ int run(int argc, char** argv) {
     std::cerr << "usage: " << line.program << " [options] MODEL MOUNTPOINT (see --help)\n";
     return kExitUsage;
   }
+  // Remote models: where their blocks are cached, how long a request may
+  // take; a URL's secrets leave the process's command line.
+  modelfs::remote::CacheOptions cache;
+  if (options.cache_dir != nullptr) {
+    std::error_code cache_ec;
+    cache.dir = std::filesystem::absolute(options.cache_dir, cache_ec);
+  }
+  if (options.cache_max != nullptr) {
+    const auto bound = modelfs::remote::parse_size(options.cache_max);
+    if (!bound || *bound == 0) {
+      spdlog::error("-o cache_max takes a size: N bytes, or with K, M, G or T (KiB ... TiB)");
+      return kExitUsage;
+    }
+    cache.max_bytes = *bound;
+  }
+  if (options.remote_timeout > 0) cache.timeout_seconds = static_cast<unsigned>(options.remote_timeout);
+  modelfs::remote::set_cache_options(cache);
+  if (modelfs::remote::is_url(options.model)) modelfs::remote::hide_url_secrets(argc, argv, options.model);
+
   if (options.export_out != nullptr)
     return export_command({options.model, options.export_out, options.export_float32 != 0, options.force != 0},
                           budget);

@@ -33,6 +33,7 @@
 #include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
+#include "modelfs/remote.hpp"
 #include "modelfs/tree.hpp"
 #include "modelfs/version.hpp"
 #include "options.hpp"
@@ -271,7 +272,9 @@ int mount_command(CommandLine& line, Budget& budget) {
   // The mount is read-only at the kernel too, the kernel enforces the 0444
   // and 0555 modes, and `mount` shows the model it serves.
   std::error_code ec;
-  const std::string source = std::filesystem::absolute(options.model, ec).lexically_normal().string();
+  const std::string source = remote::is_url(options.model)
+                                 ? remote::display_url(options.model)
+                                 : std::filesystem::absolute(options.model, ec).lexically_normal().string();
   const std::string mount_options[] = {"-oro", "-odefault_permissions", "-osubtype=modelfs",
                                        "-ofsname=" + escape_fuse_option(source)};
   for (const auto& option : mount_options)

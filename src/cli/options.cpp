@@ -34,6 +34,9 @@ const fuse_opt kOptions[] = {
     MODELFS_OPT("xattr", xattr, 1),
     MODELFS_OPT("noprefetch", noprefetch, 1),
     MODELFS_OPT("max_parse_mb=%d", max_parse_mb, 0),
+    MODELFS_OPT("cache_dir=%s", cache_dir, 0),
+    MODELFS_OPT("cache_max=%s", cache_max, 0),
+    MODELFS_OPT("remote_timeout=%d", remote_timeout, 0),
     MODELFS_OPT("--export %s", export_out, 0),
     MODELFS_OPT("--export=%s", export_out, 0),
     MODELFS_OPT("export=float32", export_float32, 1),
@@ -81,6 +84,8 @@ CommandLine::~CommandLine() {
   std::free(options.mountpoint);
   std::free(options.log_file);
   std::free(options.export_out);
+  std::free(options.cache_dir);
+  std::free(options.cache_max);
   std::free(fuse.mountpoint);
 }
 
@@ -99,6 +104,10 @@ bool options_consistent(const Options& options) {
   }
   if (options.max_parse_mb < 0) {
     spdlog::error("-o max_parse_mb must be a positive number of MiB");
+    return false;
+  }
+  if (options.remote_timeout < 0) {
+    spdlog::error("-o remote_timeout takes a number of seconds");
     return false;
   }
   if (options.force && options.export_out == nullptr) {
@@ -127,6 +136,7 @@ void print_usage(const char* program) {
             << "a .gguf file (or a split set's member or folder), an .onnx file, a torch.save\n"
             << "file (.pt .pth .bin .ckpt, ZIP or legacy; or a sharded .bin index), or a\n"
             << "TorchScript archive, or a .pt2 archive (torch.export.save, AOTInductor).\n"
+            << "MODEL may be a URL: http(s)://..., s3://BUCKET/KEY, hf://OWNER/REPO[@REV]/PATH.\n"
             << "\n"
             << "modelfs options:\n"
             << "    --list                 print the tensor table (name, dtype, shape, bytes)\n"
@@ -152,6 +162,12 @@ void print_usage(const char* program) {
             << "                           thread of the daemon's own\n"
             << "    -o max_parse_mb=N      memory reading the model may take, in MiB (default:\n"
             << "                           64 plus 8 bytes per byte of the model's metadata)\n"
+            << "    -o cache_dir=PATH      remote models' block cache (default:\n"
+            << "                           $XDG_CACHE_HOME/modelfs, or ~/.cache/modelfs)\n"
+            << "    -o cache_max=SIZE      evict least recently used cached blocks past SIZE\n"
+            << "                           (bytes, or K, M, G, T)\n"
+            << "    -o remote_timeout=N    seconds a remote request may take to connect or stall\n"
+            << "                           (default 20)\n"
             << "\n"
             << "FUSE options:\n"
             << "    -h   --help            print help\n"

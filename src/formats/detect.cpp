@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <optional>
 #include <system_error>
 
 #include "modelfs/budget.hpp"
@@ -10,9 +11,10 @@
 #include "modelfs/formats.hpp"
 #include "modelfs/formats/gguf.hpp"
 #include "modelfs/formats/onnx.hpp"
-#include "modelfs/formats/pt2.hpp"
 #include "modelfs/formats/safetensors.hpp"
+#include "modelfs/formats/pt2.hpp"
 #include "modelfs/formats/torch.hpp"
+#include "modelfs/remote.hpp"
 
 namespace modelfs {
 namespace {
@@ -50,7 +52,52 @@ std::span<const FormatReader> format_readers() { return kReaders; }
 
 namespace {
 
+Catalog open_file(const ModelFile& file);
+
+// The index names tried in a remote folder, which cannot be listed.
+constexpr std::array kRemoteIndexNames{"model.safetensors.index.json", "pytorch_model.bin.index.json",
+                                       "diffusion_pytorch_model.safetensors.index.json"};
+
+bool is_missing(const ModelError& e) {
+  // A folder's URL is a 404, or (a server that lists no folders) a 403.
+  return e.reason().find("HTTP 404") != std::string::npos || e.reason().find("HTTP 403") != std::string::npos;
+}
+
+// A URL: a file, or a folder (ending in '/', an hf:// repository's root,
+// or a name the server has no file for) read through its index.
+Catalog open_remote(const std::string& url, IntegrityChecks* checks) {
+  std::string folder = url;
+  while (folder.ends_with('/')) folder.pop_back();
+  const bool hub_root = url.starts_with("hf://") && std::count(url.begin() + 5, url.end(), '/') < 2;
+  auto open_index = [&](const char* name) -> std::optional<Catalog> {
+    const std::string index = folder + "/" + name;
+    try {
+      return open_file(ModelFile{remote::display_url(index), MappedFile::open(index), checks});
+    } catch (const ModelError& e) {
+      if (is_missing(e) && e.file() == remote::display_url(index)) return std::nullopt;
+      throw;
+    }
+  };
+  if (!url.ends_with('/') && !hub_root) {
+    try {
+      return open_file(ModelFile{remote::display_url(url), MappedFile::open(url), checks});
+    } catch (const ModelError& e) {
+      if (!is_missing(e) || e.file() != remote::display_url(url)) throw;
+      for (const char* name : kRemoteIndexNames)
+        if (auto catalog = open_index(name)) return std::move(*catalog);
+      throw;
+    }
+  }
+  for (const char* name : kRemoteIndexNames)
+    if (auto catalog = open_index(name)) return std::move(*catalog);
+  throw ModelError(remote::display_url(url), "folder", std::nullopt,
+                   "holds none of the index files modelfs looks for in a remote folder (" +
+                       std::string(kRemoteIndexNames[0]) + ", " + kRemoteIndexNames[1] + ", " +
+                       kRemoteIndexNames[2] + "); name a model file instead");
+}
+
 Catalog open_detected(const std::filesystem::path& model, IntegrityChecks* checks) {
+  if (remote::is_url(model.native())) return open_remote(model.native(), checks);
   std::error_code ec;
   const auto status = std::filesystem::status(model, ec);
   if (ec || !std::filesystem::exists(status))
@@ -66,8 +113,13 @@ Catalog open_detected(const std::filesystem::path& model, IntegrityChecks* check
                      "name a model file instead");
   }
 
-  const ModelFile file = ModelFile::open(model, checks);
+  return open_file(ModelFile::open(model, checks));
+}
+
+Catalog open_file(const ModelFile& file) {
+  const std::filesystem::path& model = file.path;
   auto head = file.mapped->bytes().first(std::min<uint64_t>(file.mapped->size(), 4096));
+  file.mapped->ensure(0, head.size());
   for (const auto& reader : kReaders)
     if (reader.probe_file && reader.probe_file(head)) return reader.open_file(file);
   throw ModelError(model.string(), "unknown", 0,

@@ -17,6 +17,7 @@
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/model_folder.hpp"
+#include "modelfs/remote.hpp"
 
 namespace modelfs::gguf {
 namespace {
@@ -530,7 +531,8 @@ Catalog open_split(const std::filesystem::path& folder, const SplitName& split,
     std::error_code ec;
     // exists, not is_regular_file: a member that is there but is no file
     // (a FIFO) gets MappedFile's message, not "missing".
-    if (!std::filesystem::exists(path, ec))
+    // A remote member is asked for when opened: missing, it is a 404 there.
+    if (!remote::is_url(path.native()) && !std::filesystem::exists(path, ec))
       throw ModelError((folder / first_name).string(), std::string(kFormat), std::nullopt,
                        "split set of " + std::to_string(split.count) + " files is incomplete: " +
                            name + " is missing");

@@ -17,6 +17,7 @@
 #include "modelfs/mapped_file.hpp"
 #include "modelfs/model_folder.hpp"
 #include "modelfs/protobuf_wire.hpp"
+#include "modelfs/remote.hpp"
 #include "modelfs/sha1.hpp"
 
 #include <cctype>
@@ -505,6 +506,7 @@ class Reader {
         for (const auto& f : fields.every(kFloats)) {
           if (f.type == WireType::Length) {
             if (f.length % 4 != 0) fail(f.offset, "attribute \"" + name + "\": packed floats of odd length");
+            MappedFile::ensure_at(f.payload.data(), f.payload.size());
             for (uint64_t at = 0; at < f.length; at += 4) {
               uint32_t bits = 0;
               std::memcpy(&bits, f.payload.data() + at, 4);
@@ -608,6 +610,7 @@ class Reader {
         for (const auto& f : fields.every(kFloats)) {
           if (f.type == WireType::Length) {
             if (f.length % 4 != 0) fail(f.offset, quote + "packed floats of odd length");
+            MappedFile::ensure_at(f.payload.data(), f.payload.size());
             bytes.append(reinterpret_cast<const char*>(f.payload.data()), f.payload.size());
           } else if (f.type == WireType::Fixed32) {
             append_le(f.value, 4);
@@ -955,8 +958,10 @@ class Reader {
                      std::to_string(total / entry_bytes) + " entries but shape and data_type need " +
                      std::to_string(nbytes / entry_bytes));
       out.reserve(nbytes);
-      for (const auto& f : occurrences)
+      for (const auto& f : occurrences) {
+        MappedFile::ensure_at(f.payload.data(), f.payload.size());
         out.append(reinterpret_cast<const char*>(f.payload.data()), f.payload.size());
+      }
     } else {
       // Stop collecting once there are more entries than the tensor holds,
       // so a hostile count cannot make this allocate beyond the file's size.
@@ -1038,6 +1043,7 @@ class Reader {
              constexpr uint64_t kChunk = 1 << 20;
              for (uint64_t done = 0; done < length; done += kChunk) {
                const uint64_t n = std::min(kChunk, length - done);
+               file->ensure(from + done, n);
                sha.update(file->bytes().subspan(from + done, n));
                if (report) progress(n);
              }
@@ -1067,7 +1073,8 @@ class Reader {
     if (!named) refuse(named.reason);
     const fs::path& resolved = named.path;
     std::error_code ec;
-    if (!fs::is_regular_file(resolved, ec)) refuse("is not a regular file");
+    // A remote file is asked for when opened (a folder there is a 404).
+    if (!remote::is_url(resolved.native()) && !fs::is_regular_file(resolved, ec)) refuse("is not a regular file");
     const std::string key = resolved.string();
     auto it = external_.find(key);
     if (it != external_.end()) return it->second;

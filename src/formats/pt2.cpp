@@ -17,6 +17,7 @@
 #include "json_limits.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
+#include "modelfs/present.hpp"
 #include "torch_objects.hpp"
 #include "torch_save.hpp"
 
@@ -307,7 +308,7 @@ std::string ArchiveReader::text_of(const ZipMember& member, uint64_t limit) cons
   if (member.uncompressed_size > limit)
     fail(offset_of(member), member.name + " is " + std::to_string(member.uncompressed_size) +
                                 " bytes, over the limit of " + std::to_string(limit) + " for it");
-  return std::string(zip_.contents(member).view());
+  return std::string(present(zip_.contents(member)).view());
 }
 
 json ArchiveReader::json_of(const ZipMember& member) const {
@@ -340,7 +341,7 @@ void ArchiveReader::add_save_tensors(torch_save::SaveContents contents, const st
 // The member's bytes begin as a ZIP archive does (a nested torch.save).
 bool ArchiveReader::holds_zip(const ZipMember& member) const {
   if (member.uncompressed_size < 4) return false;
-  return zip_.contents(member).subspan(0, 4).view() == std::string_view("PK\x03\x04", 4);
+  return present(zip_.contents(member).subspan(0, 4)).view() == std::string_view("PK\x03\x04", 4);
 }
 
 // A torch.save archive stored as `member`: read in place when stored,
@@ -578,7 +579,7 @@ void ArchiveReader::read_aoti(Model& model, json& info) {
       fail(offset_of(*weights_config), weights_config->name + ": weight \"" + weight + "\" names data/weights/" +
                                            spec[0].get<std::string>() + ", which the archive lacks");
     const ByteSpan head = zip_.contents(*payload).subspan(0, std::min<uint64_t>(payload->uncompressed_size, 4));
-    if (head.view() != "PK\x03\x04") {
+    if (present(head).view() != "PK\x03\x04") {
       spdlog::warn("{}: pt2: AOTInductor weight \"{}\" ({}) is not a torch.save archive; skipped",
                    display_, weight, payload->name);
       skipped.push_back(weight);

@@ -13,6 +13,7 @@
 #include "modelfs/error.hpp"
 #include "modelfs/unpickler.hpp"
 #include "modelfs/zip_archive.hpp"
+#include "modelfs/present.hpp"
 #include "torch_objects.hpp"
 #include "torch_save.hpp"
 
@@ -65,7 +66,7 @@ void read_script_classes(const ZipArchive& zip, const std::string& prefix, WalkO
     std::replace(module.begin(), module.end(), '/', '.');
     std::string text;
     try {
-      text = std::string(zip.contents(member).view());
+      text = std::string(present(zip.contents(member)).view());
     } catch (const ModelError& e) {
       spdlog::warn("{}: TorchScript source not read, parameter/buffer kinds unknown: {}",
                    options.file, e.what());
@@ -130,7 +131,7 @@ Catalog open_zip(const ModelFile& model, const ZipArchive& zip) {
   const ZipMember* version = zip.find(prefix + ".data/version");
   if (!version) version = zip.find(prefix + "version");
   if (version) {
-    const std::string text = trimmed(zip.contents(*version).view());
+    const std::string text = trimmed(present(zip.contents(*version)).view());
     int value = 0;
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (ec != std::errc() || end != text.data() + text.size() || value < 1 || value > kMaxArchiveVersion)
@@ -140,7 +141,7 @@ Catalog open_zip(const ModelFile& model, const ZipArchive& zip) {
   }
   bool big_endian = false;
   if (const ZipMember* order = zip.find(prefix + "byteorder")) {
-    const std::string text = trimmed(zip.contents(*order).view());
+    const std::string text = trimmed(present(zip.contents(*order)).view());
     if (text != "little" && text != "big")
       throw refuse(format, "byteorder record says \"" + text.substr(0, 20) + "\", not little or big");
     big_endian = text == "big";
@@ -245,6 +246,7 @@ Catalog open_legacy(const ModelFile& model) {
     if (bytes.size() - position < 8)
       throw fail(position, "storage " + key->text + ": element count runs past the end of the file");
     int64_t numel = 0;
+    file->ensure(position, 8);
     std::memcpy(&numel, bytes.data() + position, 8);
     if (numel < 0 || static_cast<uint64_t>(numel) != id->second.numel)
       throw fail(position, "storage " + key->text + " holds " + std::to_string(numel) +
@@ -297,6 +299,7 @@ const ShardedFormat kSharded{kIndexFormat, "pytorch", kMaxIndexJsonDepth};
 Catalog open_shard(const std::filesystem::path& path, IntegrityChecks* checks) {
   const ModelFile shard = ModelFile::open(path, checks);
   auto head = shard.mapped->bytes().first(std::min<uint64_t>(shard.mapped->size(), 64));
+  shard.mapped->ensure(0, head.size());
   if (probe_zip(head)) return open_zip(shard);
   if (probe_legacy(head)) return open_legacy(shard);
   throw ModelError(path.string(), std::string(kIndexFormat), 0,

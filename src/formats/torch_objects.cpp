@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "modelfs/present.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
@@ -610,7 +611,7 @@ void ObjectWalker::make_tensor(const Value* storage, const Value& args, size_t f
       fail("tensor \"" + name + "\": big-endian storage of " + std::to_string(span.size()) +
            " bytes exceeds the byte-swap limit of " + std::to_string(kMaxSwapBytes));
     charge_budget(span.size(), options_.file, options_.format, "byte-swapping tensor \"" + name + "\"");
-    std::string swapped(span.view());
+    std::string swapped(present(span).view());
     for (uint64_t at = 0; at + unit <= swapped.size(); at += unit)
       std::reverse(swapped.begin() + static_cast<std::ptrdiff_t>(at),
                    swapped.begin() + static_cast<std::ptrdiff_t>(at + unit));

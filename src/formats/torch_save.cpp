@@ -4,6 +4,7 @@
 #include <string>
 
 #include "modelfs/error.hpp"
+#include "modelfs/present.hpp"
 #include "modelfs/unpickler.hpp"
 
 namespace modelfs::torch_save {
@@ -65,7 +66,7 @@ SaveContents read_save(const ZipArchive& zip, const NestedSave& how) {
   options.source = how.source;
   options.default_kind = how.default_kind;
   if (const ZipMember* order = zip.find(prefix + "byteorder")) {
-    const std::string text = trimmed(zip.contents(*order).view());
+    const std::string text = trimmed(present(zip.contents(*order)).view());
     if (text != "little" && text != "big")
       throw ModelError(how.file, how.format, std::nullopt,
                        "nested archive's byteorder record says \"" + text.substr(0, 20) +

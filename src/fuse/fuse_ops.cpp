@@ -13,6 +13,7 @@
 #include "threads.hpp"
 #include "prefetcher.hpp"
 #include "modelfs/json_text.hpp"
+#include "modelfs/remote.hpp"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
@@ -261,6 +262,8 @@ constexpr size_t kReplyIovecs = IOV_MAX - 1;
 
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
   guarded(req, "read", [&] {
+    // A remote model's blocks this read makes present stay until replied.
+    const remote::ReadScope remote_blocks;
     const Node* node = context(req).tree->node(ino);
     if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
     if (node->kind != NodeKind::File) return (void)fuse_reply_err(req, EISDIR);

@@ -52,6 +52,7 @@ void read_back(const Catalog& catalog, const Placed& range, std::vector<char>& b
                const std::function<void(uint64_t)>& advance) {
   for (uint64_t at = range.begin; at < range.end;) {
     const uint64_t want = std::min(kReadChunk, range.end - at);
+    range.file->ensure(at, want);  // a remote model's blocks, fetched into its cache file
     const ssize_t got = ::pread(range.file->fd(), buffer.data(), want, static_cast<off_t>(at));
     if (got <= 0)
       throw ModelError(range.file->display_name(), catalog.format, at,

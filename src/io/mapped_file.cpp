@@ -6,10 +6,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <shared_mutex>
+#include <vector>
 
 #include "modelfs/error.hpp"
+#include "modelfs/remote.hpp"
 
 namespace modelfs {
 
@@ -25,9 +30,51 @@ const char* kind_of(mode_t mode) {
   return "not a file";
 }
 
+// The remote mappings, for ensure_at: a few at most (a model's shards).
+std::shared_mutex remote_lock;
+std::vector<const MappedFile*>& remote_files() {
+  static std::vector<const MappedFile*> files;
+  return files;
+}
+
 }  // namespace
 
+void MappedFile::register_remote(const MappedFile* file) {
+  std::unique_lock lock(remote_lock);
+  remote_files().push_back(file);
+  remote_mappings_.fetch_add(1, std::memory_order_release);
+}
+
+void MappedFile::unregister_remote(const MappedFile* file) {
+  std::unique_lock lock(remote_lock);
+  auto& files = remote_files();
+  if (auto it = std::find(files.begin(), files.end(), file); it != files.end()) {
+    files.erase(it);
+    remote_mappings_.fetch_sub(1, std::memory_order_release);
+  }
+}
+
+void MappedFile::ensure_at_slow(const std::byte* at, uint64_t length) {
+  const MappedFile* owner = nullptr;
+  {
+    std::shared_lock lock(remote_lock);
+    for (const MappedFile* file : remote_files()) {
+      // Compared as integers: pointers into different objects are unordered.
+      const auto begin = reinterpret_cast<uintptr_t>(file->data_);
+      const auto p = reinterpret_cast<uintptr_t>(at);
+      if (file->data_ != nullptr && p >= begin && p - begin < file->size_) {
+        owner = file;
+        break;
+      }
+    }
+  }
+  // The file outlives the call: whoever holds `at` holds the mapping.
+  if (owner != nullptr)
+    owner->ensure(reinterpret_cast<uintptr_t>(at) - reinterpret_cast<uintptr_t>(owner->data_), length);
+}
+
 std::shared_ptr<const MappedFile> MappedFile::open(const std::filesystem::path& path) {
+  if (remote::is_url(path.native())) return remote::open(path.native());
   auto fail = [&](const std::string& why) {
     return ModelError(path.string(), "file", std::nullopt, why);
   };
@@ -79,6 +126,7 @@ std::shared_ptr<const MappedFile> MappedFile::from_bytes(std::string_view bytes,
 }
 
 MappedFile::~MappedFile() {
+  if (remote_ != nullptr) unregister_remote(this);
   if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
   if (fd_ >= 0) ::close(fd_);
 }

@@ -2,6 +2,7 @@
 #include "modelfs/model_folder.hpp"
 
 #include "modelfs/error.hpp"
+#include "modelfs/remote.hpp"
 
 namespace modelfs {
 namespace fs = std::filesystem;
@@ -46,6 +47,11 @@ ModelFolder::ModelFolder(fs::path folder) : folder_(std::move(folder)) {
 }
 
 ModelFolder ModelFolder::of_file(const fs::path& model, const std::string& format) {
+  if (remote::is_url(model.native())) {
+    ModelFolder folder{fs::path(remote::parent_url(model.native()))};
+    folder.remote_ = true;
+    return folder;
+  }
   std::error_code ec;
   const fs::path absolute = fs::absolute(model, ec);
   if (ec)
@@ -55,6 +61,13 @@ ModelFolder ModelFolder::of_file(const fs::path& model, const std::string& forma
 }
 
 ModelFolder ModelFolder::at(const fs::path& folder, const std::string& format) {
+  if (remote::is_url(folder.native())) {
+    std::string url = folder.native();
+    while (url.ends_with('/')) url.pop_back();
+    ModelFolder remote_folder{fs::path(url)};
+    remote_folder.remote_ = true;
+    return remote_folder;
+  }
   return ModelFolder(resolved_folder(folder, folder, format));
 }
 
@@ -71,6 +84,11 @@ ModelFolder::Resolved ModelFolder::resolve(std::string_view name) const {
     return refuse(Problem::NotAName, "is absolute; it must be relative to the model's folder");
   if (!is_dotdot_free(relative))
     return refuse(Problem::NotAName, "contains \"..\"; it must stay inside the model's folder");
+  if (remote_) {
+    if (name.find_first_of("?#%\\") != std::string_view::npos)
+      return refuse(Problem::NotAName, "contains '?', '#', '%' or '\\', which a URL reads as more than a name");
+    return Resolved{Problem::None, folder_.native() + "/" + std::string(name), {}};
+  }
   std::error_code ec;
   fs::path resolved = fs::canonical(folder_ / relative, ec);
   if (ec) return refuse(Problem::Unresolvable, "cannot be opened: " + ec.message());

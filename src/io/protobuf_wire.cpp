@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "modelfs/protobuf_wire.hpp"
 
+#include <algorithm>
+
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
+#include "modelfs/mapped_file.hpp"
 
 namespace modelfs::protobuf {
 namespace {
@@ -22,6 +25,9 @@ uint64_t read_fixed(std::span<const std::byte> bytes, uint64_t pos, int width) {
 WireField read_field(std::span<const std::byte> bytes, uint64_t& pos, uint64_t base,
                      const WireContext& context) {
   const uint64_t key_at = base + pos;
+  // The key, a length or value (two varints at most, or a key and a fixed
+  // value) lie in the next 20 bytes: made present (a remote model's) first.
+  MappedFile::ensure_at(bytes.data() + pos, std::min<uint64_t>(20, bytes.size() - pos));
   const uint64_t key = read_varint(bytes, pos, context, base);
   const uint64_t number = key >> 3;
   const auto type = static_cast<uint8_t>(key & 7);
@@ -152,6 +158,7 @@ void append_varints(const WireField& field, const WireContext& context, std::vec
             "field " + std::to_string(field.number) + " should hold varints but has wire type " +
                 std::to_string(static_cast<int>(field.type)));
   uint64_t pos = 0;
+  MappedFile::ensure_at(field.payload.data(), field.payload.size());
   while (pos < field.payload.size()) out.push_back(read_varint(field.payload, pos, context, field.offset));
 }
 
@@ -161,6 +168,7 @@ std::string_view field_text(const WireField& field, const WireContext& context) 
             "field " + std::to_string(field.number) +
                 " should hold a string but has wire type " +
                 std::to_string(static_cast<int>(field.type)));
+  MappedFile::ensure_at(field.payload.data(), field.payload.size());
   return {reinterpret_cast<const char*>(field.payload.data()), field.payload.size()};
 }
 

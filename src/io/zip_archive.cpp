@@ -169,6 +169,7 @@ void ZipArchive::read_directory() {
   // scan backwards for its signature, nearest the end first.
   uint64_t end_at = length_ - kEndRecordBytes;
   const uint64_t lowest = end_at > kMaxCommentBytes ? end_at - kMaxCommentBytes : 0;
+  file_->ensure(base_ + lowest, length_ - lowest);  // the scanned tail (a remote model's)
   for (;; --end_at) {
     if (le32(bytes, end_at) == kEndSignature) break;
     if (end_at == lowest) fail(0, "no end-of-central-directory record (not a ZIP archive, or truncated)");
@@ -186,7 +187,8 @@ void ZipArchive::read_directory() {
   // ZIP64: torch's writer always adds the locator; the 32-bit fields of the
   // end record may then be saturated.
   bool zip64 = false;
-  if (end_at >= kZip64LocatorBytes && le32(bytes, end_at - kZip64LocatorBytes) == kZip64LocatorSignature) {
+  if (end_at >= kZip64LocatorBytes && (file_->ensure(base_ + end_at - kZip64LocatorBytes, 4), true) &&
+      le32(bytes, end_at - kZip64LocatorBytes) == kZip64LocatorSignature) {
     zip64 = true;
     ByteReader locator(bytes, file_->display_name(), format_, base_);
     locator.seek(end_at - kZip64LocatorBytes + 8);
@@ -311,6 +313,9 @@ std::vector<IntegrityCheck> ZipArchive::crc_checks() const {
   // libzip's own reading, opened once with ZIP_CHECKCONS for every check.
   auto checked = [archive]() -> zip_t* {
     std::string error;
+    // libzip reads the archive's bytes from the mapping itself: all of them
+    // are made present first.
+    archive->file_->ensure(archive->base_, archive->length_);
     zip_t* za = archive->libzip_->open(archive->libzip_->checked, ZIP_CHECKCONS,
                                        archive->file_->data() + archive->base_, archive->length_, error);
     if (za == nullptr) archive->fail(0, "libzip finds the archive inconsistent (" + error + ")");
@@ -428,6 +433,10 @@ std::string ZipArchive::decompress(const ZipMember& member) const {
   const size_t index = index_of(member);
   std::lock_guard lock(libzip_->mutex);
   std::string error;
+  // libzip reads the mapping itself: the member's local header and data
+  // are made present first (the directory was, when it was read).
+  file_->ensure(base_ + member.local_header_offset,
+                member.data_offset + member.compressed_size - member.local_header_offset);
   zip_t* za = libzip_->open(libzip_->reader, 0, file_->data() + base_, length_, error);
   if (za == nullptr) fail(member.local_header_offset, quote + error);
   const char* name = zip_get_name(za, index, ZIP_FL_ENC_RAW);

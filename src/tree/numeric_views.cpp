@@ -12,6 +12,7 @@
 
 #include "ggml_dequant.hpp"
 #include "modelfs/checked_math.hpp"
+#include "modelfs/mapped_file.hpp"
 
 namespace modelfs {
 namespace {
@@ -183,6 +184,9 @@ class PerChannelConversion final : public ElementConversion {
   uint32_t value_size() const noexcept override { return 4; }
   void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t position,
                std::byte* out) const override {
+    // The scales and zero points may lie in a remote model's mapping.
+    MappedFile::ensure_at(p_.scales.data(), p_.scales.size());
+    MappedFile::ensure_at(p_.zero_points.data(), p_.zero_points.size());
     size_t i = 0;
     while (i < count) {
       const uint64_t at = position + i;
@@ -341,6 +345,7 @@ std::unique_ptr<ElementView> ElementView::make(std::span<const std::byte> stored
 
   std::unique_ptr<ElementView> view(new ElementView());
   view->base_ = stored.data();
+  view->reach_ = (*bits + 7) / 8;
   view->shape_ = shape;
   view->strides_ = strides;
   view->contiguous_ = contiguous;
@@ -388,6 +393,9 @@ void ElementView::fill(uint64_t offset, std::span<std::byte> out) const {
   // through memcpy: no alignment needed); a value cut by either end of the
   // range is converted into `value` and its bytes in range copied.
   constexpr size_t kChunk = 64 << 10;  // values converted at a time
+  // A remote model's tensor is made present whole (a strided view reaches
+  // any of it).
+  MappedFile::ensure_at(base_, reach_);
   const uint32_t value_size = conversion_->value_size();
   std::byte value[kMaxValueSize];
   uint64_t position = offset / value_size;
@@ -423,6 +431,7 @@ std::unique_ptr<BlockView> BlockView::make(std::span<const std::byte> stored, st
   if (!bytes || !size || *bytes > stored.size()) return nullptr;
   std::unique_ptr<BlockView> view(new BlockView());
   view->base_ = stored.data();
+  view->reach_ = *bytes;
   view->codec_ = codec;
   view->size_ = *size;
   return view;
@@ -431,6 +440,7 @@ std::unique_ptr<BlockView> BlockView::make(std::span<const std::byte> stored, st
 void BlockView::fill(uint64_t offset, std::span<std::byte> out) const {
   const auto* codec = static_cast<const ggml::BlockCodec*>(codec_);
   const uint64_t block_bytes = uint64_t{codec->block_size} * 4;  // of float32 values
+  MappedFile::ensure_at(base_, reach_);  // a remote model's blocks
   const auto* base = reinterpret_cast<const uint8_t*>(base_);
   alignas(16) float values[256];
   uint64_t block = offset / block_bytes;

@@ -99,6 +99,7 @@ class ElementView final : public ComputedBytes {
   void values(uint64_t position, size_t count, std::byte* out) const;
 
   const std::byte* base_ = nullptr;
+  uint64_t reach_ = 0;  // bytes from base_ the values are read from (ensured before a fill)
   std::span<const uint64_t> shape_;
   std::span<const int64_t> strides_;
   bool contiguous_ = true;
@@ -120,6 +121,7 @@ class BlockView final : public ComputedBytes {
  private:
   BlockView() = default;
   const std::byte* base_ = nullptr;
+  uint64_t reach_ = 0;  // bytes from base_ the values are read from (ensured before a fill)
   const void* codec_ = nullptr;  // const ggml::BlockCodec*
   uint64_t size_ = 0;
 };

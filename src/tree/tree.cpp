@@ -26,10 +26,12 @@ namespace {
 
 // Bytes [within, within + out.size()) of one part into `out`.
 void copy_part(const Part& part, uint64_t within, std::span<std::byte> out) {
-  if (part.computed != nullptr)
+  if (part.computed != nullptr) {
     part.computed->fill(within, out);
-  else
+  } else {
+    MappedFile::ensure_at(part.bytes + within, out.size());  // a remote model's blocks
     std::memcpy(out.data(), part.bytes + within, out.size());
+  }
 }
 
 }  // namespace
@@ -81,6 +83,8 @@ size_t slice_parts(std::span<const Part> parts, uint64_t offset, uint64_t length
       part->computed->fill(within, std::span(at, take));
       out[count++] = iovec{at, take};
     } else {
+      // A remote model's blocks are fetched here, before the kernel copies.
+      MappedFile::ensure_at(part->bytes + within, take);
       out[count++] = iovec{const_cast<std::byte*>(part->bytes + within), take};
     }
     offset += take;

@@ -2,7 +2,8 @@
 #pragma once
 // A cursor over untrusted bytes. Every read is bounds-checked first; a read
 // past the end throws ModelError naming the file, format and offset, so a
-// binary parser reads like the format's spec and cannot overrun.
+// binary parser reads like the format's spec and cannot overrun. Every
+// take first ensures its bytes (a remote model's blocks are fetched then).
 #include <cstddef>
 #include <cstdint>
 #include <bit>
@@ -14,6 +15,7 @@
 
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
+#include "modelfs/mapped_file.hpp"
 
 namespace modelfs {
 
@@ -35,6 +37,7 @@ class ByteReader {
   std::span<const std::byte> take(uint64_t length, std::string_view what) {
     require(length, what);
     auto out = bytes_.subspan(pos_, length);
+    MappedFile::ensure_at(out.data(), out.size());
     pos_ += length;
     return out;
   }

@@ -17,6 +17,11 @@
 //
 // The files the user names (the model, or a folder) are the user's choice
 // and are not checked.
+//
+// A remote model's folder is its URL's folder: a name is resolved by the
+// same rules (relative, no ".."), and may not hold '?', '#', '%' or '\',
+// which a URL would read as something else; it then names the URL below
+// the folder, which the server answers for.
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -56,6 +61,7 @@ class ModelFolder {
  private:
   explicit ModelFolder(std::filesystem::path folder);
   std::filesystem::path folder_;
+  bool remote_ = false;  // folder_ is a URL
   std::filesystem::path hub_blobs_;  // the hub cache repository's blobs/, or empty
 };
 

@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Remote models: a model named by URL (http://, https://, s3://, hf://) is
+// a sparse local cache file, mapped read-only like any model file. Its
+// blocks are fetched by range requests when MappedFile::ensure asks for
+// them (docs/remote.md).
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace modelfs {
+
+class MappedFile;
+
+namespace remote {
+
+// True for a name modelfs reads as a URL rather than a path.
+bool is_url(std::string_view name);
+
+// The URL as messages, sidecars and mount tables show it: without its
+// query string or fragment (where signed URLs keep their secrets) and
+// without user:password@.
+std::string display_url(std::string_view url);
+
+// What a request needs: the http(s) URL, how to authenticate, and the name
+// to show. Secrets live only here and in the requests libcurl makes.
+struct Target {
+  std::string url;      // http(s), what is requested first
+  std::string display;  // for messages (display_url of what the user named)
+  std::string sigv4;    // CURLOPT_AWS_SIGV4 provider string, or empty
+  std::string userpwd;  // the SigV4 key pair, secret
+  std::vector<std::string> headers;  // secret headers (a token)
+  std::string hub_repo_rev;  // "OWNER/REPO@REV" of an hf:// URL, for pinning its commit
+};
+
+// Resolves a URL as the user gave it (hf:// and s3:// through their
+// environment). Throws ModelError for a URL modelfs cannot read.
+Target resolve(std::string_view name);
+
+// Makes later hf:// URLs of OWNER/REPO@REV resolve to `commit` (the one
+// the first file was found at).
+void pin_hub_commit(const std::string& repo_rev, const std::string& commit);
+
+// Where the cache lives; set once by the program before any model opens.
+struct CacheOptions {
+  std::filesystem::path dir;  // empty: $XDG_CACHE_HOME/modelfs or ~/.cache/modelfs
+  // The most bytes this daemon's remote objects keep in the cache; 0: no
+  // bound. Least recently used blocks are evicted (docs/remote.md).
+  uint64_t max_bytes = 0;
+  // How long connecting may take, and a transfer may stall (under 1 KiB/s),
+  // before the request fails (and is tried again, up to four times).
+  unsigned timeout_seconds = 20;
+};
+void set_cache_options(CacheOptions options);
+
+// Held by a FUSE read around its ensure() calls and its reply: the blocks
+// it made present are pinned (never evicted) until the reply has copied
+// them, and only inside such a scope may blocks be evicted (a reader's
+// parse at mount keeps spans of the mapping for longer than a call).
+class ReadScope {
+ public:
+  ReadScope();
+  ~ReadScope();
+  ReadScope(const ReadScope&) = delete;
+  ReadScope& operator=(const ReadScope&) = delete;
+};
+
+// Opens the object at `name` (a URL): asks the server its size and
+// identity, and maps its cache file. Throws ModelError (exit 2 at mount)
+// when the server refuses, lacks it, or ignores Range.
+std::shared_ptr<const MappedFile> open(std::string_view name);
+
+// A size as -o cache_max takes it: "N", "NK", "NM", "NG", "NT" (binary
+// units, an optional "iB" or "B"); nullopt when it is none.
+std::optional<uint64_t> parse_size(std::string_view text);
+
+// Blanks the query string and user:password@ of `model` where it appears
+// in the program's arguments (/proc/PID/cmdline shows them to every user).
+void hide_url_secrets(int argc, char** argv, const char* model);
+
+// The folder URL a remote model file lies in, and a name resolved in it.
+std::string parent_url(std::string_view url);
+
+}  // namespace remote
+}  // namespace modelfs

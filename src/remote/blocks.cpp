@@ -1,0 +1,731 @@
+// SPDX-License-Identifier: Apache-2.0
+// A remote object served from a sparse cache file: HTTP range requests
+// (libcurl) fill its blocks when MappedFile::ensure asks for them.
+//
+// The cache file CACHE/KEY.data has the object's size and holds the blocks
+// fetched so far; CACHE/KEY.blocks has a byte per block, set once the
+// block's bytes are written whole. KEY is the SHA-1 of the URL and the
+// object's identity (ETag and size), so a changed object gets a new cache
+// and two daemons serving one object share one. They may fetch the same
+// block at once: each writes the same bytes, whole, before marking it.
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "modelfs/error.hpp"
+#include "modelfs/mapped_file.hpp"
+#include "modelfs/remote.hpp"
+#include "modelfs/sha1.hpp"
+
+namespace modelfs::remote {
+namespace {
+
+// Small enough that a mount fetches little past a small header, large
+// enough that a record of them stays small (4 KiB per GiB).
+constexpr uint64_t kBlockBytes = uint64_t{256} << 10;
+// Blocks fetched past a sequential reader's request, in the same request
+// (8 MiB at most).
+constexpr uint64_t kReadAheadBlocks = 32;
+// The largest range one request asks for (neighbouring misses merged: 32 MiB).
+constexpr uint64_t kMaxRunBlocks = 128;
+// Objects past this size are refused (a server's claim, not a file).
+constexpr uint64_t kMaxObjectBytes = uint64_t{1} << 44;
+constexpr int kAttempts = 4;
+constexpr size_t kMaxHeaderValue = 1024;
+// A transfer below this many bytes a second for the timeout (-o
+// remote_timeout, CacheOptions) is stalled; connecting has as long.
+constexpr long kLowSpeedBytes = 1024;
+
+std::once_flag curl_ready;
+CacheOptions cache_options;
+
+std::filesystem::path cache_dir() {
+  if (!cache_options.dir.empty()) return cache_options.dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg == '/')
+    return std::filesystem::path(xdg) / "modelfs";
+  const char* home = std::getenv("HOME");
+  return std::filesystem::path(home != nullptr && *home ? home : "/root") / ".cache" / "modelfs";
+}
+
+// What a response said, from its headers (the last response's, after
+// redirects; the Hub's commit from whichever response carried it).
+struct Response {
+  long status = 0;
+  std::string etag;
+  std::string content_range;
+  std::string commit;
+  std::string error;  // set by the body callback when it refused the body
+};
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+size_t on_header(char* data, size_t size, size_t count, void* user) {
+  auto* response = static_cast<Response*>(user);
+  const std::string_view line(data, size * count);
+  if (line.starts_with("HTTP/")) {
+    // A new response (after a redirect): its own headers only.
+    response->etag.clear();
+    response->content_range.clear();
+    return line.size();
+  }
+  const auto colon = line.find(':');
+  if (colon == std::string_view::npos) return line.size();
+  const std::string name = lower(line.substr(0, colon));
+  std::string_view value = line.substr(colon + 1);
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  while (!value.empty() && (value.back() == '\r' || value.back() == '\n' || value.back() == ' '))
+    value.remove_suffix(1);
+  if (value.size() > kMaxHeaderValue) return line.size();  // not one we could use
+  if (name == "etag") response->etag = value;
+  else if (name == "content-range") response->content_range = value;
+  else if (name == "x-repo-commit") response->commit = value;
+  return line.size();
+}
+
+// "bytes FIRST-LAST/TOTAL" (TOTAL may be "*"); false when malformed.
+bool parse_content_range(std::string_view v, uint64_t& first, uint64_t& last, uint64_t& total) {
+  if (!v.starts_with("bytes ")) return false;
+  v.remove_prefix(6);
+  auto number = [&](uint64_t& out, char stop) {
+    const auto end = v.find(stop);
+    if (end == std::string_view::npos && stop != '\0') return false;
+    const auto text = v.substr(0, end);
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    if (ec != std::errc() || p != text.data() + text.size() || text.empty()) return false;
+    v.remove_prefix(end == std::string_view::npos ? v.size() : end + 1);
+    return true;
+  };
+  if (v.starts_with("*/")) {
+    v.remove_prefix(2);
+    first = last = 0;
+    return number(total, '\0');
+  }
+  return number(first, '-') && number(last, '/') && number(total, '\0') && first <= last && last < total;
+}
+
+struct Easy {
+  CURL* handle = nullptr;
+  Easy() { handle = curl_easy_init(); }
+  ~Easy() {
+    if (handle != nullptr) curl_easy_cleanup(handle);
+  }
+};
+
+// One handle a thread, reset for each request: its connections are kept.
+CURL* thread_handle() {
+  std::call_once(curl_ready, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  thread_local Easy easy;
+  if (easy.handle == nullptr) throw std::runtime_error("libcurl cannot make a handle");
+  curl_easy_reset(easy.handle);
+  return easy.handle;
+}
+
+struct Headers {
+  curl_slist* list = nullptr;
+  void add(const std::string& h) {
+    if (curl_slist* grown = curl_slist_append(list, h.c_str())) list = grown;
+  }
+  ~Headers() { curl_slist_free_all(list); }
+};
+
+// The options every request shares: protocols, redirects, timeouts, auth.
+void common_options(CURL* c, const Target& target, const std::string& url, Headers& headers,
+                    const std::string& range, const std::string& if_match, Response& response) {
+  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+  curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
+  const long timeout = static_cast<long>(cache_options.timeout_seconds);
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, timeout);
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, kLowSpeedBytes);
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, timeout);
+  curl_easy_setopt(c, CURLOPT_FILETIME, 1L);
+  curl_easy_setopt(c, CURLOPT_USERAGENT, "modelfs");
+  curl_easy_setopt(c, CURLOPT_RANGE, range.c_str());
+  if (!target.sigv4.empty()) {
+    curl_easy_setopt(c, CURLOPT_AWS_SIGV4, target.sigv4.c_str());
+    curl_easy_setopt(c, CURLOPT_USERPWD, target.userpwd.c_str());
+  }
+  for (const auto& h : target.headers) headers.add(h);
+  if (!if_match.empty()) headers.add("If-Match: " + if_match);
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.list);
+  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(c, CURLOPT_HEADERDATA, &response);
+}
+
+bool transient(CURLcode code, long status) {
+  if (status >= 500 || status == 429 || status == 408) return true;
+  if (code == CURLE_OK) return false;
+  switch (code) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void back_off(int attempt) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(250) * (1 << attempt));
+}
+
+std::string status_text(long status) {
+  switch (status) {
+    case 401: return "HTTP 401 Unauthorized (credentials missing or refused)";
+    case 403: return "HTTP 403 Forbidden (credentials missing or refused)";
+    case 404: return "HTTP 404 Not Found";
+    case 410: return "HTTP 410 Gone";
+    case 412: return "HTTP 412 Precondition Failed: the object changed on the server since it was mounted";
+    case 416: return "HTTP 416 Range Not Satisfiable";
+    default: return "HTTP " + std::to_string(status);
+  }
+}
+
+// What the first request learns.
+struct Identity {
+  uint64_t size = 0;
+  std::string etag;
+  std::string url;  // pinned: redirects resolved, or the Hub's commit
+  timespec mtime{};
+  // Sent as If-Match with every range: empty when the URL itself is
+  // immutable (a Hub commit) or the ETag weak (If-Match compares strongly,
+  // so a weak one would always fail); the response's ETag is still compared.
+  std::string if_match;
+};
+
+// The most of an error page (or of the probe's one byte) read before the
+// transfer is cut: a hostile server's endless body is never waited out.
+constexpr uint64_t kMaxDiscardedBytes = 64 << 10;
+
+struct ProbeBody {
+  CURL* handle = nullptr;
+  Response* response = nullptr;
+  uint64_t received = 0;
+};
+
+size_t probe_body(char*, size_t size, size_t count, void* user) {
+  auto* body = static_cast<ProbeBody*>(user);
+  long status = 0;
+  curl_easy_getinfo(body->handle, CURLINFO_RESPONSE_CODE, &status);
+  // A whole object where one byte was asked for: stop it here.
+  if (status == 200) {
+    body->response->error = "ignores Range";
+    return 0;
+  }
+  body->received += uint64_t(size) * count;
+  if (body->received > (status == 206 ? 1 : kMaxDiscardedBytes)) {
+    body->response->error = "sent more than was asked";
+    return 0;
+  }
+  return size * count;
+}
+
+Identity probe(const Target& target) {
+  for (int attempt = 0;; ++attempt) {
+    CURL* c = thread_handle();
+    Response response;
+    Headers headers;
+    common_options(c, target, target.url, headers, "0-0", "", response);
+    ProbeBody body{c, &response};
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, probe_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+    const CURLcode code = curl_easy_perform(c);
+    long status = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    if (status == 206 && response.error == "sent more than was asked")
+      throw ModelError(target.display, "remote", std::nullopt,
+                       "the server sent more than the one byte asked for; it does not serve byte ranges as HTTP says");
+    if (status == 200 || response.error == "ignores Range")
+      throw ModelError(target.display, "remote", std::nullopt,
+                       "the server ignores Range requests (it answered 200 with the whole object to a "
+                       "request for one byte); modelfs mounts only from servers that serve byte ranges");
+    if (code == CURLE_OK && status == 206) {
+      uint64_t first = 0, last = 0, total = 0;
+      if (!parse_content_range(response.content_range, first, last, total) || first != 0 || last != 0)
+        throw ModelError(target.display, "remote", std::nullopt,
+                         "the server's Content-Range for bytes 0-0 is malformed");
+      if (total > kMaxObjectBytes)
+        throw ModelError(target.display, "remote", std::nullopt,
+                         "the server claims " + std::to_string(total) + " bytes, more than modelfs maps");
+      Identity id;
+      id.size = total;
+      id.etag = response.etag;
+      if (!id.etag.starts_with("W/")) id.if_match = id.etag;
+      char* effective = nullptr;
+      curl_easy_getinfo(c, CURLINFO_EFFECTIVE_URL, &effective);
+      id.url = effective != nullptr ? effective : target.url;
+      curl_off_t filetime = -1;
+      curl_easy_getinfo(c, CURLINFO_FILETIME_T, &filetime);
+      if (filetime > 0) id.mtime.tv_sec = static_cast<time_t>(filetime);
+      if (!target.hub_repo_rev.empty()) {
+        // The Hub's redirect target is signed and expires: the commit is
+        // what is pinned, and every later file of the model is read from it.
+        if (!response.commit.empty()) {
+          pin_hub_commit(target.hub_repo_rev, response.commit);
+          id.url = resolve(target.display).url;
+          id.if_match.clear();
+        } else {
+          id.url = target.url;
+        }
+      }
+      return id;
+    }
+    if (code == CURLE_OK && status == 416)
+      throw ModelError(target.display, "remote", std::nullopt, "is empty (" + status_text(status) + ")");
+    if (attempt + 1 < kAttempts && transient(code, status)) {
+      back_off(attempt);
+      continue;
+    }
+    throw ModelError(target.display, "remote", std::nullopt,
+                     code != CURLE_OK && status < 400 ? std::string("cannot be fetched: ") + curl_easy_strerror(code)
+                                                      : "cannot be fetched: " + status_text(status));
+  }
+}
+
+}  // namespace
+
+void set_cache_options(CacheOptions options) { cache_options = std::move(options); }
+
+// The blocks a FUSE read pinned (ReadScope), released after its reply.
+struct Pin {
+  Blocks* blocks;
+  uint64_t first, last;
+};
+thread_local bool in_read_scope = false;
+thread_local std::vector<Pin> read_pins;
+
+// Every open remote object of this daemon, for eviction, and the bytes of
+// theirs the cache holds.
+std::mutex open_lock;
+std::vector<Blocks*> open_objects;
+std::atomic<uint64_t> cached_bytes{0};
+std::atomic<uint64_t> use_clock{0};
+std::mutex evicting;
+
+class Blocks {
+ public:
+  Blocks(Target target, Identity id) : target_(std::move(target)), id_(std::move(id)) {}
+  ~Blocks() {
+    {
+      std::lock_guard guard(open_lock);
+      std::erase(open_objects, this);
+    }
+    if (presence_ != nullptr) ::munmap(presence_, presence_bytes_);
+    if (presence_fd_ >= 0) ::close(presence_fd_);
+  }
+  void unpin(uint64_t first, uint64_t last) {
+    for (uint64_t b = first; b <= last; ++b) pins_[b].fetch_sub(1, std::memory_order_seq_cst);
+  }
+  // Evicts this object's least recently used unpinned blocks used before
+  // `before`, while this daemon's cached bytes exceed `limit`.
+  void evict_older_than(uint64_t before, uint64_t limit);
+  // The oldest use among this object's present, unpinned blocks.
+  uint64_t oldest_use() const;
+
+  // The object as a mapped file, over its cache (created when missing).
+  static std::shared_ptr<const MappedFile> map(Target target, Identity id);
+  void ensure(uint64_t offset, uint64_t length);
+
+ private:
+  bool present(uint64_t block) const {
+    return __atomic_load_n(presence_ + block, __ATOMIC_ACQUIRE) != 0;
+  }
+  void attach(MappedFile& file);
+  void fetch(uint64_t first_block, uint64_t blocks);
+  void fetch_once(uint64_t offset, uint64_t length, CURLcode& code, long& status, std::string& why);
+  [[noreturn]] void fail(uint64_t offset, const std::string& why) const {
+    throw ModelError(target_.display, "remote", offset, why);
+  }
+
+  Target target_;
+  Identity id_;
+  int data_fd_ = -1;  // the MappedFile's descriptor (it closes it)
+  int presence_fd_ = -1;
+  uint8_t* presence_ = nullptr;
+  uint64_t presence_bytes_ = 0;
+  uint64_t blocks_ = 0;
+  std::mutex lock_;
+  std::condition_variable fetched_;
+  std::vector<uint8_t> in_flight_;
+  // Where the last request ended (a sequential reader starts there), and
+  // where the sequential run it continues began: read-ahead grows with it.
+  std::atomic<uint64_t> last_end_{0};
+  std::atomic<uint64_t> run_start_{0};
+  // With a bounded cache: readers pinning each block, and each block's
+  // last use (use_clock).
+  std::unique_ptr<std::atomic<uint32_t>[]> pins_;
+  std::unique_ptr<std::atomic<uint64_t>[]> used_;
+};
+
+ReadScope::ReadScope() { in_read_scope = true; }  // pins only with a bound (ensure)
+
+ReadScope::~ReadScope() {
+  for (const Pin& pin : read_pins) pin.blocks->unpin(pin.first, pin.last);
+  read_pins.clear();
+  in_read_scope = false;
+}
+
+uint64_t Blocks::oldest_use() const {
+  uint64_t oldest = UINT64_MAX;
+  for (uint64_t b = 0; b < blocks_; ++b)
+    if (present(b) && pins_[b].load(std::memory_order_relaxed) == 0)
+      oldest = std::min(oldest, used_[b].load(std::memory_order_relaxed));
+  return oldest;
+}
+
+void Blocks::evict_older_than(uint64_t before, uint64_t limit) {
+  // Only an object no other daemon maps may lose blocks: this daemon holds
+  // a read lock on its record for the life of the mount, and evicts only
+  // when it can turn that into a write lock (atomically, both ways).
+  struct flock exclusive {};
+  exclusive.l_type = F_WRLCK;
+  exclusive.l_whence = SEEK_SET;
+  exclusive.l_len = 1;
+  if (::fcntl(presence_fd_, F_OFD_SETLK, &exclusive) != 0) return;
+  std::unique_lock guard(lock_);
+  for (uint64_t b = 0; b < blocks_ && cached_bytes.load() > limit; ++b) {
+    if (!present(b) || in_flight_[b] || used_[b].load(std::memory_order_relaxed) > before) continue;
+    // A reader pins, then looks at the record; here the record is cleared,
+    // then the pins looked at: one of the two sees the other.
+    __atomic_store_n(presence_ + b, 0, __ATOMIC_SEQ_CST);
+    if (pins_[b].load(std::memory_order_seq_cst) != 0) {
+      __atomic_store_n(presence_ + b, 1, __ATOMIC_SEQ_CST);
+      continue;
+    }
+    const uint64_t length = std::min(kBlockBytes, id_.size - b * kBlockBytes);
+    if (::fallocate(data_fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(b * kBlockBytes),
+                    static_cast<off_t>(length)) != 0) {
+      // Not evicted (a file system without holes): the bytes are intact.
+      __atomic_store_n(presence_ + b, 1, __ATOMIC_SEQ_CST);
+      break;
+    }
+    cached_bytes.fetch_sub(length);
+  }
+  guard.unlock();
+  struct flock shared = exclusive;
+  shared.l_type = F_RDLCK;
+  ::fcntl(presence_fd_, F_OFD_SETLK, &shared);
+}
+
+// Brings this daemon's cached bytes back under the bound, oldest blocks
+// first, object by object.
+void evict_to_bound() {
+  const uint64_t limit = cache_options.max_bytes;
+  if (limit == 0 || cached_bytes.load() <= limit) return;
+  std::unique_lock busy(evicting, std::try_to_lock);
+  if (!busy) return;  // another thread is at it
+  std::lock_guard guard(open_lock);
+  for (int round = 0; round < 64 && cached_bytes.load() > limit; ++round) {
+    Blocks* victim = nullptr;
+    uint64_t oldest = UINT64_MAX;
+    for (Blocks* blocks : open_objects)
+      if (const uint64_t use = blocks->oldest_use(); use < oldest) {
+        oldest = use;
+        victim = blocks;
+      }
+    if (victim == nullptr) return;
+    // Everything this object last used within the oldest quarter of the
+    // clock since its oldest block goes in one pass.
+    const uint64_t now = use_clock.load();
+    victim->evict_older_than(oldest + (now - oldest) / 4, limit);
+    if (victim->oldest_use() == oldest) return;  // nothing could go (shared, pinned)
+  }
+}
+
+std::shared_ptr<const MappedFile> Blocks::map(Target target, Identity id) {
+  auto blocks = std::make_shared<Blocks>(std::move(target), std::move(id));
+  std::shared_ptr<MappedFile> file(new MappedFile());
+  file->path_ = blocks->target_.display;
+  blocks->attach(*file);
+  file->remote_ = blocks;
+  MappedFile::register_remote(file.get());
+  std::lock_guard guard(open_lock);
+  open_objects.push_back(blocks.get());
+  return file;
+}
+
+void Blocks::attach(MappedFile& file) {
+  const auto dir = cache_dir();
+  auto fail_cache = [&](const std::string& what) {
+    throw ModelError(target_.display, "remote", std::nullopt,
+                     "cache " + dir.string() + ": " + what + ": " + std::strerror(errno));
+  };
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    errno = ec.value();
+    fail_cache("cannot create it");
+  }
+  Sha1 sha;
+  const std::string key_text = target_.display + "\n" + id_.etag + "\n" + std::to_string(id_.size);
+  sha.update(std::as_bytes(std::span(key_text.data(), key_text.size())));
+  const std::string key = sha.hex_digest();
+  const auto data_path = dir / (key + ".data");
+  const auto presence_path = dir / (key + ".blocks");
+  blocks_ = (id_.size + kBlockBytes - 1) / kBlockBytes;
+  presence_bytes_ = std::max<uint64_t>(blocks_, 1);
+  in_flight_.assign(blocks_, 0);
+
+  data_fd_ = ::open(data_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (data_fd_ < 0) fail_cache("cannot open " + data_path.filename().string());
+  file.fd_ = data_fd_;
+  presence_fd_ = ::open(presence_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (presence_fd_ < 0) fail_cache("cannot open " + presence_path.filename().string());
+  // Sized under the lock, by whichever daemon comes first; never shrunk or
+  // cleared by a second, which may be filling it.
+  if (::flock(presence_fd_, LOCK_EX) != 0) fail_cache("cannot lock");
+  struct stat st {};
+  bool ok = ::fstat(data_fd_, &st) == 0;
+  if (ok && static_cast<uint64_t>(st.st_size) != id_.size) ok = ::ftruncate(data_fd_, static_cast<off_t>(id_.size)) == 0;
+  if (ok && ::fstat(presence_fd_, &st) == 0 && static_cast<uint64_t>(st.st_size) != presence_bytes_)
+    ok = ::ftruncate(presence_fd_, static_cast<off_t>(presence_bytes_)) == 0;
+  ::flock(presence_fd_, LOCK_UN);
+  if (!ok) fail_cache("cannot size the cache files");
+  // Held for the life of the mount: a daemon evicts only blocks of objects
+  // no other daemon holds (evict_older_than). Waits while one evicts.
+  struct flock shared {};
+  shared.l_type = F_RDLCK;
+  shared.l_whence = SEEK_SET;
+  shared.l_len = 1;
+  while (::fcntl(presence_fd_, F_OFD_SETLKW, &shared) != 0)
+    if (errno != EINTR) fail_cache("cannot lock the block record");
+  void* presence = ::mmap(nullptr, presence_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, presence_fd_, 0);
+  if (presence == MAP_FAILED) fail_cache("cannot map the block record");
+  presence_ = static_cast<uint8_t*>(presence);
+  pins_ = std::make_unique<std::atomic<uint32_t>[]>(blocks_);
+  used_ = std::make_unique<std::atomic<uint64_t>[]>(blocks_);
+  uint64_t cached = 0;
+  for (uint64_t b = 0; b < blocks_; ++b)
+    if (present(b)) cached += std::min(kBlockBytes, id_.size - b * kBlockBytes);
+  cached_bytes.fetch_add(cached);
+  file.size_ = id_.size;
+  file.mtime_ = id_.mtime;
+  if (id_.size > 0) {
+    void* mapping = ::mmap(nullptr, id_.size, PROT_READ, MAP_SHARED, data_fd_, 0);
+    if (mapping == MAP_FAILED) fail_cache("cannot map the cache file");
+    file.data_ = static_cast<const std::byte*>(mapping);
+  }
+}
+
+void Blocks::ensure(uint64_t offset, uint64_t length) {
+  if (offset >= id_.size || length == 0) return;
+  length = std::min(length, id_.size - offset);
+  const uint64_t first = offset / kBlockBytes;
+  const uint64_t last = (offset + length - 1) / kBlockBytes;
+  const uint64_t previous_end = last_end_.exchange(offset + length, std::memory_order_relaxed);
+  const bool sequential = offset == previous_end;
+  if (!sequential) run_start_.store(offset, std::memory_order_relaxed);
+  const bool bounded = cache_options.max_bytes != 0;
+  if (bounded) {
+    const uint64_t now = use_clock.fetch_add(1, std::memory_order_relaxed);
+    for (uint64_t b = first; b <= last; ++b) used_[b].store(now, std::memory_order_relaxed);
+    // Pinned before the record is read (see evict_older_than), until the
+    // reply has copied the bytes.
+    if (in_read_scope) {
+      for (uint64_t b = first; b <= last; ++b) pins_[b].fetch_add(1, std::memory_order_seq_cst);
+      read_pins.push_back({this, first, last});
+    }
+  }
+  bool all = true;
+  for (uint64_t b = first; b <= last && all; ++b) all = present(b);
+  if (all) return;
+
+  // As many blocks ahead as the sequential run has read, up to the most;
+  // for FUSE reads only (a parser reading a header in order is no reader
+  // of the tensors after it).
+  const uint64_t ahead =
+      sequential && in_read_scope ? std::min(kReadAheadBlocks, (offset + length - run_start_.load(std::memory_order_relaxed)) / kBlockBytes)
+                 : 0;
+  std::unique_lock guard(lock_);
+  for (;;) {
+    // Claim the missing blocks nobody fetches; wait for those others do.
+    std::vector<uint64_t> mine;
+    bool waiting = false;
+    for (uint64_t b = first; b <= last; ++b) {
+      if (present(b)) continue;
+      if (in_flight_[b]) {
+        waiting = true;
+      } else {
+        in_flight_[b] = 1;
+        mine.push_back(b);
+      }
+    }
+    if (mine.empty() && !waiting) return;
+    if (mine.empty()) {
+      fetched_.wait(guard);
+      continue;
+    }
+    // A sequential reader will want the next blocks: fetched in the same request.
+    if (ahead > 0 && mine.back() == last)
+      for (uint64_t b = last + 1; b < blocks_ && b <= last + ahead && !present(b) && !in_flight_[b]; ++b) {
+        in_flight_[b] = 1;
+        mine.push_back(b);
+      }
+    guard.unlock();
+    std::exception_ptr failure;
+    // Runs of neighbouring blocks, one request each.
+    for (size_t i = 0; i < mine.size() && !failure;) {
+      size_t j = i + 1;
+      while (j < mine.size() && mine[j] == mine[j - 1] + 1 && j - i < kMaxRunBlocks) ++j;
+      try {
+        fetch(mine[i], j - i);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      i = j;
+    }
+    guard.lock();
+    for (uint64_t b : mine) in_flight_[b] = 0;
+    fetched_.notify_all();
+    if (failure) std::rethrow_exception(failure);
+    if (bounded && in_read_scope) {
+      guard.unlock();
+      evict_to_bound();
+      guard.lock();
+    }
+  }
+}
+
+struct RangeBody {
+  CURL* handle = nullptr;
+  Response* response = nullptr;
+  int fd = -1;
+  uint64_t offset = 0, length = 0, size = 0, received = 0;
+  bool checked = false;
+};
+
+size_t range_body(char* data, size_t size, size_t count, void* user) {
+  auto* body = static_cast<RangeBody*>(user);
+  const uint64_t n = uint64_t(size) * count;
+  if (!body->checked) {
+    // The headers are in: only the bytes asked for, of this object, are written.
+    long status = 0;
+    curl_easy_getinfo(body->handle, CURLINFO_RESPONSE_CODE, &status);
+    if (status != 206) {
+      if (status == 200) body->response->error = "the server ignores Range now (answered 200)";
+      // Other statuses' bodies (an error page) are discarded, up to a bound.
+      body->received += n;
+      return status == 200 || body->received > kMaxDiscardedBytes ? 0 : n;
+    }
+    uint64_t first = 0, last = 0, total = 0;
+    if (!parse_content_range(body->response->content_range, first, last, total) || first != body->offset ||
+        last != body->offset + body->length - 1 || total != body->size) {
+      body->response->error = "the server answered another range than asked (Content-Range: " +
+                              body->response->content_range.substr(0, 100) + ")";
+      return 0;
+    }
+    body->checked = true;
+  }
+  if (n > body->length - body->received) {
+    body->response->error = "the server's body is longer than the range asked for";
+    return 0;
+  }
+  for (uint64_t done = 0; done < n;) {
+    const ssize_t wrote = ::pwrite(body->fd, data + done, n - done,
+                                   static_cast<off_t>(body->offset + body->received + done));
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) {
+      body->response->error = std::string("cannot write the cache file: ") + std::strerror(errno);
+      return 0;
+    }
+    done += static_cast<uint64_t>(wrote);
+  }
+  body->received += n;
+  return n;
+}
+
+void Blocks::fetch_once(uint64_t offset, uint64_t length, CURLcode& code, long& status, std::string& why) {
+  CURL* c = thread_handle();
+  Response response;
+  Headers headers;
+  const std::string range = std::to_string(offset) + "-" + std::to_string(offset + length - 1);
+  common_options(c, target_, id_.url, headers, range, id_.if_match, response);
+  RangeBody body{c, &response, data_fd_, offset, length, id_.size};
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, range_body);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+  code = curl_easy_perform(c);
+  status = 0;
+  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+  why = response.error;
+  if (code == CURLE_OK && status == 206 && why.empty()) {
+    if (!id_.etag.empty() && !response.etag.empty() && response.etag != id_.etag)
+      why = "the object changed on the server since it was mounted (ETag " + response.etag.substr(0, 80) +
+            ", mounted " + id_.etag + ")";
+    else if (body.received != length)
+      why = "the server sent " + std::to_string(body.received) + " of " + std::to_string(length) + " bytes";
+  }
+}
+
+void Blocks::fetch(uint64_t first_block, uint64_t blocks) {
+  const uint64_t offset = first_block * kBlockBytes;
+  const uint64_t length = std::min(blocks * kBlockBytes, id_.size - offset);
+  for (int attempt = 0;; ++attempt) {
+    CURLcode code = CURLE_OK;
+    long status = 0;
+    std::string why;
+    fetch_once(offset, length, code, status, why);
+    if (code == CURLE_OK && status == 206 && why.empty()) break;
+    // A short body may be a connection cut, tried again like a reset or a
+    // 5xx. A changed object, a wrong range or a 200 never is: those bytes
+    // are not the mounted object's.
+    const bool short_body = why.starts_with("the server sent ");
+    const bool refused = !why.empty() && !short_body;
+    if (!refused && attempt + 1 < kAttempts && (short_body || transient(code, status))) {
+      back_off(attempt);
+      continue;
+    }
+    if (why.empty()) why = code != CURLE_OK && status < 400 ? std::string(curl_easy_strerror(code)) : status_text(status);
+    // A FUSE read's failure is logged here (the reader sees only EIO); at
+    // mount the error is the one line modelfs exits with.
+    if (in_read_scope) spdlog::error("{}: bytes {}-{}: {}", target_.display, offset, offset + length - 1, why);
+    fail(offset, "cannot fetch bytes " + std::to_string(offset) + "-" + std::to_string(offset + length - 1) +
+                     ": " + why);
+  }
+  // Written whole: marked, for this daemon and any other sharing the cache.
+  for (uint64_t b = first_block; b < first_block + blocks; ++b) __atomic_store_n(presence_ + b, 1, __ATOMIC_SEQ_CST);
+  cached_bytes.fetch_add(length);
+}
+
+std::shared_ptr<const MappedFile> open(std::string_view name) {
+  Target target = resolve(name);
+  Identity id = probe(target);
+  if (id.size == 0) throw ModelError(target.display, "remote", std::nullopt, "is empty");
+  return Blocks::map(std::move(target), std::move(id));
+}
+
+}  // namespace modelfs::remote
+
+namespace modelfs {
+
+void MappedFile::fetch_missing(uint64_t offset, uint64_t length) const { remote_->ensure(offset, length); }
+
+}  // namespace modelfs

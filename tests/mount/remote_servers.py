@@ -1,0 +1,152 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Real servers on 127.0.0.1 for the remote-model tests: Debian's nginx
+(HTTP with Range, a redirect, a location that ignores Range, the Hub's
+/{repo}/resolve/{revision}/{path} layout) and moto's S3 server. Each runs
+in its own temporary folder and is stopped by the fixture that started it,
+also when the test fails."""
+import os
+import pathlib
+import re
+import shutil
+import socket
+import subprocess
+import time
+
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+MOTO_PYTHON = pathlib.Path("/root/.pyenv/versions/3.11.7/bin/python")
+HUB_COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port, up=True, timeout=15):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                if up:
+                    return
+        except OSError:
+            if not up:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"port {port} never became {'ready' if up else 'free'}")
+
+
+class Nginx:
+    """nginx serving `root` at http://127.0.0.1:PORT/, logging every request's
+    URI, status, Range and bytes sent to access.log."""
+
+    def __init__(self, folder, root):
+        self.folder = pathlib.Path(folder)
+        self.root = pathlib.Path(root)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = self.folder / "access.log"
+        self.conf = self.folder / "nginx.conf"
+        self.process = None
+        (self.folder / "logs").mkdir(parents=True, exist_ok=True)
+        self.conf.write_text(f"""
+daemon off;
+master_process off;
+worker_processes 1;
+error_log {self.folder}/error.log warn;
+pid {self.folder}/nginx.pid;
+events {{ worker_connections 256; }}
+http {{
+  log_format sent '$request_uri $status $bytes_sent "$http_range"';
+  access_log {self.log} sent;
+  client_body_temp_path {self.folder}/body;
+  proxy_temp_path {self.folder}/proxy;
+  fastcgi_temp_path {self.folder}/fastcgi;
+  default_type application/octet-stream;
+  server {{
+    listen 127.0.0.1:{self.port};
+    root {self.root};
+    location ~ ^/redirect/(.*)$ {{ return 302 {self.url}/$1; }}
+    location /norange/ {{ alias {self.root}/; max_ranges 0; }}
+    location /forbidden/ {{ return 403; }}
+    location /slow/ {{ alias {self.root}/; limit_rate 100; }}
+    # The Hub: /OWNER/REPO/resolve/REVISION/PATH answers with its commit and
+    # a redirect to where the file is stored.
+    location ~ ^/hub-owner/([^/]+)/resolve/([^/]+)/(.*)$ {{
+      add_header X-Repo-Commit {HUB_COMMIT} always;
+      return 302 {self.url}/hubstore/$1/$3;
+    }}
+  }}
+}}
+""")
+        self.start()
+
+    def start(self):
+        self.process = subprocess.Popen([NGINX, "-p", str(self.folder), "-c", str(self.conf)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            wait_for_port(self.port)
+        except TimeoutError:
+            self.stop()
+            raise RuntimeError("nginx did not start: " + (self.folder / "error.log").read_text()
+                               if (self.folder / "error.log").exists() else "nginx did not start")
+
+    def stop(self):
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def requests(self):
+        """[(uri, status, bytes sent, range)] logged so far."""
+        out = []
+        if not self.log.exists():
+            return out
+        for line in self.log.read_text().splitlines():
+            m = re.match(r'(\S+) (\d+) (\d+) "(.*)"$', line)
+            if m:
+                out.append((m.group(1), int(m.group(2)), int(m.group(3)), m.group(4)))
+        return out
+
+    def bytes_sent(self, prefix=""):
+        return sum(sent for uri, _, sent, _ in self.requests() if uri.startswith(prefix))
+
+    def clear_log(self):
+        # nginx keeps the file open: emptied in place.
+        if self.log.exists():
+            with open(self.log, "r+") as f:
+                f.truncate(0)
+
+
+class Moto:
+    """moto's S3 server on 127.0.0.1 (the machine's Python 3.11). With
+    INITIAL_NO_AUTH_ACTION_COUNT finite, moto checks every request's SigV4
+    signature against the IAM access keys it made: the first three requests
+    (making a user, its key and its policy) go unchecked, every later one is."""
+
+    def __init__(self, folder):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="3")
+        self.process = subprocess.Popen(
+            [str(MOTO_PYTHON), "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=open(pathlib.Path(folder) / "moto.log", "w"), stderr=subprocess.STDOUT, env=env)
+        try:
+            wait_for_port(self.port, timeout=60)
+        except TimeoutError:
+            self.stop()
+            raise
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
