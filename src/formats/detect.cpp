@@ -66,6 +66,7 @@ bool is_missing(const ModelError& e) {
 // A URL: a file, or a folder (ending in '/', an hf:// repository's root,
 // or a name the server has no file for) read through its index.
 Catalog open_remote(const std::string& url, IntegrityChecks* checks) {
+  const remote::FetchProgress progress;  // a line on a terminal while a large header comes
   std::string folder = url;
   while (folder.ends_with('/')) folder.pop_back();
   const bool hub_root = url.starts_with("hf://") && std::count(url.begin() + 5, url.end(), '/') < 2;

@@ -685,6 +685,41 @@ void Blocks::fetch_once(uint64_t offset, uint64_t length, CURLcode& code, long& 
   }
 }
 
+namespace {
+
+// The progress of what this thread fetches before mounting (FetchProgress).
+struct Progress {
+  int scopes = 0;
+  uint64_t bytes = 0;
+  bool drawn = false;
+  std::chrono::steady_clock::time_point last{};
+};
+thread_local Progress progress;
+constexpr uint64_t kProgressAfter = uint64_t{1} << 20;
+
+void count_fetched(const std::string& display, uint64_t bytes) {
+  if (progress.scopes == 0 || in_read_scope) return;
+  progress.bytes += bytes;
+  if (progress.bytes < kProgressAfter || ::isatty(STDERR_FILENO) == 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (progress.drawn && now - progress.last < std::chrono::milliseconds(200)) return;
+  progress.last = now;
+  progress.drawn = true;
+  std::fprintf(stderr, "\rfetching metadata of %s: %.1f MiB", display.c_str(),
+               static_cast<double>(progress.bytes) / (1 << 20));
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+FetchProgress::FetchProgress() { ++progress.scopes; }
+
+FetchProgress::~FetchProgress() {
+  if (--progress.scopes > 0) return;
+  if (progress.drawn) std::fputs("\n", stderr);
+  progress = {};
+}
+
 void Blocks::fetch(uint64_t first_block, uint64_t blocks) {
   const uint64_t offset = first_block * kBlockBytes;
   const uint64_t length = std::min(blocks * kBlockBytes, id_.size - offset);
@@ -713,6 +748,7 @@ void Blocks::fetch(uint64_t first_block, uint64_t blocks) {
   // Written whole: marked, for this daemon and any other sharing the cache.
   for (uint64_t b = first_block; b < first_block + blocks; ++b) __atomic_store_n(presence_ + b, 1, __ATOMIC_SEQ_CST);
   cached_bytes.fetch_add(length);
+  count_fetched(target_.display, length);
 }
 
 std::shared_ptr<const MappedFile> open(std::string_view name) {

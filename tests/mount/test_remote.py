@@ -569,3 +569,20 @@ def test_split_gguf_set_by_url_of_any_member(nginx, www, cache):
         assert index["files"] == [p.name for p in paths]
         for t in tensors:
             assert cat(found[t.name]) == t.data
+
+
+def test_a_large_header_shows_a_progress_line_on_a_terminal_only(nginx, www, cache, tmp):
+    values = np.zeros((20_000, 4), dtype=np.float32)
+    st.write(www / "wide.safetensors", {f"layers.{i // 100}.weight_{i % 100}": values[i] for i in range(20_000)})
+    with open(www / "wide.safetensors", "rb") as f:
+        assert int.from_bytes(f.read(8), "little") > 1 << 20  # past the line's threshold
+    url = f"{nginx.url}/wide.safetensors"
+    # A terminal (script(1) gives the command one): the line, ended before the table.
+    command = f"{MODELFS} -o cache_dir={tmp / 'tty-cache'} --list {url}"
+    shown = subprocess.run(["script", "-qec", command, "/dev/null"], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stdout
+    assert f"fetching metadata of {url}:" in shown.stdout
+    assert "\n20000 tensors" in shown.stdout.replace("\r\n", "\n")
+    # Not a terminal: nothing but the table.
+    plain = run_modelfs("-o", f"cache_dir={cache}", "--list", url)
+    assert plain.returncode == 0 and "fetching" not in plain.stderr, plain.stderr

@@ -69,6 +69,18 @@ class ReadScope {
   ReadScope& operator=(const ReadScope&) = delete;
 };
 
+// While one lives on a thread, what that thread fetches outside a FUSE read
+// (a model's header, index or pickles, before mounting) is counted, and on
+// a terminal shown on one line of stderr once past 1 MiB ("fetching
+// metadata of URL: N MiB"), ended when the last scope ends.
+class FetchProgress {
+ public:
+  FetchProgress();
+  ~FetchProgress();
+  FetchProgress(const FetchProgress&) = delete;
+  FetchProgress& operator=(const FetchProgress&) = delete;
+};
+
 // Opens the object at `name` (a URL): asks the server its size and
 // identity, and maps its cache file. Throws ModelError (exit 2 at mount)
 // when the server refuses, lacks it, or ignores Range.
