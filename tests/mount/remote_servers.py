@@ -37,6 +37,18 @@ def wait_for_port(port, up=True, timeout=15):
     raise TimeoutError(f"port {port} never became {'ready' if up else 'free'}")
 
 
+def end_process(process):
+    """Terminates a server (killed if it will not go within 10 s) and reaps it."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 class Nginx:
     """nginx serving `root` at http://127.0.0.1:PORT/, logging every request's
     URI, status, Range and bytes sent to access.log."""
@@ -93,13 +105,7 @@ http {{
                                if (self.folder / "error.log").exists() else "nginx did not start")
 
     def stop(self):
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        end_process(self.process)
         self.process = None
 
     def requests(self):
@@ -143,10 +149,4 @@ class Moto:
             raise
 
     def stop(self):
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        end_process(self.process)
