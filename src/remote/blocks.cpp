@@ -461,6 +461,57 @@ void evict_to_bound() {
   }
 }
 
+// With a bound, the objects in the cache that no daemon has mounted (no
+// read lock on their record: a write lock can be had) and that this daemon
+// is not about to use are removed, least recently written first, while the
+// cache's allocated bytes exceed the bound: objects of earlier runs and of
+// ended mounts do not outlive it. `keep` is the key of the object opening.
+namespace {
+void remove_unmounted_objects(const std::filesystem::path& dir, const std::string& keep) {
+  const uint64_t limit = cache_options.max_bytes;
+  if (limit == 0) return;
+  struct Object {
+    std::filesystem::path blocks, data;
+    uint64_t bytes = 0;
+    timespec used{};
+  };
+  std::vector<Object> objects;
+  uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const auto& path = entry.path();
+    if (path.extension() != ".blocks") continue;
+    Object o{path, std::filesystem::path(path).replace_extension(".data")};
+    struct stat st {};
+    if (::stat(o.data.c_str(), &st) == 0) o.bytes = static_cast<uint64_t>(st.st_blocks) * 512;
+    if (::stat(o.blocks.c_str(), &st) == 0) o.used = st.st_mtim;
+    total += o.bytes;
+    if (path.stem() != keep) objects.push_back(std::move(o));
+  }
+  std::sort(objects.begin(), objects.end(), [](const Object& a, const Object& b) {
+    return a.used.tv_sec != b.used.tv_sec ? a.used.tv_sec < b.used.tv_sec : a.used.tv_nsec < b.used.tv_nsec;
+  });
+  for (const auto& o : objects) {
+    if (total <= limit) break;
+    const int fd = ::open(o.blocks.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct flock whole {};
+    whole.l_type = F_WRLCK;
+    whole.l_whence = SEEK_SET;
+    whole.l_len = 1;
+    // Held while both files go. A daemon that opened them just before keeps
+    // them, nameless, for its mount (it waits for its read lock until this
+    // one is gone); later opens start a new object.
+    if (::fcntl(fd, F_OFD_SETLK, &whole) == 0) {
+      ::unlink(o.data.c_str());
+      ::unlink(o.blocks.c_str());
+      total -= std::min(total, o.bytes);
+    }
+    ::close(fd);
+  }
+}
+}  // namespace
+
 std::shared_ptr<const MappedFile> Blocks::map(Target target, Identity id) {
   auto blocks = std::make_shared<Blocks>(std::move(target), std::move(id));
   std::shared_ptr<MappedFile> file(new MappedFile());
@@ -489,6 +540,7 @@ void Blocks::attach(MappedFile& file) {
   const std::string key_text = target_.display + "\n" + id_.etag + "\n" + std::to_string(id_.size);
   sha.update(std::as_bytes(std::span(key_text.data(), key_text.size())));
   const std::string key = sha.hex_digest();
+  remove_unmounted_objects(dir, key);
   const auto data_path = dir / (key + ".data");
   const auto presence_path = dir / (key + ".blocks");
   blocks_ = (id_.size + kBlockBytes - 1) / kBlockBytes;

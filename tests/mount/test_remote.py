@@ -521,6 +521,38 @@ def test_cache_max_evicts_least_recently_used_blocks(nginx, www, cache):
         assert nginx.bytes_sent() > before
 
 
+def test_cache_max_removes_objects_no_daemon_has_mounted(nginx, www, cache):
+    values = big_model(www, tensors=4, each=2 * MIB)
+    shutil.copy(www / "big.safetensors", www / "other.safetensors")
+    shutil.copy(www / "big.safetensors", www / "third.safetensors")
+    # An earlier run's object, read whole, then unmounted.
+    with remote_mount(f"{nginx.url}/other.safetensors", cache) as mnt:
+        paths, _ = index_paths(mnt)
+        for name, value in values.items():
+            assert cat(paths[name]) == value.tobytes(), name
+    assert allocated(cache) >= 8 * MIB
+    earlier = set(cache.glob("*.blocks"))
+    # A mounted object is never removed: a second daemon holds third's.
+    with remote_mount(f"{nginx.url}/third.safetensors", cache) as held:
+        held_paths, _ = index_paths(held)
+        assert cat(held_paths["layer0.weight"]) == values["layer0.weight"].tobytes()
+        objects_before = set(cache.glob("*.blocks"))
+        # A bound the cache is over: opening big removes the unmounted
+        # object of the earlier run, keeps the mounted one.
+        with remote_mount(f"{nginx.url}/big.safetensors", cache, "-o", "cache_max=4M") as mnt:
+            paths, _ = index_paths(mnt)
+            left = set(cache.glob("*.blocks"))
+            assert objects_before - left == earlier, (objects_before, left)
+            assert cat(paths["layer1.weight"]) == values["layer1.weight"].tobytes()
+        # The held mount still reads, from its own cache file.
+        assert cat(held_paths["layer2.weight"]) == values["layer2.weight"].tobytes()
+    # Without a bound nothing is removed.
+    count = len(list(cache.glob("*.blocks")))
+    with remote_mount(f"{nginx.url}/other.safetensors", cache) as mnt:
+        pass
+    assert len(list(cache.glob("*.blocks"))) == count + 1
+
+
 def test_cache_max_takes_sizes_only(nginx, tmp, cache):
     result = run_modelfs("-o", "cache_max=lots", "--list", f"{nginx.url}/x.safetensors")
     assert result.returncode == 1
