@@ -9,9 +9,9 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto path = modelfs::fuzz::write_input(data, size, "model.pt2");
   try {
-    auto file = modelfs::MappedFile::open(path);
-    const auto zip = modelfs::ZipArchive::open(file, "ZIP archive");
-    (void)modelfs::pt2::open_archive(path, file, zip);
+    const auto model = modelfs::ModelFile::open(path);
+    const auto zip = modelfs::ZipArchive::open(model.mapped, "ZIP archive");
+    (void)modelfs::pt2::open_archive(model, zip);
   } catch (const modelfs::ModelError&) {
   }
   return 0;
