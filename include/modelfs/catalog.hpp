@@ -160,7 +160,6 @@ class Catalog {
   std::span<const Tensor> tensors() const noexcept { return tensors_; }
 
  private:
-  const Tensor& append(Tensor tensor, std::string_view name, std::string_view extras_lines);
   std::string_view intern(std::string_view text);
 
   std::vector<Tensor> tensors_;

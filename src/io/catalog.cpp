@@ -78,31 +78,31 @@ std::string extras_lines(const nlohmann::json& extras) {
 }  // namespace
 
 const Tensor& Catalog::add(const TensorSpec& spec) {
-  Tensor t;
-  t.dtype = spec.dtype;
-  t.block_type = intern(spec.block_type);
-  t.shape = shapes_.add(spec.shape);
-  t.strides = strides_.add(spec.strides);
-  t.bytes = spec.bytes;
-  t.source = {intern(spec.source.file), spec.source.offset};
-  return append(std::move(t), spec.name, extras_lines(spec.extras));
+  // A view of the spec, copied into the stores as another catalog's tensor is.
+  const std::string lines = extras_lines(spec.extras);
+  Tensor view;
+  view.name = spec.name;
+  view.dtype = spec.dtype;
+  view.block_type = spec.block_type;
+  view.shape = spec.shape;
+  view.strides = spec.strides;
+  view.bytes = spec.bytes;
+  view.source = {spec.source.file, spec.source.offset};
+  view.extras_lines = lines;
+  return add(view);
 }
 
 const Tensor& Catalog::add(const Tensor& tensor) {
+  charge_budget(sizeof(Tensor) + tensor.name.size() + tensor.extras_lines.size() + 16 * tensor.shape.size(),
+                tensor.source.file, format, "the catalog's record of a tensor");
   Tensor t = tensor;
+  t.name = texts_.add(tensor.name);
   t.block_type = intern(tensor.block_type);
   t.shape = shapes_.add(tensor.shape);
   t.strides = strides_.add(tensor.strides);
   t.source.file = intern(tensor.source.file);
-  return append(std::move(t), tensor.name, tensor.extras_lines);
-}
-
-const Tensor& Catalog::append(Tensor tensor, std::string_view name, std::string_view extras_lines) {
-  charge_budget(sizeof(Tensor) + name.size() + extras_lines.size() + 16 * tensor.shape.size(), tensor.source.file,
-                format, "the catalog's record of a tensor");
-  tensor.name = texts_.add(name);
-  if (!extras_lines.empty()) tensor.extras_lines = texts_.add(extras_lines);
-  return tensors_.emplace_back(std::move(tensor));
+  t.extras_lines = tensor.extras_lines.empty() ? std::string_view() : texts_.add(tensor.extras_lines);
+  return tensors_.emplace_back(std::move(t));
 }
 
 std::string_view Catalog::intern(std::string_view text) {
