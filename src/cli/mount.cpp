@@ -247,6 +247,13 @@ int mount_command(CommandLine& line, Budget& budget) {
     spdlog::error("-o max_threads must be at least 1");
     return kExitUsage;
   }
+  // Options of libfuse's multi-threaded loop, which modelfs does not use.
+  if (line.fuse.clone_fd != 0 || line.fuse.max_idle_threads != UINT_MAX) {
+    spdlog::error("-o {}: modelfs takes requests on one thread and serves reads on up to "
+                  "max_threads workers, so libfuse's clone_fd and max_idle_threads do not apply",
+                  line.fuse.clone_fd != 0 ? "clone_fd" : "max_idle_threads");
+    return kExitUsage;
+  }
   if (line.fuse.mountpoint == nullptr) {
     spdlog::error("no mountpoint given (usage: {} [options] MODEL MOUNTPOINT)", line.program);
     return kExitUsage;
@@ -296,8 +303,6 @@ int mount_command(CommandLine& line, Budget& budget) {
   serve.xattrs = options.xattr != 0;
   serve.prefetch = options.noprefetch == 0;
   serve.max_threads = line.fuse.max_threads;
-  serve.clone_fd = line.fuse.clone_fd != 0;
-  if (line.fuse.max_idle_threads != UINT_MAX) serve.max_idle_threads = line.fuse.max_idle_threads;
   serve.readahead_kb = options.readahead_kb >= 0 ? static_cast<unsigned>(options.readahead_kb)
                        : ::geteuid() == 0      ? kDefaultReadaheadKib
                                                : 0;

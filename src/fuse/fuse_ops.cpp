@@ -10,8 +10,9 @@
 // pages are kept between opens.
 #include "fuse_server.hpp"
 
-#include "threads.hpp"
 #include "prefetcher.hpp"
+#include "read_workers.hpp"
+#include "threads.hpp"
 #include "modelfs/json_text.hpp"
 #include "modelfs/remote.hpp"
 
@@ -49,6 +50,7 @@ struct Context {
   gid_t gid;
   bool xattrs;  // serve user.modelfs.* (-o xattr)
   Prefetcher* prefetcher;  // null: -o noprefetch
+  ReadWorkers* readers;    // null: -s, reads are answered where received
   // Set at INIT when the kernel can skip OPEN/RELEASE and OPENDIR/
   // RELEASEDIR: then the first open answers ENOSYS and the kernel stops
   // asking, defaulting to what modelfs would answer anyway (keep the page
@@ -260,7 +262,8 @@ void warn_failed_read(const Node& node, uint64_t offset, int error) {
 
 constexpr size_t kReplyIovecs = IOV_MAX - 1;
 
-void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
+void serve_read(const ReadJob& job) {
+  const auto [req, ino, size, offset] = job;
   guarded(req, "read", [&] {
     // A remote model's blocks this read makes present stay until replied.
     const remote::ReadScope remote_blocks;
@@ -290,6 +293,12 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
       return warn_failed_read(*node, start, -error);
     if (prefetcher != nullptr) prefetcher->note_read(ino, start, length, reader);
   });
+}
+
+void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
+  const ReadJob job{req, ino, size, offset};
+  if (ReadWorkers* readers = context(req).readers) return readers->post(job);
+  serve_read(job);
 }
 
 void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
@@ -442,7 +451,7 @@ void raise_readahead(const std::string& mountpoint, unsigned kib) {
 }  // namespace
 
 int serve(const Tree& tree, fuse_args& args, const ServeOptions& options) {
-  Context ctx{&tree, ::getuid(), ::getgid(), options.xattrs, nullptr};
+  Context ctx{&tree, ::getuid(), ::getgid(), options.xattrs, nullptr, nullptr};
   const fuse_lowlevel_ops ops = make_operations();
   fuse_session* session = fuse_session_new(&args, &ops, sizeof(ops), &ctx);
   if (session == nullptr) return 1;
@@ -472,21 +481,15 @@ int serve(const Tree& tree, fuse_args& args, const ServeOptions& options) {
   std::optional<Prefetcher> prefetcher;
   if (options.prefetch) ctx.prefetcher = &prefetcher.emplace(tree, options.mountpoint);
 
-  // libfuse's own loops. A loop of our own (one worker pinned to each CPU)
-  // won on one VM and lost on others and on a busy machine, where a pinned
-  // worker waits for its CPU while another CPU idles.
-  int status;
-  if (options.single_thread) {
-    status = fuse_session_loop(session);
-  } else {
-    fuse_loop_config* config = fuse_loop_cfg_create();
-    fuse_loop_cfg_set_max_threads(config, options.max_threads);
-    fuse_loop_cfg_set_clone_fd(config, options.clone_fd ? 1 : 0);
-    if (options.max_idle_threads) fuse_loop_cfg_set_idle_threads(config, *options.max_idle_threads);
-    status = fuse_session_loop_mt(session, config);
-    fuse_loop_cfg_destroy(config);
-  }
+  // libfuse's single-threaded loop receives every request; reads go to the
+  // workers (read_workers.hpp says why not libfuse's multi-threaded loop).
+  std::optional<ReadWorkers> readers;
+  if (!options.single_thread) ctx.readers = &readers.emplace(options.max_threads, serve_read);
+  const int status = fuse_session_loop(session);
   fuse_session_unmount(session);
+  // Reads still queued are answered (to a kernel that has failed them) before
+  // the session they belong to is destroyed.
+  if (readers) readers->stop();
   if (prefetcher) prefetcher->stop();
   if (readahead.joinable()) readahead.join();
   fuse_remove_signal_handlers(session);

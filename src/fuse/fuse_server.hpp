@@ -6,7 +6,6 @@
 #include <fuse_lowlevel.h>
 
 #include <functional>
-#include <optional>
 #include <string>
 
 #include "modelfs/tree.hpp"
@@ -16,12 +15,10 @@ namespace modelfs {
 struct ServeOptions {
   std::string mountpoint;
   bool foreground = false;
+  // One thread answers every request, reads included (-s). Otherwise reads
+  // go to up to `max_threads` workers (-o max_threads, default 10).
   bool single_thread = false;
-  // Otherwise libfuse's multi-threaded loop with its -o max_threads (default
-  // 10), -o clone_fd and -o max_idle_threads.
   unsigned max_threads = 10;
-  bool clone_fd = false;
-  std::optional<unsigned> max_idle_threads;
   // Readahead of the mount's backing device, in KiB; 0 leaves the kernel's
   // default (128 KiB). Larger requests are the biggest lever on sequential
   // throughput (docs/performance.md, "Readahead"). Needs root; skipped with a note otherwise.

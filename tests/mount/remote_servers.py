@@ -83,6 +83,8 @@ http {{
     location /norange/ {{ alias {self.root}/; max_ranges 0; }}
     location /forbidden/ {{ return 403; }}
     location /slow/ {{ alias {self.root}/; limit_rate 100; }}
+    # A model's header comes at once, a tensor's bytes at 256 KiB a second.
+    location /slowdata/ {{ alias {self.root}/; limit_rate_after 300k; limit_rate 256k; }}
     # The Hub: /OWNER/REPO/resolve/REVISION/PATH answers with its commit and
     # a redirect to where the file is stored.
     location ~ ^/hub-owner/([^/]+)/resolve/([^/]+)/(.*)$ {{

@@ -218,24 +218,39 @@ def test_lazy_unmount_while_reading_ends_the_daemon(tmp):
         assert process.wait(timeout=20) == 0, process.communicate()
 
 
-def worker_threads(pid):
-    """libfuse's workers (every thread but the main one and the read-ahead thread)."""
-    names = [(task / "comm").read_text().strip() for task in pathlib.Path(f"/proc/{pid}/task").iterdir()]
-    return len(names) - 1 - names.count("read-ahead")
+def thread_names(pid):
+    return [(task / "comm").read_text().strip() for task in pathlib.Path(f"/proc/{pid}/task").iterdir()]
 
 
 @pytest.mark.parametrize("options, most", [((), 10), (("-o", "max_threads=2"), 2), (("-s",), 0)],
                          ids=["default", "max_threads=2", "single"])
-def test_libfuse_serves_with_at_most_max_threads_workers(tmp, options, most):
+def test_reads_are_served_by_at_most_max_threads_workers(tmp, options, most):
     model = st.write(tmp / "m.safetensors", {"big": BIG})
     mnt = tmp / "mnt"
     mnt.mkdir()
     with foreground(model, mnt, "-o", "readahead_kb=0", *options) as process:
         with busy_reading(mnt, ["big"], BIG.tobytes()):
-            workers = worker_threads(process.pid)
-        assert workers <= most, workers
+            names = thread_names(process.pid)
+        # Beside the workers: the thread taking requests and the read-ahead thread.
+        assert len(names) == 2 + names.count("reader"), names
+        assert names.count("reader") <= most, names
         if most:
-            assert workers >= 1
+            assert names.count("reader") >= 1, names
+
+
+def test_a_tree_walk_is_answered_by_the_thread_taking_requests(tmp):
+    values = {f"layer{i}.w{j}": np.full(4, i, np.float32) for i in range(50) for j in range(20)}
+    model = st.write(tmp / "m.safetensors", values)
+    mnt = tmp / "mnt"
+    mnt.mkdir()
+    with foreground(model, mnt) as process:
+        walk = subprocess.run(["find", str(mnt)], capture_output=True, text=True, check=True)
+        assert len(walk.stdout.splitlines()) > 3 * len(values)
+        subprocess.run(["ls", "-lR", str(mnt)], capture_output=True, check=True)
+        # No worker was started: lookups, attributes and listings never leave it.
+        assert "reader" not in thread_names(process.pid)
+        assert (mnt / "layer7" / "w3").read_bytes() == values["layer7.w3"].tobytes()
+        assert "reader" in thread_names(process.pid)
 
 
 @pytest.mark.parametrize("options, threads", [((), 1), (("-o", "noprefetch"), 0)], ids=["default", "noprefetch"])
@@ -261,11 +276,15 @@ def test_max_threads_of_zero_is_refused(tmp):
 
 
 @pytest.mark.parametrize("option", ["clone_fd", "max_idle_threads=4"])
-def test_libfuse_thread_pool_options_are_taken(tmp, option):
-    w = np.arange(8, dtype=np.float32)
-    model = st.write(tmp / "m.safetensors", {"w": w})
-    with mounted(model, "-o", option) as mnt:
-        assert (mnt / "w").read_bytes() == w.tobytes()
+def test_options_of_libfuses_multithreaded_loop_are_refused(tmp, option):
+    model = st.write(tmp / "m.safetensors", {"w": np.arange(8, dtype=np.float32)})
+    mnt = tmp / "mnt"
+    mnt.mkdir()
+    result = run_modelfs("-o", option, model, mnt)
+    assert result.returncode == 1
+    assert option.split("=")[0] in result.stderr and "max_threads" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not is_mounted(mnt)
 
 
 def test_log_file_receives_messages_after_detaching(tmp):

@@ -586,6 +586,28 @@ def test_slow_server_times_out_with_exit_2(nginx, www, cache):
     assert took < 20, took
 
 
+def test_a_read_waiting_on_the_server_does_not_hold_up_the_tree(nginx, www, cache, tmp):
+    values = big_model(www, tensors=4, each=2 * MIB)
+    with remote_mount(f"{nginx.url}/slowdata/big.safetensors", cache) as mnt:
+        paths, _ = index_paths(mnt)
+        with open(tmp / "out", "wb") as out:
+            reader = subprocess.Popen(["cat", str(paths["layer2.weight"])], stdout=out)
+        try:
+            time.sleep(0.5)  # the read is waiting for its tensor, seconds away
+            # Meanwhile the tree answers, and other files read (with -s, they
+            # would wait behind the read).
+            walk = subprocess.run(["find", str(mnt)], capture_output=True, text=True, check=True)
+            assert str(paths["layer3.weight"]) in walk.stdout.splitlines()
+            assert sidecar(paths["layer0.weight"])["shape"] == [2 * MIB]
+            assert reader.poll() is None, "the read was over before the walk: nothing was shown"
+            assert reader.wait(timeout=60) == 0
+        finally:
+            if reader.poll() is None:
+                reader.kill()
+                reader.wait()
+        assert (tmp / "out").read_bytes() == values["layer2.weight"].tobytes()
+
+
 def test_split_gguf_set_by_url_of_any_member(nginx, www, cache):
     import gguf_writer as gw
     folder = www / "split"
