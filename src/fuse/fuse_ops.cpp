@@ -11,7 +11,7 @@
 #include "fuse_server.hpp"
 
 #include "prefetcher.hpp"
-#include "read_workers.hpp"
+#include "loop.hpp"
 #include "threads.hpp"
 #include "modelfs/json_text.hpp"
 #include "modelfs/remote.hpp"
@@ -19,10 +19,12 @@
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <climits>
 #include <atomic>
@@ -50,7 +52,6 @@ struct Context {
   gid_t gid;
   bool xattrs;  // serve user.modelfs.* (-o xattr)
   Prefetcher* prefetcher;  // null: -o noprefetch
-  ReadWorkers* readers;    // null: -s, reads are answered where received
   // Set at INIT when the kernel can skip OPEN/RELEASE and OPENDIR/
   // RELEASEDIR: then the first open answers ENOSYS and the kernel stops
   // asking, defaulting to what modelfs would answer anyway (keep the page
@@ -262,8 +263,25 @@ void warn_failed_read(const Node& node, uint64_t offset, int error) {
 
 constexpr size_t kReplyIovecs = IOV_MAX - 1;
 
-void serve_read(const ReadJob& job) {
-  const auto [req, ino, size, offset] = job;
+// Whether every page the iovecs point into is in memory (mincore(2)), so
+// that the kernel's copy from them will not wait for the disk. Only a few
+// iovecs are looked at: a read of many parts is taken to wait.
+bool in_memory(const iovec* iov, size_t count) {
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  if (count > 8) return false;
+  thread_local std::vector<unsigned char> resident;
+  for (size_t i = 0; i < count; ++i) {
+    const auto begin = reinterpret_cast<uintptr_t>(iov[i].iov_base) & ~(page - 1);
+    const auto end = reinterpret_cast<uintptr_t>(iov[i].iov_base) + iov[i].iov_len;
+    resident.resize((end - begin + page - 1) / page);
+    if (::mincore(reinterpret_cast<void*>(begin), end - begin, resident.data()) != 0) return false;
+    for (unsigned char pages : resident)
+      if ((pages & 1) == 0) return false;
+  }
+  return true;
+}
+
+void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
   guarded(req, "read", [&] {
     // A remote model's blocks this read makes present stay until replied.
     const remote::ReadScope remote_blocks;
@@ -274,6 +292,12 @@ void serve_read(const ReadJob& job) {
     const uint64_t start = static_cast<uint64_t>(offset);
     if (start >= node->size) return (void)fuse_reply_buf(req, nullptr, 0);
     const uint64_t length = std::min<uint64_t>(size, node->size - start);
+    // Bytes from a server, or computed, may take long: meanwhile another
+    // thread takes requests (loop.hpp).
+    const auto parts = context(req).tree->parts(*node);
+    const bool slow = MappedFile::any_remote() || parts.size() > 8 ||
+                      std::ranges::any_of(parts, [](const Part& p) { return p.computed != nullptr; });
+    if (slow) expect_long_request();
     // A read of the export file may span thousands of tiny tensors, and
     // FUSE takes a short read only at the end of a file: the tree copies
     // what does not fit in these iovecs into the scratch (libfuse adds its
@@ -282,6 +306,7 @@ void serve_read(const ReadJob& job) {
     thread_local std::array<iovec, kReplyIovecs> iov{};
     thread_local std::string scratch;  // a sidecar printed, computed bytes, the copied rest
     const size_t count = context(req).tree->read(*node, start, length, iov, scratch);
+    if (!slow && !in_memory(iov.data(), count)) expect_long_request();
     // `req` is gone once answered.
     Prefetcher* const prefetcher = context(req).prefetcher;
     const pid_t reader = fuse_req_ctx(req)->pid;
@@ -293,12 +318,6 @@ void serve_read(const ReadJob& job) {
       return warn_failed_read(*node, start, -error);
     if (prefetcher != nullptr) prefetcher->note_read(ino, start, length, reader);
   });
-}
-
-void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
-  const ReadJob job{req, ino, size, offset};
-  if (ReadWorkers* readers = context(req).readers) return readers->post(job);
-  serve_read(job);
 }
 
 void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
@@ -451,7 +470,7 @@ void raise_readahead(const std::string& mountpoint, unsigned kib) {
 }  // namespace
 
 int serve(const Tree& tree, fuse_args& args, const ServeOptions& options) {
-  Context ctx{&tree, ::getuid(), ::getgid(), options.xattrs, nullptr, nullptr};
+  Context ctx{&tree, ::getuid(), ::getgid(), options.xattrs, nullptr};
   const fuse_lowlevel_ops ops = make_operations();
   fuse_session* session = fuse_session_new(&args, &ops, sizeof(ops), &ctx);
   if (session == nullptr) return 1;
@@ -481,15 +500,10 @@ int serve(const Tree& tree, fuse_args& args, const ServeOptions& options) {
   std::optional<Prefetcher> prefetcher;
   if (options.prefetch) ctx.prefetcher = &prefetcher.emplace(tree, options.mountpoint);
 
-  // libfuse's single-threaded loop receives every request; reads go to the
-  // workers (read_workers.hpp says why not libfuse's multi-threaded loop).
-  std::optional<ReadWorkers> readers;
-  if (!options.single_thread) ctx.readers = &readers.emplace(options.max_threads, serve_read);
-  const int status = fuse_session_loop(session);
+  // -s: libfuse's own single-threaded loop; otherwise loop.hpp's.
+  const int status = options.single_thread ? fuse_session_loop(session)
+                                           : serve_session(session, options.max_threads);
   fuse_session_unmount(session);
-  // Reads still queued are answered (to a kernel that has failed them) before
-  // the session they belong to is destroyed.
-  if (readers) readers->stop();
   if (prefetcher) prefetcher->stop();
   if (readahead.joinable()) readahead.join();
   fuse_remove_signal_handlers(session);
