@@ -422,21 +422,15 @@ class Reader {
     namespace field = attribute_field;
     if (const auto* t = fields.last(field::kType); t && varint(*t) != type::kUndefined)
       return varint(*t);
+    // The first field present decides: one message, then a list of
+    // messages, a list of numbers or strings, and last a single value.
     constexpr std::pair<uint32_t, uint64_t> kByField[] = {
-        {field::kT, type::kTensor},
-        {field::kG, type::kGraph},
-        {field::kSparseTensor, type::kSparseTensor},
-        {field::kTp, type::kTypeProto},
-        {field::kTensors, type::kTensors},
-        {field::kGraphs, type::kGraphs},
-        {field::kSparseTensors, type::kSparseTensors},
-        {field::kTypeProtos, type::kTypeProtos},
-        {field::kFloats, type::kFloats},
-        {field::kInts, type::kInts},
-        {field::kStrings, type::kStrings},
-        {field::kS, type::kString},
-        {field::kF, type::kFloat},
-        {field::kI, type::kInt}};
+        {field::kT, type::kTensor}, {field::kG, type::kGraph},
+        {field::kSparseTensor, type::kSparseTensor}, {field::kTp, type::kTypeProto},
+        {field::kTensors, type::kTensors}, {field::kGraphs, type::kGraphs},
+        {field::kSparseTensors, type::kSparseTensors}, {field::kTypeProtos, type::kTypeProtos},
+        {field::kFloats, type::kFloats}, {field::kInts, type::kInts}, {field::kStrings, type::kStrings},
+        {field::kS, type::kString}, {field::kF, type::kFloat}, {field::kI, type::kInt}};
     for (auto [number, found] : kByField)
       if (fields.last(number)) return found;
     return type::kUndefined;
@@ -498,9 +492,7 @@ class Reader {
         value = f ? static_cast<int64_t>(varint(*f)) : 0;
         break;
       }
-      case attribute_type::kString:
-        value = last_text(fields, kS);
-        break;
+      case attribute_type::kString: value = last_text(fields, kS); break;
       case attribute_type::kFloats: {
         value = Json::array();
         for (const auto& f : fields.every(kFloats)) {
@@ -525,21 +517,11 @@ class Reader {
         for (uint64_t v : ints) value.push_back(static_cast<int64_t>(v));
         break;
       }
-      case attribute_type::kStrings:
-        value = texts(fields, kStrings);
-        break;
-      case attribute_type::kTensor:
-        one_tensor(kT, "tensor", false);
-        break;
-      case attribute_type::kTensors:
-        tensor_list(kTensors, "tensors", false);
-        break;
-      case attribute_type::kSparseTensor:
-        one_tensor(kSparseTensor, "sparse_tensor", true);
-        break;
-      case attribute_type::kSparseTensors:
-        tensor_list(kSparseTensors, "sparse_tensors", true);
-        break;
+      case attribute_type::kStrings: value = texts(fields, kStrings); break;
+      case attribute_type::kTensor: one_tensor(kT, "tensor", false); break;
+      case attribute_type::kTensors: tensor_list(kTensors, "tensors", false); break;
+      case attribute_type::kSparseTensor: one_tensor(kSparseTensor, "sparse_tensor", true); break;
+      case attribute_type::kSparseTensors: tensor_list(kSparseTensors, "sparse_tensors", true); break;
       case attribute_type::kGraph: {
         auto g = fields.every(kG);
         if (!g.empty()) value["graph"] = read_graph(attribute.child(g), graph_path + "/" + tensor_base);

@@ -187,39 +187,36 @@ void q3_k(const uint8_t* __restrict b, float* __restrict y) {
   }
 }
 
-// q4_k: d | dmin | 12 bytes of 6-bit scales and mins | 128 bytes of
-// nibbles. Each 64 elements take 32 bytes: low nibbles then high nibbles,
-// one scale and min each; value = d*scale * q - dmin*min.
-void q4_k(const uint8_t* __restrict b, float* __restrict y) {
+// q4_k and q5_k: d | dmin | 12 bytes of 6-bit scales and mins | (q5_k's
+// fifth bits) | 128 bytes of nibbles at `q`. Eight sub-blocks of 32, one
+// scale and min each; each 32 bytes of nibbles hold two sub-blocks, the
+// low nibbles the first's. value = d*scale * q - dmin*min, where q is
+// quant(nibble, sub-block, element).
+template <typename Quant>
+inline void k4_sub_blocks(const uint8_t* __restrict b, const uint8_t* __restrict q, float* __restrict y,
+                          Quant quant) {
   const float d = half_at(b);
   const float dmin = half_at(b + 2);
   const uint8_t* scales = b + 4;
-  const uint8_t* q = b + 16;
-  for (int g = 0; g < 4; ++g, q += 32, y += 64) {
-    const auto [d1, m1] = scaled_min_k4(2 * g, scales, d, dmin);
-    const auto [d2, m2] = scaled_min_k4(2 * g + 1, scales, d, dmin);
-    for (int l = 0; l < 32; ++l) y[l] = d1 * static_cast<float>(q[l] & 0x0F) - m1;
-    for (int l = 0; l < 32; ++l) y[32 + l] = d2 * static_cast<float>(q[l] >> 4) - m2;
+  int s = 0;
+  for (int g = 0; g < 4; ++g, q += 32) {
+    for (int shift = 0; shift < 8; shift += 4, ++s, y += 32) {
+      const auto [dl, ml] = scaled_min_k4(s, scales, d, dmin);
+      for (int l = 0; l < 32; ++l) y[l] = dl * static_cast<float>(quant((q[l] >> shift) & 0x0F, s, l)) - ml;
+    }
   }
 }
 
-// q5_k: as q4_k with 32 bytes of fifth bits before the nibbles: the fifth
-// bit of element l of sub-block s is bit s of qh[l] (worth 16).
+// q4_k: the nibbles right after the scales; q = nibble.
+void q4_k(const uint8_t* __restrict b, float* __restrict y) {
+  k4_sub_blocks(b, b + 16, y, [](int nibble, int, int) { return nibble; });
+}
+
+// q5_k: 32 bytes of fifth bits before the nibbles: the fifth bit of
+// element l of sub-block s is bit s of qh[l] (worth 16).
 void q5_k(const uint8_t* __restrict b, float* __restrict y) {
-  const float d = half_at(b);
-  const float dmin = half_at(b + 2);
-  const uint8_t* scales = b + 4;
   const uint8_t* qh = b + 16;
-  const uint8_t* q = b + 48;
-  for (int g = 0; g < 4; ++g, q += 32, y += 64) {
-    const auto [d1, m1] = scaled_min_k4(2 * g, scales, d, dmin);
-    const auto [d2, m2] = scaled_min_k4(2 * g + 1, scales, d, dmin);
-    const int low_bit = 2 * g, high_bit = 2 * g + 1;
-    for (int l = 0; l < 32; ++l)
-      y[l] = d1 * static_cast<float>((q[l] & 0x0F) + (((qh[l] >> low_bit) & 1) << 4)) - m1;
-    for (int l = 0; l < 32; ++l)
-      y[32 + l] = d2 * static_cast<float>((q[l] >> 4) + (((qh[l] >> high_bit) & 1) << 4)) - m2;
-  }
+  k4_sub_blocks(b, b + 48, y, [qh](int nibble, int s, int l) { return nibble + (((qh[l] >> s) & 1) << 4); });
 }
 
 // q6_k: 128 bytes of low nibbles | 64 bytes of high bit pairs | 16 int8

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The lookup tables of ggml's non-linear and lattice quantization types:
-// facts of the format (docs/formats.md, "ggml dequantization"), kept here
-// in the compact form they are defined in and expanded once into the rows
-// the kernels read.
+// facts of the format (docs/formats.md, "ggml dequantization"), kept in
+// the compact form they are defined in (the grids' codes in the data file
+// ggml_grids.txt) and expanded once into the rows the kernels read.
 //
 //   - the 16 levels of iq4_nl / iq4_xs (tabulated);
 //   - mxfp4's 16 values: the E2M1 values doubled (derived from E2M1);

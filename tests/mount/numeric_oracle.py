@@ -329,27 +329,38 @@ def q2_0(b):
 
 
 # ---- lattice (IQ) types ----------------------------------------------------------
-# The grids' codes are read from modelfs's own table (src/tree/ggml_grids.cpp,
-# which its unit tests check entry by entry against ggml's published grids);
+# The grids' codes are read from modelfs's own data file (src/tree/ggml_grids.txt,
+# whose grids its unit tests check entry by entry against ggml's published grids);
 # the levels each code digit stands for, and everything else, are written
 # here from ggml's definitions.
 import pathlib
-import re
 
-GRID_LEVELS = {"kIq2xxsCodes": ([8, 25, 43], 2, 8), "kIq2xsCodes": ([8, 25, 43], 2, 8),
-               "kIq2sCodes": ([8, 25, 43], 2, 8), "kIq3xxsCodes": ([4, 12, 20, 28, 36, 44, 52, 62], 3, 4),
-               "kIq3sCodes": ([1, 3, 5, 7, 9, 11, 13, 15], 3, 4), "kIq1sCodes": ([-1, 0, 1], 2, 8)}
+GRID_LEVELS = {"iq2xxs": ([8, 25, 43], 2, 8), "iq2xs": ([8, 25, 43], 2, 8),
+               "iq2s": ([8, 25, 43], 2, 8), "iq3xxs": ([4, 12, 20, 28, 36, 44, 52, 62], 3, 4),
+               "iq3s": ([1, 3, 5, 7, 9, 11, 13, 15], 3, 4), "iq1s": ([-1, 0, 1], 2, 8)}
 _GRIDS = {}
 
 
+def grid_codes():
+    """{grid name: [codes]}: a name on a line of its own, then rows of codes."""
+    path = pathlib.Path(__file__).resolve().parents[2] / "src" / "tree" / "ggml_grids.txt"
+    grids, name = {}, None
+    for line in path.read_text().splitlines():
+        words = line.split("#")[0].split()
+        if len(words) == 1 and not words[0].isdigit():
+            name = words[0]
+            grids[name] = []
+        elif words:
+            grids[name] += [int(w) for w in words]
+    return grids
+
+
 def grid(name):
-    if name not in _GRIDS:
-        source = (pathlib.Path(__file__).resolve().parents[2] / "src" / "tree" / "ggml_grids.cpp").read_text()
-        body = re.search(r"constexpr uint16_t %s\[\] = \{(.*?)\};" % name, source, re.S).group(1)
-        codes = np.array([int(v) for v in re.findall(r"\d+", body)], dtype=np.int64)
-        levels, bits, width = GRID_LEVELS[name]
-        digits = (codes[:, None] >> (bits * np.arange(width))) & ((1 << bits) - 1)
-        _GRIDS[name] = np.array(levels, dtype=np.int32)[digits]  # (rows, width)
+    if not _GRIDS:
+        for grid_name, codes in grid_codes().items():
+            levels, bits, width = GRID_LEVELS[grid_name]
+            digits = (np.array(codes, dtype=np.int64)[:, None] >> (bits * np.arange(width))) & ((1 << bits) - 1)
+            _GRIDS[grid_name] = np.array(levels, dtype=np.int32)[digits]  # (rows, width)
     return _GRIDS[name]
 
 
@@ -363,7 +374,7 @@ def signs_of(pattern, j):
 
 def iq2_xxs(b):
     d = f16(b, 0)
-    g = grid("kIq2xxsCodes")
+    g = grid("iq2xxs")
     y = np.zeros((b.shape[0], 256), dtype=F32)
     for ib in range(8):
         aux0 = b[:, 2 + 8 * ib:6 + 8 * ib].astype(np.int64)
@@ -379,7 +390,7 @@ def iq2_xxs(b):
 
 def iq2_xs(b):
     d = f16(b, 0)
-    g = grid("kIq2xsCodes")
+    g = grid("iq2xs")
     qs = np.ascontiguousarray(b[:, 2:66]).view("<u2").astype(np.int64)
     scales = b[:, 66:74].astype(np.int32)
     y = np.zeros((b.shape[0], 256), dtype=F32)
@@ -396,7 +407,7 @@ def iq2_xs(b):
 
 def iq2_s(b):
     d = f16(b, 0)
-    g = grid("kIq2sCodes")
+    g = grid("iq2s")
     qs, signs, qh, scales = (b[:, 2:34].astype(np.int64), b[:, 34:66].astype(np.int32),
                              b[:, 66:74].astype(np.int64), b[:, 74:82].astype(np.int32))
     y = np.zeros((b.shape[0], 256), dtype=F32)
@@ -412,7 +423,7 @@ def iq2_s(b):
 
 def iq3_xxs(b):
     d = f16(b, 0)
-    g = grid("kIq3xxsCodes")
+    g = grid("iq3xxs")
     qs = b[:, 2:66].astype(np.int64)
     y = np.zeros((b.shape[0], 256), dtype=F32)
     for ib in range(8):
@@ -429,7 +440,7 @@ def iq3_xxs(b):
 
 def iq3_s(b):
     d = f16(b, 0)
-    g = grid("kIq3sCodes")
+    g = grid("iq3s")
     qs, qh = b[:, 2:66].astype(np.int64), b[:, 66:74].astype(np.int64)
     signs, scales = b[:, 74:106].astype(np.int32), b[:, 106:110].astype(np.int32)
     y = np.zeros((b.shape[0], 256), dtype=F32)
@@ -453,7 +464,7 @@ DELTA = F32(0.125)
 
 def iq1_s(b):
     d = f16(b, 0)
-    g = grid("kIq1sCodes")
+    g = grid("iq1s")
     qs = b[:, 2:34].astype(np.int64)
     qh = np.ascontiguousarray(b[:, 34:50]).view("<u2").astype(np.int64)
     y = np.zeros((b.shape[0], 256), dtype=F32)
@@ -468,7 +479,7 @@ def iq1_s(b):
 
 
 def iq1_m(b):
-    g = grid("kIq1sCodes")
+    g = grid("iq1s")
     qs, qh = b[:, 0:32].astype(np.int64), b[:, 32:48].astype(np.int64)
     sc = np.ascontiguousarray(b[:, 48:56]).view("<u2").astype(np.int64)
     bits = (sc[:, 0] >> 12) | ((sc[:, 1] >> 8) & 0x00F0) | ((sc[:, 2] >> 4) & 0x0F00) | (sc[:, 3] & 0xF000)

@@ -57,28 +57,32 @@ struct CacheOptions {
 };
 void set_cache_options(CacheOptions options);
 
+// A scope held on one thread's stack for a stretch of its work (the two
+// below keep thread-local state): never copied or moved.
+struct ThreadScope {
+  ThreadScope() = default;
+  ThreadScope(const ThreadScope&) = delete;
+  ThreadScope& operator=(const ThreadScope&) = delete;
+};
+
 // Held by a FUSE read around its ensure() calls and its reply: the blocks
 // it made present are pinned (never evicted) until the reply has copied
 // them, and only inside such a scope may blocks be evicted (a reader's
 // parse at mount keeps spans of the mapping for longer than a call).
-class ReadScope {
+class ReadScope : ThreadScope {
  public:
   ReadScope();
   ~ReadScope();
-  ReadScope(const ReadScope&) = delete;
-  ReadScope& operator=(const ReadScope&) = delete;
 };
 
 // While one lives on a thread, what that thread fetches outside a FUSE read
 // (a model's header, index or pickles, before mounting) is counted, and on
 // a terminal shown on one line of stderr once past 1 MiB ("fetching
 // metadata of URL: N MiB"), ended when the last scope ends.
-class FetchProgress {
+class FetchProgress : ThreadScope {
  public:
   FetchProgress();
   ~FetchProgress();
-  FetchProgress(const FetchProgress&) = delete;
-  FetchProgress& operator=(const FetchProgress&) = delete;
 };
 
 // Opens the object at `name` (a URL): asks the server its size and

@@ -1,0 +1,37 @@
+# SPDX-License-Identifier: Apache-2.0
+# Writes the codes of src/tree/ggml_grids.txt as C++ arrays, one
+# `constexpr uint16_t kNameCodes[]` a grid (iq2xxs: kIq2xxsCodes), each row
+# of the data file a row of the array; ggml_grids.cpp includes the result.
+#   cmake -DINPUT=ggml_grids.txt -DOUTPUT=ggml_grid_codes.inc -P grid_codes.cmake
+cmake_minimum_required(VERSION 3.22)
+
+file(STRINGS "${INPUT}" lines)
+set(text "// Generated from src/tree/ggml_grids.txt by cmake/grid_codes.cmake.\n")
+set(open FALSE)
+set(number 0)
+foreach(line IN LISTS lines)
+  math(EXPR number "${number} + 1")
+  string(REGEX REPLACE "#.*" "" line "${line}")
+  string(STRIP "${line}" line)
+  if(line STREQUAL "")
+    continue()
+  elseif(line MATCHES "^[a-z][a-z0-9_]*$")
+    if(open)
+      string(APPEND text "};\n\n")
+    endif()
+    string(SUBSTRING "${line}" 0 1 first)
+    string(SUBSTRING "${line}" 1 -1 rest)
+    string(TOUPPER "${first}" first)
+    string(APPEND text "constexpr uint16_t k${first}${rest}Codes[] = {\n")
+    set(open TRUE)
+  elseif(open AND line MATCHES "^[0-9]+( +[0-9]+)*$")
+    string(REGEX REPLACE " +" ", " row "${line}")
+    string(APPEND text "    ${row},\n")
+  else()
+    message(FATAL_ERROR "${INPUT}:${number}: neither a grid's name nor a row of its codes: ${line}")
+  endif()
+endforeach()
+if(open)
+  string(APPEND text "};\n")
+endif()
+file(WRITE "${OUTPUT}" "${text}")
