@@ -66,11 +66,9 @@ class MappedFile {
   // mapping are ensured, any others (local mappings, buffers) are left be.
   // Costs one atomic load while no remote model is open.
   static void ensure_at(const std::byte* at, uint64_t length) {
-    if (any_remote()) ensure_at_slow(at, length);
+    if (remote_mappings_.load(std::memory_order_acquire) != 0) ensure_at_slow(at, length);
   }
   bool is_remote() const noexcept { return remote_ != nullptr; }
-  // Whether any remote model is open in this process.
-  static bool any_remote() noexcept { return remote_mappings_.load(std::memory_order_acquire) != 0; }
 
  private:
   friend class remote::Blocks;

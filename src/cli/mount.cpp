@@ -249,8 +249,8 @@ int mount_command(CommandLine& line, Budget& budget) {
   }
   // Options of libfuse's multi-threaded loop, which modelfs does not use.
   if (line.fuse.clone_fd != 0 || line.fuse.max_idle_threads != UINT_MAX) {
-    spdlog::error("-o {}: modelfs takes requests on one thread and serves reads on up to "
-                  "max_threads workers, so libfuse's clone_fd and max_idle_threads do not apply",
+    spdlog::error("-o {}: modelfs serves with a loop of its own (up to max_threads threads), "
+                  "so libfuse's clone_fd and max_idle_threads do not apply",
                   line.fuse.clone_fd != 0 ? "clone_fd" : "max_idle_threads");
     return kExitUsage;
   }

@@ -175,8 +175,8 @@ void print_usage(const char* program) {
             << "    -d   -o debug          enable debug output (implies -f)\n"
             << "    -f                     foreground operation\n"
             << "    -s                     serve every request on one thread (default: reads\n"
-            << "                           on a pool of threads, the rest on one)\n"
-            << "    -o max_threads=N       at most N threads serving reads (default 10)\n";
+            << "                           side by side, the rest on one thread)\n"
+            << "    -o max_threads=N       at most N threads serving requests (default 10)\n";
   std::cout.flush();
   fuse_lowlevel_help();
   std::cout << "\nExit status: 0 ok, 1 usage or mount error, 2 the model cannot be read.\n"

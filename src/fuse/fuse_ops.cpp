@@ -10,8 +10,8 @@
 // pages are kept between opens.
 #include "fuse_server.hpp"
 
-#include "prefetcher.hpp"
 #include "loop.hpp"
+#include "prefetcher.hpp"
 #include "threads.hpp"
 #include "modelfs/json_text.hpp"
 #include "modelfs/remote.hpp"
@@ -19,12 +19,10 @@
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
-#include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <array>
 #include <climits>
 #include <atomic>
@@ -263,24 +261,6 @@ void warn_failed_read(const Node& node, uint64_t offset, int error) {
 
 constexpr size_t kReplyIovecs = IOV_MAX - 1;
 
-// Whether every page the iovecs point into is in memory (mincore(2)), so
-// that the kernel's copy from them will not wait for the disk. Only a few
-// iovecs are looked at: a read of many parts is taken to wait.
-bool in_memory(const iovec* iov, size_t count) {
-  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  if (count > 8) return false;
-  thread_local std::vector<unsigned char> resident;
-  for (size_t i = 0; i < count; ++i) {
-    const auto begin = reinterpret_cast<uintptr_t>(iov[i].iov_base) & ~(page - 1);
-    const auto end = reinterpret_cast<uintptr_t>(iov[i].iov_base) + iov[i].iov_len;
-    resident.resize((end - begin + page - 1) / page);
-    if (::mincore(reinterpret_cast<void*>(begin), end - begin, resident.data()) != 0) return false;
-    for (unsigned char pages : resident)
-      if ((pages & 1) == 0) return false;
-  }
-  return true;
-}
-
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
   guarded(req, "read", [&] {
     // A remote model's blocks this read makes present stay until replied.
@@ -292,12 +272,6 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
     const uint64_t start = static_cast<uint64_t>(offset);
     if (start >= node->size) return (void)fuse_reply_buf(req, nullptr, 0);
     const uint64_t length = std::min<uint64_t>(size, node->size - start);
-    // Bytes from a server, or computed, may take long: meanwhile another
-    // thread takes requests (loop.hpp).
-    const auto parts = context(req).tree->parts(*node);
-    const bool slow = MappedFile::any_remote() || parts.size() > 8 ||
-                      std::ranges::any_of(parts, [](const Part& p) { return p.computed != nullptr; });
-    if (slow) expect_long_request();
     // A read of the export file may span thousands of tiny tensors, and
     // FUSE takes a short read only at the end of a file: the tree copies
     // what does not fit in these iovecs into the scratch (libfuse adds its
@@ -306,7 +280,6 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
     thread_local std::array<iovec, kReplyIovecs> iov{};
     thread_local std::string scratch;  // a sidecar printed, computed bytes, the copied rest
     const size_t count = context(req).tree->read(*node, start, length, iov, scratch);
-    if (!slow && !in_memory(iov.data(), count)) expect_long_request();
     // `req` is gone once answered.
     Prefetcher* const prefetcher = context(req).prefetcher;
     const pid_t reader = fuse_req_ctx(req)->pid;

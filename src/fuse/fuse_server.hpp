@@ -15,8 +15,8 @@ namespace modelfs {
 struct ServeOptions {
   std::string mountpoint;
   bool foreground = false;
-  // One thread answers every request, reads included (-s). Otherwise reads
-  // go to up to `max_threads` workers (-o max_threads, default 10).
+  // One thread answers every request (-s, libfuse's own loop). Otherwise
+  // loop.hpp's, with up to `max_threads` workers (-o max_threads).
   bool single_thread = false;
   unsigned max_threads = 10;
   // Readahead of the mount's backing device, in KiB; 0 leaves the kernel's

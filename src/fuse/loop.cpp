@@ -2,13 +2,11 @@
 #include "loop.hpp"
 
 #include <linux/fuse.h>
-#include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -27,15 +25,21 @@ namespace {
 // device; its handler does nothing (and reads are not restarted after it).
 constexpr int kWakeSignal = SIGUSR1;
 
+// Requests other than READ in a row that make a walk of the tree. A reader
+// going from file to file makes a few between its reads (a lookup, an
+// open); letting the other threads off the device for those, and waking
+// them again at the next read, cost a first pass over a model's tensors a
+// tenth of its speed.
+constexpr unsigned kWalk = 16;
+
 class Loop {
  public:
-  Loop(fuse_session* session, unsigned most) : session_(session), device_(fuse_session_fd(session)), most_(most) {
-    ::sem_init(&ended_, 0, 0);
-  }
+  Loop(fuse_session* session, unsigned most) : session_(session), most_(most) { ::sem_init(&ended_, 0, 0); }
   ~Loop() { ::sem_destroy(&ended_); }
+  Loop(const Loop&) = delete;
+  Loop& operator=(const Loop&) = delete;
 
   int run();
-  void grow();
 
  private:
   struct Worker {
@@ -43,28 +47,23 @@ class Loop {
     bool done = false;
   };
   void work(Worker& self);
-  bool start_worker();  // under mutex_
-  void end(int result);  // under mutex_
-  bool requests_waiting() const {
-    pollfd device{device_, POLLIN, 0};
-    return ::poll(&device, 1, 0) > 0;
-  }
+  bool start_worker();   // these three under mutex_
+  void another_on_device();
+  void end(int result);
 
   fuse_session* const session_;
-  const int device_;
   const unsigned most_;
   sem_t ended_;  // posted when serving ends
   std::mutex mutex_;
   std::condition_variable wake_;  // room on the device, or serving ends
-  unsigned allowed_ = 1;          // threads that may wait on the device at once
+  unsigned allowed_ = 1;          // threads that may wait on the device
   unsigned on_device_ = 0;
-  unsigned idle_ = 0;
+  unsigned idle_ = 0;             // waiting off the device
+  unsigned others_ = 0;           // requests other than READ since the last READ
   bool stopping_ = false;
-  std::list<Worker> workers_;  // a list: a Worker never moves
+  std::list<Worker> workers_;     // a list: a Worker never moves
   int error_ = 0;
 };
-
-thread_local Loop* current = nullptr;
 
 bool Loop::start_worker() {
   try {
@@ -81,10 +80,8 @@ bool Loop::start_worker() {
   }
 }
 
-void Loop::grow() {
-  std::lock_guard lock(mutex_);
-  if (stopping_ || allowed_ >= most_) return;
-  ++allowed_;
+void Loop::another_on_device() {
+  if (on_device_ > 0) return;
   if (idle_ > 0)
     wake_.notify_one();
   else if (workers_.size() < most_)
@@ -100,7 +97,6 @@ void Loop::end(int result) {
 }
 
 void Loop::work(Worker& self) {
-  current = this;
   struct Buffer {
     fuse_buf buf{};  // libfuse allocates its memory at the first request
     ~Buffer() { std::free(buf.mem); }
@@ -123,25 +119,20 @@ void Loop::work(Worker& self) {
       end(result);  // 0: unmounted
       break;
     }
-    bool read = false;
-    if (buffer.buf.size >= sizeof(fuse_in_header)) {
-      read = static_cast<const fuse_in_header*>(buffer.buf.mem)->opcode == FUSE_READ;
-    }
-    if (!read) allowed_ = 1;
-    lock.unlock();
+    const bool read = buffer.buf.size >= sizeof(fuse_in_header) &&
+                      static_cast<const fuse_in_header*>(buffer.buf.mem)->opcode == FUSE_READ;
     if (read) {
-      if (requests_waiting())
-        grow();
-      else {
-        std::lock_guard shrink(mutex_);
-        allowed_ = std::max(1u, allowed_ - 1);
-      }
+      others_ = 0;
+      allowed_ = most_;
+      another_on_device();
+    } else if (++others_ == kWalk) {
+      allowed_ = 1;
     }
+    lock.unlock();
     fuse_session_process_buf(session_, &buffer.buf);
     lock.lock();
   }
   self.done = true;
-  current = nullptr;
 }
 
 int Loop::run() {
@@ -157,7 +148,8 @@ int Loop::run() {
       return fuse_session_loop(session_);
     }
   }
-  // The exit signals interrupt this wait (sem_wait is never restarted).
+  // A signal that ends serving interrupts this wait (sem_wait is never
+  // restarted); the end of serving on a worker posts it.
   while (!fuse_session_exited(session_)) ::sem_wait(&ended_);
   std::unique_lock lock(mutex_);
   end(0);
@@ -183,12 +175,6 @@ int Loop::run() {
 
 }  // namespace
 
-int serve_session(fuse_session* session, unsigned max_threads) {
-  return Loop(session, max_threads).run();
-}
-
-void expect_long_request() {
-  if (current != nullptr) current->grow();
-}
+int serve_session(fuse_session* session, unsigned max_threads) { return Loop(session, max_threads).run(); }
 
 }  // namespace modelfs

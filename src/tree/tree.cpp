@@ -312,7 +312,6 @@ class TreeBuilder {
   // each read (numeric_views.hpp).
   NpyBody npy_body(const Tensor& tensor) {
     const auto shape = tensor.shape;
-    const auto strides = tensor.strides;
     NpyBody out;
     out.content = npy_content(tensor);
     if (!out.content) return out;

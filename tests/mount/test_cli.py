@@ -248,10 +248,10 @@ def test_a_tree_walk_is_served_by_one_thread(tmp):
         assert len(walk.stdout.splitlines()) > 3 * len(values)
         subprocess.run(["ls", "-lR", str(mnt)], capture_output=True, check=True)
         # Lookups, attributes and listings come one at a time: one worker
-        # answers them all, and a small read of cached bytes too.
-        assert (mnt / "layer7" / "w3").read_bytes() == values["layer7.w3"].tobytes()
+        # answers them all.
         assert thread_names(process.pid).count("worker") == 1
-        # Readers at once are served side by side.
+        # Reads are served side by side: another worker waits for requests
+        # while one reads.
         with busy_reading(mnt, ["big"], BIG.tobytes()):
             assert thread_names(process.pid).count("worker") >= 2
 
