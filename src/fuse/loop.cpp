@@ -119,7 +119,8 @@ void Loop::work(Worker& self) {
       end(result);  // 0: unmounted
       break;
     }
-    const bool read = buffer.buf.size >= sizeof(fuse_in_header) &&
+    // The request is in memory (modelfs turns splice off at INIT).
+    const bool read = !(buffer.buf.flags & FUSE_BUF_IS_FD) && buffer.buf.size >= sizeof(fuse_in_header) &&
                       static_cast<const fuse_in_header*>(buffer.buf.mem)->opcode == FUSE_READ;
     if (read) {
       others_ = 0;
