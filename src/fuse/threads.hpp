@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// The daemon's own threads beside libfuse's workers (the readahead raiser,
-// the read-ahead thread) must never take the signals that end serving.
+// Every thread the daemon starts (the loop's workers, the readahead raiser,
+// the read-ahead thread) must never take the signals that end serving: the
+// main thread takes them, waiting for the end (loop.hpp; under -s it is the
+// one thread of libfuse's loop).
 #include <pthread.h>
 #include <signal.h>
 
@@ -11,7 +13,7 @@
 namespace modelfs {
 
 // SIGINT, SIGTERM and SIGHUP: the signals libfuse's handlers turn into the
-// end of serving. Threads other than libfuse's must block them.
+// end of serving. Threads other than the main one must block them.
 sigset_t exit_signals();
 
 // Starts `body` on a thread born with the exit signals blocked: one landing
