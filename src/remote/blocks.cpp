@@ -62,9 +62,11 @@ std::filesystem::path cache_dir() {
   return std::filesystem::path(home != nullptr && *home ? home : "/root") / ".cache" / "modelfs";
 }
 
-// What a response said, from its headers (the last response's, after
-// redirects; the Hub's commit from whichever response carried it).
+// What a response said: libcurl's code, the status, and from its headers
+// (the last response's, after redirects; the Hub's commit from whichever
+// response carried it).
 struct Response {
+  CURLcode code = CURLE_OK;
   long status = 0;
   std::string etag;
   std::string content_range;
@@ -91,9 +93,8 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
   if (colon == std::string_view::npos) return line.size();
   const std::string name = lower(line.substr(0, colon));
   std::string_view value = line.substr(colon + 1);
-  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
-  while (!value.empty() && (value.back() == '\r' || value.back() == '\n' || value.back() == ' '))
-    value.remove_suffix(1);
+  value.remove_prefix(std::min(value.find_first_not_of(" \t"), value.size()));
+  value = value.substr(0, value.find_last_not_of("\r\n ") + 1);
   if (value.size() > kMaxHeaderValue) return line.size();  // not one we could use
   if (name == "etag") response->etag = value;
   else if (name == "content-range") response->content_range = value;
@@ -122,21 +123,13 @@ bool parse_content_range(std::string_view v, uint64_t& first, uint64_t& last, ui
   return number(first, '-') && number(last, '/') && number(total, '\0') && first <= last && last < total;
 }
 
-struct Easy {
-  CURL* handle = nullptr;
-  Easy() { handle = curl_easy_init(); }
-  ~Easy() {
-    if (handle != nullptr) curl_easy_cleanup(handle);
-  }
-};
-
 // One handle a thread, reset for each request: its connections are kept.
 CURL* thread_handle() {
   std::call_once(curl_ready, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  thread_local Easy easy;
-  if (easy.handle == nullptr) throw std::runtime_error("libcurl cannot make a handle");
-  curl_easy_reset(easy.handle);
-  return easy.handle;
+  thread_local std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> easy(curl_easy_init(), curl_easy_cleanup);
+  if (easy == nullptr) throw std::runtime_error("libcurl cannot make a handle");
+  curl_easy_reset(easy.get());
+  return easy.get();
 }
 
 struct Headers {
@@ -147,9 +140,10 @@ struct Headers {
   ~Headers() { curl_slist_free_all(list); }
 };
 
-// The options every request shares: protocols, redirects, timeouts, auth.
-void common_options(CURL* c, const Target& target, const std::string& url, Headers& headers,
-                    const std::string& range, const std::string& if_match, Response& response) {
+// Requests `range` of `url` on `c` with the options every request shares
+// (protocols, redirects, timeouts, auth), the body going to `write`.
+void perform(CURL* c, const Target& target, const std::string& url, const std::string& range,
+             const std::string& if_match, Response& response, curl_write_callback write, void* body) {
   curl_easy_setopt(c, CURLOPT_URL, url.c_str());
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -167,17 +161,21 @@ void common_options(CURL* c, const Target& target, const std::string& url, Heade
     curl_easy_setopt(c, CURLOPT_AWS_SIGV4, target.sigv4.c_str());
     curl_easy_setopt(c, CURLOPT_USERPWD, target.userpwd.c_str());
   }
+  Headers headers;
   for (const auto& h : target.headers) headers.add(h);
   if (!if_match.empty()) headers.add("If-Match: " + if_match);
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.list);
   curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(c, CURLOPT_HEADERDATA, &response);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, body);
+  response.code = curl_easy_perform(c);
+  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &response.status);
 }
 
-bool transient(CURLcode code, long status) {
-  if (status >= 500 || status == 429 || status == 408) return true;
-  if (code == CURLE_OK) return false;
-  switch (code) {
+bool transient(const Response& r) {
+  if (r.status >= 500 || r.status == 429 || r.status == 408) return true;
+  switch (r.code) {
     case CURLE_COULDNT_CONNECT:
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_OPERATION_TIMEDOUT:
@@ -198,16 +196,32 @@ void back_off(int attempt) {
   std::this_thread::sleep_for(std::chrono::milliseconds(250) * (1 << attempt));
 }
 
-std::string status_text(long status) {
-  switch (status) {
+// Why a request failed: libcurl's words, or the status's.
+std::string failure(const Response& r) {
+  if (r.code != CURLE_OK && r.status < 400) return curl_easy_strerror(r.code);
+  switch (r.status) {
     case 401: return "HTTP 401 Unauthorized (credentials missing or refused)";
     case 403: return "HTTP 403 Forbidden (credentials missing or refused)";
     case 404: return "HTTP 404 Not Found";
     case 410: return "HTTP 410 Gone";
     case 412: return "HTTP 412 Precondition Failed: the object changed on the server since it was mounted";
     case 416: return "HTTP 416 Range Not Satisfiable";
-    default: return "HTTP " + std::to_string(status);
+    default: return "HTTP " + std::to_string(r.status);
   }
+}
+
+[[noreturn]] void refuse(const Target& target, const std::string& why) {
+  throw ModelError(target.display, "remote", std::nullopt, why);
+}
+
+// An OFD lock on the first byte of a block record: each daemon mapping the
+// object holds a read lock (attach); eviction and removal need a write lock.
+int lock_record(int fd, int command, short type) {
+  struct flock lock {};
+  lock.l_type = type;
+  lock.l_whence = SEEK_SET;
+  lock.l_len = 1;
+  return ::fcntl(fd, command, &lock);
 }
 
 // What the first request learns.
@@ -226,14 +240,18 @@ struct Identity {
 // transfer is cut: a hostile server's endless body is never waited out.
 constexpr uint64_t kMaxDiscardedBytes = 64 << 10;
 
-struct ProbeBody {
+// What a body callback keeps: the probe's uses the first three fields.
+struct Body {
   CURL* handle = nullptr;
   Response* response = nullptr;
   uint64_t received = 0;
+  int fd = -1;
+  uint64_t offset = 0, length = 0, size = 0;
+  bool checked = false;
 };
 
 size_t probe_body(char*, size_t size, size_t count, void* user) {
-  auto* body = static_cast<ProbeBody*>(user);
+  auto* body = static_cast<Body*>(user);
   long status = 0;
   curl_easy_getinfo(body->handle, CURLINFO_RESPONSE_CODE, &status);
   // A whole object where one byte was asked for: stop it here.
@@ -253,29 +271,21 @@ Identity probe(const Target& target) {
   for (int attempt = 0;; ++attempt) {
     CURL* c = thread_handle();
     Response response;
-    Headers headers;
-    common_options(c, target, target.url, headers, "0-0", "", response);
-    ProbeBody body{c, &response};
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, probe_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
-    const CURLcode code = curl_easy_perform(c);
-    long status = 0;
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    Body body{c, &response};
+    perform(c, target, target.url, "0-0", "", response, probe_body, &body);
+    const long status = response.status;
     if (status == 206 && response.error == "sent more than was asked")
-      throw ModelError(target.display, "remote", std::nullopt,
-                       "the server sent more than the one byte asked for; it does not serve byte ranges as HTTP says");
+      refuse(target, "the server sent more than the one byte asked for; it does not serve byte ranges "
+                     "as HTTP says");
     if (status == 200 || response.error == "ignores Range")
-      throw ModelError(target.display, "remote", std::nullopt,
-                       "the server ignores Range requests (it answered 200 with the whole object to a "
-                       "request for one byte); modelfs mounts only from servers that serve byte ranges");
-    if (code == CURLE_OK && status == 206) {
+      refuse(target, "the server ignores Range requests (it answered 200 with the whole object to a "
+                     "request for one byte); modelfs mounts only from servers that serve byte ranges");
+    if (response.code == CURLE_OK && status == 206) {
       uint64_t first = 0, last = 0, total = 0;
       if (!parse_content_range(response.content_range, first, last, total) || first != 0 || last != 0)
-        throw ModelError(target.display, "remote", std::nullopt,
-                         "the server's Content-Range for bytes 0-0 is malformed");
+        refuse(target, "the server's Content-Range for bytes 0-0 is malformed");
       if (total > kMaxObjectBytes)
-        throw ModelError(target.display, "remote", std::nullopt,
-                         "the server claims " + std::to_string(total) + " bytes, more than modelfs maps");
+        refuse(target, "the server claims " + std::to_string(total) + " bytes, more than modelfs maps");
       Identity id;
       id.size = total;
       id.etag = response.etag;
@@ -299,15 +309,12 @@ Identity probe(const Target& target) {
       }
       return id;
     }
-    if (code == CURLE_OK && status == 416)
-      throw ModelError(target.display, "remote", std::nullopt, "is empty (" + status_text(status) + ")");
-    if (attempt + 1 < kAttempts && transient(code, status)) {
+    if (response.code == CURLE_OK && status == 416) refuse(target, "is empty (" + failure(response) + ")");
+    if (attempt + 1 < kAttempts && transient(response)) {
       back_off(attempt);
       continue;
     }
-    throw ModelError(target.display, "remote", std::nullopt,
-                     code != CURLE_OK && status < 400 ? std::string("cannot be fetched: ") + curl_easy_strerror(code)
-                                                      : "cannot be fetched: " + status_text(status));
+    refuse(target, "cannot be fetched: " + failure(response));
   }
 }
 
@@ -361,10 +368,6 @@ class Blocks {
   }
   void attach(MappedFile& file);
   void fetch(uint64_t first_block, uint64_t blocks);
-  void fetch_once(uint64_t offset, uint64_t length, CURLcode& code, long& status, std::string& why);
-  [[noreturn]] void fail(uint64_t offset, const std::string& why) const {
-    throw ModelError(target_.display, "remote", offset, why);
-  }
 
   Target target_;
   Identity id_;
@@ -406,11 +409,7 @@ void Blocks::evict_older_than(uint64_t before, uint64_t limit) {
   // Only an object no other daemon maps may lose blocks: this daemon holds
   // a read lock on its record for the life of the mount, and evicts only
   // when it can turn that into a write lock (atomically, both ways).
-  struct flock exclusive {};
-  exclusive.l_type = F_WRLCK;
-  exclusive.l_whence = SEEK_SET;
-  exclusive.l_len = 1;
-  if (::fcntl(presence_fd_, F_OFD_SETLK, &exclusive) != 0) return;
+  if (lock_record(presence_fd_, F_OFD_SETLK, F_WRLCK) != 0) return;
   std::unique_lock guard(lock_);
   for (uint64_t b = 0; b < blocks_ && cached_bytes.load() > limit; ++b) {
     if (!present(b) || in_flight_[b] || used_[b].load(std::memory_order_relaxed) > before) continue;
@@ -431,9 +430,7 @@ void Blocks::evict_older_than(uint64_t before, uint64_t limit) {
     cached_bytes.fetch_sub(length);
   }
   guard.unlock();
-  struct flock shared = exclusive;
-  shared.l_type = F_RDLCK;
-  ::fcntl(presence_fd_, F_OFD_SETLK, &shared);
+  lock_record(presence_fd_, F_OFD_SETLK, F_RDLCK);
 }
 
 // Brings this daemon's cached bytes back under the bound, oldest blocks
@@ -488,21 +485,15 @@ void remove_unmounted_objects(const std::filesystem::path& dir, const std::strin
     total += o.bytes;
     if (path.stem() != keep) objects.push_back(std::move(o));
   }
-  std::sort(objects.begin(), objects.end(), [](const Object& a, const Object& b) {
-    return a.used.tv_sec != b.used.tv_sec ? a.used.tv_sec < b.used.tv_sec : a.used.tv_nsec < b.used.tv_nsec;
-  });
+  std::ranges::sort(objects, {}, [](const Object& o) { return std::pair(o.used.tv_sec, o.used.tv_nsec); });
   for (const auto& o : objects) {
     if (total <= limit) break;
     const int fd = ::open(o.blocks.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) continue;
-    struct flock whole {};
-    whole.l_type = F_WRLCK;
-    whole.l_whence = SEEK_SET;
-    whole.l_len = 1;
     // Held while both files go. A daemon that opened them just before keeps
     // them, nameless, for its mount (it waits for its read lock until this
     // one is gone); later opens start a new object.
-    if (::fcntl(fd, F_OFD_SETLK, &whole) == 0) {
+    if (lock_record(fd, F_OFD_SETLK, F_WRLCK) == 0) {
       ::unlink(o.data.c_str());
       ::unlink(o.blocks.c_str());
       total -= std::min(total, o.bytes);
@@ -564,11 +555,7 @@ void Blocks::attach(MappedFile& file) {
   if (!ok) fail_cache("cannot size the cache files");
   // Held for the life of the mount: a daemon evicts only blocks of objects
   // no other daemon holds (evict_older_than). Waits while one evicts.
-  struct flock shared {};
-  shared.l_type = F_RDLCK;
-  shared.l_whence = SEEK_SET;
-  shared.l_len = 1;
-  while (::fcntl(presence_fd_, F_OFD_SETLKW, &shared) != 0)
+  while (lock_record(presence_fd_, F_OFD_SETLKW, F_RDLCK) != 0)
     if (errno != EINTR) fail_cache("cannot lock the block record");
   void* presence = ::mmap(nullptr, presence_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, presence_fd_, 0);
   if (presence == MAP_FAILED) fail_cache("cannot map the block record");
@@ -667,16 +654,8 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
   }
 }
 
-struct RangeBody {
-  CURL* handle = nullptr;
-  Response* response = nullptr;
-  int fd = -1;
-  uint64_t offset = 0, length = 0, size = 0, received = 0;
-  bool checked = false;
-};
-
 size_t range_body(char* data, size_t size, size_t count, void* user) {
-  auto* body = static_cast<RangeBody*>(user);
+  auto* body = static_cast<Body*>(user);
   const uint64_t n = uint64_t(size) * count;
   if (!body->checked) {
     // The headers are in: only the bytes asked for, of this object, are written.
@@ -713,28 +692,6 @@ size_t range_body(char* data, size_t size, size_t count, void* user) {
   }
   body->received += n;
   return n;
-}
-
-void Blocks::fetch_once(uint64_t offset, uint64_t length, CURLcode& code, long& status, std::string& why) {
-  CURL* c = thread_handle();
-  Response response;
-  Headers headers;
-  const std::string range = std::to_string(offset) + "-" + std::to_string(offset + length - 1);
-  common_options(c, target_, id_.url, headers, range, id_.if_match, response);
-  RangeBody body{c, &response, data_fd_, offset, length, id_.size};
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, range_body);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
-  code = curl_easy_perform(c);
-  status = 0;
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-  why = response.error;
-  if (code == CURLE_OK && status == 206 && why.empty()) {
-    if (!id_.etag.empty() && !response.etag.empty() && response.etag != id_.etag)
-      why = "the object changed on the server since it was mounted (ETag " + response.etag.substr(0, 80) +
-            ", mounted " + id_.etag + ")";
-    else if (body.received != length)
-      why = "the server sent " + std::to_string(body.received) + " of " + std::to_string(length) + " bytes";
-  }
 }
 
 namespace {
@@ -775,27 +732,36 @@ FetchProgress::~FetchProgress() {
 void Blocks::fetch(uint64_t first_block, uint64_t blocks) {
   const uint64_t offset = first_block * kBlockBytes;
   const uint64_t length = std::min(blocks * kBlockBytes, id_.size - offset);
+  const std::string range = std::to_string(offset) + "-" + std::to_string(offset + length - 1);
   for (int attempt = 0;; ++attempt) {
-    CURLcode code = CURLE_OK;
-    long status = 0;
-    std::string why;
-    fetch_once(offset, length, code, status, why);
-    if (code == CURLE_OK && status == 206 && why.empty()) break;
+    CURL* c = thread_handle();
+    Response response;
+    Body body{c, &response, 0, data_fd_, offset, length, id_.size};
+    perform(c, target_, id_.url, range, id_.if_match, response, range_body, &body);
+    std::string why = response.error;
+    if (response.code == CURLE_OK && response.status == 206 && why.empty()) {
+      if (!id_.etag.empty() && !response.etag.empty() && response.etag != id_.etag)
+        why = "the object changed on the server since it was mounted (ETag " + response.etag.substr(0, 80) +
+              ", mounted " + id_.etag + ")";
+      else if (body.received != length)
+        why = "the server sent " + std::to_string(body.received) + " of " + std::to_string(length) + " bytes";
+      else
+        break;
+    }
     // A short body may be a connection cut, tried again like a reset or a
     // 5xx. A changed object, a wrong range or a 200 never is: those bytes
     // are not the mounted object's.
     const bool short_body = why.starts_with("the server sent ");
     const bool refused = !why.empty() && !short_body;
-    if (!refused && attempt + 1 < kAttempts && (short_body || transient(code, status))) {
+    if (!refused && attempt + 1 < kAttempts && (short_body || transient(response))) {
       back_off(attempt);
       continue;
     }
-    if (why.empty()) why = code != CURLE_OK && status < 400 ? std::string(curl_easy_strerror(code)) : status_text(status);
+    if (why.empty()) why = failure(response);
     // A FUSE read's failure is logged here (the reader sees only EIO); at
     // mount the error is the one line modelfs exits with.
-    if (in_read_scope) spdlog::error("{}: bytes {}-{}: {}", target_.display, offset, offset + length - 1, why);
-    fail(offset, "cannot fetch bytes " + std::to_string(offset) + "-" + std::to_string(offset + length - 1) +
-                     ": " + why);
+    if (in_read_scope) spdlog::error("{}: bytes {}: {}", target_.display, range, why);
+    throw ModelError(target_.display, "remote", offset, "cannot fetch bytes " + range + ": " + why);
   }
   // Written whole: marked, for this daemon and any other sharing the cache.
   for (uint64_t b = first_block; b < first_block + blocks; ++b) __atomic_store_n(presence_ + b, 1, __ATOMIC_SEQ_CST);
@@ -806,7 +772,7 @@ void Blocks::fetch(uint64_t first_block, uint64_t blocks) {
 std::shared_ptr<const MappedFile> open(std::string_view name) {
   Target target = resolve(name);
   Identity id = probe(target);
-  if (id.size == 0) throw ModelError(target.display, "remote", std::nullopt, "is empty");
+  if (id.size == 0) refuse(target, "is empty");
   return Blocks::map(std::move(target), std::move(id));
 }
 
