@@ -19,14 +19,11 @@
 namespace modelfs::remote {
 namespace {
 
-std::string env(const char* name) {
-  const char* value = std::getenv(name);
-  return value == nullptr ? std::string() : std::string(value);
-}
-
-std::string home() {
-  std::string h = env("HOME");
-  return h.empty() ? std::string("/root") : h;
+// The first of the variables `names` that is set and not empty, or `fallback`.
+std::string env(std::initializer_list<const char*> names, std::string fallback = {}) {
+  for (const char* name : names)
+    if (const char* value = std::getenv(name); value != nullptr && *value != '\0') return value;
+  return fallback;
 }
 
 [[noreturn]] void refuse(std::string_view name, const std::string& why) {
@@ -59,9 +56,7 @@ std::string trim(std::string s) {
 
 // The [profile] section of ~/.aws/credentials (AWS_SHARED_CREDENTIALS_FILE).
 std::map<std::string, std::string> aws_profile(const std::string& profile) {
-  std::string file = env("AWS_SHARED_CREDENTIALS_FILE");
-  if (file.empty()) file = home() + "/.aws/credentials";
-  std::ifstream in(file);
+  std::ifstream in(env({"AWS_SHARED_CREDENTIALS_FILE"}, env({"HOME"}, "/root") + "/.aws/credentials"));
   std::map<std::string, std::string> values;
   std::string line;
   bool inside = false;
@@ -81,10 +76,7 @@ std::map<std::string, std::string> aws_profile(const std::string& profile) {
 // The commit each hf://OWNER/REPO@REV was found at, so that every file of
 // a model (the index, its shards) comes from the same commit.
 std::mutex hub_lock;
-std::map<std::string, std::string>& hub_commits() {
-  static std::map<std::string, std::string> commits;
-  return commits;
-}
+std::map<std::string, std::string> hub_commits;
 
 Target resolve_s3(std::string_view name) {
   const std::string_view rest = name.substr(5);
@@ -93,25 +85,20 @@ Target resolve_s3(std::string_view name) {
     refuse(name, "an S3 URL is s3://BUCKET/KEY");
   const std::string bucket(rest.substr(0, slash));
   const std::string key(rest.substr(slash + 1));
-  std::string region = env("AWS_REGION");
-  if (region.empty()) region = env("AWS_DEFAULT_REGION");
-  if (region.empty()) region = "us-east-1";
+  const std::string region = env({"AWS_REGION", "AWS_DEFAULT_REGION"}, "us-east-1");
   Target t;
   t.display = display_url(name);
-  std::string endpoint = env("AWS_ENDPOINT_URL_S3");
-  if (endpoint.empty()) endpoint = env("AWS_ENDPOINT_URL");
+  std::string endpoint = env({"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"});
   while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
   // A custom endpoint (MinIO, a local server) is addressed path-style; AWS
   // itself by the bucket's virtual host.
   t.url = endpoint.empty() ? "https://" + bucket + ".s3." + region + ".amazonaws.com/" + encode_path(key, true)
                            : endpoint + "/" + encode_path(bucket, false) + "/" + encode_path(key, true);
-  std::string id = env("AWS_ACCESS_KEY_ID");
-  std::string secret = env("AWS_SECRET_ACCESS_KEY");
-  std::string token = env("AWS_SESSION_TOKEN");
+  std::string id = env({"AWS_ACCESS_KEY_ID"});
+  std::string secret = env({"AWS_SECRET_ACCESS_KEY"});
+  std::string token = env({"AWS_SESSION_TOKEN"});
   if (id.empty() || secret.empty()) {
-    std::string profile = env("AWS_PROFILE");
-    if (profile.empty()) profile = "default";
-    auto values = aws_profile(profile);
+    auto values = aws_profile(env({"AWS_PROFILE"}, "default"));
     id = values["aws_access_key_id"];
     secret = values["aws_secret_access_key"];
     token = values["aws_session_token"];
@@ -147,17 +134,15 @@ Target resolve_hub(std::string_view name) {
   t.hub_repo_rev = owner + "/" + repo + "@" + revision;
   {
     std::lock_guard lock(hub_lock);
-    if (auto it = hub_commits().find(t.hub_repo_rev); it != hub_commits().end()) revision = it->second;
+    if (auto it = hub_commits.find(t.hub_repo_rev); it != hub_commits.end()) revision = it->second;
   }
-  std::string endpoint = env("HF_ENDPOINT");
-  if (endpoint.empty()) endpoint = "https://huggingface.co";
+  std::string endpoint = env({"HF_ENDPOINT"}, "https://huggingface.co");
   while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
   t.url = endpoint + "/" + encode_path(owner, false) + "/" + encode_path(repo, false) + "/resolve/" +
           encode_path(revision, false) + "/" + encode_path(path, true);
-  std::string token = env("HF_TOKEN");
+  std::string token = env({"HF_TOKEN"});
   if (token.empty()) {
-    std::string hf_home = env("HF_HOME");
-    std::ifstream in(hf_home.empty() ? home() + "/.cache/huggingface/token" : hf_home + "/token");
+    std::ifstream in(env({"HF_HOME"}, env({"HOME"}, "/root") + "/.cache/huggingface") + "/token");
     std::getline(in, token);
     token = trim(token);
   }
@@ -202,20 +187,17 @@ Target resolve(std::string_view name) {
   return t;
 }
 
-// A URL's query string and user:password@ (a signed URL's secrets) are
-// blanked in the program's arguments, which /proc/PID/cmdline shows to
-// every user; modelfs keeps its own copy.
+// modelfs keeps its own copy of the model's name.
 void hide_url_secrets(int argc, char** argv, const char* model) {
-  const std::string shown = display_url(model);
+  const std::string shown = display_url(model);  // parts of it dropped: never longer
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], model) != 0 || shown.size() == std::strlen(argv[i])) continue;
+    if (std::strcmp(argv[i], model) != 0) continue;
     const size_t length = std::strlen(argv[i]);
-    std::memcpy(argv[i], shown.data(), std::min(shown.size(), length));
-    std::memset(argv[i] + std::min(shown.size(), length), ' ', length - std::min(shown.size(), length));
+    std::memcpy(argv[i], shown.data(), shown.size());
+    std::memset(argv[i] + shown.size(), ' ', length - shown.size());
   }
 }
 
-// "N", "NK", "NM", "NG", "NT" (binary units, an optional "iB" or "B").
 std::optional<uint64_t> parse_size(std::string_view text) {
   uint64_t value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -223,10 +205,10 @@ std::optional<uint64_t> parse_size(std::string_view text) {
   std::string_view unit(end, static_cast<size_t>(text.data() + text.size() - end));
   int shift = 0;
   if (!unit.empty()) {
-    const char* units = "KMGT";
-    const char* at = std::strchr(units, std::toupper(static_cast<unsigned char>(unit[0])));
-    if (at == nullptr || unit[0] == '\0') return std::nullopt;
-    shift = 10 * static_cast<int>(at - units + 1);
+    const char upper = static_cast<char>(std::toupper(static_cast<unsigned char>(unit[0])));
+    const auto at = std::string_view("KMGT").find(upper);
+    if (at == std::string_view::npos) return std::nullopt;
+    shift = 10 * static_cast<int>(at + 1);
     unit.remove_prefix(1);
     if (unit != "" && unit != "B" && unit != "iB") return std::nullopt;
   }
@@ -236,7 +218,7 @@ std::optional<uint64_t> parse_size(std::string_view text) {
 
 void pin_hub_commit(const std::string& repo_rev, const std::string& commit) {
   std::lock_guard lock(hub_lock);
-  hub_commits().emplace(repo_rev, commit);
+  hub_commits.emplace(repo_rev, commit);
 }
 
 }  // namespace modelfs::remote
