@@ -36,14 +36,10 @@ class Parser {
     header_ = reader.take_string(n, "header");
     data_start_ = 8 + n;
 
-    Header header = read_header(header_, file_->display_name(), kMaxJsonDepth);
+    Header header = read_header(header_, file_->display_name());
     File out;
-    out.header_bytes = n;
     out.metadata = std::move(header.metadata);
-    auto& entries = header.entries;
-    validate_offsets(entries);
-    out.tensors.reserve(entries.size());
-    for (auto& entry : entries) out.tensors.push_back(make_tensor(std::move(entry)));
+    out.tensors = tensors(header.entries);
     return out;
   }
 
@@ -56,14 +52,17 @@ class Parser {
     fail(key_position(header_, name), reason);
   }
 
-  // Rules 5-7 of docs/formats.md, "safetensors validation", in the reference crate's order.
-  void validate_offsets(std::vector<HeaderEntry>& entries) const {
+  // The entries in data order, checked by rules 5-7 of docs/formats.md,
+  // "safetensors validation", in the reference crate's order.
+  std::vector<TensorSpec> tensors(std::vector<HeaderEntry>& entries) const {
     std::sort(entries.begin(), entries.end(), [](const HeaderEntry& a, const HeaderEntry& b) {
       return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
     });
+    std::vector<TensorSpec> out;
+    out.reserve(entries.size());
     const uint64_t buffer_size = file_->size() - data_start_;
     uint64_t expected_begin = 0;
-    for (const auto& e : entries) {
+    for (auto& e : entries) {
       // Built only on the way to a message: this runs for every tensor.
       auto quote = [&] { return "tensor \"" + e.name + "\": "; };
       if (e.begin != expected_begin || e.end < e.begin) {
@@ -93,23 +92,20 @@ class Parser {
                                         ", past the end of the file (" +
                                         std::to_string(file_->size()) + " bytes)");
       expected_begin = e.end;
+      TensorSpec& t = out.emplace_back();
+      t.name = std::move(e.name);
+      t.dtype = e.dtype;
+      t.strides = contiguous_strides(e.shape);
+      t.shape = std::move(e.shape);
+      t.bytes = ByteSpan::mapped(file_, data_start_ + e.begin, nbytes);
+      t.source = {name_, data_start_ + e.begin};
+      if (bits < 8) t.extras["element_bits"] = bits;
     }
     if (expected_begin != buffer_size)
       fail(data_start_ + expected_begin,
            std::to_string(buffer_size - expected_begin) +
                " bytes after the last tensor are not described by the header");
-  }
-
-  TensorSpec make_tensor(HeaderEntry&& e) const {
-    TensorSpec t;
-    t.name = std::move(e.name);
-    t.dtype = e.dtype;
-    t.strides = contiguous_strides(e.shape);
-    t.shape = std::move(e.shape);
-    t.bytes = ByteSpan::mapped(file_, data_start_ + e.begin, e.end - e.begin);
-    t.source = {name_, data_start_ + e.begin};
-    if (dtype_bits(t.dtype) < 8) t.extras["element_bits"] = dtype_bits(t.dtype);
-    return t;
+    return out;
   }
 
   std::shared_ptr<const MappedFile> file_;

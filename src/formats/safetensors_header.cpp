@@ -11,6 +11,7 @@
 
 #include "json_limits.hpp"
 #include "modelfs/error.hpp"
+#include "modelfs/formats/safetensors.hpp"
 
 namespace modelfs::safetensors {
 namespace {
@@ -74,7 +75,6 @@ struct EntryDraft {
   enum Field : uint8_t { None, DTypeField, ShapeField, OffsetsField, Other };
 
   HeaderEntry entry;
-  bool is_object = true;
   bool dtype_seen = false, dtype_is_string = false;
   std::string dtype_code;
   bool shape_seen = false, shape_is_array = false;
@@ -90,7 +90,6 @@ struct EntryDraft {
   std::optional<std::string> problem() {
     // Built only on the way to a message: this runs for every entry.
     auto quote = [&] { return "tensor \"" + entry.name + "\": "; };
-    if (!is_object) return quote() + "entry is not an object";
     if (!dtype_seen || !dtype_is_string) return quote() + "missing or non-string \"dtype\"";
     if (!shape_seen || !shape_is_array) return quote() + "missing or non-array \"shape\"";
     if (!offsets_seen || !offsets_is_array || offsets_count != 2)
@@ -107,7 +106,7 @@ struct EntryDraft {
 
 class HeaderReader {
  public:
-  HeaderReader(const std::string& file, int max_depth) : file_(file), max_depth_(max_depth) {}
+  explicit HeaderReader(const std::string& file) : file_(file) {}
 
   Header finish(std::string_view text) {
     if (!top_is_object_) fail(kHeaderStart, "header is not a JSON object");
@@ -212,12 +211,13 @@ class HeaderReader {
           problem(key_, "__metadata__ is not an object of strings");
           return Slot::Ignored;
         }
+        if (!object) {
+          problem(key_, "tensor \"" + key_ + "\": entry is not an object");
+          return Slot::Ignored;
+        }
         draft_.emplace();
         draft_->entry.name = key_;
-        if (object) return Slot::Entry;
-        draft_->is_object = false;
-        finish_entry();
-        return Slot::Ignored;
+        return Slot::Entry;
       case Slot::Entry: {
         auto& draft = *draft_;
         switch (draft.field) {
@@ -271,8 +271,8 @@ class HeaderReader {
   }
 
   bool open(bool is_object) {
-    if (static_cast<int>(frames_.size()) >= max_depth_)
-      fail(kHeaderStart, "JSON nests deeper than " + std::to_string(max_depth_) + " levels");
+    if (static_cast<int>(frames_.size()) >= kMaxJsonDepth)
+      fail(kHeaderStart, "JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
     const Slot inner = place({is_object ? Value::Object : Value::Array});
     Frame frame{inner, nullptr};
     if (is_object && inner != Slot::Top && inner != Slot::Entry)
@@ -321,7 +321,6 @@ class HeaderReader {
   }
 
   const std::string& file_;
-  int max_depth_;
   Header header_;
   std::vector<Frame> frames_;
   std::string key_;  // the last key read at the header's level or in __metadata__
@@ -338,8 +337,8 @@ uint64_t key_position(std::string_view text, const std::string& key) {
   return pos == std::string_view::npos ? kHeaderStart : kHeaderStart + pos;
 }
 
-Header read_header(std::string_view text, const std::string& file, int max_depth) {
-  HeaderReader reader(file, max_depth);
+Header read_header(std::string_view text, const std::string& file) {
+  HeaderReader reader(file);
   try {
     nlohmann::json::sax_parse(text.begin(), text.end(), &reader);
   } catch (const nlohmann::json::exception& e) {

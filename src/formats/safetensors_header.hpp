@@ -36,7 +36,7 @@ struct Header {
 
 // `text` is the header (file bytes [8, 8 + N)); `file` names it in errors.
 // Throws ModelError at the header's byte (or the entry's key) at fault.
-Header read_header(std::string_view text, const std::string& file, int max_depth);
+Header read_header(std::string_view text, const std::string& file);
 
 // The file offset of `key`'s first appearance in the header (8, the
 // header's start, if it has none): where a message about that key points.

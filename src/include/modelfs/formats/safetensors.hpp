@@ -29,7 +29,6 @@ inline constexpr int kMaxJsonDepth = 64;                  // tensors sit at dept
 struct File {
   std::vector<TensorSpec> tensors;  // ordered by data offset
   nlohmann::json metadata = nlohmann::json::object();  // "__metadata__"
-  uint64_t header_bytes = 0;                           // N
 };
 
 // Parses and validates a mapped .safetensors file. `name` is what tensors'
