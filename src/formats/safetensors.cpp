@@ -136,15 +136,13 @@ bool probe_file(std::span<const std::byte> head) {
   // An index JSON also has '{' early on, but then its first eight bytes are
   // text, which read as a length far beyond any real header.
   if (n >= (uint64_t{1} << 48) && static_cast<char>(head[0]) == '{') return false;
-  auto rest = skip_json_space(head.subspan(8));
-  return !rest.empty() && rest.front() == '{';
+  return skip_json_space(head.subspan(8)).starts_with('{');
 }
 
 bool probe_index_file(std::span<const std::byte> head) {
-  auto text = skip_json_space(head);
-  return !text.empty() && text.front() == '{' &&
-         std::string_view(reinterpret_cast<const char*>(head.data()), head.size())
-                 .find("\"weight_map\"") != std::string_view::npos;
+  // Only blanks precede the text: "weight_map" can be searched for in it.
+  const auto text = skip_json_space(head);
+  return text.starts_with('{') && text.find("\"weight_map\"") != std::string_view::npos;
 }
 
 bool probe_folder(const std::filesystem::path& folder) { return !index_files_in(folder, kIndexSuffixes).empty(); }
