@@ -91,7 +91,6 @@ Catalog open_sharded_index(const ModelFile& index_model, const ShardedFormat& fo
     Catalog part = open_shard(index_path.parent_path() / shard, shard, index_model.checks);
     catalog.files.push_back(shard);
     shards[shard] = std::move(part.metadata);
-    std::set<std::string> found;
     for (const auto& tensor : part.tensors()) {
       const std::string name(tensor.name);
       if (auto [first, added] = shard_of.emplace(name, shard); !added)
@@ -100,11 +99,10 @@ Catalog open_sharded_index(const ModelFile& index_model, const ShardedFormat& fo
       if (!expected.count(name))
         spdlog::warn("{}: tensor \"{}\" is not listed in {}'s weight_map; mounted anyway", shard,
                      tensor.name, index_path.filename().string());
-      found.insert(name);
       catalog.add(tensor);
     }
     for (const auto& name : expected)
-      if (!found.count(name))
+      if (auto holder = shard_of.find(name); holder == shard_of.end() || holder->second != shard)
         throw refuse("weight_map places tensor \"" + name + "\" in " + shard +
                      ", which does not hold it");
   }
