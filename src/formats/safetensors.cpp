@@ -37,10 +37,7 @@ class Parser {
     data_start_ = 8 + n;
 
     Header header = read_header(header_, file_->display_name());
-    File out;
-    out.metadata = std::move(header.metadata);
-    out.tensors = tensors(header.entries);
-    return out;
+    return File{tensors(header.entries), std::move(header.metadata)};
   }
 
  private:
@@ -55,9 +52,7 @@ class Parser {
   // The entries in data order, checked by rules 5-7 of docs/formats.md,
   // "safetensors validation", in the reference crate's order.
   std::vector<TensorSpec> tensors(std::vector<HeaderEntry>& entries) const {
-    std::sort(entries.begin(), entries.end(), [](const HeaderEntry& a, const HeaderEntry& b) {
-      return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
-    });
+    std::ranges::sort(entries, {}, [](const HeaderEntry& e) { return std::tie(e.begin, e.end, e.name); });
     std::vector<TensorSpec> out;
     out.reserve(entries.size());
     const uint64_t buffer_size = file_->size() - data_start_;
