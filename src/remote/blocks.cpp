@@ -198,7 +198,7 @@ void back_off(int attempt) {
 }
 
 // Why a request failed: libcurl's words, or the status's.
-std::string failure(const Response& r) {
+std::string failure_text(const Response& r) {
   if (r.code != CURLE_OK && r.status < 400) return curl_easy_strerror(r.code);
   switch (r.status) {
     case 401: return "HTTP 401 Unauthorized (credentials missing or refused)";
@@ -310,12 +310,13 @@ Identity probe(const Target& target) {
       }
       return id;
     }
-    if (response.code == CURLE_OK && status == 416) refuse(target, "is empty (" + failure(response) + ")");
+    if (response.code == CURLE_OK && status == 416)
+      refuse(target, "is empty (" + failure_text(response) + ")");
     if (attempt + 1 < kAttempts && transient(response)) {
       back_off(attempt);
       continue;
     }
-    refuse(target, "cannot be fetched: " + failure(response));
+    refuse(target, "cannot be fetched: " + failure_text(response));
   }
 }
 
@@ -757,7 +758,7 @@ void Blocks::fetch(uint64_t first_block, uint64_t blocks) {
       back_off(attempt);
       continue;
     }
-    if (why.empty()) why = failure(response);
+    if (why.empty()) why = failure_text(response);
     // A FUSE read's failure is logged here (the reader sees only EIO); at
     // mount the error is the one line modelfs exits with.
     if (in_read_scope) spdlog::error("{}: bytes {}: {}", target_.display, range, why);
