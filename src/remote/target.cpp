@@ -179,8 +179,7 @@ std::string parent_url(std::string_view url) {
 Target resolve(std::string_view name) {
   if (name.starts_with("s3://")) return resolve_s3(name);
   if (name.starts_with("hf://")) return resolve_hub(name);
-  if (!name.starts_with("http://") && !name.starts_with("https://"))
-    refuse(name, "not a URL modelfs reads (http://, https://, s3://, hf://)");
+  if (!is_url(name)) refuse(name, "not a URL modelfs reads (http://, https://, s3://, hf://)");
   Target t;
   t.url = std::string(name);
   t.display = display_url(name);
