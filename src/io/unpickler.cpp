@@ -85,6 +85,24 @@ constexpr NamedGlobal kNamedGlobals[] = {
     {"torch.jit._pickle", "restore_type_tag", KnownGlobal::JitPassThrough},
 };
 
+// What modelfs knows the global module.name to be.
+KnownGlobal classify_global(std::string_view module, std::string_view name) {
+  for (const auto& g : kNamedGlobals)
+    if (g.module == module && g.name == name) return g.known;
+  if (module == "__torch__" || module.starts_with("__torch__.")) return KnownGlobal::TorchScriptClass;
+  if (module == "torch") {
+    if (std::ranges::find(kDTypeNames, name) != std::end(kDTypeNames)) return KnownGlobal::DType;
+    if (std::ranges::find(kQSchemes, name) != std::end(kQSchemes)) return KnownGlobal::QScheme;
+  }
+  if ((module == "torch" || module == "torch.cuda") && name.ends_with("Storage") && name.size() > 7)
+    return KnownGlobal::Storage;
+  if ((module == "torch" || module == "torch.cuda" || module == "torch.sparse" ||
+       module == "torch.cuda.sparse") &&
+      name.ends_with("Tensor") && name.size() > 6)
+    return KnownGlobal::LegacyTensorClass;
+  return KnownGlobal::Unknown;
+}
+
 // Python's name for each Kind, in the enum's order.
 constexpr std::string_view kKindNames[] = {"None", "bool", "int", "int", "float", "str", "bytes",
                                            "list", "tuple", "set", "dict", "global", "object",
@@ -184,19 +202,18 @@ class Machine {
     stack_.push_back(v);
   }
 
-  Value* pop() {
-    if (stack_.size() <= floor()) fail("stack underflow");
-    Value* v = stack_.back();
-    stack_.pop_back();
-    return v;
-  }
-
+  // The top of the stack, which must lie above the last MARK.
   Value* top() {
-    if (stack_.size() <= floor()) fail("stack underflow");
+    const size_t bottom = marks_.empty() ? 0 : marks_.back();
+    if (stack_.size() <= bottom) fail("stack underflow");
     return stack_.back();
   }
 
-  size_t floor() const { return marks_.empty() ? 0 : marks_.back(); }
+  Value* pop() {
+    Value* v = top();
+    stack_.pop_back();
+    return v;
+  }
 
   // The values pushed since the last MARK, which is removed.
   std::vector<Value*> pop_mark() {
@@ -313,15 +330,11 @@ class Machine {
     memo_[index] = v;
   }
 
-  static Value* first_arg(Value* args) {
-    return args && args->is_sequence() && !args->items.empty() ? args->items[0] : nullptr;
-  }
-
   // callable(*args) as REDUCE asks: a few known globals are folded into the
   // plain value they build; everything else is recorded, never called.
   Value* reduce(Value* callable, Value* args, bool newobj) {
     if (callable->kind == Kind::Global) {
-      Value* arg = first_arg(args);
+      Value* arg = args && args->is_sequence() && !args->items.empty() ? args->items[0] : nullptr;
       switch (callable->known) {
         case KnownGlobal::OrderedDict:
         case KnownGlobal::Counter: {
@@ -424,11 +437,7 @@ class Machine {
       case 'K': push(make_int(in_.u8("BININT1"))); break;
       case 'M': push(make_int(in_.u16("BININT2"))); break;
       case 'J': push(make_int(in_.read_le<int32_t>("BININT"))); break;
-      case '\x8a': {  // LONG1
-        const uint8_t n = in_.u8("LONG1 length");
-        push(make_long(in_.take(n, "LONG1")));
-        break;
-      }
+      case '\x8a': push(make_long(in_.take(in_.u8("LONG1 length"), "LONG1"))); break;
       case '\x8b': {  // LONG4
         const int32_t n = in_.read_le<int32_t>("LONG4 length");
         if (n < 0) fail("LONG4 with negative length");
@@ -589,16 +598,8 @@ class Machine {
         build(top(), state);
         break;
       }
-      case 'Q': {  // BINPERSID
-        Value* id = pop();
-        push(sequence(Kind::PersistentId, {id}));
-        break;
-      }
-      case 'P': {  // PERSID (text)
-        Value* id = make_text(Kind::String, line("PERSID"));
-        push(sequence(Kind::PersistentId, {id}));
-        break;
-      }
+      case 'Q': push(sequence(Kind::PersistentId, {pop()})); break;  // BINPERSID
+      case 'P': push(sequence(Kind::PersistentId, {make_text(Kind::String, line("PERSID"))})); break;
       case '\x82': case '\x83': case '\x84':
         fail("extension registry codes (EXT1/2/4) are not supported");
       case '\x97': case '\x98':
@@ -694,23 +695,6 @@ class Machine {
 };
 
 }  // namespace
-
-KnownGlobal classify_global(std::string_view module, std::string_view name) {
-  for (const auto& g : kNamedGlobals)
-    if (g.module == module && g.name == name) return g.known;
-  if (module == "__torch__" || module.starts_with("__torch__.")) return KnownGlobal::TorchScriptClass;
-  if (module == "torch") {
-    if (std::ranges::find(kDTypeNames, name) != std::end(kDTypeNames)) return KnownGlobal::DType;
-    if (std::ranges::find(kQSchemes, name) != std::end(kQSchemes)) return KnownGlobal::QScheme;
-  }
-  if ((module == "torch" || module == "torch.cuda") && name.ends_with("Storage") && name.size() > 7)
-    return KnownGlobal::Storage;
-  if ((module == "torch" || module == "torch.cuda" || module == "torch.sparse" ||
-       module == "torch.cuda.sparse") &&
-      name.ends_with("Tensor") && name.size() > 6)
-    return KnownGlobal::LegacyTensorClass;
-  return KnownGlobal::Unknown;
-}
 
 std::string Value::qualified_name() const {
   if (kind == Kind::Global) return module + "." + name;

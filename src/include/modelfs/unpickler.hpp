@@ -97,8 +97,6 @@ enum class KnownGlobal : uint8_t {
   TorchScriptClass,  // __torch__.*: a TorchScript module or class object
 };
 
-KnownGlobal classify_global(std::string_view module, std::string_view name);
-
 struct Value {
   Kind kind = Kind::None;
   bool boolean = false;
