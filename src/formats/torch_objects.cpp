@@ -96,13 +96,10 @@ std::optional<int64_t> int_of(const Value* v) {
 }
 
 std::optional<std::vector<int64_t>> ints_of(const Value* v) {
-  if (!v || !v->is_sequence() || v->items.size() > kMaxRank) return std::nullopt;
+  if (!v || !v->is_sequence() || v->items.size() > kMaxRank || !std::ranges::all_of(v->items, &Value::is_int))
+    return std::nullopt;
   std::vector<int64_t> out;
-  for (const Value* item : v->items) {
-    auto i = int_of(item);
-    if (!i) return std::nullopt;
-    out.push_back(*i);
-  }
+  for (const Value* item : v->items) out.push_back(item->integer);
   return out;
 }
 
@@ -421,8 +418,11 @@ bool ObjectWalker::try_tensor(const Value* v, const ObjectPath& path, const std:
         if (auto axis = int_of(arg(*q, 3))) quant["axis"] = *axis;
         quant["scales"] = name + ".q_per_channel_scales";
         quant["zero_points"] = name + ".q_per_channel_zero_points";
-        if (!try_tensor_or_skip(arg(*q, 1), name + ".q_per_channel_scales", depth + 1) ||
-            !try_tensor_or_skip(arg(*q, 2), name + ".q_per_channel_zero_points", depth + 1))
+        auto tensor_at = [&](const Value* p, const std::string& p_name) {
+          return p && p->kind == Kind::Call && try_tensor(p, ObjectPath{p_name}, "", depth + 1);
+        };
+        if (!tensor_at(arg(*q, 1), name + ".q_per_channel_scales") ||
+            !tensor_at(arg(*q, 2), name + ".q_per_channel_zero_points"))
           return skip("per-channel quantizer parameters are not tensors");
       }
       extras["quantization"] = quant;
@@ -498,10 +498,6 @@ bool ObjectWalker::try_tensor(const Value* v, const ObjectPath& path, const std:
     default:
       return false;
   }
-}
-
-bool ObjectWalker::try_tensor_or_skip(const Value* v, const std::string& name, uint32_t depth) {
-  return v && v->kind == Kind::Call && try_tensor(v, ObjectPath{name}, "", depth);
 }
 
 StorageBytes ObjectWalker::storage_bytes(const StorageId& id) {

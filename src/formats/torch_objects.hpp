@@ -102,10 +102,9 @@ class ObjectWalker {
   // named again under `path`, its plain values by reference.
   std::optional<nlohmann::json> revisit(const pickle::Value* v, const ObjectPath& path);
   std::optional<nlohmann::json> visit(const pickle::Value* v, const ObjectPath& path, uint32_t depth,
-                                      const std::string& owner_class);
+                                      const std::string& kind);
   bool try_tensor(const pickle::Value* v, const ObjectPath& path, const std::string& kind,
                   uint32_t depth);
-  bool try_tensor_or_skip(const pickle::Value* v, const std::string& name, uint32_t depth);
   void make_tensor(const pickle::Value* storage, const pickle::Value& args, size_t first,
                    std::optional<StorageType> dtype_override, const std::string& path,
                    nlohmann::json extras);
