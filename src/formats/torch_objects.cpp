@@ -67,13 +67,23 @@ constexpr TypeEntry kTypes[] = {
 };
 
 StorageType from_entry(const TypeEntry& e) {
-  StorageType t;
-  t.dtype = e.as;
-  t.element_size = e.element_size;
-  t.torch_name = std::string(e.dtype);
-  t.quantized = e.quantized;
-  t.packed = e.packed;
-  return t;
+  return {.dtype = e.as, .element_size = e.element_size, .torch_name = std::string(e.dtype),
+          .quantized = e.quantized, .packed = e.packed};
+}
+
+// Looks up `torch.<name>` storage classes ("FloatStorage", ...) and dtypes
+// ("float32", "uint16", ...).
+std::optional<StorageType> storage_type_from_class(std::string_view name) {
+  if (name == "UntypedStorage") return StorageType{.torch_name = "uint8", .untyped = true};
+  for (const auto& e : kTypes)
+    if (e.storage_class == name) return from_entry(e);
+  return std::nullopt;
+}
+
+std::optional<StorageType> storage_type_from_dtype(std::string_view name) {
+  for (const auto& e : kTypes)
+    if (e.dtype == name || (!e.alias.empty() && e.alias == name)) return from_entry(e);
+  return std::nullopt;
 }
 
 const Value* arg(const Value& args, size_t i) {
@@ -86,13 +96,10 @@ std::optional<int64_t> int_of(const Value* v) {
 }
 
 std::optional<std::vector<int64_t>> ints_of(const Value* v) {
-  if (!v || !v->is_sequence() || v->items.size() > kMaxRank) return std::nullopt;
+  if (!v || !v->is_sequence() || v->items.size() > kMaxRank || !std::ranges::all_of(v->items, &Value::is_int))
+    return std::nullopt;
   std::vector<int64_t> out;
-  for (const Value* item : v->items) {
-    auto i = int_of(item);
-    if (!i) return std::nullopt;
-    out.push_back(*i);
-  }
+  for (const Value* item : v->items) out.push_back(item->integer);
   return out;
 }
 
@@ -107,25 +114,27 @@ std::string hex_of_bigint(const std::string& le) {
   return out;
 }
 
-}  // namespace
-
-std::optional<StorageType> storage_type_from_class(std::string_view name) {
-  if (name == "UntypedStorage") {
-    StorageType t;
-    t.untyped = true;
-    t.torch_name = "uint8";
-    return t;
+// The element key of a dict key or index, as a name component.
+std::string key_text(const Value* key) {
+  switch (key->kind) {
+    case Kind::String: return key->text;
+    case Kind::Int: return std::to_string(key->integer);
+    case Kind::Bool: return key->boolean ? "True" : "False";
+    case Kind::None: return "None";
+    case Kind::Float: return nlohmann::json(key->real).dump();
+    case Kind::BigInt: return hex_of_bigint(key->text);
+    case Kind::Bytes: return key->text;
+    case Kind::Tuple: {
+      std::string out;
+      for (const Value* item : key->items) out += (out.empty() ? "" : ",") + key_text(item);
+      return "(" + out + ")";
+    }
+    case Kind::Global: return key->qualified_name();
+    default: return "<" + key->qualified_name() + ">";
   }
-  for (const auto& e : kTypes)
-    if (e.storage_class == name) return from_entry(e);
-  return std::nullopt;
 }
 
-std::optional<StorageType> storage_type_from_dtype(std::string_view name) {
-  for (const auto& e : kTypes)
-    if (e.dtype == name || (!e.alias.empty() && e.alias == name)) return from_entry(e);
-  return std::nullopt;
-}
+}  // namespace
 
 std::optional<StorageId> parse_storage_id(const Value& id, std::string* why) {
   auto refuse = [&](const std::string& reason) -> std::optional<StorageId> {
@@ -163,28 +172,6 @@ std::optional<StorageId> parse_storage_id(const Value& id, std::string* why) {
   return out;
 }
 
-std::string key_text(const Value* key) {
-  switch (key->kind) {
-    case Kind::String: return key->text;
-    case Kind::Int: return std::to_string(key->integer);
-    case Kind::Bool: return key->boolean ? "True" : "False";
-    case Kind::None: return "None";
-    case Kind::Float: return nlohmann::json(key->real).dump();
-    case Kind::BigInt: return hex_of_bigint(key->text);
-    case Kind::Bytes: return key->text;
-    case Kind::Tuple: {
-      std::string out;
-      for (const Value* item : key->items) out += (out.empty() ? "" : ",") + key_text(item);
-      return "(" + out + ")";
-    }
-    case Kind::Global: return key->qualified_name();
-    default: return "<" + key->qualified_name() + ">";
-  }
-}
-
-ObjectWalker::ObjectWalker(WalkOptions options, Resolver resolver)
-    : options_(std::move(options)), resolver_(std::move(resolver)) {}
-
 void ObjectWalker::fail(const std::string& reason) const {
   std::optional<uint64_t> at;
   if (current_ && options_.pickle_in_file) at = current_->offset;
@@ -199,7 +186,7 @@ void ObjectWalker::walk(const Value* root, const std::string& prefix, uint64_t p
     values_[prefix.empty() ? "." : prefix] = *plain_root;
 }
 
-nlohmann::json ObjectWalker::plain(const Value* v, uint32_t) {
+nlohmann::json ObjectWalker::plain(const Value* v) {
   ++plain_nodes_;
   switch (v->kind) {
     case Kind::None: return nullptr;
@@ -229,7 +216,7 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const ObjectPa
       storage_only(v, path);
       return std::nullopt;
     default:
-      return plain(v, depth);
+      return plain(v);
   }
   path_stack_.push_back(v);
   if (v->kind == Kind::Call && try_tensor(v, path, kind, depth)) {
@@ -247,8 +234,8 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const ObjectPa
     std::optional<nlohmann::json> plain;
   };
   std::vector<Child> children;
-  bool keyed = v->kind == Kind::Dict;
-  std::string class_name;
+  const bool keyed = v->kind == Kind::Dict || v->kind == Kind::Call;
+  const std::string class_name = v->qualified_name();  // of a Call; "" otherwise
   auto add = [&](const Value* child, const std::string& key, const std::string& child_kind) {
     const ObjectPath child_path = path.child(key);
     children.push_back({child_path.name, key, visit(child, child_path, depth + 1, child_kind)});
@@ -257,19 +244,11 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const ObjectPa
   auto attribute_kind = [&](const std::string& name) -> std::string {
     auto listed = [&](const std::map<std::string, std::vector<std::string>>& table) {
       auto it = table.find(class_name);
-      return it != table.end() && std::find(it->second.begin(), it->second.end(), name) != it->second.end();
+      return it != table.end() && std::ranges::find(it->second, name) != it->second.end();
     };
     if (listed(options_.parameters_by_class)) return "parameter";
     if (listed(options_.buffers_by_class)) return "buffer";
     return "";
-  };
-  // Searched for tensors only; plain values dropped (a module's `training`
-  // flags, a state_dict's _metadata are noise in metadata.json).
-  auto search_only = [&](const Value* child, const std::string& key, const std::string& child_kind) {
-    const bool collect = options_.collect_values;
-    options_.collect_values = false;
-    visit(child, path.child(key), depth + 1, child_kind);
-    options_.collect_values = collect;
   };
   auto entry = [](const Value* dict, std::string_view key) -> const Value* {
     for (const auto& [k, value] : dict->entries)
@@ -286,7 +265,7 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const ObjectPa
         const std::string name = key_text(key);
         const bool tables = name == "_parameters" || name == "_buffers" || name == "_modules";
         if (!tables || value->kind != Kind::Dict) {
-          search_only(value, name, "");
+          search_only(value, path.child(name), depth + 1);
           continue;
         }
         const std::string table_kind = name == "_parameters" ? "parameter" : name == "_buffers" ? "buffer" : "";
@@ -313,20 +292,8 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const ObjectPa
 
   if (v->kind == Kind::Dict) {
     for (const auto& [key, value] : v->entries) add(value, key_text(key), "");
-    if (v->state) {
-      // An OrderedDict's own attributes (a state_dict's _metadata).
-      if (v->state->kind == Kind::Dict) {
-        for (const auto& [key, value] : v->state->entries) search_only(value, key_text(key), "");
-      } else {
-        search_only(v->state, "state", "");
-      }
-    }
+    if (v->state) search_state(v->state, path, depth + 1);  // a state_dict's _metadata
   } else if (v->kind == Kind::Call) {
-    keyed = true;
-    class_name = v->qualified_name();
-    if (v->callable && v->callable->kind == Kind::Global &&
-        v->callable->known == KnownGlobal::TorchScriptClass)
-      class_name = v->callable->module + "." + v->callable->name;
     if (v->args && v->args->is_sequence()) {
       for (size_t i = 0; i < v->args->items.size(); ++i)
         add(v->args->items[i], std::to_string(i), "");
@@ -364,6 +331,21 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const ObjectPa
       if (child.plain && !child.plain->is_null() && plain_nodes_ <= kMaxPlainValues)
         values_[child.path] = std::move(*child.plain);
   return std::nullopt;
+}
+
+// Searched for tensors only; plain values dropped (a module's `training`
+// flags, a state_dict's _metadata are noise in metadata.json).
+void ObjectWalker::search_only(const Value* v, const ObjectPath& path, uint32_t depth) {
+  const bool collect = std::exchange(options_.collect_values, false);
+  visit(v, path, depth, "");
+  options_.collect_values = collect;
+}
+
+// The attributes of an object that is not walked as one: a dict's entries
+// under their keys, anything else as "state".
+void ObjectWalker::search_state(const Value* state, const ObjectPath& path, uint32_t depth) {
+  if (state->kind != Kind::Dict) return search_only(state, path.child("state"), depth);
+  for (const auto& [key, value] : state->entries) search_only(value, path.child(key_text(key)), depth);
 }
 
 std::optional<nlohmann::json> ObjectWalker::revisit(const Value* v, const ObjectPath& path) {
@@ -436,8 +418,11 @@ bool ObjectWalker::try_tensor(const Value* v, const ObjectPath& path, const std:
         if (auto axis = int_of(arg(*q, 3))) quant["axis"] = *axis;
         quant["scales"] = name + ".q_per_channel_scales";
         quant["zero_points"] = name + ".q_per_channel_zero_points";
-        if (!try_tensor_or_skip(arg(*q, 1), name + ".q_per_channel_scales", depth + 1) ||
-            !try_tensor_or_skip(arg(*q, 2), name + ".q_per_channel_zero_points", depth + 1))
+        auto tensor_at = [&](const Value* p, const std::string& p_name) {
+          return p && p->kind == Kind::Call && try_tensor(p, ObjectPath{p_name}, "", depth + 1);
+        };
+        if (!tensor_at(arg(*q, 1), name + ".q_per_channel_scales") ||
+            !tensor_at(arg(*q, 2), name + ".q_per_channel_zero_points"))
           return skip("per-channel quantizer parameters are not tensors");
       }
       extras["quantization"] = quant;
@@ -477,16 +462,7 @@ bool ObjectWalker::try_tensor(const Value* v, const ObjectPath& path, const std:
       if (tensors_.size() > before && new_type && new_type->qualified_name() != "torch._tensor.Tensor" &&
           new_type->qualified_name() != "torch.Tensor")
         tensors_.back().extras["subclass"] = new_type->qualified_name();
-      if (state && state->kind != Kind::None) {
-        const bool collect = options_.collect_values;
-        options_.collect_values = false;
-        if (state->kind == Kind::Dict) {
-          for (const auto& [key, value] : state->entries) visit(value, path.child(key_text(key)), depth + 1, "");
-        } else {
-          visit(state, path.child("state"), depth + 1, "");
-        }
-        options_.collect_values = collect;
-      }
+      if (state && state->kind != Kind::None) search_state(state, path, depth + 1);
       return true;
     }
     case KnownGlobal::RebuildDeviceTensorFromCpuTensor: {
@@ -522,10 +498,6 @@ bool ObjectWalker::try_tensor(const Value* v, const ObjectPath& path, const std:
     default:
       return false;
   }
-}
-
-bool ObjectWalker::try_tensor_or_skip(const Value* v, const std::string& name, uint32_t depth) {
-  return v && v->kind == Kind::Call && try_tensor(v, ObjectPath{name}, "", depth);
 }
 
 StorageBytes ObjectWalker::storage_bytes(const StorageId& id) {
@@ -577,15 +549,13 @@ void ObjectWalker::make_tensor(const Value* storage, const Value& args, size_t f
   auto stride = ints_of(arg(args, first + 2));
   if (!offset || !size || !stride || *offset < 0 || size->size() != stride->size())
     fail("tensor \"" + name + "\": storage offset, size and stride are not ints of one rank");
+  auto negative = [](int64_t n) { return n < 0; };
+  if (std::ranges::any_of(*size, negative)) fail("tensor \"" + name + "\": negative size");
+  if (std::ranges::any_of(*stride, negative)) fail("tensor \"" + name + "\": negative stride");
   TensorSpec t;
   t.name = name;
   t.dtype = type.dtype;
-  for (int64_t dim : *size) {
-    if (dim < 0) fail("tensor \"" + name + "\": negative size");
-    t.shape.push_back(static_cast<uint64_t>(dim));
-  }
-  for (int64_t s : *stride)
-    if (s < 0) fail("tensor \"" + name + "\": negative stride");
+  t.shape.assign(size->begin(), size->end());
   t.strides = *stride;
 
   const StorageBytes bytes = storage_bytes(*id);
@@ -594,9 +564,8 @@ void ObjectWalker::make_tensor(const Value* storage, const Value& args, size_t f
   if (!numel) fail("tensor \"" + name + "\": element count overflows");
   const auto reach = checked_strided_span(t.shape, t.strides);
   if (!reach) fail("tensor \"" + name + "\": strides overflow");
-  const uint64_t span_elements = *reach;
   auto begin = checked_mul(static_cast<uint64_t>(*offset), e);
-  auto length = checked_mul(span_elements, e);
+  auto length = checked_mul(*reach, e);
   if (!begin || !length || !range_fits(*begin, *length, bytes.bytes.size()))
     fail("tensor \"" + name + "\": elements at storage offset " + std::to_string(*offset) +
          " with shape and strides given run past its storage " + id->key + " (" +

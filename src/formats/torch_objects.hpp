@@ -30,11 +30,6 @@ struct StorageType {
   bool untyped = false;    // UntypedStorage: bytes, typed by the tensor
 };
 
-// Looks up `torch.<name>` storage classes ("FloatStorage", ...) and dtypes
-// ("float32", "uint16", ...).
-std::optional<StorageType> storage_type_from_class(std::string_view name);
-std::optional<StorageType> storage_type_from_dtype(std::string_view name);
-
 // The bytes of one storage, as the reader found them.
 struct StorageBytes {
   ByteSpan bytes;                        // the whole record
@@ -91,7 +86,8 @@ class ObjectWalker {
   // Resolves a storage key to its bytes (a record, or a range of a legacy file).
   using Resolver = std::function<StorageBytes(const StorageId&)>;
 
-  ObjectWalker(WalkOptions options, Resolver resolver);
+  ObjectWalker(WalkOptions options, Resolver resolver)
+      : options_(std::move(options)), resolver_(std::move(resolver)) {}
 
   // Walks `root`, naming what it finds under `prefix` ("" at the top).
   // `pickle_bytes`, the length of the pickle `root` came from, bounds how
@@ -106,18 +102,19 @@ class ObjectWalker {
   // named again under `path`, its plain values by reference.
   std::optional<nlohmann::json> revisit(const pickle::Value* v, const ObjectPath& path);
   std::optional<nlohmann::json> visit(const pickle::Value* v, const ObjectPath& path, uint32_t depth,
-                                      const std::string& owner_class);
+                                      const std::string& kind);
   bool try_tensor(const pickle::Value* v, const ObjectPath& path, const std::string& kind,
                   uint32_t depth);
-  bool try_tensor_or_skip(const pickle::Value* v, const std::string& name, uint32_t depth);
   void make_tensor(const pickle::Value* storage, const pickle::Value& args, size_t first,
                    std::optional<StorageType> dtype_override, const std::string& path,
                    nlohmann::json extras);
   StorageBytes storage_bytes(const StorageId& id);
   void charge_tensor(const TensorSpec& t);
   void storage_only(const pickle::Value* v, const ObjectPath& path);
+  void search_only(const pickle::Value* v, const ObjectPath& path, uint32_t depth);
+  void search_state(const pickle::Value* state, const ObjectPath& path, uint32_t depth);
   [[noreturn]] void fail(const std::string& reason) const;
-  nlohmann::json plain(const pickle::Value* v, uint32_t depth);
+  nlohmann::json plain(const pickle::Value* v);
 
   WalkOptions options_;
   Resolver resolver_;
@@ -140,8 +137,5 @@ class ObjectWalker {
   uint64_t plain_nodes_ = 0;
   const pickle::Value* current_ = nullptr;  // what is being read, for messages
 };
-
-// The element key of a dict key or index, as a name component.
-std::string key_text(const pickle::Value* key);
 
 }  // namespace modelfs::torch

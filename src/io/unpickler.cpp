@@ -4,10 +4,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <charconv>
 #include <cstring>
+#include <iterator>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -28,7 +28,7 @@ std::string_view remap_module(std::string_view module) {
   return module;
 }
 
-constexpr std::array kDTypeNames = {
+constexpr std::string_view kDTypeNames[] = {
     "float64", "double", "float32", "float", "float16", "half", "bfloat16", "int64", "long",
     "int32", "int", "int16", "short", "int8", "uint8", "bool", "complex128", "cdouble",
     "complex64", "cfloat", "complex32", "chalf", "qint8", "qint32", "quint8", "quint4x2",
@@ -37,9 +37,9 @@ constexpr std::array kDTypeNames = {
     "uint16", "uint32", "uint64", "uint1", "uint2", "uint3", "uint4", "uint5", "uint6", "uint7",
     "int1", "int2", "int3", "int4", "int5", "int6", "int7"};
 
-constexpr std::array kQSchemes = {"per_tensor_affine", "per_tensor_symmetric",
-                                  "per_channel_affine", "per_channel_symmetric",
-                                  "per_channel_affine_float_qparams"};
+constexpr std::string_view kQSchemes[] = {"per_tensor_affine", "per_tensor_symmetric",
+                                          "per_channel_affine", "per_channel_symmetric",
+                                          "per_channel_affine_float_qparams"};
 
 struct NamedGlobal {
   std::string_view module;
@@ -85,25 +85,31 @@ constexpr NamedGlobal kNamedGlobals[] = {
     {"torch.jit._pickle", "restore_type_tag", KnownGlobal::JitPassThrough},
 };
 
-std::string_view kind_name(Kind kind) {
-  switch (kind) {
-    case Kind::None: return "None";
-    case Kind::Bool: return "bool";
-    case Kind::Int: return "int";
-    case Kind::BigInt: return "int";
-    case Kind::Float: return "float";
-    case Kind::String: return "str";
-    case Kind::Bytes: return "bytes";
-    case Kind::List: return "list";
-    case Kind::Tuple: return "tuple";
-    case Kind::Set: return "set";
-    case Kind::Dict: return "dict";
-    case Kind::Global: return "global";
-    case Kind::Call: return "object";
-    case Kind::PersistentId: return "persistent id";
+// What modelfs knows the global module.name to be.
+KnownGlobal classify_global(std::string_view module, std::string_view name) {
+  for (const auto& g : kNamedGlobals)
+    if (g.module == module && g.name == name) return g.known;
+  if (module == "__torch__" || module.starts_with("__torch__.")) return KnownGlobal::TorchScriptClass;
+  if (module == "torch") {
+    if (std::ranges::find(kDTypeNames, name) != std::end(kDTypeNames)) return KnownGlobal::DType;
+    if (std::ranges::find(kQSchemes, name) != std::end(kQSchemes)) return KnownGlobal::QScheme;
   }
-  return "value";
+  if ((module == "torch" || module == "torch.cuda") && name.ends_with("Storage") && name.size() > 7)
+    return KnownGlobal::Storage;
+  if ((module == "torch" || module == "torch.cuda" || module == "torch.sparse" ||
+       module == "torch.cuda.sparse") &&
+      name.ends_with("Tensor") && name.size() > 6)
+    return KnownGlobal::LegacyTensorClass;
+  return KnownGlobal::Unknown;
 }
+
+// Python's name for each Kind, in the enum's order.
+constexpr std::string_view kKindNames[] = {"None", "bool", "int", "int", "float", "str", "bytes",
+                                           "list", "tuple", "set", "dict", "global", "object",
+                                           "persistent id"};
+static_assert(std::size(kKindNames) == static_cast<size_t>(Kind::PersistentId) + 1);
+
+std::string kind_name(Kind kind) { return std::string(kKindNames[static_cast<size_t>(kind)]); }
 
 bool is_container(const Value* v) {
   switch (v->kind) {
@@ -196,19 +202,18 @@ class Machine {
     stack_.push_back(v);
   }
 
-  Value* pop() {
-    if (stack_.size() <= floor()) fail("stack underflow");
-    Value* v = stack_.back();
-    stack_.pop_back();
-    return v;
-  }
-
+  // The top of the stack, which must lie above the last MARK.
   Value* top() {
-    if (stack_.size() <= floor()) fail("stack underflow");
+    const size_t bottom = marks_.empty() ? 0 : marks_.back();
+    if (stack_.size() <= bottom) fail("stack underflow");
     return stack_.back();
   }
 
-  size_t floor() const { return marks_.empty() ? 0 : marks_.back(); }
+  Value* pop() {
+    Value* v = top();
+    stack_.pop_back();
+    return v;
+  }
 
   // The values pushed since the last MARK, which is removed.
   std::vector<Value*> pop_mark() {
@@ -251,6 +256,12 @@ class Machine {
     Value* v = make(kind);
     for (Value* item : items) nest(v, item);
     v->items = std::move(items);
+    return v;
+  }
+
+  Value* make_bool(bool value) {
+    Value* v = make(Kind::Bool);
+    v->boolean = value;
     return v;
   }
 
@@ -319,15 +330,11 @@ class Machine {
     memo_[index] = v;
   }
 
-  static Value* first_arg(Value* args) {
-    return args && args->is_sequence() && !args->items.empty() ? args->items[0] : nullptr;
-  }
-
   // callable(*args) as REDUCE asks: a few known globals are folded into the
   // plain value they build; everything else is recorded, never called.
   Value* reduce(Value* callable, Value* args, bool newobj) {
     if (callable->kind == Kind::Global) {
-      Value* arg = first_arg(args);
+      Value* arg = args && args->is_sequence() && !args->items.empty() ? args->items[0] : nullptr;
       switch (callable->known) {
         case KnownGlobal::OrderedDict:
         case KnownGlobal::Counter: {
@@ -382,14 +389,14 @@ class Machine {
 
   void add_entry(Value* target, Value* key, Value* value) {
     if (target->kind != Kind::Dict && target->kind != Kind::Call)
-      fail("SETITEM on a " + std::string(kind_name(target->kind)));
+      fail("SETITEM on a " + kind_name(target->kind));
     nest(target, value);
     target->entries.emplace_back(key, value);
   }
 
   void add_item(Value* target, Value* item) {
     if (target->kind != Kind::List && target->kind != Kind::Set && target->kind != Kind::Call)
-      fail("APPEND on a " + std::string(kind_name(target->kind)));
+      fail("APPEND on a " + kind_name(target->kind));
     nest(target, item);
     target->items.push_back(item);
   }
@@ -411,11 +418,10 @@ class Machine {
 
   void step(char op) {
     switch (op) {
-      case '\x80': {  // PROTO
+      case '\x80':  // PROTO
         out_.protocol = in_.u8("protocol");
         if (out_.protocol > 5) fail("protocol " + std::to_string(out_.protocol) + " is newer than 5");
         break;
-      }
       case '\x95':  // FRAME: only a read-ahead hint; its length must fit
         if (in_.u64("frame length") > in_.remaining()) fail("FRAME runs past the end of the pickle");
         break;
@@ -427,21 +433,11 @@ class Machine {
       case '1': pop_mark(); break;    // POP_MARK
       case '2': push(top()); break;   // DUP
       case 'N': push(make(Kind::None)); break;
-      case '\x88':
-      case '\x89': {  // NEWTRUE / NEWFALSE
-        Value* v = make(Kind::Bool);
-        v->boolean = op == '\x88';
-        push(v);
-        break;
-      }
+      case '\x88': case '\x89': push(make_bool(op == '\x88')); break;  // NEWTRUE / NEWFALSE
       case 'K': push(make_int(in_.u8("BININT1"))); break;
       case 'M': push(make_int(in_.u16("BININT2"))); break;
       case 'J': push(make_int(in_.read_le<int32_t>("BININT"))); break;
-      case '\x8a': {  // LONG1
-        const uint8_t n = in_.u8("LONG1 length");
-        push(make_long(in_.take(n, "LONG1")));
-        break;
-      }
+      case '\x8a': push(make_long(in_.take(in_.u8("LONG1 length"), "LONG1"))); break;
       case '\x8b': {  // LONG4
         const int32_t n = in_.read_le<int32_t>("LONG4 length");
         if (n < 0) fail("LONG4 with negative length");
@@ -453,13 +449,10 @@ class Machine {
       }
       case 'I': {  // INT (text)
         std::string_view text = line("INT");
-        if (text == "00" || text == "01") {
-          Value* v = make(Kind::Bool);
-          v->boolean = text == "01";
-          push(v);
-        } else {
+        if (text == "00" || text == "01")
+          push(make_bool(text == "01"));
+        else
           push(make_int(parse_decimal(text, "INT")));
-        }
         break;
       }
       case 'L': {  // LONG (text)
@@ -518,14 +511,6 @@ class Machine {
         push(sequence(Kind::Tuple, std::move(items)));
         break;
       }
-      case 'd': {  // DICT
-        auto items = pop_mark();
-        if (items.size() % 2) fail("DICT with an odd number of items");
-        Value* dict = make(Kind::Dict);
-        for (size_t i = 0; i < items.size(); i += 2) add_entry(dict, items[i], items[i + 1]);
-        push(dict);
-        break;
-      }
       case 'a': {  // APPEND
         Value* item = pop();
         add_item(top(), item);
@@ -544,11 +529,14 @@ class Machine {
         add_entry(top(), key, value);
         break;
       }
-      case 'u': {  // SETITEMS
+      case 'd':
+      case 'u': {  // DICT / SETITEMS: the key, value pairs since MARK into a new dict / the top
+        const bool dict = op == 'd';
         auto items = pop_mark();
-        if (items.size() % 2) fail("SETITEMS with an odd number of items");
-        Value* target = top();
+        if (items.size() % 2) fail(std::string(dict ? "DICT" : "SETITEMS") + " with an odd number of items");
+        Value* target = dict ? make(Kind::Dict) : top();
         for (size_t i = 0; i < items.size(); i += 2) add_entry(target, items[i], items[i + 1]);
+        if (dict) push(target);
         break;
       }
       case 'p': memo_put(parse_unsigned(line("PUT"), "PUT")); break;
@@ -571,16 +559,11 @@ class Machine {
         push(make_global(module->text, name->text));
         break;
       }
-      case 'R': {  // REDUCE
+      case 'R':
+      case '\x81': {  // REDUCE / NEWOBJ
         Value* args = pop();
         Value* callable = pop();
-        push(reduce(callable, args, false));
-        break;
-      }
-      case '\x81': {  // NEWOBJ
-        Value* args = pop();
-        Value* cls = pop();
-        push(reduce(cls, args, true));
+        push(reduce(callable, args, op == '\x81'));
         break;
       }
       case '\x92': {  // NEWOBJ_EX: keyword arguments become items set on the object
@@ -615,16 +598,8 @@ class Machine {
         build(top(), state);
         break;
       }
-      case 'Q': {  // BINPERSID
-        Value* id = pop();
-        push(sequence(Kind::PersistentId, {id}));
-        break;
-      }
-      case 'P': {  // PERSID (text)
-        Value* id = make_text(Kind::String, line("PERSID"));
-        push(sequence(Kind::PersistentId, {id}));
-        break;
-      }
+      case 'Q': push(sequence(Kind::PersistentId, {pop()})); break;  // BINPERSID
+      case 'P': push(sequence(Kind::PersistentId, {make_text(Kind::String, line("PERSID"))})); break;
       case '\x82': case '\x83': case '\x84':
         fail("extension registry codes (EXT1/2/4) are not supported");
       case '\x97': case '\x98':
@@ -719,31 +694,7 @@ class Machine {
   std::unordered_set<std::string> unknown_seen_;
 };
 
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 }  // namespace
-
-KnownGlobal classify_global(std::string_view module, std::string_view name) {
-  for (const auto& g : kNamedGlobals)
-    if (g.module == module && g.name == name) return g.known;
-  if (module == "__torch__" || module.starts_with("__torch__.")) return KnownGlobal::TorchScriptClass;
-  if (module == "torch") {
-    for (const char* dtype : kDTypeNames)
-      if (name == dtype) return KnownGlobal::DType;
-    for (const char* scheme : kQSchemes)
-      if (name == scheme) return KnownGlobal::QScheme;
-    if (ends_with(name, "Storage") && name.size() > 7) return KnownGlobal::Storage;
-  }
-  if ((module == "torch" || module == "torch.cuda" || module == "torch.sparse" ||
-       module == "torch.cuda.sparse") &&
-      ends_with(name, "Tensor") && name.size() > 6)
-    return KnownGlobal::LegacyTensorClass;
-  if (module == "torch.cuda" && ends_with(name, "Storage") && name.size() > 7)
-    return KnownGlobal::Storage;
-  return KnownGlobal::Unknown;
-}
 
 std::string Value::qualified_name() const {
   if (kind == Kind::Global) return module + "." + name;

@@ -22,7 +22,6 @@
 // the limits below.
 #include <cstddef>
 #include <cstdint>
-#include <iterator>
 #include <memory>
 #include <optional>
 #include <span>
@@ -98,8 +97,6 @@ enum class KnownGlobal : uint8_t {
   TorchScriptClass,  // __torch__.*: a TorchScript module or class object
 };
 
-KnownGlobal classify_global(std::string_view module, std::string_view name);
-
 struct Value {
   Kind kind = Kind::None;
   bool boolean = false;
@@ -135,10 +132,7 @@ struct Value {
 
 // Where a pickle's values live: at stable addresses (values point at each
 // other), in chunks from the heap that neither growing nor moving the store
-// moves. Chunks mapped from the kernel and larger chunks did no better in
-// time or resident memory on a 100 000-tensor torch.save model; a
-// std::deque, two values per block, mounted it markedly slower
-// (bench/results/2026-12-01_memory.md).
+// moves (why not a std::deque: bench/results/2026-12-01_memory.md).
 class ValueStore {
  public:
   static constexpr size_t kChunkValues = 256;
@@ -161,37 +155,25 @@ class ValueStore {
   }
   size_t size() const noexcept { return size_; }
 
-  class const_iterator {
-   public:
-    using iterator_category = std::forward_iterator_tag;
-    using value_type = Value;
-    using difference_type = std::ptrdiff_t;
-    using pointer = const Value*;
-    using reference = const Value&;
-    const_iterator() = default;
-    const_iterator(const ValueStore* store, size_t index) : store_(store), index_(index) {}
-    reference operator*() const { return store_->at(index_); }
-    pointer operator->() const { return &store_->at(index_); }
+  // Enough of an iterator for range-for over the values in order.
+  struct const_iterator {
+    const Value& operator*() const {
+      return store->chunks_[index / kChunkValues][index % kChunkValues];
+    }
+    const Value* operator->() const { return &**this; }
     const_iterator& operator++() {
-      ++index_;
+      ++index;
       return *this;
     }
-    const_iterator operator++(int) {
-      auto before = *this;
-      ++index_;
-      return before;
-    }
-    bool operator==(const const_iterator& other) const { return index_ == other.index_; }
+    bool operator==(const const_iterator& other) const { return index == other.index; }
 
-   private:
-    const ValueStore* store_ = nullptr;
-    size_t index_ = 0;
+    const ValueStore* store;
+    size_t index;
   };
   const_iterator begin() const { return {this, 0}; }
   const_iterator end() const { return {this, size_}; }
 
  private:
-  const Value& at(size_t i) const { return chunks_[i / kChunkValues][i % kChunkValues]; }
 
   std::vector<std::unique_ptr<Value[]>> chunks_;
   size_t size_ = 0;
