@@ -7,6 +7,7 @@
 #include <cstring>
 #include <algorithm>
 #include <map>
+#include <ranges>
 
 #include "sharded_index.hpp"
 #include "modelfs/checked_math.hpp"
@@ -63,7 +64,7 @@ void read_script_classes(const ZipArchive& zip, const std::string& prefix, WalkO
         member.uncompressed_size > kMaxScriptSourceBytes)
       continue;
     std::string module = member.name.substr(code.size(), member.name.size() - code.size() - 3);
-    std::replace(module.begin(), module.end(), '/', '.');
+    std::ranges::replace(module, '/', '.');
     std::string text;
     try {
       text = std::string(present(zip.contents(member)).view());
@@ -73,15 +74,11 @@ void read_script_classes(const ZipArchive& zip, const std::string& prefix, WalkO
       continue;
     }
     std::string current;
-    size_t start = 0;
-    while (start < text.size()) {
-      size_t end = text.find('\n', start);
-      if (end == std::string::npos) end = text.size();
-      std::string_view line(text.data() + start, end - start);
-      start = end + 1;
+    for (const auto part : std::views::split(text, '\n')) {
+      const std::string_view line(part.begin(), part.end());
       if (line.starts_with("class ")) {
-        const size_t stop = line.find_first_of("(:", 6);
-        current = module + "." + std::string(line.substr(6, stop == std::string_view::npos ? std::string_view::npos : stop - 6));
+        // No '(' or ':' (npos): npos - 6 still reaches the end of the line.
+        current = module + "." + std::string(line.substr(6, line.find_first_of("(:", 6) - 6));
       } else if (!current.empty()) {
         const std::string_view body = line.substr(std::min(line.find_first_not_of(' '), line.size()));
         if (body.starts_with("__parameters__ ="))
@@ -160,21 +157,17 @@ Catalog open_zip(const ModelFile& model, const ZipArchive& zip) {
   options.collect_values = !script;
   if (script) read_script_classes(zip, prefix, options);
 
-  nlohmann::json skipped = nlohmann::json::array();
-  {
-    auto walked = walk_record(zip, *data_pkl, prefix + "data/", options, "", true);
-    for (const auto& t : walked.contents.tensors) catalog.add(t);
-    if (!script) catalog.metadata["values"] = std::move(walked.contents.values);
-    info["protocol"] = walked.protocol;
-    for (auto& name : walked.contents.skipped_objects) skipped.push_back(name);
-  }
+  auto data = walk_record(zip, *data_pkl, prefix + "data/", options, "", true);
+  for (const auto& t : data.tensors) catalog.add(t);
+  if (!script) catalog.metadata["values"] = std::move(data.values);
+  info["protocol"] = data.protocol;
+  nlohmann::json skipped = std::move(data.skipped_objects);
   if (script) {
-    WalkOptions constant_options = options;
-    constant_options.default_kind = "constant";
-    auto walked = walk_record(zip, *zip.find(prefix + "constants.pkl"), prefix + "constants/",
-                              constant_options, "constants", true);
-    for (const auto& t : walked.contents.tensors) catalog.add(t);
-    for (auto& name : walked.contents.skipped_objects) skipped.push_back(name);
+    options.default_kind = "constant";
+    auto constants = walk_record(zip, *zip.find(prefix + "constants.pkl"), prefix + "constants/",
+                                 options, "constants", true);
+    for (const auto& t : constants.tensors) catalog.add(t);
+    for (auto& name : constants.skipped_objects) skipped.push_back(name);
   }
   catalog.metadata["torch"] = info;
   if (!skipped.empty()) catalog.metadata["skipped_objects"] = skipped;
@@ -193,22 +186,21 @@ Catalog open_legacy(const ModelFile& model) {
   auto fail = [&](uint64_t at, const std::string& reason) {
     return ModelError(display, "legacy torch.save", at, reason);
   };
+  // The next pickle, and the offset it starts at.
   auto next = [&]() {
+    const uint64_t at = position;
     pickle::Pickle p = pickle::unpickle(bytes.subspan(position), display, "legacy torch.save", position);
     position += p.end;
-    return p;
+    return std::pair{std::move(p), at};
   };
 
-  const uint64_t magic_at = position;
-  auto magic = next();
+  auto [magic, magic_at] = next();
   if (magic.root->kind != Kind::BigInt || magic.root->text != kLegacyMagicNumber)
     throw fail(magic_at, "first pickle is not the legacy torch.save magic number");
-  const uint64_t protocol_at = position;
-  auto protocol = next();
+  auto [protocol, protocol_at] = next();
   if (!protocol.root->is_int() || protocol.root->integer != kLegacyProtocolVersion)
     throw fail(protocol_at, "protocol version is not " + std::to_string(kLegacyProtocolVersion));
-  const uint64_t sys_info_at = position;
-  auto sys_info = next();
+  auto [sys_info, sys_info_at] = next();
   if (sys_info.root->kind != Kind::Dict) throw fail(sys_info_at, "sys_info is not a dict");
   nlohmann::json info = {{"serialization", "legacy"}, {"version", kLegacyProtocolVersion}};
   for (const auto& [key, value] : sys_info.root->entries)
@@ -217,8 +209,7 @@ Catalog open_legacy(const ModelFile& model) {
       info["writer_little_endian"] = value->boolean;
     }
 
-  const uint64_t object_at = position;
-  auto object = next();
+  auto [object, object_at] = next();
   // Element sizes of every storage, from the storage ids in the object.
   std::map<std::string, StorageId> ids;
   for (const Value& v : object.values) {
@@ -230,8 +221,7 @@ Catalog open_legacy(const ModelFile& model) {
       throw fail(object_at, "storage " + id->key + " is referenced with two different types or sizes");
   }
 
-  const uint64_t keys_at = position;
-  auto keys = next();
+  auto [keys, keys_at] = next();
   if (keys.root->kind != Kind::List) throw fail(keys_at, "storage key list is not a list");
   struct Range {
     uint64_t offset;
@@ -296,7 +286,7 @@ const std::initializer_list<std::string_view> kIndexSuffixes = {".bin.index.json
                                                                      ".pth.index.json"};
 const ShardedFormat kSharded{kIndexFormat, "pytorch", kMaxIndexJsonDepth};
 
-Catalog open_shard(const std::filesystem::path& path, IntegrityChecks* checks) {
+Catalog open_shard(const std::filesystem::path& path, const std::string&, IntegrityChecks* checks) {
   const ModelFile shard = ModelFile::open(path, checks);
   auto head = shard.mapped->bytes().first(std::min<uint64_t>(shard.mapped->size(), 64));
   shard.mapped->ensure(0, head.size());
@@ -326,11 +316,7 @@ bool probe_folder(const std::filesystem::path& folder) {
 }
 
 Catalog open_index_file(const ModelFile& index) {
-  Catalog catalog = open_sharded_index(
-      index, kSharded,
-      [](const std::filesystem::path& path, const std::string&, IntegrityChecks* checks) {
-        return open_shard(path, checks);
-      });
+  Catalog catalog = open_sharded_index(index, kSharded, open_shard);
   catalog.tensors_may_share_bytes = true;
   return catalog;
 }

@@ -22,7 +22,7 @@ std::string archive_folder(const ZipArchive& zip) {
   return slash == std::string::npos ? "" : first.substr(0, slash + 1);
 }
 
-WalkedRecord walk_record(const ZipArchive& zip, const ZipMember& member,
+SaveContents walk_record(const ZipArchive& zip, const ZipMember& member,
                          const std::string& storage_folder, torch::WalkOptions options,
                          const std::string& name_prefix, bool in_file) {
   const std::string& format = options.format;
@@ -46,12 +46,8 @@ WalkedRecord walk_record(const ZipArchive& zip, const ZipMember& member,
     return out;
   });
   walker.walk(pickled.root, name_prefix, pickled.end);
-  WalkedRecord walked;
-  walked.contents.tensors = std::move(walker.tensors());
-  walked.contents.values = std::move(walker.values());
-  walked.contents.skipped_objects = pickled.unknown_globals;
-  walked.protocol = pickled.protocol;
-  return walked;
+  return {std::move(walker.tensors()), std::move(walker.values()), pickled.unknown_globals,
+          pickled.protocol};
 }
 
 SaveContents read_save(const ZipArchive& zip, const NestedSave& how) {
@@ -73,8 +69,7 @@ SaveContents read_save(const ZipArchive& zip, const NestedSave& how) {
                            "\", not little or big");
     options.byte_swap = text == "big";
   }
-  return walk_record(zip, *data_pkl, prefix + "data/", options, how.name_prefix, how.in_file)
-      .contents;
+  return walk_record(zip, *data_pkl, prefix + "data/", options, how.name_prefix, how.in_file);
 }
 
 }  // namespace modelfs::torch_save

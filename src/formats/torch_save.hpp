@@ -37,6 +37,7 @@ struct SaveContents {
   std::vector<TensorSpec> tensors;
   nlohmann::json values = nlohmann::json::object();           // plain values, by path
   nlohmann::json skipped_objects = nlohmann::json::array();  // globals not rebuilt
+  int protocol = 0;                                          // of the pickle
 };
 
 // Reads the torch.save archive `zip` (its data.pkl and data/ storages).
@@ -52,15 +53,10 @@ std::string trimmed(std::string_view text);
 // entry, with its '/' ("" when the first entry lies at the root).
 std::string archive_folder(const ZipArchive& zip);
 
-struct WalkedRecord {
-  SaveContents contents;
-  int protocol = 0;
-};
-
 // Unpickles `member` and walks it, storages resolved in `storage_folder`.
 // `in_file`: the archive lies in the model file as is, so offsets are file
 // offsets (an inflated nested archive has none).
-WalkedRecord walk_record(const ZipArchive& zip, const ZipMember& member,
+SaveContents walk_record(const ZipArchive& zip, const ZipMember& member,
                          const std::string& storage_folder, torch::WalkOptions options,
                          const std::string& name_prefix, bool in_file);
 
