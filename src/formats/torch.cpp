@@ -223,11 +223,7 @@ Catalog open_legacy(const ModelFile& model) {
 
   auto [keys, keys_at] = next();
   if (keys.root->kind != Kind::List) throw fail(keys_at, "storage key list is not a list");
-  struct Range {
-    uint64_t offset;
-    uint64_t length;
-  };
-  std::map<std::string, Range> ranges;
+  std::map<std::string, StorageBytes> storages;
   for (const Value* key : keys.root->items) {
     if (!key->is_string()) throw fail(keys_at, "storage key list holds a non-string");
     auto id = ids.find(key->text);
@@ -244,7 +240,8 @@ Catalog open_legacy(const ModelFile& model) {
     auto length = checked_mul(static_cast<uint64_t>(numel), id->second.type.element_size);
     if (!length || !range_fits(position + 8, *length, bytes.size()))
       throw fail(position, "storage " + key->text + " runs past the end of the file");
-    if (!ranges.emplace(key->text, Range{position + 8, *length}).second)
+    const StorageBytes storage{ByteSpan::mapped(file, position + 8, *length), position + 8};
+    if (!storages.emplace(key->text, storage).second)
       throw fail(keys_at, "storage key " + key->text + " is listed twice");
     position += 8 + *length;
   }
@@ -257,11 +254,11 @@ Catalog open_legacy(const ModelFile& model) {
   options.format = format;
   options.source = file_name(model.path);
   ObjectWalker walker(options, [&](const StorageId& id) {
-    auto it = ranges.find(id.key);
-    if (it == ranges.end())
+    auto it = storages.find(id.key);
+    if (it == storages.end())
       throw ModelError(display, "legacy torch.save", std::nullopt,
                        "storage " + id.key + " is not in the file's storage list");
-    return StorageBytes{ByteSpan::mapped(file, it->second.offset, it->second.length), it->second.offset};
+    return it->second;
   });
   walker.walk(object.root, "", object.end);
 
