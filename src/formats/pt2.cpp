@@ -311,12 +311,15 @@ bool ArchiveReader::holds_zip(const ZipMember& member) const {
 // inflated into a memory file when compressed.
 torch_save::SaveContents ArchiveReader::read_nested(const ZipMember& member, const std::string& name_prefix,
                                                const std::string& default_kind) {
-  torch_save::NestedSave how{display_, std::string(kFormat), source_, name_prefix, default_kind, true};
-  if (member.stored()) return torch_save::read_save(zip_.nested(member), how);
-  how.in_file = false;
+  torch::WalkOptions options;
+  options.file = display_;
+  options.format = kFormat;
+  options.source = source_;
+  options.default_kind = default_kind;
+  if (member.stored()) return torch_save::read_save(zip_.nested(member), options, name_prefix, true);
   const ByteSpan inflated = zip_.contents(member);
   auto memory = MappedFile::from_bytes(inflated.view(), display_ + ":" + member.name);
-  return torch_save::read_save(ZipArchive::open(memory, "ZIP archive"), how);
+  return torch_save::read_save(ZipArchive::open(memory, "ZIP archive"), options, name_prefix, false);
 }
 
 // A SymInt that must be concrete: {"as_int": n} (a plain n is taken too).
@@ -636,11 +639,10 @@ void ArchiveReader::read_layered() {
                                     "\" is not 0, the only PT2 archive version defined");
   }
   pt2["archive_version"] = archive_version;
-  for (const char* record : {".data/version", "version"})
-    if (const ZipMember* version = find(record)) {
-      pt2[std::string(record) == "version" ? "version" : "container_version"] =
-          trimmed(text_of(*version, kMaxRecordBytes));
-    }
+  for (const auto& [record, key] : {std::pair{".data/version", "container_version"},
+                                    std::pair{"version", "version"}})
+    if (const ZipMember* version = find(record))
+      pt2[key] = trimmed(text_of(*version, kMaxRecordBytes));
   if (const ZipMember* order = find("byteorder")) {
     const std::string text = trimmed(text_of(*order, kMaxRecordBytes));
     if (text != "little")

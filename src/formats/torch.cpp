@@ -123,6 +123,11 @@ Catalog open_zip(const ModelFile& model, const ZipArchive& zip) {
   }
   const bool script = zip.find(prefix + "constants.pkl") != nullptr;
   const std::string format = script ? "torchscript" : "pytorch";
+  WalkOptions options;
+  options.file = display;
+  options.format = format;
+  options.source = file_name(model.path);
+  options.collect_values = !script;
 
   nlohmann::json info = {{"serialization", "zip"}, {"archive", prefix.substr(0, prefix.empty() ? 0 : prefix.size() - 1)}};
   const ZipMember* version = zip.find(prefix + ".data/version");
@@ -136,12 +141,11 @@ Catalog open_zip(const ModelFile& model, const ZipArchive& zip) {
                                std::to_string(kMaxArchiveVersion) + " (PyTorch's supported range)");
     info["version"] = value;
   }
-  bool big_endian = false;
   if (const ZipMember* order = zip.find(prefix + "byteorder")) {
     const std::string text = trimmed(present(zip.contents(*order)).view());
     if (text != "little" && text != "big")
       throw refuse(format, "byteorder record says \"" + text.substr(0, 20) + "\", not little or big");
-    big_endian = text == "big";
+    options.byte_swap = text == "big";
     info["byteorder"] = text;
   }
 
@@ -149,12 +153,6 @@ Catalog open_zip(const ModelFile& model, const ZipArchive& zip) {
   catalog.format = format;
   catalog.mtime = file->mtime();
   catalog.files.push_back(file_name(model.path));
-  WalkOptions options;
-  options.file = display;
-  options.format = format;
-  options.source = file_name(model.path);
-  options.byte_swap = big_endian;
-  options.collect_values = !script;
   if (script) read_script_classes(zip, prefix, options);
 
   auto data = walk_record(zip, *data_pkl, prefix + "data/", options, "", true);

@@ -50,26 +50,22 @@ SaveContents walk_record(const ZipArchive& zip, const ZipMember& member,
           pickled.protocol};
 }
 
-SaveContents read_save(const ZipArchive& zip, const NestedSave& how) {
+SaveContents read_save(const ZipArchive& zip, torch::WalkOptions options,
+                       const std::string& name_prefix, bool in_file) {
   const std::string prefix = archive_folder(zip);
   const ZipMember* data_pkl = zip.find(prefix + "data.pkl");
   if (!data_pkl)
-    throw ModelError(how.file, how.format, zip.base(),
+    throw ModelError(options.file, options.format, zip.base(),
                      "nested archive holds no " + prefix + "data.pkl: not a torch.save archive");
-  torch::WalkOptions options;
-  options.file = how.file;
-  options.format = how.format;
-  options.source = how.source;
-  options.default_kind = how.default_kind;
   if (const ZipMember* order = zip.find(prefix + "byteorder")) {
     const std::string text = trimmed(present(zip.contents(*order)).view());
     if (text != "little" && text != "big")
-      throw ModelError(how.file, how.format, std::nullopt,
+      throw ModelError(options.file, options.format, std::nullopt,
                        "nested archive's byteorder record says \"" + text.substr(0, 20) +
                            "\", not little or big");
     options.byte_swap = text == "big";
   }
-  return walk_record(zip, *data_pkl, prefix + "data/", options, how.name_prefix, how.in_file);
+  return walk_record(zip, *data_pkl, prefix + "data/", options, name_prefix, in_file);
 }
 
 }  // namespace modelfs::torch_save
