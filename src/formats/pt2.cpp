@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
+#include <ranges>
 #include <set>
 #include <string>
 #include <string_view>
@@ -25,6 +27,7 @@ namespace modelfs::pt2 {
 namespace {
 
 using nlohmann::json;
+using torch_save::trimmed;
 
 constexpr std::string_view kFormat = "pt2";
 constexpr int kMaxJsonDepth = 256;
@@ -71,19 +74,6 @@ constexpr ScalarCode kScalarCodes[] = {
     {35, DType::UInt64, 8, "uint64"},
 };
 
-const ScalarCode* scalar_code(int64_t code) {
-  for (const auto& c : kScalarCodes)
-    if (c.code == code) return &c;
-  return nullptr;
-}
-
-std::string trimmed(std::string_view text) {
-  const auto begin = text.find_first_not_of(" \t\r\n");
-  if (begin == std::string_view::npos) return "";
-  const auto end = text.find_last_not_of(" \t\r\n");
-  return std::string(text.substr(begin, end - begin + 1));
-}
-
 // Where the archive's records lie: "" or the top folder with its slash.
 // PyTorch's writer puts every record in one folder; Python-zipfile writers
 // (flat layout, early AOTInductor packages) put them at the root.
@@ -122,7 +112,6 @@ std::optional<Variant> union_variant(const json& value) {
 // A graph argument's name: {"as_tensor": {"name": "x"}}, {"name": "x"},
 // {"as_sym_int": {"as_name": "s0"}}; otherwise its JSON, as a hint.
 json argument_name(const json& arg) {
-  if (!arg.is_object()) return arg;
   if (auto it = arg.find("name"); it != arg.end() && it->is_string()) return *it;
   if (auto variant = union_variant(arg); variant && variant->value->is_object()) {
     for (const char* key : {"name", "as_name"})
@@ -132,7 +121,6 @@ json argument_name(const json& arg) {
 }
 
 std::string string_field(const json& object, const char* key) {
-  if (!object.is_object()) return "";
   auto it = object.find(key);
   return it != object.end() && it->is_string() ? it->get<std::string>() : "";
 }
@@ -159,13 +147,13 @@ void read_early_signature(const json& signature, Signature& out) {
   };
   names("inputs_to_parameters", "parameters", "parameter");
   names("inputs_to_buffers", "buffers", "buffer");
-  for (const char* list : {"user_inputs", "user_outputs"}) {
+  for (const auto& [list, into, kind] : {std::tuple{"user_inputs", "inputs", "user_input"},
+                                         std::tuple{"user_outputs", "outputs", "user_output"}}) {
     auto it = signature.find(list);
     if (it == signature.end() || !it->is_array()) continue;
     for (const json& name : *it) {
       summary[list].push_back(name);
-      summary[std::string(list) == "user_inputs" ? "inputs" : "outputs"].push_back(
-          {{"kind", std::string(list) == "user_inputs" ? "user_input" : "user_output"}, {"graph_name", name}});
+      summary[into].push_back({{"kind", kind}, {"graph_name", name}});
     }
   }
   if (auto it = signature.find("buffers_to_mutate"); it != signature.end() && it->is_object())
@@ -179,11 +167,8 @@ Signature read_signature(const json& program) {
   Signature out;
   json& summary = out.summary;
   for (const char* list : {"parameters", "buffers", "non_persistent_buffers", "constants",
-                           "custom_objects", "user_inputs", "user_outputs"})
+                           "custom_objects", "user_inputs", "user_outputs", "inputs", "outputs"})
     summary[list] = json::array();
-  summary["inputs"] = json::array();
-  summary["outputs"] = json::array();
-  if (!program.is_object()) return out;
   auto module = program.find("graph_module");
   if (module == program.end() || !module->is_object()) return out;
   auto signature = module->find("signature");
@@ -232,18 +217,6 @@ Signature read_signature(const json& program) {
   return out;
 }
 
-// The versions an ExportedProgram records about itself.
-json program_versions(const json& program) {
-  json out = json::object();
-  if (!program.is_object()) return out;
-  if (auto v = program.find("schema_version"); v != program.end() && v->is_object() &&
-                                                v->contains("major") && v->contains("minor"))
-    out["schema_version"] = (*v)["major"].dump() + "." + (*v)["minor"].dump();
-  if (auto v = program.find("torch_version"); v != program.end() && v->is_string())
-    out["torch_version"] = *v;
-  return out;
-}
-
 class ArchiveReader {
  public:
   ArchiveReader(const ModelFile& model, const ZipArchive& zip, std::string root)
@@ -265,13 +238,11 @@ class ArchiveReader {
     throw ModelError(display_, std::string(kFormat), at, reason);
   }
   std::optional<uint64_t> offset_of(const ZipMember& member) const {
-    if (member.stored()) return zip_.file_offset(member);
-    return std::nullopt;
+    return member.stored() ? std::optional(zip_.file_offset(member)) : std::nullopt;
   }
   const ZipMember* find(const std::string& path) const { return zip_.find(root_ + path); }
   std::string text_of(const ZipMember& member, uint64_t limit) const;
   json json_of(const ZipMember& member) const;
-  ByteSpan payload_bytes(const ZipMember& member);
   void add_document(const std::string& path, const ZipMember& member);
   void add_tensor(TensorSpec tensor);
   void add_save_tensors(torch_save::SaveContents contents, const std::string& what);
@@ -281,13 +252,14 @@ class ArchiveReader {
                                   const std::string& default_kind);
   void read_layered();
   void read_flat();
+  void read_program(const std::string& path, Model& model);
   void read_model(Model& model);
   void read_payload_config(Model& model, const ZipMember& config, const std::string& folder,
                            bool constants);
   TensorSpec raw_tensor(const std::string& name, const std::string& fqn, const json& meta,
                     const ZipMember& payload);
   void read_sample_inputs(const ZipMember& member, const std::string& prefix, json& info);
-  void read_aoti(Model& model, json& info);
+  void read_aoti(Model& model);
   void apply_kinds(size_t first_tensor, const Model& model);
   void read_extras(const std::string& folder);
 
@@ -316,13 +288,6 @@ json ArchiveReader::json_of(const ZipMember& member) const {
   return parse_json_limited(text, display_, kFormat, offset_of(member).value_or(0), kMaxJsonDepth);
 }
 
-ByteSpan ArchiveReader::payload_bytes(const ZipMember& member) {
-  if (auto it = payloads_.find(member.name); it != payloads_.end()) return it->second;
-  ByteSpan bytes = zip_.contents(member);
-  payloads_.emplace(member.name, bytes);
-  return bytes;
-}
-
 void ArchiveReader::add_document(const std::string& path, const ZipMember& member) {
   catalog_.documents.push_back({path, text_of(member, kMaxJsonBytes)});
 }
@@ -348,16 +313,19 @@ bool ArchiveReader::holds_zip(const ZipMember& member) const {
 // inflated into a memory file when compressed.
 torch_save::SaveContents ArchiveReader::read_nested(const ZipMember& member, const std::string& name_prefix,
                                                const std::string& default_kind) {
-  torch_save::NestedSave how{display_, std::string(kFormat), source_, name_prefix, default_kind, true};
-  if (member.stored()) return torch_save::read_save(zip_.nested(member), how);
-  how.in_file = false;
+  torch::WalkOptions options;
+  options.file = display_;
+  options.format = kFormat;
+  options.source = source_;
+  options.default_kind = default_kind;
+  if (member.stored()) return torch_save::read_save(zip_.nested(member), options, name_prefix, true);
   const ByteSpan inflated = zip_.contents(member);
   auto memory = MappedFile::from_bytes(inflated.view(), display_ + ":" + member.name);
-  return torch_save::read_save(ZipArchive::open(memory, "ZIP archive"), how);
+  return torch_save::read_save(ZipArchive::open(memory, "ZIP archive"), options, name_prefix, false);
 }
 
 // A SymInt that must be concrete: {"as_int": n} (a plain n is taken too).
-uint64_t concrete_int(const json& value, const std::string& what, const std::string& fqn,
+uint64_t concrete_int(const json& value, const std::string& what,
                       const std::function<void(const std::string&)>& refuse) {
   const json* v = &value;
   if (value.is_object()) {
@@ -367,64 +335,67 @@ uint64_t concrete_int(const json& value, const std::string& what, const std::str
       const std::string text = expr.is_object() && expr.contains("expr_str") && expr["expr_str"].is_string()
                                    ? expr["expr_str"].get<std::string>()
                                    : expr.dump();
-      refuse("tensor \"" + fqn + "\": " + what + " is symbolic (as_expr \"" + text.substr(0, 80) +
+      refuse(what + " is symbolic (as_expr \"" + text.substr(0, 80) +
              "\"); a payload config must give concrete sizes");
     }
-    if (!variant || variant->kind != "as_int")
-      refuse("tensor \"" + fqn + "\": " + what + " is not {\"as_int\": n}");
+    if (!variant || variant->kind != "as_int") refuse(what + " is not {\"as_int\": n}");
     v = variant->value;
   }
   if (!v->is_number_integer() || v->get<int64_t>() < 0)
-    refuse("tensor \"" + fqn + "\": " + what + " is not a non-negative integer");
+    refuse(what + " is not a non-negative integer");
   return v->get<uint64_t>();
 }
 
 TensorSpec ArchiveReader::raw_tensor(const std::string& name, const std::string& fqn, const json& meta,
                                  const ZipMember& payload) {
-  auto refuse = [&](const std::string& reason) { fail(offset_of(payload), reason); };
-  if (!meta.is_object()) refuse("tensor \"" + fqn + "\": tensor_meta is not an object");
+  auto refuse = [&](const std::string& reason) {
+    fail(offset_of(payload), "tensor \"" + fqn + "\": " + reason);
+  };
+  if (!meta.is_object()) refuse("tensor_meta is not an object");
   auto dtype = meta.find("dtype");
   if (dtype == meta.end() || !dtype->is_number_integer())
-    refuse("tensor \"" + fqn + "\": tensor_meta has no integer dtype");
-  const ScalarCode* code = scalar_code(dtype->get<int64_t>());
-  if (!code)
-    refuse("tensor \"" + fqn + "\": dtype code " + dtype->dump() +
+    refuse("tensor_meta has no integer dtype");
+  const auto code = std::ranges::find(kScalarCodes, dtype->get<int64_t>(), &ScalarCode::code);
+  if (code == std::end(kScalarCodes))
+    refuse("dtype code " + dtype->dump() +
            " is not a ScalarType of the export schema modelfs knows (1-13, 28-35)");
   if (auto layout = meta.find("layout"); layout != meta.end() && !layout->is_null() &&
                                          (!layout->is_number_integer() || *layout != kLayoutStrided))
-    refuse("tensor \"" + fqn + "\": layout " + layout->dump() +
+    refuse("layout " + layout->dump() +
            " is not strided (7); its payload cannot be read as a strided array");
   auto sizes = meta.find("sizes");
   auto strides = meta.find("strides");
   if (sizes == meta.end() || strides == meta.end() || !sizes->is_array() || !strides->is_array() ||
       sizes->size() != strides->size() || sizes->size() > torch::kMaxRank)
-    refuse("tensor \"" + fqn + "\": sizes and strides are not lists of one rank (at most " +
+    refuse("sizes and strides are not lists of one rank (at most " +
            std::to_string(torch::kMaxRank) + ")");
 
   TensorSpec t;
   t.name = name;
   t.dtype = code->dtype;
   for (size_t i = 0; i < sizes->size(); ++i) {
-    t.shape.push_back(concrete_int((*sizes)[i], "size " + std::to_string(i), fqn, refuse));
-    const uint64_t stride = concrete_int((*strides)[i], "stride " + std::to_string(i), fqn, refuse);
-    if (stride > uint64_t{INT64_MAX}) refuse("tensor \"" + fqn + "\": stride overflows");
+    t.shape.push_back(concrete_int((*sizes)[i], "size " + std::to_string(i), refuse));
+    const uint64_t stride = concrete_int((*strides)[i], "stride " + std::to_string(i), refuse);
+    if (stride > uint64_t{INT64_MAX}) refuse("stride overflows");
     t.strides.push_back(static_cast<int64_t>(stride));
   }
   uint64_t storage_offset = 0;
   if (auto offset = meta.find("storage_offset"); offset != meta.end() && !offset->is_null())
-    storage_offset = concrete_int(*offset, "storage offset", fqn, refuse);
+    storage_offset = concrete_int(*offset, "storage offset", refuse);
 
   const uint64_t e = code->element_size;
   auto numel = checked_numel(t.shape);
-  if (!numel) refuse("tensor \"" + fqn + "\": element count overflows");
+  if (!numel) refuse("element count overflows");
   const auto reach = checked_strided_span(t.shape, t.strides);
-  if (!reach) refuse("tensor \"" + fqn + "\": strides overflow");
-  const uint64_t span_elements = *reach;
-  const ByteSpan record = payload_bytes(payload);
+  if (!reach) refuse("strides overflow");
+  // Inflated once, shared by aliases.
+  auto [cached, inserted] = payloads_.try_emplace(payload.name);
+  if (inserted) cached->second = zip_.contents(payload);
+  const ByteSpan record = cached->second;
   auto begin = checked_mul(storage_offset, e);
-  auto length = checked_mul(span_elements, e);
+  auto length = checked_mul(*reach, e);
   if (*numel > 0 && (!begin || !length || !range_fits(*begin, *length, record.size())))
-    refuse("tensor \"" + fqn + "\": storage offset " + std::to_string(storage_offset) +
+    refuse("storage offset " + std::to_string(storage_offset) +
            " with its sizes and strides runs past its payload " + payload.name + " (" +
            std::to_string(record.size()) + " bytes)");
   const uint64_t first = *numel > 0 ? *begin : 0;
@@ -530,8 +501,7 @@ void ArchiveReader::read_sample_inputs(const ZipMember& member, const std::strin
 // Tensors read before `first_tensor` are left alone; the signature's word
 // on parameter, buffer and constant wins over the payload's.
 void ArchiveReader::apply_kinds(size_t first_tensor, const Model& model) {
-  for (size_t i = first_tensor; i < tensors_.size(); ++i) {
-    TensorSpec& t = tensors_[i];
+  for (TensorSpec& t : tensors_ | std::views::drop(first_tensor)) {
     if (t.extras.value("kind", "") == "sample_input") continue;
     const std::string fqn = t.name.substr(model.prefix.size());
     if (auto it = model.signature.kind_by_name.find(fqn); it != model.signature.kind_by_name.end())
@@ -542,7 +512,8 @@ void ArchiveReader::apply_kinds(size_t first_tensor, const Model& model) {
 // data/aotinductor/<name>/: compiled artifacts. weights_config.json maps a
 // weight name to [file, shape, stride, storage_offset], `file` a nested
 // torch.save in data/weights/; without it the weights are in the .so.
-void ArchiveReader::read_aoti(Model& model, json& info) {
+void ArchiveReader::read_aoti(Model& model) {
+  json& info = model.info["aotinductor"] = json::object();
   const std::string folder = root_ + "data/aotinductor/" + model.name + "/";
   json files = json::array();
   json libraries = json::array();
@@ -578,34 +549,39 @@ void ArchiveReader::read_aoti(Model& model, json& info) {
     if (!payload)
       fail(offset_of(*weights_config), weights_config->name + ": weight \"" + weight + "\" names data/weights/" +
                                            spec[0].get<std::string>() + ", which the archive lacks");
-    const ByteSpan head = zip_.contents(*payload).subspan(0, std::min<uint64_t>(payload->uncompressed_size, 4));
-    if (present(head).view() != "PK\x03\x04") {
+    if (!holds_zip(*payload)) {
       spdlog::warn("{}: pt2: AOTInductor weight \"{}\" ({}) is not a torch.save archive; skipped",
                    display_, weight, payload->name);
       skipped.push_back(weight);
       continue;
     }
     auto contents = read_nested(*payload, name, "");
-    for (auto& t : contents.tensors) {
-      const std::string fqn = t.name.substr(model.prefix.size());
-      auto it = model.signature.kind_by_name.find(fqn);
-      if (it != model.signature.kind_by_name.end()) t.extras["kind"] = it->second;
+    for (auto& t : contents.tensors)
       t.extras["payload"] = {{"path", payload->name.substr(root_.size())}, {"pickled", true}};
-    }
     add_save_tensors(std::move(contents), payload->name.substr(root_.size()));
   }
   if (!skipped.empty()) info["weights_not_read"] = skipped;
 }
 
+// The exported program at `path`, if any: shown as a document; its signature
+// and the versions it records about itself go to `model`.
+void ArchiveReader::read_program(const std::string& path, Model& model) {
+  const ZipMember* member = find(path);
+  if (!member) return;
+  add_document(path, *member);
+  const json program = json_of(*member);
+  model.signature = read_signature(program);
+  model.info["signature"] = model.signature.summary;
+  if (auto v = program.find("schema_version"); v != program.end() && v->is_object() &&
+                                                v->contains("major") && v->contains("minor"))
+    model.info["schema_version"] = (*v)["major"].dump() + "." + (*v)["minor"].dump();
+  if (auto v = program.find("torch_version"); v != program.end() && v->is_string())
+    model.info["torch_version"] = *v;
+}
+
 void ArchiveReader::read_model(Model& model) {
   const size_t first_tensor = tensors_.size();
-  if (const ZipMember* program = find("models/" + model.name + ".json")) {
-    add_document("models/" + model.name + ".json", *program);
-    const json parsed = json_of(*program);
-    model.signature = read_signature(parsed);
-    model.info.update(program_versions(parsed));
-    model.info["signature"] = model.signature.summary;
-  }
+  read_program("models/" + model.name + ".json", model);
   // Raw payloads with a config (2.9+), else a nested save of the whole dict (2.8).
   for (const bool constants : {false, true}) {
     const std::string folder = constants ? "data/constants/" : "data/weights/";
@@ -623,16 +599,13 @@ void ArchiveReader::read_model(Model& model) {
       model.info[what] = folder + model.name + ".pt";
     }
   }
-  apply_kinds(first_tensor, model);
   if (const ZipMember* samples = find("data/sample_inputs/" + model.name + ".pt"))
     read_sample_inputs(*samples, model.prefix, model.info);
   const std::string aoti_folder = root_ + "data/aotinductor/" + model.name + "/";
-  if (std::any_of(zip_.members().begin(), zip_.members().end(),
-                  [&](const ZipMember& m) { return m.name.starts_with(aoti_folder); })) {
-    json aoti = json::object();
-    read_aoti(model, aoti);
-    model.info["aotinductor"] = aoti;
-  }
+  if (std::ranges::any_of(zip_.members(),
+                          [&](const ZipMember& m) { return m.name.starts_with(aoti_folder); }))
+    read_aoti(model);
+  apply_kinds(first_tensor, model);
 }
 
 void ArchiveReader::read_extras(const std::string& folder) {
@@ -667,11 +640,10 @@ void ArchiveReader::read_layered() {
                                     "\" is not 0, the only PT2 archive version defined");
   }
   pt2["archive_version"] = archive_version;
-  for (const char* record : {".data/version", "version"})
-    if (const ZipMember* version = find(record)) {
-      pt2[std::string(record) == "version" ? "version" : "container_version"] =
-          trimmed(text_of(*version, kMaxRecordBytes));
-    }
+  for (const auto& [record, key] : {std::pair{".data/version", "container_version"},
+                                    std::pair{"version", "version"}})
+    if (const ZipMember* version = find(record))
+      pt2[key] = trimmed(text_of(*version, kMaxRecordBytes));
   if (const ZipMember* order = find("byteorder")) {
     const std::string text = trimmed(text_of(*order, kMaxRecordBytes));
     if (text != "little")
@@ -720,19 +692,13 @@ void ArchiveReader::read_flat() {
   if (const ZipMember* version = find("version")) pt2["version"] = trimmed(text_of(*version, kMaxRecordBytes));
   Model model;
   model.name = "model";
-  const ZipMember* program = find("serialized_exported_program.json");
-  add_document("serialized_exported_program.json", *program);
-  const json parsed = json_of(*program);
-  model.signature = read_signature(parsed);
-  model.info.update(program_versions(parsed));
-  model.info["signature"] = model.signature.summary;
+  read_program("serialized_exported_program.json", model);
 
   // torch 2.1-2.2's torch._export.save named every member
   // serialized_<field>.json, the torch.save archives of the state dict and
   // the constants included; later exporters name those .pt. What a member
   // holds is decided by its first bytes, never by its name.
   const size_t first_tensor = tensors_.size();
-  std::vector<std::pair<std::string, const ZipMember*>> samples;
   for (const auto& [field, kind] : {std::pair{"state_dict", ""}, std::pair{"constants", "constant"},
                                     std::pair{"example_inputs", "sample_input"}}) {
     for (const char* suffix : {".pt", ".json"}) {
@@ -747,14 +713,13 @@ void ArchiveReader::read_flat() {
                      "read from it", display_, record);
         model.info["not_mounted"].push_back(record);
       } else if (std::string_view(kind) == "sample_input") {
-        samples.emplace_back(record, member);
+        read_sample_inputs(*member, "", model.info);
       } else if (member->uncompressed_size > 0) {
         add_save_tensors(read_nested(*member, "", kind), record);
       }
     }
   }
   apply_kinds(first_tensor, model);
-  for (const auto& [record, member] : samples) read_sample_inputs(*member, "", model.info);
   catalog_.metadata["models"] = {{"model", model.info}};
   read_extras("extra_files/");
 }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <algorithm>
 #include <map>
+#include <ranges>
 
 #include "sharded_index.hpp"
 #include "modelfs/checked_math.hpp"
@@ -63,7 +64,7 @@ void read_script_classes(const ZipArchive& zip, const std::string& prefix, WalkO
         member.uncompressed_size > kMaxScriptSourceBytes)
       continue;
     std::string module = member.name.substr(code.size(), member.name.size() - code.size() - 3);
-    std::replace(module.begin(), module.end(), '/', '.');
+    std::ranges::replace(module, '/', '.');
     std::string text;
     try {
       text = std::string(present(zip.contents(member)).view());
@@ -73,15 +74,11 @@ void read_script_classes(const ZipArchive& zip, const std::string& prefix, WalkO
       continue;
     }
     std::string current;
-    size_t start = 0;
-    while (start < text.size()) {
-      size_t end = text.find('\n', start);
-      if (end == std::string::npos) end = text.size();
-      std::string_view line(text.data() + start, end - start);
-      start = end + 1;
+    for (const auto part : std::views::split(text, '\n')) {
+      const std::string_view line(part.begin(), part.end());
       if (line.starts_with("class ")) {
-        const size_t stop = line.find_first_of("(:", 6);
-        current = module + "." + std::string(line.substr(6, stop == std::string_view::npos ? std::string_view::npos : stop - 6));
+        // No '(' or ':' (npos): npos - 6 still reaches the end of the line.
+        current = module + "." + std::string(line.substr(6, line.find_first_of("(:", 6) - 6));
       } else if (!current.empty()) {
         const std::string_view body = line.substr(std::min(line.find_first_not_of(' '), line.size()));
         if (body.starts_with("__parameters__ ="))
@@ -126,6 +123,11 @@ Catalog open_zip(const ModelFile& model, const ZipArchive& zip) {
   }
   const bool script = zip.find(prefix + "constants.pkl") != nullptr;
   const std::string format = script ? "torchscript" : "pytorch";
+  WalkOptions options;
+  options.file = display;
+  options.format = format;
+  options.source = file_name(model.path);
+  options.collect_values = !script;
 
   nlohmann::json info = {{"serialization", "zip"}, {"archive", prefix.substr(0, prefix.empty() ? 0 : prefix.size() - 1)}};
   const ZipMember* version = zip.find(prefix + ".data/version");
@@ -139,12 +141,11 @@ Catalog open_zip(const ModelFile& model, const ZipArchive& zip) {
                                std::to_string(kMaxArchiveVersion) + " (PyTorch's supported range)");
     info["version"] = value;
   }
-  bool big_endian = false;
   if (const ZipMember* order = zip.find(prefix + "byteorder")) {
     const std::string text = trimmed(present(zip.contents(*order)).view());
     if (text != "little" && text != "big")
       throw refuse(format, "byteorder record says \"" + text.substr(0, 20) + "\", not little or big");
-    big_endian = text == "big";
+    options.byte_swap = text == "big";
     info["byteorder"] = text;
   }
 
@@ -152,29 +153,19 @@ Catalog open_zip(const ModelFile& model, const ZipArchive& zip) {
   catalog.format = format;
   catalog.mtime = file->mtime();
   catalog.files.push_back(file_name(model.path));
-  WalkOptions options;
-  options.file = display;
-  options.format = format;
-  options.source = file_name(model.path);
-  options.byte_swap = big_endian;
-  options.collect_values = !script;
   if (script) read_script_classes(zip, prefix, options);
 
-  nlohmann::json skipped = nlohmann::json::array();
-  {
-    auto walked = walk_record(zip, *data_pkl, prefix + "data/", options, "", true);
-    for (const auto& t : walked.contents.tensors) catalog.add(t);
-    if (!script) catalog.metadata["values"] = std::move(walked.contents.values);
-    info["protocol"] = walked.protocol;
-    for (auto& name : walked.contents.skipped_objects) skipped.push_back(name);
-  }
+  auto data = walk_record(zip, *data_pkl, prefix + "data/", options, "", true);
+  for (const auto& t : data.tensors) catalog.add(t);
+  if (!script) catalog.metadata["values"] = std::move(data.values);
+  info["protocol"] = data.protocol;
+  nlohmann::json skipped = std::move(data.skipped_objects);
   if (script) {
-    WalkOptions constant_options = options;
-    constant_options.default_kind = "constant";
-    auto walked = walk_record(zip, *zip.find(prefix + "constants.pkl"), prefix + "constants/",
-                              constant_options, "constants", true);
-    for (const auto& t : walked.contents.tensors) catalog.add(t);
-    for (auto& name : walked.contents.skipped_objects) skipped.push_back(name);
+    options.default_kind = "constant";
+    auto constants = walk_record(zip, *zip.find(prefix + "constants.pkl"), prefix + "constants/",
+                                 options, "constants", true);
+    for (const auto& t : constants.tensors) catalog.add(t);
+    for (auto& name : constants.skipped_objects) skipped.push_back(name);
   }
   catalog.metadata["torch"] = info;
   if (!skipped.empty()) catalog.metadata["skipped_objects"] = skipped;
@@ -193,22 +184,21 @@ Catalog open_legacy(const ModelFile& model) {
   auto fail = [&](uint64_t at, const std::string& reason) {
     return ModelError(display, "legacy torch.save", at, reason);
   };
+  // The next pickle, and the offset it starts at.
   auto next = [&]() {
+    const uint64_t at = position;
     pickle::Pickle p = pickle::unpickle(bytes.subspan(position), display, "legacy torch.save", position);
     position += p.end;
-    return p;
+    return std::pair{std::move(p), at};
   };
 
-  const uint64_t magic_at = position;
-  auto magic = next();
+  auto [magic, magic_at] = next();
   if (magic.root->kind != Kind::BigInt || magic.root->text != kLegacyMagicNumber)
     throw fail(magic_at, "first pickle is not the legacy torch.save magic number");
-  const uint64_t protocol_at = position;
-  auto protocol = next();
+  auto [protocol, protocol_at] = next();
   if (!protocol.root->is_int() || protocol.root->integer != kLegacyProtocolVersion)
     throw fail(protocol_at, "protocol version is not " + std::to_string(kLegacyProtocolVersion));
-  const uint64_t sys_info_at = position;
-  auto sys_info = next();
+  auto [sys_info, sys_info_at] = next();
   if (sys_info.root->kind != Kind::Dict) throw fail(sys_info_at, "sys_info is not a dict");
   nlohmann::json info = {{"serialization", "legacy"}, {"version", kLegacyProtocolVersion}};
   for (const auto& [key, value] : sys_info.root->entries)
@@ -217,8 +207,7 @@ Catalog open_legacy(const ModelFile& model) {
       info["writer_little_endian"] = value->boolean;
     }
 
-  const uint64_t object_at = position;
-  auto object = next();
+  auto [object, object_at] = next();
   // Element sizes of every storage, from the storage ids in the object.
   std::map<std::string, StorageId> ids;
   for (const Value& v : object.values) {
@@ -230,14 +219,9 @@ Catalog open_legacy(const ModelFile& model) {
       throw fail(object_at, "storage " + id->key + " is referenced with two different types or sizes");
   }
 
-  const uint64_t keys_at = position;
-  auto keys = next();
+  auto [keys, keys_at] = next();
   if (keys.root->kind != Kind::List) throw fail(keys_at, "storage key list is not a list");
-  struct Range {
-    uint64_t offset;
-    uint64_t length;
-  };
-  std::map<std::string, Range> ranges;
+  std::map<std::string, StorageBytes> storages;
   for (const Value* key : keys.root->items) {
     if (!key->is_string()) throw fail(keys_at, "storage key list holds a non-string");
     auto id = ids.find(key->text);
@@ -254,7 +238,8 @@ Catalog open_legacy(const ModelFile& model) {
     auto length = checked_mul(static_cast<uint64_t>(numel), id->second.type.element_size);
     if (!length || !range_fits(position + 8, *length, bytes.size()))
       throw fail(position, "storage " + key->text + " runs past the end of the file");
-    if (!ranges.emplace(key->text, Range{position + 8, *length}).second)
+    const StorageBytes storage{ByteSpan::mapped(file, position + 8, *length), position + 8};
+    if (!storages.emplace(key->text, storage).second)
       throw fail(keys_at, "storage key " + key->text + " is listed twice");
     position += 8 + *length;
   }
@@ -267,11 +252,11 @@ Catalog open_legacy(const ModelFile& model) {
   options.format = format;
   options.source = file_name(model.path);
   ObjectWalker walker(options, [&](const StorageId& id) {
-    auto it = ranges.find(id.key);
-    if (it == ranges.end())
+    auto it = storages.find(id.key);
+    if (it == storages.end())
       throw ModelError(display, "legacy torch.save", std::nullopt,
                        "storage " + id.key + " is not in the file's storage list");
-    return StorageBytes{ByteSpan::mapped(file, it->second.offset, it->second.length), it->second.offset};
+    return it->second;
   });
   walker.walk(object.root, "", object.end);
 
@@ -296,7 +281,7 @@ const std::initializer_list<std::string_view> kIndexSuffixes = {".bin.index.json
                                                                      ".pth.index.json"};
 const ShardedFormat kSharded{kIndexFormat, "pytorch", kMaxIndexJsonDepth};
 
-Catalog open_shard(const std::filesystem::path& path, IntegrityChecks* checks) {
+Catalog open_shard(const std::filesystem::path& path, const std::string&, IntegrityChecks* checks) {
   const ModelFile shard = ModelFile::open(path, checks);
   auto head = shard.mapped->bytes().first(std::min<uint64_t>(shard.mapped->size(), 64));
   shard.mapped->ensure(0, head.size());
@@ -326,11 +311,7 @@ bool probe_folder(const std::filesystem::path& folder) {
 }
 
 Catalog open_index_file(const ModelFile& index) {
-  Catalog catalog = open_sharded_index(
-      index, kSharded,
-      [](const std::filesystem::path& path, const std::string&, IntegrityChecks* checks) {
-        return open_shard(path, checks);
-      });
+  Catalog catalog = open_sharded_index(index, kSharded, open_shard);
   catalog.tensors_may_share_bytes = true;
   return catalog;
 }

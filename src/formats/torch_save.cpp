@@ -22,7 +22,7 @@ std::string archive_folder(const ZipArchive& zip) {
   return slash == std::string::npos ? "" : first.substr(0, slash + 1);
 }
 
-WalkedRecord walk_record(const ZipArchive& zip, const ZipMember& member,
+SaveContents walk_record(const ZipArchive& zip, const ZipMember& member,
                          const std::string& storage_folder, torch::WalkOptions options,
                          const std::string& name_prefix, bool in_file) {
   const std::string& format = options.format;
@@ -46,35 +46,26 @@ WalkedRecord walk_record(const ZipArchive& zip, const ZipMember& member,
     return out;
   });
   walker.walk(pickled.root, name_prefix, pickled.end);
-  WalkedRecord walked;
-  walked.contents.tensors = std::move(walker.tensors());
-  walked.contents.values = std::move(walker.values());
-  walked.contents.skipped_objects = pickled.unknown_globals;
-  walked.protocol = pickled.protocol;
-  return walked;
+  return {std::move(walker.tensors()), std::move(walker.values()), pickled.unknown_globals,
+          pickled.protocol};
 }
 
-SaveContents read_save(const ZipArchive& zip, const NestedSave& how) {
+SaveContents read_save(const ZipArchive& zip, torch::WalkOptions options,
+                       const std::string& name_prefix, bool in_file) {
   const std::string prefix = archive_folder(zip);
   const ZipMember* data_pkl = zip.find(prefix + "data.pkl");
   if (!data_pkl)
-    throw ModelError(how.file, how.format, zip.base(),
+    throw ModelError(options.file, options.format, zip.base(),
                      "nested archive holds no " + prefix + "data.pkl: not a torch.save archive");
-  torch::WalkOptions options;
-  options.file = how.file;
-  options.format = how.format;
-  options.source = how.source;
-  options.default_kind = how.default_kind;
   if (const ZipMember* order = zip.find(prefix + "byteorder")) {
     const std::string text = trimmed(present(zip.contents(*order)).view());
     if (text != "little" && text != "big")
-      throw ModelError(how.file, how.format, std::nullopt,
+      throw ModelError(options.file, options.format, std::nullopt,
                        "nested archive's byteorder record says \"" + text.substr(0, 20) +
                            "\", not little or big");
     options.byte_swap = text == "big";
   }
-  return walk_record(zip, *data_pkl, prefix + "data/", options, how.name_prefix, how.in_file)
-      .contents;
+  return walk_record(zip, *data_pkl, prefix + "data/", options, name_prefix, in_file);
 }
 
 }  // namespace modelfs::torch_save

@@ -19,28 +19,19 @@ namespace modelfs::torch_save {
 
 inline constexpr uint64_t kMaxPickleBytes = uint64_t{1} << 31;
 
-// A torch.save archive that is part of a larger file (a PT2 archive's
-// serialized_state_dict.pt, a use_pickle payload): how to name and describe
-// what it holds.
-struct NestedSave {
-  std::string file;          // for messages
-  std::string format;        // for messages and sidecars
-  std::string source;        // Catalog::files entry the bytes lie in
-  std::string name_prefix;   // tensor names start with it; "" as torch.save names them
-  std::string default_kind;  // sidecar "kind" of tensors not pickled as parameters ("" none)
-  // False when `zip` lies in an inflated copy: offsets into it are not file
-  // offsets, so sidecars get none.
-  bool in_file = true;
-};
-
 struct SaveContents {
   std::vector<TensorSpec> tensors;
   nlohmann::json values = nlohmann::json::object();           // plain values, by path
   nlohmann::json skipped_objects = nlohmann::json::array();  // globals not rebuilt
+  int protocol = 0;                                          // of the pickle
 };
 
-// Reads the torch.save archive `zip` (its data.pkl and data/ storages).
-SaveContents read_save(const ZipArchive& zip, const NestedSave& how);
+// Reads the torch.save archive `zip` (its data.pkl and data/ storages), part of
+// a larger file (a PT2 archive's serialized_state_dict.pt, a use_pickle
+// payload): `options` say how to name and describe what it holds, the rest
+// is as for walk_record.
+SaveContents read_save(const ZipArchive& zip, torch::WalkOptions options,
+                       const std::string& name_prefix, bool in_file);
 
 // The pieces read_save is made of, which the TorchScript reader also walks
 // its constants.pkl with.
@@ -52,15 +43,10 @@ std::string trimmed(std::string_view text);
 // entry, with its '/' ("" when the first entry lies at the root).
 std::string archive_folder(const ZipArchive& zip);
 
-struct WalkedRecord {
-  SaveContents contents;
-  int protocol = 0;
-};
-
 // Unpickles `member` and walks it, storages resolved in `storage_folder`.
 // `in_file`: the archive lies in the model file as is, so offsets are file
 // offsets (an inflated nested archive has none).
-WalkedRecord walk_record(const ZipArchive& zip, const ZipMember& member,
+SaveContents walk_record(const ZipArchive& zip, const ZipMember& member,
                          const std::string& storage_folder, torch::WalkOptions options,
                          const std::string& name_prefix, bool in_file);
 

@@ -1,20 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// PyTorch files (docs/formats.md, "ZIP container", "PyTorch files"), all
-// read without running a pickle:
-//
-//   torch.save ZIP    <archive>/data.pkl + <archive>/data/<key> storages
-//                     (any top folder name; `byteorder` big is byte-swapped)
-//   TorchScript       the same container with constants.pkl: the module tree
-//                     of data.pkl (storages data/<key>) and the constants
-//                     tuple of constants.pkl (storages constants/<key>)
-//   legacy torch.save five pickles (magic, protocol, sys_info, object, storage
-//                     keys) followed by the raw storages, in key order
-//
-// Tensors are named by the path of dict keys, attributes and indices from the
-// pickled root, joined with '.' (a lone tensor is "tensor", a tensor under an
-// empty key "": {'': t} is "", never "tensor"); their bytes are
-// the part of their storage their view covers, served from the mapping.
+// PyTorch files, all read without running a pickle (docs/formats.md, "ZIP
+// container", "PyTorch files"): torch.save ZIP archives (any top folder name;
+// `byteorder` big is byte-swapped), TorchScript archives (the same container
+// with constants.pkl), legacy (pre-1.6) torch.save files, and sharded
+// checkpoints of these. Tensors are named by their path from the pickled root
+// (docs/design.md, "Tensor names") and served from the mapping.
 // PT2 archives (torch.export) share the ZIP container: detection opens the
 // ZIP and hands it to the PT2 reader (formats/pt2.hpp) or to open_zip. Both
 // read torch.save archives through src/formats/torch_save.hpp.
