@@ -19,7 +19,6 @@
 #include <optional>
 
 #include "commands.hpp"
-#include "export.hpp"
 #include "logging.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/remote.hpp"
@@ -80,8 +79,7 @@ int run(int argc, char** argv) {
   if (modelfs::remote::is_url(options.model)) modelfs::remote::hide_url_secrets(argc, argv, options.model);
 
   if (options.export_out != nullptr)
-    return export_command({options.model, options.export_out, options.export_float32 != 0, options.force != 0},
-                          budget);
+    return export_command(options, budget);
   return options.query() ? query_command(options, budget) : mount_command(line, budget);
 }
 
