@@ -146,14 +146,11 @@ bool check_mountpoint(const std::string& mountpoint, bool allow_nonempty) {
 
 bool on_path(const char* program) {
   const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "/usr/bin:/bin";
-  size_t start = 0;
-  while (start <= dirs.size()) {
-    size_t end = dirs.find(':', start);
-    if (end == std::string::npos) end = dirs.size();
-    std::string candidate = dirs.substr(start, end - start) + "/" + program;
+  const std::string_view dirs = path ? path : "/usr/bin:/bin";
+  for (size_t start = 0, end = 0; end != std::string_view::npos; start = end + 1) {
+    end = dirs.find(':', start);
+    const std::string candidate = std::string(dirs.substr(start, end - start)) + "/" + program;
     if (::access(candidate.c_str(), X_OK) == 0) return true;
-    start = end + 1;
   }
   return false;
 }
