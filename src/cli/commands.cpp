@@ -71,11 +71,6 @@ int check_command(const std::string& model, const Catalog& catalog, const Integr
   return kExitOk;
 }
 
-// `--check --json` of a model that cannot even be opened: nothing checked, the fault.
-void print_check_fault(const std::string& model, const ModelError& fault, std::ostream& out) {
-  print(report(model, nullptr, CheckSummary{}, &fault), out);
-}
-
 }  // namespace
 
 int unmount_command(const std::string& mountpoint) {
@@ -110,7 +105,8 @@ int query_command(const Options& options, Budget& budget) {
       print_table(catalog, std::cout);
     return kExitOk;
   } catch (const ModelError& e) {
-    if (options.check && options.json) print_check_fault(options.model, e, std::cout);
+    // A model that cannot even be opened: nothing checked, the fault.
+    if (options.check && options.json) print(report(options.model, nullptr, CheckSummary{}, &e), std::cout);
     spdlog::error("{}", e.what());
     return kExitBadModel;
   }

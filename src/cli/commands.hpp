@@ -2,7 +2,7 @@
 #pragma once
 // The commands of the command line, each returning the exit status: `-u`
 // and the query commands `--list`, `--info` and `--check` (commands.cpp),
-// and the mount (mount.cpp); --export is export.hpp.
+// `--export` (export.cpp) and the mount (mount.cpp).
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -36,6 +36,14 @@ int unmount_command(const std::string& mountpoint);
 // `modelfs --list|--info|--check [--json] MODEL`: opens the model within
 // `budget` and prints the table, the model's facts or the check's result.
 int query_command(const Options& options, Budget& budget);
+
+// `modelfs --export OUT.safetensors MODEL`: the mount's
+// .modelfs/model.safetensors written to OUT without mounting, byte for byte,
+// streamed from the tree (no copy of the model in memory). Writes OUT.tmp
+// beside OUT, then renames it over OUT, so OUT is never a partial file;
+// refuses an existing OUT unless --force. Returns 0, 1 (OUT cannot be
+// written, or exists) or 2 (the model cannot be read).
+int export_command(const Options& options, Budget& budget);
 
 // `modelfs [options] MODEL MOUNTPOINT`: checks the mountpoint and FUSE,
 // builds the tree within `budget`, mounts it and serves until unmounted.

@@ -1,19 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "export.hpp"
-
+// `modelfs --export OUT.safetensors MODEL` (commands.hpp).
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <array>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <utility>
 #include <vector>
 
 #include "commands.hpp"
@@ -76,38 +75,40 @@ void warn_left_out(const Tree& tree, const std::string& out) {
 
 }  // namespace
 
-int export_command(const ExportRequest& request, Budget& budget) {
+int export_command(const Options& options, Budget& budget) {
+  const std::string out = options.export_out;
   std::error_code ec;
-  if (!request.force && std::filesystem::symlink_status(request.out, ec).type() != std::filesystem::file_type::not_found) {
-    spdlog::error("{} exists; give --force to replace it", request.out);
+  if (!options.force && std::filesystem::symlink_status(out, ec).type() != std::filesystem::file_type::not_found) {
+    spdlog::error("{} exists; give --force to replace it", out);
     return kExitUsage;
   }
   std::unique_ptr<const Tree> tree;
   try {
     BudgetScope scope(budget);
-    tree = Tree::build(open_model(request.model), {.export_float32 = request.float32});
+    tree = Tree::build(open_model(options.model), {.export_float32 = options.export_float32 != 0});
   } catch (const ModelError& e) {
     spdlog::error("{}", e.what());
     return kExitBadModel;
   }
   const auto ino = tree->resolve(".modelfs/model.safetensors");
   if (!ino) {
-    spdlog::error("{}: no export file (its header would be too large; see .modelfs/export.json)", request.model);
+    spdlog::error("{}: no export file (its header would be too large; see .modelfs/export.json)", options.model);
     return kExitBadModel;
   }
   const Node& file = *tree->node(*ino);
 
-  const std::string temporary = request.out + ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const std::string temporary = out + ".tmp";
+  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     spdlog::error("{}: {}", temporary, std::strerror(errno));
     return kExitUsage;
   }
-  auto fail = [&](const char* what) {
+  // Says what failed (errno says why) and removes the temporary file.
+  auto fail = [&](const std::string& what) {
     const int error = errno;
-    ::close(fd);
+    if (fd >= 0) ::close(fd);
     ::unlink(temporary.c_str());
-    spdlog::error("{}: {}: {}", temporary, what, std::strerror(error));
+    spdlog::error("{}: {}", what, std::strerror(error));
     return kExitUsage;
   };
   std::vector<iovec> iov(IOV_MAX);
@@ -121,26 +122,16 @@ int export_command(const ExportRequest& request, Budget& budget) {
       for (size_t i = 0; i < count; ++i) got += iov[i].iov_len;
       if (got != length) {
         errno = EIO;
-        return fail("the tree gave a short read");
+        return fail(temporary + ": the tree gave a short read");
       }
-      if (!write_all(fd, iov.data(), count)) return fail("write");
+      if (!write_all(fd, iov.data(), count)) return fail(temporary + ": write");
       offset += length;
       bar.update(offset, file.size);
     }
   }
-  if (::close(fd) != 0) {
-    const int error = errno;
-    ::unlink(temporary.c_str());
-    spdlog::error("{}: close: {}", temporary, std::strerror(error));
-    return kExitUsage;
-  }
-  if (::rename(temporary.c_str(), request.out.c_str()) != 0) {
-    const int error = errno;
-    ::unlink(temporary.c_str());
-    spdlog::error("{} -> {}: {}", temporary, request.out, std::strerror(error));
-    return kExitUsage;
-  }
-  warn_left_out(*tree, request.out);
+  if (::close(std::exchange(fd, -1)) != 0) return fail(temporary + ": close");
+  if (::rename(temporary.c_str(), out.c_str()) != 0) return fail(temporary + " -> " + out);
+  warn_left_out(*tree, out);
   return kExitOk;
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -125,11 +126,8 @@ void print_table(const Catalog& catalog, std::ostream& out) {
       << " bytes), format " << catalog.format << "\n";
   // Bytes per dtype, largest first: for a quantized GGUF model, the mix of
   // ggml types (q4_k, q6_k, f32 ...) that makes up its size.
-  std::vector<std::pair<std::string, std::pair<size_t, uint64_t>>> summary(per_dtype.begin(),
-                                                                          per_dtype.end());
-  std::stable_sort(summary.begin(), summary.end(), [](const auto& a, const auto& b) {
-    return a.second.second > b.second.second;
-  });
+  std::vector<std::pair<std::string, std::pair<size_t, uint64_t>>> summary(per_dtype.begin(), per_dtype.end());
+  std::ranges::stable_sort(summary, std::greater{}, [](const auto& entry) { return entry.second.second; });
   for (const auto& [dtype, stats] : summary) {
     char share[16];
     std::snprintf(share, sizeof share, "%.1f%%",

@@ -12,26 +12,12 @@
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
+#include <string_view>
 
 #include "modelfs/terminal_text.hpp"
 
 namespace modelfs {
 namespace {
-
-spdlog::level::level_enum to_spdlog(LogLevel level) {
-  switch (level) {
-    case LogLevel::Debug: return spdlog::level::debug;
-    case LogLevel::Info: return spdlog::level::info;
-    case LogLevel::Warning: break;
-  }
-  return spdlog::level::warn;
-}
-
-void install(std::shared_ptr<spdlog::logger> logger, LogLevel level) {
-  logger->set_level(to_spdlog(level));
-  logger->flush_on(spdlog::level::debug);
-  spdlog::set_default_logger(std::move(logger));
-}
 
 // Hands each message on with its text made printable: messages quote
 // tensor and member names from the model, which could hold escape
@@ -56,14 +42,20 @@ class PrintableSink final : public spdlog::sinks::sink {
   std::shared_ptr<spdlog::sinks::sink> inner_;
 };
 
-// A logger is registered once by name: asking again (-d re-installs the
+// Makes the logger `name` the default one, with `pattern` and `level`. A
+// logger is registered once by name: asking again (-d re-installs the
 // stderr logger at debug level) reuses it instead of making a second.
 template <typename MakeSink>
-std::shared_ptr<spdlog::logger> registered(const std::string& name, MakeSink&& make_sink) {
-  if (auto existing = spdlog::get(name)) return existing;
-  auto logger = std::make_shared<spdlog::logger>(name, std::make_shared<PrintableSink>(make_sink()));
-  spdlog::register_logger(logger);
-  return logger;
+void use_logger(const std::string& name, MakeSink&& make_sink, const char* pattern, LogLevel level) {
+  auto logger = spdlog::get(name);
+  if (!logger) {
+    logger = std::make_shared<spdlog::logger>(name, std::make_shared<PrintableSink>(make_sink()));
+    spdlog::register_logger(logger);
+  }
+  logger->set_pattern(pattern);
+  logger->set_level(static_cast<spdlog::level::level_enum>(level));
+  logger->flush_on(spdlog::level::debug);
+  spdlog::set_default_logger(std::move(logger));
 }
 
 void emit_libfuse_line(int level, std::string_view line) {
@@ -75,18 +67,14 @@ void emit_libfuse_line(int level, std::string_view line) {
     spdlog::debug("{}", line);
 }
 
+// Joins libfuse's pieces (logging.hpp) per thread up to the newline: what
+// this thread has been given since its last newline, and the level of its
+// first piece. A line that never ends is cut at 4 KiB.
 void log_from_libfuse(fuse_log_level level, const char* fmt, va_list ap) {
-  char piece[1024];
-  const int n = std::vsnprintf(piece, sizeof piece, fmt, ap);
+  char text[1024];
+  const int n = std::vsnprintf(text, sizeof text, fmt, ap);
   if (n < 0) return;
-  join_libfuse_piece(level, std::string_view(piece, std::min(size_t(n), sizeof piece - 1)), emit_libfuse_line);
-}
-
-}  // namespace
-
-void join_libfuse_piece(int level, std::string_view piece, void (*emit)(int level, std::string_view line)) {
-  // What this thread has been given since its last newline, and the level
-  // of its first piece. A line that never ends is cut at 4 KiB.
+  std::string_view piece(text, std::min(size_t(n), sizeof text - 1));
   thread_local std::string pending;
   thread_local int pending_level = 0;
   constexpr size_t kLongestLine = 4096;
@@ -95,25 +83,25 @@ void join_libfuse_piece(int level, std::string_view piece, void (*emit)(int leve
     const size_t newline = piece.find('\n');
     pending.append(piece.substr(0, newline));
     if (newline == std::string_view::npos && pending.size() < kLongestLine) return;
-    if (!pending.empty()) emit(pending_level, pending);
+    if (!pending.empty()) emit_libfuse_line(pending_level, pending);
     pending.clear();
     piece.remove_prefix(newline == std::string_view::npos ? piece.size() : newline + 1);
   }
 }
 
+}  // namespace
+
 void route_libfuse_logs() { fuse_set_log_func(log_from_libfuse); }
 
 void log_to_stderr(LogLevel level) {
-  auto logger = registered("modelfs-stderr", [] { return std::make_shared<spdlog::sinks::stderr_sink_mt>(); });
-  logger->set_pattern("modelfs: %l: %v");
-  install(std::move(logger), level);
+  use_logger("modelfs-stderr", [] { return std::make_shared<spdlog::sinks::stderr_sink_mt>(); }, "modelfs: %l: %v",
+             level);
 }
 
 bool log_to_file(const std::string& path, LogLevel level) {
   try {
-    auto logger = registered("modelfs-file", [&] { return std::make_shared<spdlog::sinks::basic_file_sink_mt>(path); });
-    logger->set_pattern("%Y-%m-%d %H:%M:%S.%e modelfs[%P] %l: %v");
-    install(std::move(logger), level);
+    use_logger("modelfs-file", [&] { return std::make_shared<spdlog::sinks::basic_file_sink_mt>(path); },
+               "%Y-%m-%d %H:%M:%S.%e modelfs[%P] %l: %v", level);
     return true;
   } catch (const spdlog::spdlog_ex&) {
     return false;
@@ -121,11 +109,10 @@ bool log_to_file(const std::string& path, LogLevel level) {
 }
 
 void log_to_syslog(LogLevel level) {
-  auto logger = registered("modelfs-syslog", [] {
-    return std::make_shared<spdlog::sinks::syslog_sink_mt>("modelfs", LOG_PID, LOG_DAEMON, false);
-  });
-  logger->set_pattern("%l: %v");
-  install(std::move(logger), level);
+  use_logger(
+      "modelfs-syslog",
+      [] { return std::make_shared<spdlog::sinks::syslog_sink_mt>("modelfs", LOG_PID, LOG_DAEMON, false); },
+      "%l: %v", level);
 }
 
 }  // namespace modelfs

@@ -3,12 +3,18 @@
 // Where modelfs's messages go. Warnings and errors go to stderr while the
 // user is there; once the daemon detaches, stderr is /dev/null, so messages
 // move to a log file (-o log_file=PATH) or to syslog, never vanish.
+#include <spdlog/common.h>
+
 #include <string>
-#include <string_view>
 
 namespace modelfs {
 
-enum class LogLevel { Warning, Info, Debug };
+// spdlog's levels, by the names modelfs uses.
+enum class LogLevel {
+  Warning = spdlog::level::warn,
+  Info = spdlog::level::info,
+  Debug = spdlog::level::debug,
+};
 
 void log_to_stderr(LogLevel level);
 // Returns false (and keeps the current sink) when the file cannot be opened.
@@ -20,8 +26,5 @@ void log_to_syslog(LogLevel level);
 // option(s): `", then "-o ", then "bogus'" and the newline), which are
 // joined, per thread, up to the newline.
 void route_libfuse_logs();
-// The joining itself, for tests: `piece` at `level` (libfuse's
-// fuse_log_level); whole lines are handed to `emit`.
-void join_libfuse_piece(int level, std::string_view piece, void (*emit)(int level, std::string_view line));
 
 }  // namespace modelfs

@@ -1,14 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// modelfs: mount a model file as a read-only tensor tree.
-//
-//   modelfs [options] MODEL MOUNTPOINT
-//   modelfs --list [--json] MODEL
-//   modelfs --info [--json] MODEL
-//   modelfs --check [--json] MODEL
-//   modelfs --export OUT.safetensors [--force] [-o export=float32] MODEL
-//   modelfs -u MOUNTPOINT
-//   modelfs --version | --help
-//
+// modelfs: mount a model file as a read-only tensor tree, or answer one of
+// the commands that need no mount (the forms: print_usage, options.cpp).
 // Exit status: 0 success; 1 usage, mountpoint or FUSE failure; 2 the model
 // cannot be read (the message names file, format, offset and reason).
 #include <spdlog/spdlog.h>
@@ -19,7 +11,6 @@
 #include <optional>
 
 #include "commands.hpp"
-#include "export.hpp"
 #include "logging.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/remote.hpp"
@@ -80,8 +71,7 @@ int run(int argc, char** argv) {
   if (modelfs::remote::is_url(options.model)) modelfs::remote::hide_url_secrets(argc, argv, options.model);
 
   if (options.export_out != nullptr)
-    return export_command({options.model, options.export_out, options.export_float32 != 0, options.force != 0},
-                          budget);
+    return export_command(options, budget);
   return options.query() ? query_command(options, budget) : mount_command(line, budget);
 }
 

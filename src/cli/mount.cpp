@@ -2,7 +2,6 @@
 // `modelfs [options] MODEL MOUNTPOINT`: the checks that give the common
 // mistakes a message saying what to do, then the tree, the mount options and
 // the serving loop.
-#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <spdlog/spdlog.h>
@@ -41,12 +40,6 @@
 namespace modelfs::cli {
 namespace {
 
-// A mount at the mountpoint, as /proc/self/mountinfo lists it.
-struct MountEntry {
-  std::string type;    // "fuse.modelfs", "tmpfs", ...
-  std::string source;  // for modelfs, the model it serves
-};
-
 // mountinfo writes space, tab, newline and backslash as \ooo.
 std::string unescape_mountinfo(std::string_view field) {
   std::string out;
@@ -64,11 +57,12 @@ std::string unescape_mountinfo(std::string_view field) {
   return out;
 }
 
-// The topmost mount whose mount point is `path` (an absolute, resolved
-// path), or nothing when none is listed or /proc cannot be read.
-std::optional<MountEntry> mount_at(const std::string& path) {
+// The model served at `path` (an absolute, resolved path) when the topmost
+// mount there is modelfs; nothing when it is another filesystem, none is
+// listed or /proc cannot be read.
+std::optional<std::string> modelfs_at(const std::string& path) {
   std::ifstream mountinfo("/proc/self/mountinfo");
-  std::optional<MountEntry> found;
+  std::optional<std::string> found;
   std::string line;
   while (std::getline(mountinfo, line)) {
     // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPEROPTIONS
@@ -78,8 +72,9 @@ std::optional<MountEntry> mount_at(const std::string& path) {
     const auto dash = std::find(parts.begin(), parts.end(), "-");
     if (parts.size() < 5 || dash == parts.end() || parts.end() - dash < 3) continue;
     // Later lines are mounted later, so on top of earlier ones.
-    if (unescape_mountinfo(parts[4]) == path)
-      found = MountEntry{unescape_mountinfo(*(dash + 1)), unescape_mountinfo(*(dash + 2))};
+    if (unescape_mountinfo(parts[4]) != path) continue;
+    found.reset();
+    if (unescape_mountinfo(*(dash + 1)) == "fuse.modelfs") found = unescape_mountinfo(*(dash + 2));
   }
   return found;
 }
@@ -99,25 +94,20 @@ void report_daemon_gone(const std::string& mountpoint) {
   // Not realpath: it could stop at the dead mount. "mnt/" is listed as "mnt".
   auto absolute = std::filesystem::absolute(mountpoint, ec).lexically_normal();
   if (!absolute.has_filename() && absolute.has_relative_path()) absolute = absolute.parent_path();
-  const auto mount = mount_at(absolute.string());
-  const std::string whose = mount && mount->type == "fuse.modelfs"
-                                ? "the modelfs daemon serving " + mount->source + " there"
-                                : "the FUSE daemon serving it";
+  const auto model = modelfs_at(absolute.string());
+  const std::string whose =
+      model ? "the modelfs daemon serving " + *model + " there" : "the FUSE daemon serving it";
   spdlog::error("{}: {} has exited (Transport endpoint is not connected); unmount it with: "
                 "fusermount3 -u {}",
                 mountpoint, whose, mountpoint);
 }
 
-// Checks the mountpoint before anything is parsed or mounted, so the common
-// mistakes get a message that says what to do. A folder that is itself a
-// mount root (a container's volume, a tmpfs) is a mountpoint like any
-// other; only modelfs already there, or a mount whose daemon has died, is
-// refused.
+// Checks the mountpoint before the model is read or anything mounted, so the
+// common mistakes get a message that says what to do. A folder that is
+// itself a mount root (a container's volume, a tmpfs) is a mountpoint like
+// any other; only modelfs already there is refused (a mount whose daemon
+// has died, mount_command has refused already).
 bool check_mountpoint(const std::string& mountpoint, bool allow_nonempty) {
-  if (daemon_gone(mountpoint)) {
-    report_daemon_gone(mountpoint);
-    return false;
-  }
   struct stat st {};
   if (::stat(mountpoint.c_str(), &st) != 0) {
     spdlog::error("{}: mountpoint: {}", mountpoint, std::strerror(errno));
@@ -130,23 +120,20 @@ bool check_mountpoint(const std::string& mountpoint, bool allow_nonempty) {
   struct stat parent {};
   const std::string up = mountpoint + "/..";
   if (::stat(up.c_str(), &parent) == 0 && parent.st_dev != st.st_dev && mountpoint != "/") {
-    if (const auto mount = mount_at(mountpoint); mount && mount->type == "fuse.modelfs") {
+    if (const auto model = modelfs_at(mountpoint)) {
       spdlog::error("{}: modelfs is already mounted there (serving {}); unmount it first: "
                     "fusermount3 -u {}",
-                    mountpoint, mount->source, mountpoint);
+                    mountpoint, *model, mountpoint);
       return false;
     }
   }
   if (!allow_nonempty) {
-    DIR* dir = ::opendir(mountpoint.c_str());
-    if (dir == nullptr) {
-      spdlog::error("{}: mountpoint: {}", mountpoint, std::strerror(errno));
+    std::error_code ec;
+    const bool empty = std::filesystem::is_empty(mountpoint, ec);
+    if (ec) {
+      spdlog::error("{}: mountpoint: {}", mountpoint, ec.message());
       return false;
     }
-    bool empty = true;
-    while (dirent* entry = ::readdir(dir))
-      if (std::strcmp(entry->d_name, ".") != 0 && std::strcmp(entry->d_name, "..") != 0) empty = false;
-    ::closedir(dir);
     if (!empty) {
       spdlog::error("{}: mountpoint is not empty (its files would be hidden); use an empty "
                     "folder, or -o nonempty",
@@ -159,28 +146,25 @@ bool check_mountpoint(const std::string& mountpoint, bool allow_nonempty) {
 
 bool on_path(const char* program) {
   const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "/usr/bin:/bin";
-  size_t start = 0;
-  while (start <= dirs.size()) {
-    size_t end = dirs.find(':', start);
-    if (end == std::string::npos) end = dirs.size();
-    std::string candidate = dirs.substr(start, end - start) + "/" + program;
+  const std::string_view dirs = path ? path : "/usr/bin:/bin";
+  for (size_t start = 0, end = 0; end != std::string_view::npos; start = end + 1) {
+    end = dirs.find(':', start);
+    const std::string candidate = std::string(dirs.substr(start, end - start)) + "/" + program;
     if (::access(candidate.c_str(), X_OK) == 0) return true;
-    start = end + 1;
   }
   return false;
 }
 
-// Empty when this user may open /dev/fuse (or is root, or it is missing:
-// checked elsewhere); otherwise the error with what to do about it.
-std::string fuse_device_problem() {
-  if (::geteuid() == 0) return {};
+// True when this user may open /dev/fuse (or is root, or it is missing:
+// checked elsewhere); otherwise says what to do about it.
+bool fuse_device_usable() {
+  if (::geteuid() == 0) return true;
   const int fd = ::open("/dev/fuse", O_RDWR | O_CLOEXEC);
   if (fd >= 0) {
     ::close(fd);
-    return {};
+    return true;
   }
-  if (errno != EACCES && errno != EPERM) return {};
+  if (errno != EACCES && errno != EPERM) return true;
   const std::string why = std::strerror(errno);
   struct stat st {};
   std::string owner = "root";
@@ -199,7 +183,8 @@ std::string fuse_device_problem() {
     hint += "Only root may use FUSE here: let users in as Debian does (sudo chmod 0666 /dev/fuse), "
             "or through a group (sudo groupadd -f fuse; sudo chgrp fuse /dev/fuse; sudo chmod 0660 "
             "/dev/fuse; sudo usermod -aG fuse \"$USER\"; a udev rule keeps it after a reboot)";
-  return hint;
+  spdlog::error("{}", hint);
+  return false;
 }
 
 // FUSE itself must be there: the device, and for non-root users the
@@ -215,11 +200,7 @@ bool check_fuse_available() {
                   "sudo apt-get install fuse3");
     return false;
   }
-  if (const std::string problem = fuse_device_problem(); !problem.empty()) {
-    spdlog::error("{}", problem);
-    return false;
-  }
-  return true;
+  return fuse_device_usable();
 }
 
 // fuse_opt splits -o lists at commas; a backslash keeps one literal.
@@ -303,14 +284,13 @@ int mount_command(CommandLine& line, Budget& budget) {
   serve.xattrs = options.xattr != 0;
   serve.prefetch = options.noprefetch == 0;
   serve.max_threads = line.fuse.max_threads;
-  serve.readahead_kb = options.readahead_kb >= 0 ? static_cast<unsigned>(options.readahead_kb)
-                       : ::geteuid() == 0      ? kDefaultReadaheadKib
-                                               : 0;
-  if (options.readahead_kb >= 0 && ::geteuid() != 0) {
+  if (::geteuid() == 0) {
+    serve.readahead_kb = options.readahead_kb >= 0 ? static_cast<unsigned>(options.readahead_kb)
+                                                   : kDefaultReadaheadKib;
+  } else if (options.readahead_kb >= 0) {
     spdlog::warn("-o readahead_kb={} is ignored: only root may set a mount's readahead (the "
                  "kernel's 128 KiB stays)",
                  options.readahead_kb);
-    serve.readahead_kb = 0;
   }
   const size_t tensors = tree->tensors().size();
   serve.on_mounted = [&] {

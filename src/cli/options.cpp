@@ -7,20 +7,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <utility>
 
 #include "modelfs/version.hpp"
 
 namespace modelfs::cli {
 namespace {
 
-enum Key { kKeyHelp, kKeyVersion, kKeyUnmount };
-
 #define MODELFS_OPT(templ, field, value) \
   fuse_opt { templ, offsetof(Options, field), value }
-
-// FUSE_OPT_KEY, with the offset's type spelled out (its -1U widens silently).
-#define MODELFS_KEY(templ, key) \
-  fuse_opt { templ, static_cast<unsigned long>(-1U), key }
 
 const fuse_opt kOptions[] = {
     MODELFS_OPT("--list", list, 1),
@@ -41,39 +36,27 @@ const fuse_opt kOptions[] = {
     MODELFS_OPT("--export=%s", export_out, 0),
     MODELFS_OPT("export=float32", export_float32, 1),
     MODELFS_OPT("--force", force, 1),
-    MODELFS_KEY("-h", kKeyHelp),
-    MODELFS_KEY("--help", kKeyHelp),
-    MODELFS_KEY("-V", kKeyVersion),
-    MODELFS_KEY("--version", kKeyVersion),
-    MODELFS_KEY("-u", kKeyUnmount),
-    MODELFS_KEY("--unmount", kKeyUnmount),
+    MODELFS_OPT("-h", show_help, 1),
+    MODELFS_OPT("--help", show_help, 1),
+    MODELFS_OPT("-V", show_version, 1),
+    MODELFS_OPT("--version", show_version, 1),
+    MODELFS_OPT("-u", unmount, 1),
+    MODELFS_OPT("--unmount", unmount, 1),
     FUSE_OPT_END,
 };
 
-// The first positional argument is the model (ours); the second, the
-// mountpoint, stays in the argument list for fuse_parse_cmdline.
+// Called for what kOptions does not take: the first positional argument is
+// the model (ours); the second, the mountpoint, stays in the argument list
+// for fuse_parse_cmdline, as does every other option.
 int option_processor(void* data, const char* arg, int key, fuse_args*) {
   auto& config = *static_cast<Options*>(data);
-  switch (key) {
-    case kKeyHelp:
-      config.show_help = 1;
-      return 0;
-    case kKeyVersion:
-      config.show_version = 1;
-      return 0;
-    case kKeyUnmount:
-      config.unmount = 1;
-      return 0;
-    case FUSE_OPT_KEY_NONOPT:
-      if (config.positional++ == 0) {
-        config.model = ::strdup(arg);
-        return 0;
-      }
-      if (config.positional == 2) config.mountpoint = ::strdup(arg);
-      return 1;
-    default:
-      return 1;
+  if (key != FUSE_OPT_KEY_NONOPT) return 1;
+  if (config.positional++ == 0) {
+    config.model = ::strdup(arg);
+    return 0;
   }
+  if (config.positional == 2) config.mountpoint = ::strdup(arg);
+  return 1;
 }
 
 }  // namespace
@@ -94,29 +77,21 @@ bool parse_options(CommandLine& line) {
 }
 
 bool options_consistent(const Options& options) {
-  if (options.json && !options.query()) {
-    spdlog::error("--json goes with --list, --info or --check");
-    return false;
-  }
-  if (options.list + options.info + options.check > 1) {
-    spdlog::error("--list, --info and --check are separate commands; give one");
-    return false;
-  }
-  if (options.max_parse_mb < 0) {
-    spdlog::error("-o max_parse_mb must be a positive number of MiB");
-    return false;
-  }
-  if (options.remote_timeout < 0) {
-    spdlog::error("-o remote_timeout takes a number of seconds");
-    return false;
-  }
-  if (options.force && options.export_out == nullptr) {
-    spdlog::error("--force goes with --export");
-    return false;
-  }
-  if (options.export_out != nullptr && (options.query() || options.json || options.positional > 1)) {
-    spdlog::error("--export takes only OUT and MODEL: modelfs --export OUT.safetensors MODEL");
-    return false;
+  const std::pair<bool, const char*> faults[] = {
+      {options.json && !options.query(), "--json goes with --list, --info or --check"},
+      {options.list + options.info + options.check > 1,
+       "--list, --info and --check are separate commands; give one"},
+      {options.max_parse_mb < 0, "-o max_parse_mb must be a positive number of MiB"},
+      {options.remote_timeout < 0, "-o remote_timeout takes a number of seconds"},
+      {options.force && options.export_out == nullptr, "--force goes with --export"},
+      {options.export_out != nullptr && (options.query() || options.json || options.positional > 1),
+       "--export takes only OUT and MODEL: modelfs --export OUT.safetensors MODEL"},
+  };
+  for (const auto& [fault, message] : faults) {
+    if (fault) {
+      spdlog::error("{}", message);
+      return false;
+    }
   }
   return true;
 }

@@ -27,13 +27,10 @@
 #include <climits>
 #include <atomic>
 #include <cerrno>
-#include <cstdarg>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -171,67 +168,60 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   });
 }
 
-// Entries are ".", "..", then the children in name order; the offset of an
-// entry is its position plus one, so a listing resumes where it stopped.
-void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, bool plus) {
-  const auto& ctx = context(req);
-  const Node* dir = ctx.tree->node(ino);
-  if (dir == nullptr) return (void)fuse_reply_err(req, ENOENT);
-  if (dir->kind != NodeKind::Directory) return (void)fuse_reply_err(req, ENOTDIR);
-  // Reused by this thread's listings and never initialised: each reply sends
-  // only what was just written, and pages never written are never touched
-  // (the kernel asks for 64 KiB; a small folder's listing fills a page).
-  thread_local std::unique_ptr<char[]> buffer;
-  thread_local size_t capacity = 0;
-  if (capacity < size) {
-    buffer = std::make_unique_for_overwrite<char[]>(size);
-    capacity = size;
-  }
-  size_t used = 0;
-  const size_t total = dir->children.size() + 2;
-  for (size_t index = static_cast<size_t>(std::max<off_t>(offset, 0)); index < total; ++index) {
-    const char* name;
-    uint64_t child;
-    if (index == 0) {
-      name = ".";
-      child = ino;
-    } else if (index == 1) {
-      name = "..";
-      child = dir->parent;
-    } else {
-      name = dir->children[index - 2].name.data();  // NUL-terminated (DirEntry)
-      child = dir->children[index - 2].ino;
-    }
-    const Node& node = *ctx.tree->node(child);
-    const off_t next = static_cast<off_t>(index + 1);
-    size_t entry_size;
-    if (plus) {
-      // The kernel takes no lookup reference for "." and "..", and forget is
-      // a no-op here anyway: inodes live as long as the mount.
-      fuse_entry_param entry = entry_of(ctx, child, node);
-      entry_size = fuse_add_direntry_plus(req, buffer.get() + used, size - used, name, &entry, next);
-      if (entry_size > size - used) break;
-    } else {
-      struct stat st {};
-      st.st_ino = child;
-      st.st_mode = node.kind == NodeKind::Directory ? S_IFDIR : S_IFREG;
-      entry_size = fuse_add_direntry(req, buffer.get() + used, size - used, name, &st, next);
-      if (entry_size > size - used) break;
-    }
-    used += entry_size;
-  }
-  fuse_reply_buf(req, buffer.get(), used);
-}
-
+// READDIR and READDIRPLUS. Entries are ".", "..", then the children in name
+// order; the offset of an entry is its position plus one, so a listing
+// resumes where it stopped.
+template <bool Plus>
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
-  guarded(req, "readdir", [&] { read_directory(req, ino, size, offset, false); });
+  guarded(req, Plus ? "readdirplus" : "readdir", [&] {
+    const auto& ctx = context(req);
+    const Node* dir = ctx.tree->node(ino);
+    if (dir == nullptr) return (void)fuse_reply_err(req, ENOENT);
+    if (dir->kind != NodeKind::Directory) return (void)fuse_reply_err(req, ENOTDIR);
+    // Reused by this thread's listings and never initialised: each reply
+    // sends only what was just written, and pages never written are never
+    // touched (the kernel asks for 64 KiB; a small folder's listing fills a page).
+    thread_local std::unique_ptr<char[]> buffer;
+    thread_local size_t capacity = 0;
+    if (capacity < size) {
+      buffer = std::make_unique_for_overwrite<char[]>(size);
+      capacity = size;
+    }
+    size_t used = 0;
+    const size_t total = dir->children.size() + 2;
+    for (size_t index = static_cast<size_t>(std::max<off_t>(offset, 0)); index < total; ++index) {
+      const char* name;
+      uint64_t child;
+      if (index == 0) {
+        name = ".";
+        child = ino;
+      } else if (index == 1) {
+        name = "..";
+        child = dir->parent;
+      } else {
+        name = dir->children[index - 2].name.data();  // NUL-terminated (DirEntry)
+        child = dir->children[index - 2].ino;
+      }
+      const Node& node = *ctx.tree->node(child);
+      const off_t next = static_cast<off_t>(index + 1);
+      size_t entry_size;
+      if constexpr (Plus) {
+        // The kernel takes no lookup reference for "." and "..", and forget
+        // is a no-op here anyway: inodes live as long as the mount.
+        fuse_entry_param entry = entry_of(ctx, child, node);
+        entry_size = fuse_add_direntry_plus(req, buffer.get() + used, size - used, name, &entry, next);
+      } else {
+        struct stat st {};
+        st.st_ino = child;
+        st.st_mode = node.kind == NodeKind::Directory ? S_IFDIR : S_IFREG;
+        entry_size = fuse_add_direntry(req, buffer.get() + used, size - used, name, &st, next);
+      }
+      if (entry_size > size - used) break;
+      used += entry_size;
+    }
+    fuse_reply_buf(req, buffer.get(), used);
+  });
 }
-
-void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
-  guarded(req, "readdirplus", [&] { read_directory(req, ino, size, offset, true); });
-}
-
-void op_releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
 
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   guarded(req, "open", [&] {
@@ -259,8 +249,6 @@ void warn_failed_read(const Node& node, uint64_t offset, int error) {
                name, offset, std::strerror(error), n + 1 == kMaxWarnings ? " (further failures not logged)" : "");
 }
 
-constexpr size_t kReplyIovecs = IOV_MAX - 1;
-
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
   guarded(req, "read", [&] {
     // A remote model's blocks this read makes present stay until replied.
@@ -277,7 +265,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
     // what does not fit in these iovecs into the scratch (libfuse adds its
     // header to them, hence one less than IOV_MAX). Per thread: 16 KiB, and
     // the scratch grows to the largest request (max_read) at most.
-    thread_local std::array<iovec, kReplyIovecs> iov{};
+    thread_local std::array<iovec, IOV_MAX - 1> iov{};
     thread_local std::string scratch;  // a sidecar printed, computed bytes, the copied rest
     const size_t count = context(req).tree->read(*node, start, length, iov, scratch);
     // `req` is gone once answered.
@@ -292,8 +280,6 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
     if (prefetcher != nullptr) prefetcher->note_read(ino, start, length, reader);
   });
 }
-
-void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
 
 void op_statfs(fuse_req_t req, fuse_ino_t) {
   guarded(req, "statfs", [&] {
@@ -357,35 +343,11 @@ void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   });
 }
 
-// Every operation that would change the tree: the filesystem is read-only.
-void op_setattr(fuse_req_t req, fuse_ino_t, struct stat*, int, fuse_file_info*) {
-  fuse_reply_err(req, EROFS);
-}
-void op_mknod(fuse_req_t req, fuse_ino_t, const char*, mode_t, dev_t) { fuse_reply_err(req, EROFS); }
-void op_mkdir(fuse_req_t req, fuse_ino_t, const char*, mode_t) { fuse_reply_err(req, EROFS); }
-void op_unlink(fuse_req_t req, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
-void op_rmdir(fuse_req_t req, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
-void op_symlink(fuse_req_t req, const char*, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
-void op_rename(fuse_req_t req, fuse_ino_t, const char*, fuse_ino_t, const char*, unsigned) {
-  fuse_reply_err(req, EROFS);
-}
-void op_link(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
-void op_write(fuse_req_t req, fuse_ino_t, const char*, size_t, off_t, fuse_file_info*) {
-  fuse_reply_err(req, EROFS);
-}
-void op_create(fuse_req_t req, fuse_ino_t, const char*, mode_t, fuse_file_info*) {
-  fuse_reply_err(req, EROFS);
-}
-void op_setxattr(fuse_req_t req, fuse_ino_t, const char*, const char*, size_t, int) {
-  fuse_reply_err(req, EROFS);
-}
-void op_removexattr(fuse_req_t req, fuse_ino_t, const char*) { fuse_reply_err(req, EROFS); }
-void op_fallocate(fuse_req_t req, fuse_ino_t, int, off_t, off_t, fuse_file_info*) {
-  fuse_reply_err(req, EROFS);
-}
-void op_copy_file_range(fuse_req_t req, fuse_ino_t, off_t, fuse_file_info*, fuse_ino_t, off_t,
-                        fuse_file_info*, size_t, int) {
-  fuse_reply_err(req, EROFS);
+// Answers `Error` whatever the operation's other arguments: 0 for the
+// releases, EROFS for every operation that would change the tree.
+template <int Error, typename... Ignored>
+void answer(fuse_req_t req, Ignored...) {
+  fuse_reply_err(req, Error);
 }
 
 fuse_lowlevel_ops make_operations() {
@@ -396,29 +358,29 @@ fuse_lowlevel_ops make_operations() {
   ops.forget_multi = op_forget_multi;
   ops.getattr = op_getattr;
   ops.opendir = op_opendir;
-  ops.readdir = op_readdir;
-  ops.readdirplus = op_readdirplus;
-  ops.releasedir = op_releasedir;
+  ops.readdir = op_readdir<false>;
+  ops.readdirplus = op_readdir<true>;
+  ops.releasedir = answer<0>;
   ops.open = op_open;
   ops.read = op_read;
-  ops.release = op_release;
+  ops.release = answer<0>;
   ops.statfs = op_statfs;
   ops.getxattr = op_getxattr;
   ops.listxattr = op_listxattr;
-  ops.setattr = op_setattr;
-  ops.mknod = op_mknod;
-  ops.mkdir = op_mkdir;
-  ops.unlink = op_unlink;
-  ops.rmdir = op_rmdir;
-  ops.symlink = op_symlink;
-  ops.rename = op_rename;
-  ops.link = op_link;
-  ops.write = op_write;
-  ops.create = op_create;
-  ops.setxattr = op_setxattr;
-  ops.removexattr = op_removexattr;
-  ops.fallocate = op_fallocate;
-  ops.copy_file_range = op_copy_file_range;
+  ops.setattr = answer<EROFS>;
+  ops.mknod = answer<EROFS>;
+  ops.mkdir = answer<EROFS>;
+  ops.unlink = answer<EROFS>;
+  ops.rmdir = answer<EROFS>;
+  ops.symlink = answer<EROFS>;
+  ops.rename = answer<EROFS>;
+  ops.link = answer<EROFS>;
+  ops.write = answer<EROFS>;
+  ops.create = answer<EROFS>;
+  ops.setxattr = answer<EROFS>;
+  ops.removexattr = answer<EROFS>;
+  ops.fallocate = answer<EROFS>;
+  ops.copy_file_range = answer<EROFS>;
   return ops;
 }
 
@@ -429,13 +391,13 @@ fuse_lowlevel_ops make_operations() {
 void raise_readahead(const std::string& mountpoint, unsigned kib) {
   struct stat st {};
   if (::stat(mountpoint.c_str(), &st) != 0) return;
-  std::ostringstream sysfs;
-  sysfs << "/sys/class/bdi/" << major(st.st_dev) << ":" << minor(st.st_dev) << "/read_ahead_kb";
-  std::ofstream out(sysfs.str());
+  const std::string sysfs =
+      fmt::format("/sys/class/bdi/{}:{}/read_ahead_kb", major(st.st_dev), minor(st.st_dev));
+  std::ofstream out(sysfs);
   out << kib << "\n";
   out.flush();
   if (!out)
-    spdlog::info("could not raise readahead to {} KiB through {} (needs root)", kib, sysfs.str());
+    spdlog::info("could not raise readahead to {} KiB through {} (needs root)", kib, sysfs);
   else
     spdlog::debug("readahead of {} set to {} KiB", mountpoint, kib);
 }
@@ -477,7 +439,7 @@ int serve(const Tree& tree, fuse_args& args, const ServeOptions& options) {
   const int status = options.single_thread ? fuse_session_loop(session)
                                            : serve_session(session, options.max_threads);
   fuse_session_unmount(session);
-  if (prefetcher) prefetcher->stop();
+  prefetcher.reset();
   if (readahead.joinable()) readahead.join();
   fuse_remove_signal_handlers(session);
   fuse_session_destroy(session);

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -36,8 +37,6 @@ class Loop {
  public:
   Loop(fuse_session* session, unsigned most) : session_(session), most_(most) { ::sem_init(&ended_, 0, 0); }
   ~Loop() { ::sem_destroy(&ended_); }
-  Loop(const Loop&) = delete;
-  Loop& operator=(const Loop&) = delete;
 
   int run();
 
@@ -97,10 +96,7 @@ void Loop::end(int result) {
 }
 
 void Loop::work(Worker& self) {
-  struct Buffer {
-    fuse_buf buf{};  // libfuse allocates its memory at the first request
-    ~Buffer() { std::free(buf.mem); }
-  } buffer;
+  fuse_buf buffer{};  // libfuse allocates its memory at the first request
   std::unique_lock lock(mutex_);
   while (!stopping_) {
     if (on_device_ >= allowed_) {
@@ -111,7 +107,7 @@ void Loop::work(Worker& self) {
     }
     ++on_device_;
     lock.unlock();
-    const int result = fuse_session_receive_buf(session_, &buffer.buf);
+    const int result = fuse_session_receive_buf(session_, &buffer);
     lock.lock();
     --on_device_;
     if (result == -EINTR || result == -EAGAIN) continue;
@@ -120,8 +116,8 @@ void Loop::work(Worker& self) {
       break;
     }
     // The request is in memory (modelfs turns splice off at INIT).
-    const bool read = !(buffer.buf.flags & FUSE_BUF_IS_FD) && buffer.buf.size >= sizeof(fuse_in_header) &&
-                      static_cast<const fuse_in_header*>(buffer.buf.mem)->opcode == FUSE_READ;
+    const bool read = !(buffer.flags & FUSE_BUF_IS_FD) && buffer.size >= sizeof(fuse_in_header) &&
+                      static_cast<const fuse_in_header*>(buffer.mem)->opcode == FUSE_READ;
     if (read) {
       others_ = 0;
       allowed_ = most_;
@@ -130,10 +126,11 @@ void Loop::work(Worker& self) {
       allowed_ = 1;
     }
     lock.unlock();
-    fuse_session_process_buf(session_, &buffer.buf);
+    fuse_session_process_buf(session_, &buffer);
     lock.lock();
   }
   self.done = true;
+  std::free(buffer.mem);
 }
 
 int Loop::run() {
@@ -156,14 +153,9 @@ int Loop::run() {
   end(0);
   // A worker waiting on the device is interrupted by the signal; one about
   // to wait there may miss it, so it is sent until every worker is done.
-  for (;;) {
-    bool all_done = true;
-    for (Worker& worker : workers_) {
-      if (worker.done) continue;
-      all_done = false;
-      ::pthread_kill(worker.thread.native_handle(), kWakeSignal);
-    }
-    if (all_done) break;
+  while (std::ranges::any_of(workers_, [](const Worker& worker) { return !worker.done; })) {
+    for (Worker& worker : workers_)
+      if (!worker.done) ::pthread_kill(worker.thread.native_handle(), kWakeSignal);
     lock.unlock();
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     lock.lock();

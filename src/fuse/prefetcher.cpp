@@ -21,7 +21,7 @@ Prefetcher::Prefetcher(const Tree& tree, std::string mountpoint)
   path_.reserve(mountpoint_.size() + 1 + PATH_MAX);
   try {
     thread_ = thread_without_exit_signals([this] {
-      ::pthread_setname_np(::pthread_self(), kThreadName);  // told apart from the workers in ps, tests
+      ::pthread_setname_np(::pthread_self(), "read-ahead");  // told apart from the workers in ps, tests
       thread_id_ = ::gettid();
       run();
     });
@@ -31,9 +31,7 @@ Prefetcher::Prefetcher(const Tree& tree, std::string mountpoint)
   }
 }
 
-Prefetcher::~Prefetcher() { stop(); }
-
-void Prefetcher::stop() {
+Prefetcher::~Prefetcher() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
@@ -94,11 +92,10 @@ void Prefetcher::run() {
 // The path resolves to this mount (not one mounted over it since, nor another
 // namespace's): the root must be inode 1 and every file opened on its device.
 bool Prefetcher::mount_is_ours() {
-  if (device_known_) return true;
+  if (device_) return true;
   struct stat root {};
   if (::stat(mountpoint_.c_str(), &root) != 0 || root.st_ino != Tree::kRootIno) return false;
   device_ = root.st_dev;
-  device_known_ = true;
   return true;
 }
 
@@ -115,7 +112,7 @@ void Prefetcher::read_ahead(uint64_t ino, uint64_t from, uint64_t to) {
   const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || st.st_dev != device_ || st.st_ino != ino) {
+  if (::fstat(fd, &st) != 0 || st.st_dev != *device_ || st.st_ino != ino) {
     ::close(fd);
     disabled_ = true;
     spdlog::debug("reading ahead stopped: {} is not this mount's inode {}", path_, ino);

@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -36,17 +37,13 @@ class Prefetcher {
  public:
   // `mountpoint` is absolute; the thread starts at once and waits for reads.
   Prefetcher(const Tree& tree, std::string mountpoint);
+  // Ends the thread. Destroy it once the session is unmounted: a request the
+  // thread waits on can then no longer hang, the kernel having failed it.
   ~Prefetcher();
-  Prefetcher(const Prefetcher&) = delete;
-  Prefetcher& operator=(const Prefetcher&) = delete;
 
   // A READ of [offset, offset + length) of file `ino`, made for process
   // `reader` (the request's pid), was answered. Any worker may call it.
   void note_read(uint64_t ino, uint64_t offset, uint64_t length, pid_t reader);
-
-  // Ends the thread. Call it once the session is unmounted: a request the
-  // thread waits on can then no longer hang, the kernel having failed it.
-  void stop();
 
  private:
   // A sequential reader of one file: where its reads have reached, how far
@@ -58,7 +55,6 @@ class Prefetcher {
     uint64_t asked_end = 0;
     bool queued = false;
   };
-  static constexpr const char* kThreadName = "read-ahead";
   static constexpr size_t kStreams = 64;  // readers followed at once
   // The next few MiB are the reader's own readahead's (1 MiB as root); this
   // thread reads from there on, up to 16 MiB ahead of the reader (a longer
@@ -88,8 +84,7 @@ class Prefetcher {
   bool stopping_ = false;
   std::atomic<bool> disabled_{false};
   std::atomic<pid_t> thread_id_{-1};  // the thread's, as FUSE requests carry it
-  dev_t device_ = 0;
-  bool device_known_ = false;
+  std::optional<dev_t> device_;  // the mount's, once the thread has seen it
   std::thread thread_;
 };
 
