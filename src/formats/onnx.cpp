@@ -261,9 +261,7 @@ class Reader {
   }
 
   uint64_t varint(const WireField& f) const {
-    if (f.type != WireType::Varint)
-      fail(f.offset, "field " + std::to_string(f.number) + " should be a varint but has wire type " +
-                         std::to_string(static_cast<int>(f.type)));
+    protobuf::expect_type(f, WireType::Varint, "be a varint", context_);
     return f.value;
   }
 

@@ -61,6 +61,11 @@ struct WireContext {
 uint64_t read_varint(std::span<const std::byte> bytes, uint64_t& pos, const WireContext& context,
                      uint64_t base);
 
+// Throws ModelError "field N should <what> but has wire type T" unless
+// `field` has wire type `type`.
+void expect_type(const WireField& field, WireType type, std::string_view what,
+                 const WireContext& context);
+
 // A message: one or more encoded chunks read in order. A non-repeated
 // message field that occurs several times is the merge of its occurrences,
 // which protobuf defines as parsing their concatenation, so such a field is
@@ -88,7 +93,6 @@ class WireMessage {
   int depth() const noexcept { return depth_; }
   uint64_t offset() const noexcept { return chunks_.empty() ? 0 : chunks_.front().offset; }
   const WireContext& context() const noexcept { return *context_; }
-  [[noreturn]] void fail(uint64_t offset, const std::string& reason) const;
 
  private:
   WireMessage(std::vector<Chunk> chunks, int depth, const WireContext* context);
