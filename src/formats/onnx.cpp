@@ -5,7 +5,6 @@
 #include <bit>
 #include <cctype>
 #include <charconv>
-#include <climits>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -276,6 +275,13 @@ class Reader {
     return out;
   }
 
+  // A repeated int64 field, packed or not.
+  std::vector<int64_t> int64s(const Fields& fields, uint32_t number) const {
+    std::vector<uint64_t> values;
+    for (const auto& f : fields.every(number)) protobuf::append_varints(f, context_, values);
+    return {values.begin(), values.end()};
+  }
+
   // StringStringEntryProto list -> {key: value}; a repeated key keeps the last.
   Json string_map(const WireMessage& parent, const std::vector<WireField>& entries) const {
     Json out = Json::object();
@@ -392,9 +398,8 @@ class Reader {
     out["name"] = last_text(fields, node_field::kName);
     out["op_type"] = last_text(fields, node_field::kOpType);
     out["domain"] = last_text(fields, node_field::kDomain);
-    auto inputs = texts(fields, node_field::kInput);
-    auto outputs = texts(fields, node_field::kOutput);
-    out["inputs"] = inputs;
+    out["inputs"] = texts(fields, node_field::kInput);
+    const auto outputs = texts(fields, node_field::kOutput);
     out["outputs"] = outputs;
 
     // What this node's attribute tensors and subgraphs are named after.
@@ -512,13 +517,7 @@ class Reader {
         }
         break;
       }
-      case attribute_type::kInts: {
-        std::vector<uint64_t> ints;
-        for (const auto& f : fields.every(kInts)) protobuf::append_varints(f, context_, ints);
-        value = Json::array();
-        for (uint64_t v : ints) value.push_back(static_cast<int64_t>(v));
-        break;
-      }
+      case attribute_type::kInts: value = int64s(fields, kInts); break;
       case attribute_type::kStrings: value = texts(fields, kStrings); break;
       case attribute_type::kTensor: one(kT, "tensor", tensors(false)); break;
       case attribute_type::kTensors: each(kTensors, "tensors", tensors(false)); break;
@@ -691,10 +690,7 @@ class Reader {
   std::string read_sparse(const WireMessage& sparse, std::string name, bool stored_name_first,
                           const std::string& kind, const std::string& graph_path) {
     Fields fields(sparse);
-    std::vector<uint64_t> raw_dims;
-    for (const auto& f : fields.every(sparse_field::kDims)) protobuf::append_varints(f, context_, raw_dims);
-    Json dense_shape = Json::array();
-    for (uint64_t d : raw_dims) dense_shape.push_back(static_cast<int64_t>(d));
+    const auto dense_shape = int64s(fields, sparse_field::kDims);
     const auto values = fields.message(sparse_field::kValues);
     if (!values) fail(sparse.offset(), "sparse tensor without values");
 

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
 
@@ -77,13 +76,12 @@ uint64_t read_varint(std::span<const std::byte> bytes, uint64_t& pos, const Wire
     if (pos >= bytes.size())
       fail_at(context, base + start, "varint runs past the end of its message");
     const auto byte = std::to_integer<uint64_t>(bytes[pos++]);
-    // The tenth byte carries bit 63 only; anything more overflows 64 bits.
-    if (i == kMaxVarintBytes - 1 && byte > 1)
-      fail_at(context, base + start, "varint overflows 64 bits");
     value |= (byte & 0x7F) << (7 * i);
-    if ((byte & 0x80) == 0) return value;
+    // The tenth byte may carry bit 63 only: anything more (a continuation
+    // bit included) overflows 64 bits.
+    if ((byte & 0x80) == 0 && (i < kMaxVarintBytes - 1 || byte <= 1)) return value;
   }
-  fail_at(context, base + start, "varint is longer than 10 bytes");
+  fail_at(context, base + start, "varint overflows 64 bits");
 }
 
 void expect_type(const WireField& field, WireType type, std::string_view what,

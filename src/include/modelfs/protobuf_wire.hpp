@@ -9,14 +9,6 @@
 // field's payload lies (an offset and a length into the mapped file), so a
 // reader can serve those bytes in place and decode only what it needs.
 //
-//   key      varint (field_number << 3 | wire_type)
-//   type 0   varint                   (at most 10 bytes)
-//   type 1   8 bytes little-endian
-//   type 2   varint length, then that many bytes (string, bytes, message,
-//            packed repeated scalars)
-//   type 5   4 bytes little-endian
-//   type 3/4 groups (deprecated; no ONNX field is one): refused
-//
 // Every length is checked against the bytes of the enclosing message before
 // use; nesting is bounded by kMaxMessageDepth, checked where a message is
 // entered, so a reader that recurses through WireMessage::child cannot
