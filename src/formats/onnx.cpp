@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "modelfs/formats/onnx.hpp"
 
+#include <algorithm>
 #include <bit>
-#include <climits>
+#include <cctype>
+#include <charconv>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -19,8 +21,6 @@
 #include "modelfs/protobuf_wire.hpp"
 #include "modelfs/remote.hpp"
 #include "modelfs/sha1.hpp"
-
-#include <cctype>
 
 namespace modelfs::onnx {
 namespace {
@@ -126,30 +126,33 @@ std::string data_type_name(uint64_t code) {
   return info ? std::string(info->name) : std::to_string(code);
 }
 
-std::string_view typed_field_name(uint32_t field) {
-  switch (field) {
-    case tensor_field::kFloatData: return "float_data";
-    case tensor_field::kInt32Data: return "int32_data";
-    case tensor_field::kStringData: return "string_data";
-    case tensor_field::kInt64Data: return "int64_data";
-    case tensor_field::kDoubleData: return "double_data";
-    case tensor_field::kUint64Data: return "uint64_data";
-    case tensor_field::kRawData: return "raw_data";
-    default: return "external_data";
-  }
-}
+// The TensorProto fields that hold data in the message itself.
+constexpr std::pair<uint32_t, std::string_view> kDataFields[] = {
+    {tensor_field::kFloatData, "float_data"},   {tensor_field::kInt32Data, "int32_data"},
+    {tensor_field::kStringData, "string_data"}, {tensor_field::kInt64Data, "int64_data"},
+    {tensor_field::kDoubleData, "double_data"}, {tensor_field::kUint64Data, "uint64_data"},
+    {tensor_field::kRawData, "raw_data"}};
 
 bool is_data_field(uint32_t number) {
-  return number == tensor_field::kFloatData || number == tensor_field::kInt32Data ||
-         number == tensor_field::kStringData || number == tensor_field::kInt64Data ||
-         number == tensor_field::kDoubleData || number == tensor_field::kUint64Data ||
-         number == tensor_field::kRawData;
+  return std::ranges::any_of(kDataFields, [&](const auto& field) { return field.first == number; });
+}
+
+// Where a tensor's data is: one of kDataFields, else external data.
+std::string typed_field_name(uint32_t field) {
+  for (const auto& [number, name] : kDataFields)
+    if (number == field) return std::string(name);
+  return "external_data";
+}
+
+// Appends the low `width` bytes of `value`, little-endian.
+void append_le(std::string& out, uint64_t value, uint64_t width) {
+  for (uint64_t b = 0; b < width; ++b) out.push_back(static_cast<char>((value >> (8 * b)) & 0xFF));
 }
 
 // A message's fields, looked up by number.
 class Fields {
  public:
-  explicit Fields(const WireMessage& message) : fields_(message.fields()) {}
+  explicit Fields(WireMessage message) : message_(std::move(message)), fields_(message_.fields()) {}
   std::vector<WireField> every(uint32_t number) const {
     std::vector<WireField> out;
     for (const auto& f : fields_)
@@ -162,23 +165,26 @@ class Fields {
       if (it->number == number) return &*it;
     return nullptr;
   }
+  // The message of a non-repeated message field (the merge of its
+  // occurrences), if it has one.
+  std::optional<WireMessage> message(uint32_t number) const {
+    const auto list = every(number);
+    if (list.empty()) return std::nullopt;
+    return message_.child(list);
+  }
 
  private:
+  WireMessage message_;
   std::vector<WireField> fields_;
 };
 
-// Strict decimal for external_data offset/length: digits only, no overflow.
+// Strict decimal for external_data offset/length: at most 20 digits, no
+// sign, no overflow.
 std::optional<uint64_t> parse_decimal(std::string_view text) {
-  if (text.empty() || text.size() > 20) return std::nullopt;
   uint64_t value = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return std::nullopt;
-    auto next = checked_mul(value, 10);
-    if (!next) return std::nullopt;
-    next = checked_add(*next, static_cast<uint64_t>(c - '0'));
-    if (!next) return std::nullopt;
-    value = *next;
-  }
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (error != std::errc() || stop != end || text.size() > 20) return std::nullopt;
   return value;
 }
 
@@ -208,17 +214,9 @@ class Reader {
 
     WireMessage model(model_->bytes(), 0, &context_);
     Fields fields(model);
-    Json& meta = metadata_;
+    auto& meta = catalog_.metadata;
     if (const auto* f = fields.last(model_field::kIrVersion)) meta["ir_version"] = varint(*f);
-    meta["opset_import"] = Json::array();
-    for (const auto& f : fields.every(model_field::kOpsetImport)) {
-      Fields opset(model.child(f));
-      Json entry;
-      entry["domain"] = last_text(opset, 1);
-      const auto* version = opset.last(2);
-      entry["version"] = version ? static_cast<int64_t>(varint(*version)) : 0;
-      meta["opset_import"].push_back(entry);
-    }
+    meta["opset_import"] = opsets(model, fields.every(model_field::kOpsetImport));
     meta["producer_name"] = last_text(fields, model_field::kProducerName);
     meta["producer_version"] = last_text(fields, model_field::kProducerVersion);
     meta["domain"] = last_text(fields, model_field::kDomain);
@@ -228,9 +226,9 @@ class Reader {
     meta["metadata_props"] = string_map(model, fields.every(model_field::kMetadataProps));
 
     Json graph_doc;
-    auto graphs = fields.every(model_field::kGraph);
-    if (graphs.empty()) fail(0, "the model has no graph (ModelProto field 7)");
-    graph_doc["graph"] = read_graph(model.child(graphs), "main");
+    const auto graph = fields.message(model_field::kGraph);
+    if (!graph) fail(0, "the model has no graph (ModelProto field 7)");
+    graph_doc["graph"] = read_graph(*graph, "main");
     const Json& main = graph_doc["graph"];
     meta["graph_name"] = main["name"];
     meta["inputs"] = main["inputs"];
@@ -249,7 +247,6 @@ class Reader {
     for (size_t i = 0; i < training.size(); ++i)
       graph_doc["training_info"].push_back(read_training_info(model.child(training[i]), i));
 
-    for (const auto& [key, value] : meta.items()) catalog_.metadata[key] = value;
     const auto replace = nlohmann::json::error_handler_t::replace;
     catalog_.documents.push_back({"graph.json", graph_doc.dump(2, ' ', false, replace) + "\n"});
     return std::move(catalog_);
@@ -261,9 +258,7 @@ class Reader {
   }
 
   uint64_t varint(const WireField& f) const {
-    if (f.type != WireType::Varint)
-      fail(f.offset, "field " + std::to_string(f.number) + " should be a varint but has wire type " +
-                         std::to_string(static_cast<int>(f.type)));
+    protobuf::expect_type(f, WireType::Varint, "be a varint", context_);
     return f.value;
   }
 
@@ -280,12 +275,31 @@ class Reader {
     return out;
   }
 
+  // A repeated int64 field, packed or not.
+  std::vector<int64_t> int64s(const Fields& fields, uint32_t number) const {
+    std::vector<uint64_t> values;
+    for (const auto& f : fields.every(number)) protobuf::append_varints(f, context_, values);
+    return {values.begin(), values.end()};
+  }
+
   // StringStringEntryProto list -> {key: value}; a repeated key keeps the last.
   Json string_map(const WireMessage& parent, const std::vector<WireField>& entries) const {
     Json out = Json::object();
     for (const auto& f : entries) {
       Fields entry(parent.child(f));
       out[last_text(entry, 1)] = last_text(entry, 2);
+    }
+    return out;
+  }
+
+  // OperatorSetIdProto list -> [{domain, version}].
+  Json opsets(const WireMessage& parent, const std::vector<WireField>& entries) const {
+    Json out = Json::array();
+    for (const auto& f : entries) {
+      Fields opset(parent.child(f));
+      const auto* version = opset.last(2);
+      out.push_back({{"domain", last_text(opset, 1)},
+                     {"version", version ? static_cast<int64_t>(varint(*version)) : 0}});
     }
     return out;
   }
@@ -312,34 +326,29 @@ class Reader {
     Json out;
     const auto* elem = fields.last(1);
     out["elem_type"] = elem ? data_type_name(varint(*elem)) : "UNDEFINED";
-    auto shapes = fields.every(2);
-    if (!shapes.empty()) out["shape"] = read_shape(tensor_type.child(shapes));
+    if (const auto shape = fields.message(2)) out["shape"] = read_shape(*shape);
     return out;
+  }
+
+  // The TypeProto a field of `fields` holds; null JSON if none.
+  Json type_field(const Fields& fields, uint32_t number) const {
+    const auto type = fields.message(number);
+    return type ? read_type(*type) : Json();
   }
 
   Json read_type(const WireMessage& type) const {
     Fields fields(type);
     Json out = Json::object();
-    if (auto f = fields.every(1); !f.empty()) out["tensor"] = read_tensor_type(type.child(f));
-    if (auto f = fields.every(4); !f.empty()) {
-      Fields seq(type.child(f));
-      auto elem = seq.every(1);
-      out["sequence"] = elem.empty() ? Json() : read_type(type.child(f).child(elem));
-    }
-    if (auto f = fields.every(5); !f.empty()) {
-      WireMessage map = type.child(f);
-      Fields entries(map);
+    if (const auto tensor = fields.message(1)) out["tensor"] = read_tensor_type(*tensor);
+    if (const auto sequence = fields.message(4)) out["sequence"] = type_field(Fields(*sequence), 1);
+    if (const auto map = fields.message(5)) {
+      Fields entries(*map);
       const auto* key = entries.last(1);
-      auto value = entries.every(2);
       out["map"] = {{"key", key ? data_type_name(varint(*key)) : "UNDEFINED"},
-                    {"value", value.empty() ? Json() : read_type(map.child(value))}};
+                    {"value", type_field(entries, 2)}};
     }
-    if (auto f = fields.every(8); !f.empty()) out["sparse_tensor"] = read_tensor_type(type.child(f));
-    if (auto f = fields.every(9); !f.empty()) {
-      WireMessage optional = type.child(f);
-      auto elem = Fields(optional).every(1);
-      out["optional"] = elem.empty() ? Json() : read_type(optional.child(elem));
-    }
+    if (const auto sparse = fields.message(8)) out["sparse_tensor"] = read_tensor_type(*sparse);
+    if (const auto optional = fields.message(9)) out["optional"] = type_field(Fields(*optional), 1);
     if (const auto* d = fields.last(6)) out["denotation"] = text(*d);
     return out;
   }
@@ -348,8 +357,7 @@ class Reader {
     Fields fields(info);
     Json out;
     out["name"] = last_text(fields, 1);
-    auto type = fields.every(2);
-    out["type"] = type.empty() ? Json() : read_type(info.child(type));
+    out["type"] = type_field(fields, 2);
     return out;
   }
 
@@ -367,19 +375,16 @@ class Reader {
       out[key] = Json::array();
       for (const auto& f : fields.every(number)) out[key].push_back(read_value_info(graph.child(f)));
     }
-    out["initializers"] = Json::array();
-    const auto initializers = fields.every(graph_field::kInitializer);
-    for (size_t i = 0; i < initializers.size(); ++i) {
-      std::string fallback = "initializer_" + std::to_string(i);
-      out["initializers"].push_back(
-          read_tensor(graph.child(initializers[i]), std::nullopt, fallback, "initializer", graph_path));
+    // Initializers keep their stored names; <kind>_<index> names one without.
+    for (auto [key, kind, number, sparse] :
+         {std::tuple{"initializers", "initializer", graph_field::kInitializer, false},
+          std::tuple{"sparse_initializers", "sparse_initializer", graph_field::kSparseInitializer, true}}) {
+      out[key] = Json::array();
+      const auto list = fields.every(number);
+      for (size_t i = 0; i < list.size(); ++i)
+        out[key].push_back(read_any(graph.child(list[i]), std::string(kind) + "_" + std::to_string(i),
+                                    true, kind, graph_path, sparse));
     }
-    out["sparse_initializers"] = Json::array();
-    const auto sparse = fields.every(graph_field::kSparseInitializer);
-    for (size_t i = 0; i < sparse.size(); ++i)
-      out["sparse_initializers"].push_back(read_sparse(graph.child(sparse[i]), std::nullopt,
-                                                       "sparse_initializer_" + std::to_string(i),
-                                                       "sparse_initializer", graph_path));
     out["nodes"] = Json::array();
     const auto nodes = fields.every(graph_field::kNode);
     for (size_t i = 0; i < nodes.size(); ++i)
@@ -393,9 +398,8 @@ class Reader {
     out["name"] = last_text(fields, node_field::kName);
     out["op_type"] = last_text(fields, node_field::kOpType);
     out["domain"] = last_text(fields, node_field::kDomain);
-    auto inputs = texts(fields, node_field::kInput);
-    auto outputs = texts(fields, node_field::kOutput);
-    out["inputs"] = inputs;
+    out["inputs"] = texts(fields, node_field::kInput);
+    const auto outputs = texts(fields, node_field::kOutput);
     out["outputs"] = outputs;
 
     // What this node's attribute tensors and subgraphs are named after.
@@ -460,27 +464,30 @@ class Reader {
       value["tensor"] = *constant_name;
       return {name, value};
     }
-    // Tensor-valued attributes, dense or sparse: one is named after the
-    // Constant it makes (else the attribute), a list's by their index.
-    const auto read_any = [&](const WireMessage& tensor, const std::optional<std::string>& forced_name,
-                              const std::string& fallback, const char* kind, bool sparse) {
-      return sparse ? read_sparse(tensor, forced_name, fallback, kind, graph_path)
-                    : read_tensor(tensor, forced_name, fallback, kind, graph_path);
+    // A message-valued attribute holds one message (the merge of its
+    // field's occurrences) or a list; `read` gets each with the suffix,
+    // "/<index>" in a list, that its tensors' names and graphs' paths take.
+    const auto one = [&](uint32_t field, const char* key, const auto& read) {
+      if (const auto message = fields.message(field)) value[key] = read(*message, "");
     };
-    const auto one_tensor = [&](uint32_t field, const char* key, bool sparse) {
-      const auto t = fields.every(field);
-      if (t.empty()) return;
-      value[key] = read_any(attribute.child(t), constant_name ? constant_name : std::optional(tensor_base),
-                            tensor_base, constant_name ? "constant" : "attribute", sparse);
-    };
-    const auto tensor_list = [&](uint32_t field, const char* key, bool sparse) {
+    const auto each = [&](uint32_t field, const char* key, const auto& read) {
       value[key] = Json::array();
       const auto list = fields.every(field);
-      for (size_t i = 0; i < list.size(); ++i) {
-        const std::string tensor_name = tensor_base + "/" + std::to_string(i);
-        value[key].push_back(read_any(attribute.child(list[i]), tensor_name, tensor_name, "attribute", sparse));
-      }
+      for (size_t i = 0; i < list.size(); ++i)
+        value[key].push_back(read(attribute.child(list[i]), "/" + std::to_string(i)));
     };
+    // Tensors, dense or sparse: a Constant's one is named after its output.
+    const auto tensors = [&](bool sparse) {
+      return [&, sparse](const WireMessage& tensor, const std::string& suffix) {
+        const bool constant = constant_name && suffix.empty();
+        return read_any(tensor, constant ? *constant_name : tensor_base + suffix, false,
+                        constant ? "constant" : "attribute", graph_path, sparse);
+      };
+    };
+    const auto graph = [&](const WireMessage& g, const std::string& suffix) {
+      return read_graph(g, graph_path + "/" + tensor_base + suffix);
+    };
+    const auto type_proto = [&](const WireMessage& t, const std::string&) { return read_type(t); };
     switch (type) {
       case attribute_type::kFloat: {
         const auto* f = fields.last(kF);
@@ -510,41 +517,16 @@ class Reader {
         }
         break;
       }
-      case attribute_type::kInts: {
-        std::vector<uint64_t> ints;
-        for (const auto& f : fields.every(kInts)) protobuf::append_varints(f, context_, ints);
-        value = Json::array();
-        for (uint64_t v : ints) value.push_back(static_cast<int64_t>(v));
-        break;
-      }
+      case attribute_type::kInts: value = int64s(fields, kInts); break;
       case attribute_type::kStrings: value = texts(fields, kStrings); break;
-      case attribute_type::kTensor: one_tensor(kT, "tensor", false); break;
-      case attribute_type::kTensors: tensor_list(kTensors, "tensors", false); break;
-      case attribute_type::kSparseTensor: one_tensor(kSparseTensor, "sparse_tensor", true); break;
-      case attribute_type::kSparseTensors: tensor_list(kSparseTensors, "sparse_tensors", true); break;
-      case attribute_type::kGraph: {
-        auto g = fields.every(kG);
-        if (!g.empty()) value["graph"] = read_graph(attribute.child(g), graph_path + "/" + tensor_base);
-        break;
-      }
-      case attribute_type::kGraphs: {
-        value["graphs"] = Json::array();
-        const auto list = fields.every(kGraphs);
-        for (size_t i = 0; i < list.size(); ++i)
-          value["graphs"].push_back(read_graph(attribute.child(list[i]),
-                                               graph_path + "/" + tensor_base + "/" + std::to_string(i)));
-        break;
-      }
-      case attribute_type::kTypeProto: {
-        auto tp = fields.every(kTp);
-        if (!tp.empty()) value["type"] = read_type(attribute.child(tp));
-        break;
-      }
-      case attribute_type::kTypeProtos: {
-        value["types"] = Json::array();
-        for (const auto& f : fields.every(kTypeProtos)) value["types"].push_back(read_type(attribute.child(f)));
-        break;
-      }
+      case attribute_type::kTensor: one(kT, "tensor", tensors(false)); break;
+      case attribute_type::kTensors: each(kTensors, "tensors", tensors(false)); break;
+      case attribute_type::kSparseTensor: one(kSparseTensor, "sparse_tensor", tensors(true)); break;
+      case attribute_type::kSparseTensors: each(kSparseTensors, "sparse_tensors", tensors(true)); break;
+      case attribute_type::kGraph: one(kG, "graph", graph); break;
+      case attribute_type::kGraphs: each(kGraphs, "graphs", graph); break;
+      case attribute_type::kTypeProto: one(kTp, "type", type_proto); break;
+      case attribute_type::kTypeProtos: each(kTypeProtos, "types", type_proto); break;
       default:
         value["unknown_type"] = type;
         break;
@@ -571,10 +553,8 @@ class Reader {
         {"value_int", DType::Int64, "INT64", false},       {"value_ints", DType::Int64, "INT64", true},
         {"value_string", DType::String, "STRING", false},  {"value_strings", DType::String, "STRING", true},
     };
-    const Form* form = nullptr;
-    for (const auto& f : kForms)
-      if (f.attribute == name) form = &f;
-    if (!form) return false;
+    const Form* form = std::ranges::find(kForms, name, &Form::attribute);
+    if (form == std::end(kForms)) return false;
     const std::string quote = "tensor \"" + tensor_name + "\" (Constant " + name + "): ";
 
     TensorSpec t;
@@ -582,9 +562,6 @@ class Reader {
     t.dtype = form->dtype;
     std::string bytes;
     uint64_t count = 0;
-    auto append_le = [&](uint64_t v, int width) {
-      for (int b = 0; b < width; ++b) bytes.push_back(static_cast<char>((v >> (8 * b)) & 0xFF));
-    };
     if (form->dtype == DType::Float32) {
       // One float (field f, fixed32), or a list (field floats, packed or one
       // fixed32 each); a one-value form without its field is 0, proto's default.
@@ -595,7 +572,7 @@ class Reader {
             MappedFile::ensure_at(f.payload.data(), f.payload.size());
             bytes.append(reinterpret_cast<const char*>(f.payload.data()), f.payload.size());
           } else if (f.type == WireType::Fixed32) {
-            append_le(f.value, 4);
+            append_le(bytes, f.value, 4);
           } else {
             fail(f.offset, quote + "floats has wire type " + std::to_string(static_cast<int>(f.type)));
           }
@@ -603,7 +580,7 @@ class Reader {
       } else {
         const auto* f = fields.last(kF);
         if (f && f->type != WireType::Fixed32) fail(f->offset, quote + "f is not a float");
-        append_le(f ? f->value : 0, 4);
+        append_le(bytes, f ? f->value : 0, 4);
       }
       count = bytes.size() / 4;
     } else if (form->dtype == DType::Int64) {
@@ -625,17 +602,17 @@ class Reader {
         bytes.reserve(entries * 8);
         for (const auto& f : list) {
           if (f.type == WireType::Varint) {
-            append_le(f.value, 8);
+            append_le(bytes, f.value, 8);
           } else if (f.type == WireType::Length) {
             for (uint64_t pos = 0; pos < f.payload.size();)
-              append_le(protobuf::read_varint(f.payload, pos, context_, f.offset), 8);
+              append_le(bytes, protobuf::read_varint(f.payload, pos, context_, f.offset), 8);
           } else {
             fail(f.offset, quote + "ints has wire type " + std::to_string(static_cast<int>(f.type)));
           }
         }
       } else {
         const auto* f = fields.last(kI);
-        append_le(f ? varint(*f) : 0, 8);
+        append_le(bytes, f ? varint(*f) : 0, 8);
       }
       count = bytes.size() / 8;
     } else {
@@ -675,13 +652,7 @@ class Reader {
     out["inputs"] = texts(fields, kInput);
     out["outputs"] = texts(fields, kOutput);
     out["attributes"] = texts(fields, kAttribute);
-    out["opset_import"] = Json::array();
-    for (const auto& f : fields.every(kOpsetImport)) {
-      Fields opset(function.child(f));
-      const auto* version = opset.last(2);
-      out["opset_import"].push_back(
-          {{"domain", last_text(opset, 1)}, {"version", version ? static_cast<int64_t>(varint(*version)) : 0}});
-    }
+    out["opset_import"] = opsets(function, fields.every(kOpsetImport));
     out["attribute_defaults"] = Json::object();
     for (const auto& f : fields.every(kAttributeProto)) {
       auto [name, value] = read_attribute(function.child(f), out["name"].get<std::string>(), path, std::nullopt);
@@ -696,55 +667,53 @@ class Reader {
   Json read_training_info(const WireMessage& info, size_t index) {
     Fields fields(info);
     Json out;
-    const std::string base = "training_info/" + std::to_string(index);
-    if (auto g = fields.every(training_field::kInitialization); !g.empty())
-      out["initialization"] = read_graph(info.child(g), base + "/initialization");
-    if (auto g = fields.every(training_field::kAlgorithm); !g.empty())
-      out["algorithm"] = read_graph(info.child(g), base + "/algorithm");
+    for (auto [key, number] : {std::pair{"initialization", training_field::kInitialization},
+                               std::pair{"algorithm", training_field::kAlgorithm}})
+      if (const auto graph = fields.message(number))
+        out[key] = read_graph(*graph, "training_info/" + std::to_string(index) + "/" + key);
     return out;
   }
 
   // ---- tensors ------------------------------------------------------------
 
-  // Reads a SparseTensorProto as two tensors, <name>.values and
-  // <name>.indices. Returns the sparse tensor's name.
-  std::string read_sparse(const WireMessage& sparse, const std::optional<std::string>& forced_name,
-                          const std::string& fallback, const std::string& kind,
-                          const std::string& graph_path) {
-    Fields fields(sparse);
-    auto values = fields.every(sparse_field::kValues);
-    auto indices = fields.every(sparse_field::kIndices);
-    std::vector<uint64_t> raw_dims;
-    for (const auto& f : fields.every(sparse_field::kDims)) protobuf::append_varints(f, context_, raw_dims);
-    Json dense_shape = Json::array();
-    for (uint64_t d : raw_dims) dense_shape.push_back(static_cast<int64_t>(d));
-    if (values.empty()) fail(sparse.offset(), "sparse tensor without values");
+  // Reads a TensorProto or SparseTensorProto named `name`, or by the name
+  // it stores when it has one and `stored_name_first`. Returns the name it
+  // was given.
+  std::string read_any(const WireMessage& tensor, const std::string& name, bool stored_name_first,
+                       const std::string& kind, const std::string& graph_path, bool sparse) {
+    return sparse ? read_sparse(tensor, name, stored_name_first, kind, graph_path)
+                  : read_tensor(tensor, name, stored_name_first, kind, graph_path);
+  }
 
-    std::string name;
-    if (forced_name) {
-      name = *forced_name;
-    } else {
-      Fields value_fields(sparse.child(values));
-      name = last_text(value_fields, tensor_field::kName);
-      if (name.empty()) name = fallback;
+  // Reads a SparseTensorProto as two tensors, <name>.values and
+  // <name>.indices (its name: that of its values).
+  std::string read_sparse(const WireMessage& sparse, std::string name, bool stored_name_first,
+                          const std::string& kind, const std::string& graph_path) {
+    Fields fields(sparse);
+    const auto dense_shape = int64s(fields, sparse_field::kDims);
+    const auto values = fields.message(sparse_field::kValues);
+    if (!values) fail(sparse.offset(), "sparse tensor without values");
+
+    if (stored_name_first) {
+      const std::string stored = last_text(Fields(*values), tensor_field::kName);
+      if (!stored.empty()) name = stored;
     }
-    Json extras;
+    nlohmann::json extras;
     extras["sparse_tensor"] = name;
     extras["dense_shape"] = dense_shape;
     extras["sparse_part"] = "values";
-    read_tensor(sparse.child(values), name + ".values", name + ".values", kind, graph_path, extras);
-    if (!indices.empty()) {
+    read_tensor(*values, name + ".values", false, kind, graph_path, extras);
+    if (const auto indices = fields.message(sparse_field::kIndices)) {
       extras["sparse_part"] = "indices";
-      read_tensor(sparse.child(indices), name + ".indices", name + ".indices", kind, graph_path, extras);
+      read_tensor(*indices, name + ".indices", false, kind, graph_path, extras);
     }
     return name;
   }
 
-  // Reads one TensorProto into the catalog (or, for STRING, the metadata).
-  // Returns the name it was given.
-  std::string read_tensor(const WireMessage& tensor, const std::optional<std::string>& forced_name,
-                          const std::string& fallback, const std::string& kind,
-                          const std::string& graph_path, const Json& more_extras = Json::object()) {
+  // Reads one TensorProto into the catalog, named as read_any says.
+  std::string read_tensor(const WireMessage& tensor, const std::string& given_name, bool stored_name_first,
+                          const std::string& kind, const std::string& graph_path,
+                          const nlohmann::json& more_extras = nlohmann::json::object()) {
     using namespace tensor_field;
     // First pass: everything but the data itself.
     std::vector<uint64_t> dims;
@@ -768,21 +737,18 @@ class Reader {
       }
       if (is_data_field(f.number)) data_bytes[f.number] += f.length;
     });
-    const std::string name = forced_name ? *forced_name : (stored_name.empty() ? fallback : stored_name);
+    const std::string name = stored_name_first && !stored_name.empty() ? stored_name : given_name;
     const uint64_t at = tensor.offset();
-    auto quote = [&] { return "tensor \"" + name + "\": "; };
+    const std::string quote = "tensor \"" + name + "\": ";
 
-    if (!data_type) fail(at, quote() + "has no data_type");
+    if (!data_type) fail(at, quote + "has no data_type");
     const DataTypeInfo* info = data_type_info(*data_type);
-    if (!info) fail(at, quote() + "unknown data_type " + std::to_string(*data_type));
-    std::vector<uint64_t> shape;
-    for (uint64_t d : dims) {
+    if (!info) fail(at, quote + "unknown data_type " + std::to_string(*data_type));
+    for (uint64_t d : dims)
       if (d > static_cast<uint64_t>(INT64_MAX))
-        fail(at, quote() + "negative dimension " + std::to_string(static_cast<int64_t>(d)));
-      shape.push_back(d);
-    }
-    auto numel = checked_numel(shape);
-    if (!numel) fail(at, quote() + "element count of the shape overflows");
+        fail(at, quote + "negative dimension " + std::to_string(static_cast<int64_t>(d)));
+    auto numel = checked_numel(dims);
+    if (!numel) fail(at, quote + "element count of the shape overflows");
 
     // Exactly one place holds the data (the checker's rule); a tensor with
     // no elements may hold none.
@@ -794,53 +760,52 @@ class Reader {
     const bool is_external = location == 1;
     if (is_external) holders.push_back(kExternalData);
     if (holders.size() > 1)
-      fail(at, quote() + "data is stored in both " + std::string(typed_field_name(holders[0])) +
-                   " and " + std::string(typed_field_name(holders[1])));
+      fail(at, quote + "data is stored in both " + typed_field_name(holders[0]) + " and " +
+                   typed_field_name(holders[1]));
     const uint32_t holder = holders.empty() ? 0 : holders.front();
     if (holder != 0 && holder != kRawData && holder != kExternalData && holder != info->typed_field)
-      fail(at, quote() + "a " + std::string(info->name) + " tensor cannot store its data in " +
-                   std::string(typed_field_name(holder)) + " (expected " +
-                   std::string(typed_field_name(info->typed_field)) + ")");
+      fail(at, quote + "a " + std::string(info->name) + " tensor cannot store its data in " +
+                   typed_field_name(holder) + " (expected " +
+                   typed_field_name(info->typed_field) + ")");
 
-    Json extras = more_extras.is_object() ? more_extras : Json::object();
+    TensorSpec t;
+    t.name = name;
+    t.dtype = info->dtype;
+    t.strides = contiguous_strides(dims);
+    t.shape = std::move(dims);
+    auto& extras = t.extras;
+    extras = more_extras;
     extras["onnx_data_type"] = info->name;
     extras["kind"] = kind;
     extras["graph"] = graph_path;
     if (!stored_name.empty() && stored_name != name) extras["onnx_name"] = stored_name;
 
-    TensorSpec t;
-    t.name = name;
-    t.dtype = info->dtype;
-    t.strides = contiguous_strides(shape);
-    t.shape = std::move(shape);
-
     if (t.dtype == DType::String) {
       if (holder == kRawData || is_external)
-        fail(at, quote() + "a STRING tensor must store its data in string_data");
+        fail(at, quote + "a STRING tensor must store its data in string_data");
       std::vector<std::string_view> elements;
       tensor.scan([&](const WireField& f) {
         if (f.number != kStringData) return;
         if (f.type != WireType::Length)
-          fail(f.offset, quote() + "string_data has wire type " + std::to_string(static_cast<int>(f.type)));
+          fail(f.offset, quote + "string_data has wire type " + std::to_string(static_cast<int>(f.type)));
         // Collected only up to one more than the tensor holds.
         if (elements.size() <= *numel) elements.push_back(protobuf::field_text(f, context_));
       });
       if (elements.size() != *numel)
-        fail(at, quote() + "string_data holds " + std::to_string(elements.size()) +
+        fail(at, quote + "string_data holds " + std::to_string(elements.size()) +
                      (elements.size() > *numel ? " or more" : "") + " entries but the shape needs " +
                      std::to_string(*numel));
-      t.bytes = ByteSpan::owned(json_lines(elements, at, quote()));
+      t.bytes = ByteSpan::owned(json_lines(elements, at, quote));
       t.source = {model_name_, std::nullopt};
       extras["storage"] = elements.empty() ? "none" : "string_data";
       extras["text"] = kStringText;
-      for (const auto& [key, value] : extras.items()) t.extras[key] = value;
       catalog_.add(t);
       return name;
     }
 
     const uint32_t bits = dtype_bits(t.dtype);
     auto total_bits = checked_mul(*numel, bits);
-    if (!total_bits || !checked_add(*total_bits, 7)) fail(at, quote() + "byte size of the shape overflows");
+    if (!total_bits || !checked_add(*total_bits, 7)) fail(at, quote + "byte size of the shape overflows");
     const uint64_t nbytes = (*total_bits + 7) / 8;  // sub-byte types: odd tails padded
     if (bits < 8) {
       extras["element_bits"] = bits;
@@ -850,24 +815,23 @@ class Reader {
 
     if (holder == 0) {
       if (nbytes != 0)
-        fail(at, quote() + "has " + std::to_string(*numel) + " elements but no data");
+        fail(at, quote + "has " + std::to_string(*numel) + " elements but no data");
       t.bytes = ByteSpan::owned(std::string());
       t.source = {model_name_, std::nullopt};
       extras["storage"] = "none";
     } else if (holder == kRawData) {
       if (raw->length != nbytes)
-        fail(raw->offset, quote() + "raw_data holds " + std::to_string(raw->length) +
+        fail(raw->offset, quote + "raw_data holds " + std::to_string(raw->length) +
                               " bytes but shape and data_type need " + std::to_string(nbytes));
       t.bytes = ByteSpan::mapped(model_, raw->offset, raw->length);
       t.source = {model_name_, raw->offset};
       extras["storage"] = "raw_data";
     } else if (holder == kExternalData) {
-      read_external(tensor, external, nbytes, t, extras, quote());
+      read_external(tensor, external, nbytes, t, quote);
     } else {
-      read_typed(tensor, holder, bits, nbytes, t, quote());
+      read_typed(tensor, holder, bits, nbytes, t, quote);
       extras["storage"] = typed_field_name(holder);
     }
-    for (const auto& [key, value] : extras.items()) t.extras[key] = value;
     catalog_.add(t);
     return name;
   }
@@ -897,12 +861,10 @@ class Reader {
                   const std::string& quote) {
     using namespace tensor_field;
     const bool fixed = field == kFloatData || field == kDoubleData;
-    // Bytes each entry of the field becomes: varints keep their low bits.
-    uint64_t entry_bytes = 0;
-    if (field == kFloatData) entry_bytes = 4;
-    else if (field == kDoubleData) entry_bytes = 8;
-    else if (field == kInt64Data) entry_bytes = 8;
-    else entry_bytes = bits <= 8 ? 1 : bits / 8;  // int32_data (sub-byte: one packed byte each), uint64_data
+    // Bytes each entry of the field becomes: a float or double its own (a
+    // complex element takes two); a varint the element's low bytes (the
+    // field matches the data_type), one packed byte for sub-byte types.
+    const uint64_t entry_bytes = field == kFloatData ? 4 : field == kDoubleData ? 8 : std::max(bits / 8, 1u);
     std::vector<WireField> occurrences;
     tensor.scan([&](const WireField& f) {
       if (f.number == field) occurrences.push_back(f);
@@ -919,24 +881,24 @@ class Reader {
     // Decoded into bytes of our own: varints take 8 bytes each, whatever
     // their size in the file.
     charge_budget(fixed ? nbytes : 2 * nbytes, context_.file, context_.format,
-                  quote + "decoding " + std::string(typed_field_name(field)));
+                  quote + "decoding " + typed_field_name(field));
     std::string out;
     if (fixed) {
       const WireType element_type = entry_bytes == 4 ? WireType::Fixed32 : WireType::Fixed64;
+      uint64_t total = 0;  // payloads lie in the file, so this cannot overflow
       for (const auto& f : occurrences) {
         if (f.type == WireType::Length) {
           if (f.length % entry_bytes != 0)
-            fail(f.offset, quote + "packed " + std::string(typed_field_name(field)) + " of " +
+            fail(f.offset, quote + "packed " + typed_field_name(field) + " of " +
                                std::to_string(f.length) + " bytes is not whole elements");
         } else if (f.type != element_type) {
-          fail(f.offset, quote + std::string(typed_field_name(field)) + " has wire type " +
+          fail(f.offset, quote + typed_field_name(field) + " has wire type " +
                              std::to_string(static_cast<int>(f.type)));
         }
+        total += f.length;
       }
-      uint64_t total = 0;  // payloads lie in the file, so this cannot overflow
-      for (const auto& f : occurrences) total += f.length;
       if (total != nbytes)
-        fail(at, quote + std::string(typed_field_name(field)) + " holds " +
+        fail(at, quote + typed_field_name(field) + " holds " +
                      std::to_string(total / entry_bytes) + " entries but shape and data_type need " +
                      std::to_string(nbytes / entry_bytes));
       out.reserve(nbytes);
@@ -954,20 +916,18 @@ class Reader {
         if (values.size() > expected) break;
       }
       if (values.size() != expected)
-        fail(at, quote + std::string(typed_field_name(field)) + " holds " +
+        fail(at, quote + typed_field_name(field) + " holds " +
                      std::to_string(values.size()) + (values.size() > expected ? " or more" : "") +
                      " entries but shape and data_type need " + std::to_string(expected));
       out.reserve(nbytes);
-      for (uint64_t v : values)
-        for (uint64_t b = 0; b < entry_bytes; ++b)
-          out.push_back(static_cast<char>((v >> (8 * b)) & 0xFF));
+      for (uint64_t v : values) append_le(out, v, entry_bytes);
     }
     t.bytes = ByteSpan::owned(std::move(out));
     t.source = {model_name_, std::nullopt};
   }
 
   void read_external(const WireMessage& tensor, const std::vector<WireField>& entries, uint64_t nbytes,
-                     TensorSpec& t, Json& extras, const std::string& quote) {
+                     TensorSpec& t, const std::string& quote) {
     std::optional<std::string> location, checksum;
     std::optional<uint64_t> offset, length;
     uint64_t at = tensor.offset();
@@ -1000,10 +960,10 @@ class Reader {
                    " bytes but shape and data_type need " + std::to_string(nbytes));
     t.bytes = ByteSpan::mapped(file, begin, size);
     t.source = {*location, begin};
-    extras["storage"] = "external_data";
-    extras["external_data"] = {{"location", *location}, {"offset", begin}, {"length", size}};
+    t.extras["storage"] = "external_data";
+    t.extras["external_data"] = {{"location", *location}, {"offset", begin}, {"length", size}};
     if (checksum) {
-      extras["external_data"]["checksum"] = *checksum;
+      t.extras["external_data"]["checksum"] = *checksum;
       add_checksum_check(t.name, file, *location, begin, size, *checksum, at);
     }
   }
@@ -1078,31 +1038,19 @@ class Reader {
   std::optional<ModelFolder> folder_;
   WireContext context_;
   Catalog catalog_;
-  Json metadata_ = Json::object();
   uint64_t string_text_bytes_ = 0;  // made so far for STRING tensors
   std::map<std::string, std::shared_ptr<const MappedFile>> external_;
 };
 
 // The wire type each ModelProto field is declared with, for the probe.
 std::optional<WireType> model_field_type(uint64_t number) {
-  switch (number) {
-    case model_field::kIrVersion:
-    case model_field::kModelVersion:
-      return WireType::Varint;
-    case model_field::kProducerName:
-    case model_field::kProducerVersion:
-    case model_field::kDomain:
-    case model_field::kDocString:
-    case model_field::kGraph:
-    case model_field::kOpsetImport:
-    case model_field::kMetadataProps:
-    case model_field::kTrainingInfo:
-    case model_field::kFunctions:
-    case 26:  // configuration
-      return WireType::Length;
-    default:
-      return std::nullopt;
-  }
+  using namespace model_field;
+  constexpr uint64_t kLengthDelimited[] = {kProducerName, kProducerVersion, kDomain, kDocString,
+                                           kGraph, kOpsetImport, kMetadataProps, kTrainingInfo,
+                                           kFunctions, 26 /* configuration */};
+  if (number == kIrVersion || number == kModelVersion) return WireType::Varint;
+  if (std::ranges::find(kLengthDelimited, number) != std::end(kLengthDelimited)) return WireType::Length;
+  return std::nullopt;
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
 
@@ -14,10 +13,9 @@ namespace {
   throw ModelError(context.file, context.format, offset, reason);
 }
 
-uint64_t read_fixed(std::span<const std::byte> bytes, uint64_t pos, int width) {
+uint64_t read_fixed(std::span<const std::byte> bytes, uint64_t pos, uint64_t width) {
   uint64_t value = 0;
-  for (int i = width; i-- > 0;)
-    value = (value << 8) | std::to_integer<uint64_t>(bytes[pos + static_cast<uint64_t>(i)]);
+  for (uint64_t i = width; i-- > 0;) value = (value << 8) | std::to_integer<uint64_t>(bytes[pos + i]);
   return value;
 }
 
@@ -33,56 +31,39 @@ WireField read_field(std::span<const std::byte> bytes, uint64_t& pos, uint64_t b
   const auto type = static_cast<uint8_t>(key & 7);
   if (number == 0 || number > 0x1FFFFFFF)
     fail_at(context, key_at, "protobuf field number " + std::to_string(number) + " is invalid");
+  if (type == 3 || type == 4)
+    fail_at(context, key_at,
+            "field " + std::to_string(number) +
+                " is a protobuf group (wire type " + std::to_string(type) +
+                "), which no field of this format uses");
+  if (type != 0 && type != 1 && type != 2 && type != 5)
+    fail_at(context, key_at,
+            "field " + std::to_string(number) + " has invalid wire type " + std::to_string(type));
   WireField field;
   field.number = static_cast<uint32_t>(number);
-  field.offset = base + pos;
-  auto need = [&](uint64_t length, const char* what) {
-    if (length > bytes.size() - pos)
-      fail_at(context, base + pos,
-              "field " + std::to_string(number) + ": " + what + " of " + std::to_string(length) +
-                  " bytes runs past the end of its message (" +
-                  std::to_string(bytes.size() - pos) + " bytes remain)");
-  };
-  switch (type) {
-    case 0: {
-      const uint64_t start = pos;
-      field.type = WireType::Varint;
-      field.value = read_varint(bytes, pos, context, base);
-      field.length = pos - start;
-      field.payload = bytes.subspan(start, field.length);
-      return field;
-    }
-    case 1:
-    case 5: {
-      const int width = type == 1 ? 8 : 4;
-      need(static_cast<uint64_t>(width), "fixed-width value");
-      field.type = type == 1 ? WireType::Fixed64 : WireType::Fixed32;
-      field.value = read_fixed(bytes, pos, width);
-      field.length = static_cast<uint64_t>(width);
-      field.payload = bytes.subspan(pos, field.length);
-      pos += field.length;
-      return field;
-    }
-    case 2: {
-      field.type = WireType::Length;
-      const uint64_t length = read_varint(bytes, pos, context, base);
-      field.offset = base + pos;
-      need(length, "length-delimited payload");
-      field.length = length;
-      field.payload = bytes.subspan(pos, length);
-      pos += length;
-      return field;
-    }
-    case 3:
-    case 4:
-      fail_at(context, key_at,
-              "field " + std::to_string(number) +
-                  " is a protobuf group (wire type " + std::to_string(type) +
-                  "), which no field of this format uses");
-    default:
-      fail_at(context, key_at,
-              "field " + std::to_string(number) + " has invalid wire type " + std::to_string(type));
+  field.type = static_cast<WireType>(type);
+  if (field.type == WireType::Varint) {
+    const uint64_t start = pos;
+    field.offset = base + start;
+    field.value = read_varint(bytes, pos, context, base);
+    field.length = pos - start;
+    field.payload = bytes.subspan(start, field.length);
+    return field;
   }
+  uint64_t length = field.type == WireType::Fixed64 ? 8 : 4;
+  if (field.type == WireType::Length) length = read_varint(bytes, pos, context, base);
+  field.offset = base + pos;
+  if (length > bytes.size() - pos)
+    fail_at(context, base + pos,
+            "field " + std::to_string(number) + ": " +
+                (field.type == WireType::Length ? "length-delimited payload" : "fixed-width value") +
+                " of " + std::to_string(length) + " bytes runs past the end of its message (" +
+                std::to_string(bytes.size() - pos) + " bytes remain)");
+  if (field.type != WireType::Length) field.value = read_fixed(bytes, pos, length);
+  field.length = length;
+  field.payload = bytes.subspan(pos, length);
+  pos += length;
+  return field;
 }
 
 }  // namespace
@@ -95,13 +76,20 @@ uint64_t read_varint(std::span<const std::byte> bytes, uint64_t& pos, const Wire
     if (pos >= bytes.size())
       fail_at(context, base + start, "varint runs past the end of its message");
     const auto byte = std::to_integer<uint64_t>(bytes[pos++]);
-    // The tenth byte carries bit 63 only; anything more overflows 64 bits.
-    if (i == kMaxVarintBytes - 1 && byte > 1)
-      fail_at(context, base + start, "varint overflows 64 bits");
     value |= (byte & 0x7F) << (7 * i);
-    if ((byte & 0x80) == 0) return value;
+    // The tenth byte may carry bit 63 only: anything more (a continuation
+    // bit included) overflows 64 bits.
+    if ((byte & 0x80) == 0 && (i < kMaxVarintBytes - 1 || byte <= 1)) return value;
   }
-  fail_at(context, base + start, "varint is longer than 10 bytes");
+  fail_at(context, base + start, "varint overflows 64 bits");
+}
+
+void expect_type(const WireField& field, WireType type, std::string_view what,
+                 const WireContext& context) {
+  if (field.type != type)
+    fail_at(context, field.offset,
+            "field " + std::to_string(field.number) + " should " + std::string(what) +
+                " but has wire type " + std::to_string(static_cast<int>(field.type)));
 }
 
 WireMessage::WireMessage(std::span<const std::byte> bytes, uint64_t offset,
@@ -110,10 +98,6 @@ WireMessage::WireMessage(std::span<const std::byte> bytes, uint64_t offset,
 
 WireMessage::WireMessage(std::vector<Chunk> chunks, int depth, const WireContext* context)
     : chunks_(std::move(chunks)), depth_(depth), context_(context) {}
-
-void WireMessage::fail(uint64_t offset, const std::string& reason) const {
-  fail_at(*context_, offset, reason);
-}
 
 void WireMessage::scan(const std::function<void(const WireField&)>& visit) const {
   for (const auto& chunk : chunks_) {
@@ -135,14 +119,11 @@ WireMessage WireMessage::child(const WireField& field) const {
 WireMessage WireMessage::child(const std::vector<WireField>& occurrences) const {
   const uint64_t at = occurrences.empty() ? offset() : occurrences.front().offset;
   if (depth_ + 1 > kMaxMessageDepth)
-    fail(at, "messages nest deeper than " + std::to_string(kMaxMessageDepth) + " levels");
+    fail_at(*context_, at, "messages nest deeper than " + std::to_string(kMaxMessageDepth) + " levels");
   std::vector<Chunk> chunks;
   chunks.reserve(occurrences.size());
   for (const auto& field : occurrences) {
-    if (field.type != WireType::Length)
-      fail(field.offset, "field " + std::to_string(field.number) +
-                             " should hold a message but has wire type " +
-                             std::to_string(static_cast<int>(field.type)));
+    expect_type(field, WireType::Length, "hold a message", *context_);
     chunks.push_back({field.payload, field.offset});
   }
   return WireMessage(std::move(chunks), depth_ + 1, context_);
@@ -153,21 +134,14 @@ void append_varints(const WireField& field, const WireContext& context, std::vec
     out.push_back(field.value);
     return;
   }
-  if (field.type != WireType::Length)
-    fail_at(context, field.offset,
-            "field " + std::to_string(field.number) + " should hold varints but has wire type " +
-                std::to_string(static_cast<int>(field.type)));
+  expect_type(field, WireType::Length, "hold varints", context);
   uint64_t pos = 0;
   MappedFile::ensure_at(field.payload.data(), field.payload.size());
   while (pos < field.payload.size()) out.push_back(read_varint(field.payload, pos, context, field.offset));
 }
 
 std::string_view field_text(const WireField& field, const WireContext& context) {
-  if (field.type != WireType::Length)
-    fail_at(context, field.offset,
-            "field " + std::to_string(field.number) +
-                " should hold a string but has wire type " +
-                std::to_string(static_cast<int>(field.type)));
+  expect_type(field, WireType::Length, "hold a string", context);
   MappedFile::ensure_at(field.payload.data(), field.payload.size());
   return {reinterpret_cast<const char*>(field.payload.data()), field.payload.size()};
 }

@@ -9,14 +9,6 @@
 // field's payload lies (an offset and a length into the mapped file), so a
 // reader can serve those bytes in place and decode only what it needs.
 //
-//   key      varint (field_number << 3 | wire_type)
-//   type 0   varint                   (at most 10 bytes)
-//   type 1   8 bytes little-endian
-//   type 2   varint length, then that many bytes (string, bytes, message,
-//            packed repeated scalars)
-//   type 5   4 bytes little-endian
-//   type 3/4 groups (deprecated; no ONNX field is one): refused
-//
 // Every length is checked against the bytes of the enclosing message before
 // use; nesting is bounded by kMaxMessageDepth, checked where a message is
 // entered, so a reader that recurses through WireMessage::child cannot
@@ -61,6 +53,11 @@ struct WireContext {
 uint64_t read_varint(std::span<const std::byte> bytes, uint64_t& pos, const WireContext& context,
                      uint64_t base);
 
+// Throws ModelError "field N should <what> but has wire type T" unless
+// `field` has wire type `type`.
+void expect_type(const WireField& field, WireType type, std::string_view what,
+                 const WireContext& context);
+
 // A message: one or more encoded chunks read in order. A non-repeated
 // message field that occurs several times is the merge of its occurrences,
 // which protobuf defines as parsing their concatenation, so such a field is
@@ -88,7 +85,6 @@ class WireMessage {
   int depth() const noexcept { return depth_; }
   uint64_t offset() const noexcept { return chunks_.empty() ? 0 : chunks_.front().offset; }
   const WireContext& context() const noexcept { return *context_; }
-  [[noreturn]] void fail(uint64_t offset, const std::string& reason) const;
 
  private:
   WireMessage(std::vector<Chunk> chunks, int depth, const WireContext* context);
