@@ -44,8 +44,6 @@ std::string_view Tensor::dtype_name() const {
   return modelfs::dtype_name(dtype);
 }
 
-uint64_t Tensor::numel() const { return checked_numel(shape).value_or(0); }
-
 nlohmann::json Tensor::extras() const {
   if (extras_lines.empty()) return nullptr;
   // The lines are ",\n  \"key\": value" each: an object once the first
@@ -127,7 +125,7 @@ namespace {
 // is_contiguous); an empty tensor is contiguous in any order.
 bool strides_match(const Tensor& t, bool c_order) {
   if (t.strides.size() != t.shape.size()) return false;
-  if (t.numel() == 0) return true;
+  if (checked_numel(t.shape).value_or(0) == 0) return true;
   int64_t expected = 1;
   const size_t rank = t.shape.size();
   for (size_t k = 0; k < rank; ++k) {

@@ -96,7 +96,7 @@ size_t slice_parts(std::span<const Part> parts, uint64_t offset, uint64_t length
 // index.json, as readable_json would print it, one line per tensor, printed
 // directly (it is the largest document of a big model). The builder measures
 // it with these same functions; the first reader prints it.
-void append_index_head(std::string& out, const Catalog& catalog, size_t tensor_count) {
+void append_index_head(std::string& out, const Catalog& catalog) {
   out += "{\n  \"format\": ";
   append_json_string(out, catalog.format);
   out += ",\n  \"files\": [";
@@ -105,7 +105,7 @@ void append_index_head(std::string& out, const Catalog& catalog, size_t tensor_c
     append_json_string(out, catalog.files[i]);
   }
   out += "],\n  \"tensors\": ";
-  out += tensor_count == 0 ? "[]" : "[\n";
+  out += catalog.tensors().empty() ? "[]" : "[\n";
 }
 
 void append_index_line(std::string& out, const Tensor& tensor, std::string_view path, bool last) {
@@ -560,7 +560,7 @@ class TreeBuilder {
   void add_documents() {
     const auto& catalog = tree_.catalog_;
     std::string ends;
-    append_index_head(ends, catalog, catalog.tensors().size());
+    append_index_head(ends, catalog);
     append_index_tail(ends);
     const uint64_t index =
         add_file(meta_dir_, free_name(meta_dir_, "index.json", false), FileRole::Index, {}, nullptr);
@@ -687,7 +687,7 @@ std::vector<std::string> Tree::tensor_paths() const {
 const std::string& Tree::index_text(uint64_t size) const {
   std::call_once(index_printed_, [this, size] {
     index_text_.reserve(size);
-    append_index_head(index_text_, catalog_, tensor_files_.size());
+    append_index_head(index_text_, catalog_);
     for_each_tensor_path([this](size_t i, std::string_view path) {
       append_index_line(index_text_, catalog_.tensors()[i], path, i + 1 == tensor_files_.size());
     });
