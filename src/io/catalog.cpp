@@ -78,16 +78,14 @@ std::string extras_lines(const nlohmann::json& extras) {
 const Tensor& Catalog::add(const TensorSpec& spec) {
   // A view of the spec, copied into the stores as another catalog's tensor is.
   const std::string lines = extras_lines(spec.extras);
-  Tensor view;
-  view.name = spec.name;
-  view.dtype = spec.dtype;
-  view.block_type = spec.block_type;
-  view.shape = spec.shape;
-  view.strides = spec.strides;
-  view.bytes = spec.bytes;
-  view.source = {spec.source.file, spec.source.offset};
-  view.extras_lines = lines;
-  return add(view);
+  return add(Tensor{.name = spec.name,
+                    .dtype = spec.dtype,
+                    .block_type = spec.block_type,
+                    .shape = spec.shape,
+                    .strides = spec.strides,
+                    .bytes = spec.bytes,
+                    .source = {spec.source.file, spec.source.offset},
+                    .extras_lines = lines});
 }
 
 const Tensor& Catalog::add(const Tensor& tensor) {
