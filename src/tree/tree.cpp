@@ -214,8 +214,6 @@ class TreeBuilder {
     return std::nullopt;
   }
 
-  bool is_taken(uint64_t dir, std::string_view name) const { return find(dir, name).has_value(); }
-
   uint64_t directory(uint64_t parent, std::string_view name) {
     Node dir;
     dir.kind = NodeKind::Directory;
@@ -234,15 +232,13 @@ class TreeBuilder {
   uint64_t directories_for(const std::vector<std::string>& parts) {
     const size_t depth = parts.empty() ? 0 : parts.size() - 1;
     size_t same = 0;
-    while (same < depth && same < chain_names_.size() && chain_names_[same] == parts[same]) ++same;
-    chain_names_.resize(same);
-    chain_inos_.resize(same);
-    uint64_t parent = same ? chain_inos_.back() : Tree::kRootIno;
+    while (same < depth && same < chain_.size() && chain_[same].first == parts[same]) ++same;
+    chain_.resize(same);
+    uint64_t parent = same ? chain_.back().second : Tree::kRootIno;
     for (size_t i = same; i < depth; ++i) {
       const auto found = find(parent, parts[i]);
       parent = found ? *found : directory(parent, parts[i]);
-      chain_names_.push_back(parts[i]);
-      chain_inos_.push_back(parent);
+      chain_.emplace_back(parts[i], parent);
     }
     return parent;
   }
@@ -250,8 +246,8 @@ class TreeBuilder {
   // The first of base, base~1, base~2, ... whose file names are all free.
   std::string free_name(uint64_t dir, const std::string& base, bool with_npy) const {
     auto is_free = [&](const std::string& name) {
-      return !is_taken(dir, name) && !is_taken(dir, name + ".json") &&
-             (!with_npy || !is_taken(dir, name + ".npy"));
+      return !find(dir, name) && !find(dir, name + ".json") &&
+             (!with_npy || !find(dir, name + ".npy"));
     };
     if (is_free(base)) return base;
     for (uint64_t n = 1;; ++n) {
@@ -615,8 +611,7 @@ class TreeBuilder {
   std::vector<uint32_t> folder_ordinal_;
   std::vector<Folder> folders_;
   // The previous tensor's folders: names and inodes, outermost first.
-  std::vector<std::string> chain_names_;
-  std::vector<uint64_t> chain_inos_;
+  std::vector<std::pair<std::string, uint64_t>> chain_;
   // index.json's size, its lines measured as the tensors are added.
   uint64_t index_size_ = 0;
   std::string scratch_path_;
