@@ -74,8 +74,8 @@ void check_model(const Catalog& catalog, const IntegrityChecks& checks,
       Placed& prev = ranges.back();
       if (!catalog.tensors_may_share_bytes && cur.begin < prev.end)
         throw ModelError(cur.file->display_name(), catalog.format, cur.begin,
-                         "tensor \"" + std::string(cur.tensor->name) + "\" overlaps the bytes of \"" +
-                             std::string(prev.tensor->name) + "\"");
+                         "tensor \"" + std::string(cur.tensor->name) +
+                             "\" overlaps the bytes of \"" + std::string(prev.tensor->name) + "\"");
       if (cur.begin == prev.begin && cur.end == prev.end) {
         ++prev.tensors;
         continue;
