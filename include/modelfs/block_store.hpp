@@ -2,10 +2,9 @@
 #pragma once
 // Append-only stores for what a tree keeps of many small things (names,
 // shapes, printed extras): items laid end to end in 64 KiB blocks that never
-// move once written, so views into them stay valid for the store's life.
-// One block holds thousands of items where a std::string or std::vector each
-// was a heap block each, scattered among whatever the format reader had
-// allocated and freed around it.
+// move once written, so views into them stay valid for the store's life:
+// thousands of items a block, not a heap block each among the reader's
+// freed memory.
 #include <algorithm>
 #include <cstddef>
 #include <memory>

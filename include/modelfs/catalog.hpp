@@ -52,8 +52,6 @@ class ByteSpan {
   ByteSpan subspan(uint64_t offset, uint64_t length) const;
   // The mapped file these bytes lie in, or null for owned bytes.
   const MappedFile* mapped_file() const noexcept { return file_; }
-  // What keeps the bytes alive (a holder of it may drop the span).
-  const std::shared_ptr<const void>& owner() const noexcept { return owner_; }
 
  private:
   std::shared_ptr<const void> owner_;
@@ -106,9 +104,6 @@ struct Tensor {
   nlohmann::json extras() const;
   // "float32", ..., or the ggml block type name.
   std::string_view dtype_name() const;
-  // Number of elements (1 for a scalar). Readers validate shapes, so this
-  // cannot overflow for a tensor in a Catalog.
-  uint64_t numel() const;
   // Strides are exactly those of a C-order (row-major) array of `shape`.
   bool is_c_contiguous() const;
   // Strides are exactly those of a Fortran-order (column-major) array.

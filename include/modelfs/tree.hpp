@@ -18,7 +18,6 @@
 //              a printed header, then one part per tensor) and export.json
 #include <sys/uio.h>
 
-#include <array>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -99,8 +98,8 @@ struct Part {
 size_t slice_parts(std::span<const Part> parts, uint64_t offset, uint64_t length, std::span<iovec> out,
                    std::string& scratch);
 
-// Every field is inline: a model with 100 000 tensors has 400 000 nodes, and
-// a vector per node (its children, its parts) was a heap block each.
+// Every field is inline, no heap block per node: a model with 100 000
+// tensors has 400 000 nodes.
 struct Node {
   NodeKind kind = NodeKind::File;
   FileRole role = FileRole::None;

@@ -44,8 +44,6 @@ std::string_view Tensor::dtype_name() const {
   return modelfs::dtype_name(dtype);
 }
 
-uint64_t Tensor::numel() const { return checked_numel(shape).value_or(0); }
-
 nlohmann::json Tensor::extras() const {
   if (extras_lines.empty()) return nullptr;
   // The lines are ",\n  \"key\": value" each: an object once the first
@@ -80,16 +78,14 @@ std::string extras_lines(const nlohmann::json& extras) {
 const Tensor& Catalog::add(const TensorSpec& spec) {
   // A view of the spec, copied into the stores as another catalog's tensor is.
   const std::string lines = extras_lines(spec.extras);
-  Tensor view;
-  view.name = spec.name;
-  view.dtype = spec.dtype;
-  view.block_type = spec.block_type;
-  view.shape = spec.shape;
-  view.strides = spec.strides;
-  view.bytes = spec.bytes;
-  view.source = {spec.source.file, spec.source.offset};
-  view.extras_lines = lines;
-  return add(view);
+  return add(Tensor{.name = spec.name,
+                    .dtype = spec.dtype,
+                    .block_type = spec.block_type,
+                    .shape = spec.shape,
+                    .strides = spec.strides,
+                    .bytes = spec.bytes,
+                    .source = {spec.source.file, spec.source.offset},
+                    .extras_lines = lines});
 }
 
 const Tensor& Catalog::add(const Tensor& tensor) {
@@ -127,7 +123,7 @@ namespace {
 // is_contiguous); an empty tensor is contiguous in any order.
 bool strides_match(const Tensor& t, bool c_order) {
   if (t.strides.size() != t.shape.size()) return false;
-  if (t.numel() == 0) return true;
+  if (checked_numel(t.shape).value_or(0) == 0) return true;
   int64_t expected = 1;
   const size_t rank = t.shape.size();
   for (size_t k = 0; k < rank; ++k) {

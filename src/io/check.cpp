@@ -15,37 +15,14 @@ namespace {
 
 constexpr uint64_t kReadChunk = 1 << 20;
 
+// A tensor's bytes in a mapped file; `tensors`: how many tensors share them.
 struct Placed {
   const MappedFile* file;
   uint64_t begin;
   uint64_t end;
   const Tensor* tensor;
+  uint64_t tensors = 1;
 };
-
-std::vector<Placed> mapped_ranges(const Catalog& catalog) {
-  std::vector<Placed> placed;
-  for (const auto& t : catalog.tensors()) {
-    const MappedFile* file = t.bytes.mapped_file();
-    if (file == nullptr || t.bytes.size() == 0) continue;
-    const auto begin = static_cast<uint64_t>(t.bytes.data() - file->data());
-    placed.push_back({file, begin, begin + t.bytes.size(), &t});
-  }
-  return placed;
-}
-
-void check_no_overlap(const Catalog& catalog, std::vector<Placed> placed) {
-  std::sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) {
-    return std::tie(a.file, a.begin, a.end) < std::tie(b.file, b.begin, b.end);
-  });
-  for (size_t i = 1; i < placed.size(); ++i) {
-    const auto& prev = placed[i - 1];
-    const auto& cur = placed[i];
-    if (prev.file == cur.file && cur.begin < prev.end)
-      throw ModelError(cur.file->display_name(), catalog.format, cur.begin,
-                       "tensor \"" + std::string(cur.tensor->name) + "\" overlaps the bytes of \"" +
-                           std::string(prev.tensor->name) + "\"");
-  }
-}
 
 // pread, not the mapping: a disk error must be a message, not a SIGBUS.
 void read_back(const Catalog& catalog, const Placed& range, std::vector<char>& buffer,
@@ -75,26 +52,36 @@ CheckSummary check_model(const Catalog& catalog, const IntegrityChecks& checks,
 void check_model(const Catalog& catalog, const IntegrityChecks& checks,
                  const std::function<void(uint64_t, uint64_t)>& progress, CheckSummary& summary) {
   summary = {};
-  auto placed = mapped_ranges(catalog);
+  std::vector<Placed> placed;
+  for (const auto& t : catalog.tensors()) {
+    const MappedFile* file = t.bytes.mapped_file();
+    if (file == nullptr || t.bytes.size() == 0) continue;
+    const auto begin = static_cast<uint64_t>(t.bytes.data() - file->data());
+    placed.push_back({file, begin, begin + t.bytes.size(), &t});
+  }
   // Tensors with no bytes in a file (empty, or bytes a reader made) have
   // nothing to read back: opening the model checked them.
   summary.tensors = catalog.tensors().size() - placed.size();
-  if (!catalog.tensors_may_share_bytes) check_no_overlap(catalog, placed);
 
-  // Shared storages are read once; `sharing` counts the tensors of each.
+  // In file order, so that an overlap is with the range before; shared
+  // storages are read once.
   std::sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) {
     return std::tie(a.file, a.begin, a.end) < std::tie(b.file, b.begin, b.end);
   });
-  std::vector<uint64_t> sharing;
   std::vector<Placed> ranges;
-  for (const auto& p : placed) {
-    if (!ranges.empty() && ranges.back().file == p.file && ranges.back().begin == p.begin &&
-        ranges.back().end == p.end) {
-      ++sharing.back();
-      continue;
+  for (const auto& cur : placed) {
+    if (!ranges.empty() && ranges.back().file == cur.file) {
+      Placed& prev = ranges.back();
+      if (!catalog.tensors_may_share_bytes && cur.begin < prev.end)
+        throw ModelError(cur.file->display_name(), catalog.format, cur.begin,
+                         "tensor \"" + std::string(cur.tensor->name) +
+                             "\" overlaps the bytes of \"" + std::string(prev.tensor->name) + "\"");
+      if (cur.begin == prev.begin && cur.end == prev.end) {
+        ++prev.tensors;
+        continue;
+      }
     }
-    ranges.push_back(p);
-    sharing.push_back(1);
+    ranges.push_back(cur);
   }
 
   uint64_t total = 0;
@@ -107,10 +94,10 @@ void check_model(const Catalog& catalog, const IntegrityChecks& checks,
   };
 
   std::vector<char> buffer(kReadChunk);
-  for (size_t i = 0; i < ranges.size(); ++i) {
-    read_back(catalog, ranges[i], buffer, advance);
-    summary.bytes_read += ranges[i].end - ranges[i].begin;
-    summary.tensors += sharing[i];
+  for (const auto& range : ranges) {
+    read_back(catalog, range, buffer, advance);
+    summary.bytes_read += range.end - range.begin;
+    summary.tensors += range.tensors;
   }
   for (const auto& integrity : checks) {
     integrity.run(advance);

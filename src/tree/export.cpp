@@ -21,25 +21,17 @@ std::optional<uint64_t> safetensors_size(DType dtype, std::span<const uint64_t> 
   return *bits / 8;
 }
 
-std::string quoted(std::string_view text) {
-  std::string out;
-  append_json_string(out, text);
-  return out;
-}
-
 }  // namespace
-
-void ExportPlan::leave_out(std::string_view name, std::string reason) {
-  left_out_.emplace_back(name, std::move(reason));
-}
 
 void ExportPlan::add(const ExportInput& input) {
   const Tensor& t = *input.tensor;
   // Names as the header prints them (invalid UTF-8 replaced): two stored
   // names may print alike, and a header names each tensor once.
-  std::string key = quoted(t.name);
-  if (t.name == kMetadataKey) return leave_out(t.name, "the name safetensors keeps for the metadata");
-  if (keys_.contains(key)) return leave_out(t.name, "a second tensor of this name (the first is written)");
+  std::string key;
+  append_json_string(key, t.name);
+  auto leave_out = [&](std::string reason) { left_out_.emplace_back(t.name, std::move(reason)); };
+  if (t.name == kMetadataKey) return leave_out("the name safetensors keeps for the metadata");
+  if (keys_.contains(key)) return leave_out("a second tensor of this name (the first is written)");
 
   const auto code = safetensors_dtype(t.dtype);
   std::optional<Part> part;
@@ -77,7 +69,7 @@ void ExportPlan::add(const ExportInput& input) {
                                           std::string(dtype_name(input.converted_dtype)));
     }
   }
-  if (!part) return leave_out(t.name, std::move(reason));
+  if (!part) return leave_out(std::move(reason));
   keys_.insert(std::move(key));
   entries_.push_back({t.name, dtype, t.shape, *part});
 }

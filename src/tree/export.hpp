@@ -77,7 +77,6 @@ class ExportPlan {
     std::span<const uint64_t> shape;
     Part part;
   };
-  void leave_out(std::string_view name, std::string reason);
 
   bool float32_;
   std::vector<Entry> entries_;

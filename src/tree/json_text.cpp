@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "modelfs/json_text.hpp"
 
+#include <algorithm>
+
 #include "modelfs/utf8.hpp"
 
 namespace modelfs {
@@ -10,17 +12,17 @@ namespace {
 template <typename Emit>
 void json_bytes_pieces(std::string_view bytes, Emit&& emit) {
   static constexpr char kHex[] = "0123456789abcdef";
+  auto plain = [](unsigned char c) {
+    return c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
+  };
   emit(std::string_view("\""));
   size_t i = 0;
   while (i < bytes.size()) {
     const auto c = static_cast<unsigned char>(bytes[i]);
-    if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
-      size_t run = i + 1;  // a run of plain ASCII, as one piece
-      while (run < bytes.size()) {
-        const auto next = static_cast<unsigned char>(bytes[run]);
-        if (next < 0x20 || next >= 0x80 || next == '"' || next == '\\') break;
-        ++run;
-      }
+    if (plain(c)) {
+      // A run of plain ASCII, as one piece.
+      const size_t run =
+          std::find_if_not(bytes.begin() + i, bytes.end(), plain) - bytes.begin();
       emit(bytes.substr(i, run - i));
       i = run;
       continue;
@@ -60,9 +62,8 @@ std::string compact(const nlohmann::ordered_json& value) {
 
 bool is_list_of_containers(const nlohmann::ordered_json& value) {
   if (!value.is_array() || value.empty()) return false;
-  for (const auto& element : value)
-    if (!element.is_object() && !element.is_array()) return false;
-  return true;
+  return std::all_of(value.begin(), value.end(),
+                     [](const auto& element) { return element.is_structured(); });
 }
 
 }  // namespace
@@ -71,11 +72,12 @@ void append_json_string(std::string& out, std::string_view text) {
   // Plain printable ASCII needs no escaping; anything else (quotes,
   // control characters, UTF-8, invalid bytes) goes through nlohmann so the
   // result is byte-identical to readable_json's.
-  for (unsigned char c : text) {
-    if (c < 0x20 || c >= 0x7F || c == '"' || c == '\\') {
-      out += compact(nlohmann::ordered_json(std::string(text)));
-      return;
-    }
+  auto needs_escape = [](unsigned char c) {
+    return c < 0x20 || c >= 0x7F || c == '"' || c == '\\';
+  };
+  if (std::ranges::any_of(text, needs_escape)) {
+    out += compact(nlohmann::ordered_json(std::string(text)));
+    return;
   }
   out += '"';
   out += text;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "modelfs/naming.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 
@@ -50,20 +51,19 @@ std::string escape_component(std::string_view component) {
   return out;
 }
 
-std::vector<std::string> tensor_path_components(std::string_view name, bool flat) {
+std::vector<std::string> escaped_components(std::string_view text, std::string_view separators) {
   std::vector<std::string> parts;
-  if (flat) {
-    parts.push_back(escape_component(name));
-    return parts;
+  for (size_t start = 0;;) {
+    const size_t end = std::min(text.find_first_of(separators, start), text.size());
+    parts.push_back(escape_component(text.substr(start, end - start)));
+    if (end == text.size()) return parts;
+    start = end + 1;
   }
-  size_t start = 0;
-  for (size_t i = 0; i <= name.size(); ++i) {
-    if (i == name.size() || name[i] == '.' || name[i] == '/') {
-      parts.push_back(escape_component(name.substr(start, i - start)));
-      start = i + 1;
-    }
-  }
-  return parts;
+}
+
+std::vector<std::string> tensor_path_components(std::string_view name, bool flat) {
+  if (flat) return {escape_component(name)};
+  return escaped_components(name, "./");
 }
 
 }  // namespace modelfs

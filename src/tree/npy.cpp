@@ -82,19 +82,13 @@ std::string npy_header(std::string_view descr, std::span<const uint64_t> shape,
     size_t total = prefix + dict.size() + 2;
     return dict.size() + 2 + (64 - total % 64) % 64;
   };
-  size_t prefix = 10;
-  size_t text_length = padded_length(prefix);
-  const bool v2 = text_length > 0xFFFF;
-  if (v2) {
-    prefix = 12;
-    text_length = padded_length(prefix);
-  }
+  const bool v2 = padded_length(10) > 0xFFFF;
+  const size_t text_length = padded_length(v2 ? 12 : 10);
 
   std::string out = "\x93NUMPY";
   out += static_cast<char>(v2 ? 2 : 1);
   out += '\0';
-  const int length_bytes = v2 ? 4 : 2;
-  for (int i = 0; i < length_bytes; ++i) out += static_cast<char>((text_length >> (8 * i)) & 0xFF);
+  for (int i = 0; i < (v2 ? 4 : 2); ++i) out += static_cast<char>((text_length >> (8 * i)) & 0xFF);
   out += dict;
   out.append(text_length - dict.size() - 1, ' ');
   out += '\n';

@@ -96,7 +96,7 @@ size_t slice_parts(std::span<const Part> parts, uint64_t offset, uint64_t length
 // index.json, as readable_json would print it, one line per tensor, printed
 // directly (it is the largest document of a big model). The builder measures
 // it with these same functions; the first reader prints it.
-void append_index_head(std::string& out, const Catalog& catalog, size_t tensor_count) {
+void append_index_head(std::string& out, const Catalog& catalog) {
   out += "{\n  \"format\": ";
   append_json_string(out, catalog.format);
   out += ",\n  \"files\": [";
@@ -105,7 +105,7 @@ void append_index_head(std::string& out, const Catalog& catalog, size_t tensor_c
     append_json_string(out, catalog.files[i]);
   }
   out += "],\n  \"tensors\": ";
-  out += tensor_count == 0 ? "[]" : "[\n";
+  out += catalog.tensors().empty() ? "[]" : "[\n";
 }
 
 void append_index_line(std::string& out, const Tensor& tensor, std::string_view path, bool last) {
@@ -182,21 +182,17 @@ class TreeBuilder {
   uint64_t push(Node value) {
     const bool folder = value.kind == NodeKind::Directory;
     tree_.nodes_.push_back(std::move(value));
-    folder_ordinal_.push_back(folder ? static_cast<uint32_t>(children_.size()) : kNotFolder);
-    if (folder) {
-      children_.emplace_back();
-      names_of_.emplace_back();
-    }
+    folder_ordinal_.push_back(folder ? static_cast<uint32_t>(folders_.size()) : kNotFolder);
+    if (folder) folders_.emplace_back();
     return tree_.nodes_.size();
   }
 
   uint64_t add_node(uint64_t parent, std::string_view name, Node value) {
     value.parent = parent;
     const uint64_t ino = push(std::move(value));
-    const uint32_t folder = folder_ordinal_[parent - 1];
-    auto& children = children_[folder];
+    auto& [children, names] = folders_[folder_ordinal_[parent - 1]];
     children.push_back({tree_.texts_.add(name), ino});
-    if (auto& names = names_of_[folder]) {
+    if (names) {
       names->emplace(children.back().name, ino);
     } else if (children.size() >= kBigFolder) {
       names = std::make_unique<NameMap>();
@@ -208,17 +204,15 @@ class TreeBuilder {
   // The entry `name` of `dir`: a scan while the folder is small (a tensor's
   // folder holds a few files), a map once it is big.
   std::optional<uint64_t> find(uint64_t dir, std::string_view name) const {
-    const uint32_t folder = folder_ordinal_[dir - 1];
-    if (const auto& names = names_of_[folder]) {
+    const auto& [children, names] = folders_[folder_ordinal_[dir - 1]];
+    if (names) {
       auto it = names->find(name);
       return it == names->end() ? std::nullopt : std::optional(it->second);
     }
-    for (const auto& entry : children_[folder])
+    for (const auto& entry : children)
       if (entry.name == name) return entry.ino;
     return std::nullopt;
   }
-
-  bool is_taken(uint64_t dir, std::string_view name) const { return find(dir, name).has_value(); }
 
   uint64_t directory(uint64_t parent, std::string_view name) {
     Node dir;
@@ -238,15 +232,13 @@ class TreeBuilder {
   uint64_t directories_for(const std::vector<std::string>& parts) {
     const size_t depth = parts.empty() ? 0 : parts.size() - 1;
     size_t same = 0;
-    while (same < depth && same < chain_names_.size() && chain_names_[same] == parts[same]) ++same;
-    chain_names_.resize(same);
-    chain_inos_.resize(same);
-    uint64_t parent = same ? chain_inos_.back() : Tree::kRootIno;
+    while (same < depth && same < chain_.size() && chain_[same].first == parts[same]) ++same;
+    chain_.resize(same);
+    uint64_t parent = same ? chain_.back().second : Tree::kRootIno;
     for (size_t i = same; i < depth; ++i) {
       const auto found = find(parent, parts[i]);
       parent = found ? *found : directory(parent, parts[i]);
-      chain_names_.push_back(parts[i]);
-      chain_inos_.push_back(parent);
+      chain_.emplace_back(parts[i], parent);
     }
     return parent;
   }
@@ -254,8 +246,8 @@ class TreeBuilder {
   // The first of base, base~1, base~2, ... whose file names are all free.
   std::string free_name(uint64_t dir, const std::string& base, bool with_npy) const {
     auto is_free = [&](const std::string& name) {
-      return !is_taken(dir, name) && !is_taken(dir, name + ".json") &&
-             (!with_npy || !is_taken(dir, name + ".npy"));
+      return !find(dir, name) && !find(dir, name + ".json") &&
+             (!with_npy || !find(dir, name + ".npy"));
     };
     if (is_free(base)) return base;
     for (uint64_t n = 1;; ++n) {
@@ -311,42 +303,30 @@ class TreeBuilder {
   // else (a type numpy lacks, a quantized type) the values converted on
   // each read (numeric_views.hpp).
   NpyBody npy_body(const Tensor& tensor) {
-    const auto shape = tensor.shape;
     NpyBody out;
     out.content = npy_content(tensor);
     if (!out.content) return out;
     out.dequantized = !out.content->exact;
     const bool stored = out.content->exact && out.content->dtype == tensor.dtype;
     if (!stored) {
-      const ComputedBytes* view = nullptr;
-      uint64_t size = 0;
+      std::optional<Part> view;
       if (tensor.dtype == DType::GgmlBlock) {
-        auto numel = checked_numel(shape);
-        if (numel && tensor.is_c_contiguous()) {
-          if (const BlockView* blocks = arena().add(BlockView::make(tensor.bytes.span(), tensor.block_type, *numel))) {
-            size = blocks->size();
-            view = blocks;
-          }
-        }
+        const auto numel = checked_numel(tensor.shape);
+        if (numel && tensor.is_c_contiguous())
+          view = computed(arena().add(BlockView::make(tensor.bytes.span(), tensor.block_type, *numel)));
+      } else if (out.content->exact) {
+        view = element_view(tensor, plain_conversion(tensor.dtype));
       } else {
-        std::shared_ptr<const ElementConversion> conversion;
-        if (out.content->exact)
-          conversion = plain_conversion(tensor.dtype);
-        else
-          conversion = quantized_conversion(tensor, shape);
-        if (const ElementView* elements = element_view(tensor, std::move(conversion))) {
-          size = elements->size();
-          view = elements;
-        }
+        view = element_view(tensor, quantized_conversion(tensor));
       }
       if (view) {
-        out.body = Part{nullptr, view, size};
+        out.body = view;
         out.converted = true;
         out.descr = *numpy_descr(out.content->dtype);
         return out;
       }
       // A quantized tensor whose parameters cannot be used: its stored
-      // integers, as before dequantization existed.
+      // integers.
       if (!numpy_descr(tensor.dtype)) {
         out.content.reset();
         return out;
@@ -354,31 +334,42 @@ class TreeBuilder {
       out.content = NpyContent{tensor.dtype, dtype_name(tensor.dtype), true};
     }
     out.descr = *numpy_descr(tensor.dtype);
-    if (tensor.is_c_contiguous()) {
+    if (tensor.is_c_contiguous() || tensor.is_f_contiguous()) {
       out.body = Part::held(tensor.bytes.span());
-    } else if (tensor.is_f_contiguous()) {
-      out.body = Part::held(tensor.bytes.span());
-      out.fortran = true;
-    } else if (const ElementView* gather = element_view(tensor, copy_conversion(dtype_bits(tensor.dtype) / 8))) {
-      out.body = Part{nullptr, gather, gather->size()};
+      out.fortran = !tensor.is_c_contiguous();
+    } else {
+      out.body = gathered(tensor);
     }
     if (!out.body) out.content.reset();
     return out;
+  }
+
+  // The part `view` computes (none when the arena refused it).
+  template <typename View>
+  static std::optional<Part> computed(const View* view) {
+    if (view == nullptr) return std::nullopt;
+    return Part{nullptr, view, view->size()};
+  }
+
+  // The view of `tensor`'s elements through `conversion`, in the arena.
+  std::optional<Part> element_view(const Tensor& tensor, std::shared_ptr<const ElementConversion> conversion) {
+    const ElementView* view =
+        arena().add(ElementView::make(tensor.bytes.span(), tensor.shape, tensor.strides, std::move(conversion)));
+    if (view) charge(sizeof(ElementView), "a computed .npy view");
+    return computed(view);
+  }
+
+  // The tensor's elements gathered into C order, as stored.
+  std::optional<Part> gathered(const Tensor& tensor) {
+    return element_view(tensor, copy_conversion(dtype_bits(tensor.dtype) / 8));
   }
 
   // The dequantization of a torch quantized tensor from its sidecar's
   // "quantization" extras (npy_content has checked their shape); per
   // channel, the scales and zero points are the catalog's tensors they
   // name. Null when they do not fit the tensor.
-  // The view of `tensor`'s elements through `conversion`, in the arena.
-  const ElementView* element_view(const Tensor& tensor, std::shared_ptr<const ElementConversion> conversion) {
-    const ElementView* view =
-        arena().add(ElementView::make(tensor.bytes.span(), tensor.shape, tensor.strides, std::move(conversion)));
-    if (view) charge(sizeof(ElementView), "a computed .npy view");
-    return view;
-  }
-
-  std::unique_ptr<ElementConversion> quantized_conversion(const Tensor& tensor, std::span<const uint64_t> shape) {
+  std::unique_ptr<ElementConversion> quantized_conversion(const Tensor& tensor) {
+    const auto shape = tensor.shape;
     const nlohmann::json extras = tensor.extras();
     const auto& q = extras["quantization"];
     const auto& scheme = q["qscheme"].get_ref<const std::string&>();
@@ -444,9 +435,7 @@ class TreeBuilder {
     if (tensor.is_c_contiguous()) return Part::held(tensor.bytes.span());
     if (npy.body && npy.body->computed != nullptr && !npy.converted) return npy.body;
     if (dtype_bits(tensor.dtype) % 8 != 0) return std::nullopt;
-    const ElementView* gather = element_view(tensor, copy_conversion(dtype_bits(tensor.dtype) / 8));
-    if (gather == nullptr) return std::nullopt;
-    return Part{nullptr, gather, gather->size()};
+    return gathered(tensor);
   }
 
   // The catalog's tensor of that name (the first, where names repeat).
@@ -513,14 +502,7 @@ class TreeBuilder {
   }
 
   void add_document(const std::string& relative_path, std::span<const Part> parts) {
-    std::vector<std::string> names;
-    size_t start = 0;
-    for (size_t i = 0; i <= relative_path.size(); ++i) {
-      if (i == relative_path.size() || relative_path[i] == '/') {
-        names.push_back(escape_component(std::string_view(relative_path).substr(start, i - start)));
-        start = i + 1;
-      }
-    }
+    const std::vector<std::string> names = escaped_components(relative_path, "/");
     uint64_t dir = meta_dir_;
     for (size_t i = 0; i + 1 < names.size(); ++i) {
       const auto existing = find(dir, names[i]);
@@ -574,7 +556,7 @@ class TreeBuilder {
   void add_documents() {
     const auto& catalog = tree_.catalog_;
     std::string ends;
-    append_index_head(ends, catalog, catalog.tensors().size());
+    append_index_head(ends, catalog);
     append_index_tail(ends);
     const uint64_t index =
         add_file(meta_dir_, free_name(meta_dir_, "index.json", false), FileRole::Index, {}, nullptr);
@@ -602,12 +584,12 @@ class TreeBuilder {
   // Each folder's entries, sorted by name, laid end to end in one table.
   void finish_folders() {
     size_t total = 0;
-    for (const auto& children : children_) total += children.size();
+    for (const auto& folder : folders_) total += folder.children.size();
     auto& entries = tree_.entries_;
     entries.reserve(total);  // exact: the spans below stay valid
     for (size_t i = 0; i < tree_.nodes_.size(); ++i) {
       if (folder_ordinal_[i] == kNotFolder) continue;
-      auto& children = children_[folder_ordinal_[i]];
+      auto& children = folders_[folder_ordinal_[i]].children;
       std::sort(children.begin(), children.end(),
                 [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
       const size_t first = entries.size();
@@ -622,12 +604,14 @@ class TreeBuilder {
   uint64_t meta_dir_ = 0;
   // While building: for each node, its folder ordinal (or kNotFolder); for
   // each folder, its entries so far and, once big, a map of their names.
+  struct Folder {
+    std::vector<DirEntry> children;
+    std::unique_ptr<NameMap> names;
+  };
   std::vector<uint32_t> folder_ordinal_;
-  std::vector<std::vector<DirEntry>> children_;
-  std::vector<std::unique_ptr<NameMap>> names_of_;
+  std::vector<Folder> folders_;
   // The previous tensor's folders: names and inodes, outermost first.
-  std::vector<std::string> chain_names_;
-  std::vector<uint64_t> chain_inos_;
+  std::vector<std::pair<std::string, uint64_t>> chain_;
   // index.json's size, its lines measured as the tensors are added.
   uint64_t index_size_ = 0;
   std::string scratch_path_;
@@ -698,7 +682,7 @@ std::vector<std::string> Tree::tensor_paths() const {
 const std::string& Tree::index_text(uint64_t size) const {
   std::call_once(index_printed_, [this, size] {
     index_text_.reserve(size);
-    append_index_head(index_text_, catalog_, tensor_files_.size());
+    append_index_head(index_text_, catalog_);
     for_each_tensor_path([this](size_t i, std::string_view path) {
       append_index_line(index_text_, catalog_.tensors()[i], path, i + 1 == tensor_files_.size());
     });
@@ -754,11 +738,9 @@ std::optional<uint64_t> Tree::lookup(uint64_t parent, std::string_view name) con
 
 std::optional<uint64_t> Tree::resolve(std::string_view path) const {
   uint64_t ino = kRootIno;
-  size_t start = 0;
-  while (start < path.size()) {
-    size_t end = path.find('/', start);
-    if (end == std::string_view::npos) end = path.size();
-    auto next = lookup(ino, path.substr(start, end - start));
+  for (size_t start = 0; start < path.size();) {
+    const size_t end = std::min(path.find('/', start), path.size());
+    const auto next = lookup(ino, path.substr(start, end - start));
     if (!next) return std::nullopt;
     ino = *next;
     start = end + 1;

@@ -27,6 +27,8 @@ namespace modelfs {
 inline constexpr size_t kMaxComponentBytes = 240;  // leaves room for "~N.json" under NAME_MAX
 
 std::string escape_component(std::string_view component);
+// `text` split at each of `separators`, each piece escaped.
+std::vector<std::string> escaped_components(std::string_view text, std::string_view separators);
 std::vector<std::string> tensor_path_components(std::string_view name, bool flat);
 
 }  // namespace modelfs
