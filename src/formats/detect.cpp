@@ -46,12 +46,6 @@ const std::array kReaders{
     FormatReader{"onnx", onnx::probe_file, onnx::open_file, nullptr, nullptr},
 };
 
-}  // namespace
-
-std::span<const FormatReader> format_readers() { return kReaders; }
-
-namespace {
-
 Catalog open_file(const ModelFile& file);
 
 // The index names tried in a remote folder, which cannot be listed.

@@ -31,15 +31,6 @@ inline std::optional<uint64_t> checked_numel(std::span<const uint64_t> shape) no
   return numel;
 }
 
-// Bytes taken by `numel` elements of `bits` each, packed (sub-byte types two
-// or more per byte). nullopt on overflow or when the bits do not fill whole
-// bytes.
-inline std::optional<uint64_t> checked_packed_bytes(uint64_t numel, uint32_t bits) noexcept {
-  auto total_bits = checked_mul(numel, bits);
-  if (!total_bits || *total_bits % 8 != 0) return std::nullopt;
-  return *total_bits / 8;
-}
-
 // Elements a strided view with non-negative strides reaches from its first
 // element: 1 + sum of stride[i] x (shape[i] - 1); 0 for an empty view.
 // nullopt on overflow. The torch readers bound a view's storage span by it.
