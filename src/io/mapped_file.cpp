@@ -37,24 +37,20 @@ ModelError system_error(const std::string& name, const std::string& what) {
 
 // The remote mappings, for ensure_at: a few at most (a model's shards).
 std::shared_mutex remote_lock;
-std::vector<const MappedFile*>& remote_files() {
-  static std::vector<const MappedFile*> files;
-  return files;
-}
+std::vector<const MappedFile*> remote_files;  // guarded by remote_lock
 
 }  // namespace
 
 void MappedFile::register_remote(const MappedFile* file) {
   std::unique_lock lock(remote_lock);
-  remote_files().push_back(file);
+  remote_files.push_back(file);
   remote_mappings_.fetch_add(1, std::memory_order_release);
 }
 
 void MappedFile::unregister_remote(const MappedFile* file) {
   std::unique_lock lock(remote_lock);
-  auto& files = remote_files();
-  if (auto it = std::find(files.begin(), files.end(), file); it != files.end()) {
-    files.erase(it);
+  if (auto it = std::ranges::find(remote_files, file); it != remote_files.end()) {
+    remote_files.erase(it);
     remote_mappings_.fetch_sub(1, std::memory_order_release);
   }
 }
@@ -63,7 +59,7 @@ void MappedFile::ensure_at_slow(const std::byte* at, uint64_t length) {
   const MappedFile* owner = nullptr;
   {
     std::shared_lock lock(remote_lock);
-    for (const MappedFile* file : remote_files()) {
+    for (const MappedFile* file : remote_files) {
       // Compared as integers: pointers into different objects are unordered.
       const auto begin = reinterpret_cast<uintptr_t>(file->data_);
       const auto p = reinterpret_cast<uintptr_t>(at);

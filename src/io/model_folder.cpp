@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "modelfs/model_folder.hpp"
 
+#include <algorithm>
+
 #include "modelfs/error.hpp"
 #include "modelfs/remote.hpp"
 
@@ -9,9 +11,7 @@ namespace fs = std::filesystem;
 namespace {
 
 bool is_dotdot_free(const fs::path& p) {
-  for (const auto& part : p)
-    if (part == "..") return false;
-  return true;
+  return std::find(p.begin(), p.end(), "..") == p.end();
 }
 
 fs::path resolved_folder(const fs::path& folder, const fs::path& named, const std::string& format) {

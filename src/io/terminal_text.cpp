@@ -83,17 +83,13 @@ std::string fit_width(std::string_view text, size_t columns) {
   if (columns == 0) return {};
   size_t width = 0;
   size_t kept = 0;  // bytes of the prefix that fits in columns - 1
-  bool fits = true;
   for_each_width(text, [&](size_t length, size_t wide) {
     width += wide;
-    if (width > columns) {
-      fits = false;
-      return false;
-    }
     if (width <= columns - 1) kept += length;
-    return true;
+    return width <= columns;
   });
-  if (fits) return std::string(text);
+  // The walk stops at the first character past `columns`, or fits to the end.
+  if (width <= columns) return std::string(text);
   return std::string(text.substr(0, kept)) + "\u2026";
 }
 

@@ -84,8 +84,7 @@ using ZipHandle = std::unique_ptr<zip_t, CloseZip>;
 using ZipFile = std::unique_ptr<zip_file_t, CloseZip>;
 
 std::string libzip_error(zip_error_t* error) {
-  std::string text = zip_error_strerror(error);
-  return "libzip: " + text;
+  return std::string("libzip: ") + zip_error_strerror(error);
 }
 
 }  // namespace

@@ -23,11 +23,8 @@ inline std::optional<uint64_t> checked_add(uint64_t a, uint64_t b) noexcept {
 // Number of elements of a shape (1 for a scalar), or nullopt on overflow.
 inline std::optional<uint64_t> checked_numel(std::span<const uint64_t> shape) noexcept {
   uint64_t numel = 1;
-  for (uint64_t dim : shape) {
-    auto next = checked_mul(numel, dim);
-    if (!next) return std::nullopt;
-    numel = *next;
-  }
+  for (uint64_t dim : shape)
+    if (__builtin_mul_overflow(numel, dim, &numel)) return std::nullopt;
   return numel;
 }
 
