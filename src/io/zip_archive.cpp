@@ -111,6 +111,17 @@ struct ZipArchive::Libzip {
     zip_error_fini(&why);
     return handle.get();
   }
+
+  // --check's own reading, opened once with ZIP_CHECKCONS for every check.
+  zip_t* checked_reading(const ZipArchive& archive) {
+    std::string error;
+    // libzip reads the archive's bytes from the mapping itself: all of them
+    // are made present first.
+    archive.file_->ensure(archive.base_, archive.length_);
+    zip_t* za = open(checked, ZIP_CHECKCONS, archive.file_->data() + archive.base_, archive.length_, error);
+    if (za == nullptr) archive.fail(0, "libzip finds the archive inconsistent (" + error + ")");
+    return za;
+  }
 };
 
 ZipArchive ZipArchive::open(std::shared_ptr<const MappedFile> file, std::string format) {
@@ -305,82 +316,70 @@ void ZipArchive::refuse_unreadable(const ZipMember& member) const {
 
 std::vector<IntegrityCheck> ZipArchive::crc_checks() const {
   auto archive = std::make_shared<const ZipArchive>(*this);
-  // libzip's own reading, opened once with ZIP_CHECKCONS for every check.
-  auto checked = [archive]() -> zip_t* {
-    std::string error;
-    // libzip reads the archive's bytes from the mapping itself: all of them
-    // are made present first.
-    archive->file_->ensure(archive->base_, archive->length_);
-    zip_t* za = archive->libzip_->open(archive->libzip_->checked, ZIP_CHECKCONS,
-                                       archive->file_->data() + archive->base_, archive->length_, error);
-    if (za == nullptr) archive->fail(0, "libzip finds the archive inconsistent (" + error + ")");
-    return za;
-  };
   std::vector<IntegrityCheck> checks;
   checks.reserve(members_.size() + 1);
-  checks.push_back({"ZIP directory read again by libzip", 0, [archive, checked](const auto&) {
-                      std::lock_guard lock(archive->libzip_->mutex);
-                      zip_t* za = checked();
-                      const zip_int64_t count = zip_get_num_entries(za, 0);
-                      if (count < 0 || uint64_t(count) != archive->members_.size())
-                        archive->fail(0, "libzip reads " + std::to_string(count) + " members, modelfs " +
-                                             std::to_string(archive->members_.size()));
-                      for (size_t index = 0; index < archive->members_.size(); ++index) {
-                        const ZipMember& ours = archive->members_[index];
-                        zip_stat_t theirs;
-                        zip_stat_init(&theirs);
-                        if (zip_stat_index(za, index, ZIP_FL_ENC_RAW, &theirs) != 0)
-                          archive->fail(ours, libzip_error(zip_get_error(za)));
-                        const auto differs = [&](const std::string& what) {
-                          archive->fail(ours, "libzip and modelfs read " + what + " differently");
-                        };
-                        if (theirs.name == nullptr || ours.name != theirs.name)
-                          differs(std::string("its name (libzip: ") + (theirs.name ? theirs.name : "none") + ")");
-                        const std::tuple<const char*, uint64_t, uint64_t> fields[] = {
-                            {"size", theirs.size, ours.uncompressed_size},
-                            {"compressed size", theirs.comp_size, ours.compressed_size},
-                            {"method", theirs.comp_method, ours.method},
-                            {"CRC-32", theirs.crc, ours.crc32}};
-                        for (const auto& [field, their, our] : fields)
-                          if (their != our)
-                            differs("its " + std::string(field) + " (libzip: " + std::to_string(their) + ")");
-                      }
-                    }});
-  for (size_t index = 0; index < members_.size(); ++index) {
+  checks.push_back({"ZIP directory read again by libzip", 0,
+                    [archive](const auto&) { archive->compare_with_libzip(); }});
+  for (size_t index = 0; index < members_.size(); ++index)
     checks.push_back({"CRC-32 of " + members_[index].name, members_[index].uncompressed_size,
-                      [archive, checked, index](const std::function<void(uint64_t)>& progress) {
-                        const ZipMember& member = archive->members_[index];
-                        archive->refuse_unreadable(member);
-                        std::lock_guard lock(archive->libzip_->mutex);
-                        const ZipFile file(zip_fopen_index(checked(), index, 0));
-                        if (file == nullptr) archive->fail(member, libzip_error(zip_get_error(checked())));
-                        // libzip compares size and CRC-32 when the member's end is read.
-                        std::vector<char> buffer(1 << 20);
-                        uLong crc = ::crc32(0L, Z_NULL, 0);
-                        uint64_t total = 0;
-                        zip_int64_t n = 0;
-                        while ((n = zip_fread(file.get(), buffer.data(), buffer.size())) > 0) {
-                          crc = crc32_of(buffer.data(), uint64_t(n), crc);
-                          total += uint64_t(n);
-                          progress(std::min<uint64_t>(uint64_t(n), member.uncompressed_size));
-                          if (total > member.uncompressed_size) break;
-                        }
-                        const std::string sizes = "holds " + std::to_string(total) +
-                                                  " bytes, the directory says " +
-                                                  std::to_string(member.uncompressed_size);
-                        if (n < 0) {
-                          zip_error_t* error = zip_file_get_error(file.get());
-                          if (total != member.uncompressed_size)
-                            archive->fail(member, sizes + " (" + libzip_error(error) + ")");
-                          if (zip_error_code_zip(error) == ZIP_ER_CRC)
-                            archive->fail(member,
-                                          crc_mismatch(crc, member.crc32) + " (" + libzip_error(error) + ")");
-                          archive->fail(member, libzip_error(error));
-                        }
-                        if (total != member.uncompressed_size) archive->fail(member, sizes);
-                      }});
-  }
+                      [archive, index](const auto& progress) { archive->check_crc(index, progress); }});
   return checks;
+}
+
+void ZipArchive::compare_with_libzip() const {
+  std::lock_guard lock(libzip_->mutex);
+  zip_t* za = libzip_->checked_reading(*this);
+  const zip_int64_t count = zip_get_num_entries(za, 0);
+  if (count < 0 || uint64_t(count) != members_.size())
+    fail(0, "libzip reads " + std::to_string(count) + " members, modelfs " + std::to_string(members_.size()));
+  for (size_t index = 0; index < members_.size(); ++index) {
+    const ZipMember& ours = members_[index];
+    zip_stat_t theirs;
+    zip_stat_init(&theirs);
+    if (zip_stat_index(za, index, ZIP_FL_ENC_RAW, &theirs) != 0) fail(ours, libzip_error(zip_get_error(za)));
+    const auto differs = [&](const std::string& what) {
+      fail(ours, "libzip and modelfs read " + what + " differently");
+    };
+    if (theirs.name == nullptr || ours.name != theirs.name)
+      differs(std::string("its name (libzip: ") + (theirs.name ? theirs.name : "none") + ")");
+    const std::tuple<const char*, uint64_t, uint64_t> fields[] = {
+        {"size", theirs.size, ours.uncompressed_size},
+        {"compressed size", theirs.comp_size, ours.compressed_size},
+        {"method", theirs.comp_method, ours.method},
+        {"CRC-32", theirs.crc, ours.crc32}};
+    for (const auto& [field, their, our] : fields)
+      if (their != our) differs("its " + std::string(field) + " (libzip: " + std::to_string(their) + ")");
+  }
+}
+
+void ZipArchive::check_crc(size_t index, const std::function<void(uint64_t)>& progress) const {
+  const ZipMember& member = members_[index];
+  refuse_unreadable(member);
+  std::lock_guard lock(libzip_->mutex);
+  zip_t* za = libzip_->checked_reading(*this);
+  const ZipFile file(zip_fopen_index(za, index, 0));
+  if (file == nullptr) fail(member, libzip_error(zip_get_error(za)));
+  // libzip compares size and CRC-32 when the member's end is read.
+  std::vector<char> buffer(1 << 20);
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  uint64_t total = 0;
+  zip_int64_t n = 0;
+  while ((n = zip_fread(file.get(), buffer.data(), buffer.size())) > 0) {
+    crc = crc32_of(buffer.data(), uint64_t(n), crc);
+    total += uint64_t(n);
+    progress(std::min<uint64_t>(uint64_t(n), member.uncompressed_size));
+    if (total > member.uncompressed_size) break;
+  }
+  const std::string sizes = "holds " + std::to_string(total) + " bytes, the directory says " +
+                            std::to_string(member.uncompressed_size);
+  if (n < 0) {
+    zip_error_t* error = zip_file_get_error(file.get());
+    if (total != member.uncompressed_size) fail(member, sizes + " (" + libzip_error(error) + ")");
+    if (zip_error_code_zip(error) == ZIP_ER_CRC)
+      fail(member, crc_mismatch(crc, member.crc32) + " (" + libzip_error(error) + ")");
+    fail(member, libzip_error(error));
+  }
+  if (total != member.uncompressed_size) fail(member, sizes);
 }
 
 ByteSpan ZipArchive::contents(const ZipMember& member) const {

@@ -89,6 +89,9 @@ class ZipArchive {
   // "member NAME: reason", at the member's local header.
   [[noreturn]] void fail(const ZipMember& member, const std::string& reason) const;
   void refuse_unreadable(const ZipMember& member) const;
+  // crc_checks(): libzip's directory against ours, and one member's CRC-32.
+  void compare_with_libzip() const;
+  void check_crc(size_t index, const std::function<void(uint64_t)>& progress) const;
   void read_directory();
   void read_member(ByteReader& directory, uint64_t directory_offset);
   std::string decompress(const ZipMember& member) const;
