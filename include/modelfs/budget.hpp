@@ -30,7 +30,8 @@ class Budget {
   static constexpr uint64_t kBytesPerMetadataByte = 8;
 
   // `fixed`: a limit in bytes that metadata does not raise.
-  explicit Budget(std::optional<uint64_t> fixed = std::nullopt);
+  explicit Budget(std::optional<uint64_t> fixed = std::nullopt)
+      : fixed_(fixed.has_value()), limit_(fixed.value_or(kFloorBytes)) {}
 
   // Metadata read (a header, a pickle, a directory): raises the limit.
   void add_metadata(uint64_t bytes) noexcept;
@@ -42,8 +43,8 @@ class Budget {
   uint64_t limit() const noexcept { return limit_; }
 
  private:
-  bool fixed_ = false;
-  uint64_t limit_ = kFloorBytes;
+  bool fixed_;
+  uint64_t limit_;
   uint64_t used_ = 0;
 };
 

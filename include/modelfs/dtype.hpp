@@ -55,7 +55,5 @@ std::optional<std::string_view> numpy_descr(DType dtype) noexcept;
 // format has the type, and its inverse.
 std::optional<std::string_view> safetensors_dtype(DType dtype) noexcept;
 std::optional<DType> dtype_from_safetensors(std::string_view code) noexcept;
-// Inverse of dtype_name, for the plain types.
-std::optional<DType> dtype_from_name(std::string_view name) noexcept;
 
 }  // namespace modelfs

@@ -11,6 +11,10 @@
 
 namespace modelfs {
 
+// what() is "FILE: FORMAT: at byte N: REASON" (the offset part only when
+// known), with every NUL byte written as \x00: callers read it as a C
+// string, and names from a model may hold NULs. The accessors keep the
+// parts as they were given.
 class ModelError : public std::runtime_error {
  public:
   ModelError(std::string file, std::string format, std::optional<uint64_t> offset,
@@ -27,12 +31,5 @@ class ModelError : public std::runtime_error {
   std::optional<uint64_t> offset_;
   std::string reason_;
 };
-
-// "FILE: FORMAT: at byte N: REASON" (the offset part only when known), with
-// every NUL byte written as \x00: this is what() too, which callers read as a
-// C string, and names from a model may hold NULs. The accessors above keep
-// the parts as they were given.
-std::string format_model_error(const std::string& file, const std::string& format,
-                               std::optional<uint64_t> offset, const std::string& reason);
 
 }  // namespace modelfs

@@ -40,8 +40,6 @@ struct FormatReader {
   Catalog (*open_folder)(const std::filesystem::path& folder, IntegrityChecks* checks);
 };
 
-std::span<const FormatReader> format_readers();
-
 // Opens MODEL, a file or a folder. Throws ModelError naming the file, the
 // format, the offset and the reason when it is not a model modelfs can read.
 // With `checks`, the format's integrity checks are added there (for

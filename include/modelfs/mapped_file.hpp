@@ -49,7 +49,6 @@ class MappedFile {
   std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
   const std::byte* data() const noexcept { return data_; }
   uint64_t size() const noexcept { return size_; }
-  const std::filesystem::path& path() const noexcept { return path_; }
   // The name used in messages and sidecars: the path as the user gave it.
   std::string display_name() const { return path_.string(); }
   timespec mtime() const noexcept { return mtime_; }
@@ -68,11 +67,12 @@ class MappedFile {
   static void ensure_at(const std::byte* at, uint64_t length) {
     if (remote_mappings_.load(std::memory_order_acquire) != 0) ensure_at_slow(at, length);
   }
-  bool is_remote() const noexcept { return remote_ != nullptr; }
 
  private:
   friend class remote::Blocks;
   MappedFile() = default;
+  // Maps size_ bytes of fd_ (nothing when 0).
+  void map();
   void fetch_missing(uint64_t offset, uint64_t length) const;
   static void ensure_at_slow(const std::byte* at, uint64_t length);
   static void register_remote(const MappedFile* file);

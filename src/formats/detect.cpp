@@ -46,12 +46,6 @@ const std::array kReaders{
     FormatReader{"onnx", onnx::probe_file, onnx::open_file, nullptr, nullptr},
 };
 
-}  // namespace
-
-std::span<const FormatReader> format_readers() { return kReaders; }
-
-namespace {
-
 Catalog open_file(const ModelFile& file);
 
 // The index names tried in a remote folder, which cannot be listed.
@@ -70,27 +64,28 @@ Catalog open_remote(const std::string& url, IntegrityChecks* checks) {
   std::string folder = url;
   while (folder.ends_with('/')) folder.pop_back();
   const bool hub_root = url.starts_with("hf://") && std::count(url.begin() + 5, url.end(), '/') < 2;
-  auto open_index = [&](const char* name) -> std::optional<Catalog> {
-    const std::string index = folder + "/" + name;
-    try {
-      return open_file(ModelFile{remote::display_url(index), MappedFile::open(index), checks});
-    } catch (const ModelError& e) {
-      if (is_missing(e) && e.file() == remote::display_url(index)) return std::nullopt;
-      throw;
+  // The first of the index files the folder has.
+  auto open_an_index = [&]() -> std::optional<Catalog> {
+    for (const char* name : kRemoteIndexNames) {
+      const std::string index = folder + "/" + name;
+      try {
+        return open_file(ModelFile{remote::display_url(index), MappedFile::open(index), checks});
+      } catch (const ModelError& e) {
+        if (!is_missing(e) || e.file() != remote::display_url(index)) throw;
+      }
     }
+    return std::nullopt;
   };
   if (!url.ends_with('/') && !hub_root) {
     try {
       return open_file(ModelFile{remote::display_url(url), MappedFile::open(url), checks});
     } catch (const ModelError& e) {
       if (!is_missing(e) || e.file() != remote::display_url(url)) throw;
-      for (const char* name : kRemoteIndexNames)
-        if (auto catalog = open_index(name)) return std::move(*catalog);
+      if (auto catalog = open_an_index()) return std::move(*catalog);
       throw;
     }
   }
-  for (const char* name : kRemoteIndexNames)
-    if (auto catalog = open_index(name)) return std::move(*catalog);
+  if (auto catalog = open_an_index()) return std::move(*catalog);
   throw ModelError(remote::display_url(url), "folder", std::nullopt,
                    "holds none of the index files modelfs looks for in a remote folder (" +
                        std::string(kRemoteIndexNames[0]) + ", " + kRemoteIndexNames[1] + ", " +
@@ -118,12 +113,11 @@ Catalog open_detected(const std::filesystem::path& model, IntegrityChecks* check
 }
 
 Catalog open_file(const ModelFile& file) {
-  const std::filesystem::path& model = file.path;
   auto head = file.mapped->bytes().first(std::min<uint64_t>(file.mapped->size(), 4096));
   file.mapped->ensure(0, head.size());
   for (const auto& reader : kReaders)
     if (reader.probe_file && reader.probe_file(head)) return reader.open_file(file);
-  throw ModelError(model.string(), "unknown", 0,
+  throw ModelError(file.path.string(), "unknown", 0,
                    "not a model file modelfs recognises (" + std::to_string(file.mapped->size()) +
                        " bytes; expected safetensors, GGUF, ONNX or a PyTorch file)");
 }

@@ -13,13 +13,6 @@ std::string mib(uint64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) 
 
 }  // namespace
 
-Budget::Budget(std::optional<uint64_t> fixed) {
-  if (fixed) {
-    fixed_ = true;
-    limit_ = *fixed;
-  }
-}
-
 void Budget::add_metadata(uint64_t bytes) noexcept {
   if (fixed_) return;
   const auto more = checked_mul(bytes, kBytesPerMetadataByte);

@@ -78,10 +78,4 @@ std::optional<DType> dtype_from_safetensors(std::string_view code) noexcept {
   return std::nullopt;
 }
 
-std::optional<DType> dtype_from_name(std::string_view name) noexcept {
-  for (const auto& entry : kTypes)
-    if (entry.name == name && entry.dtype != DType::GgmlBlock) return entry.dtype;
-  return std::nullopt;
-}
-
 }  // namespace modelfs

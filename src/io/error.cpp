@@ -4,10 +4,12 @@
 namespace modelfs {
 namespace {
 
-// what() is read as a C string, so a NUL from a name in the model (a
-// tensor "a\0b", an ONNX location) would end the message there and lose
-// the reason after it. The NUL is spelt as printable() spells it.
-std::string nul_safe(std::string text) {
+// The text of what() (error.hpp), each NUL spelt as printable() spells it.
+std::string message_of(const std::string& file, const std::string& format,
+                       std::optional<uint64_t> offset, const std::string& reason) {
+  std::string text = file + ": " + format + ": ";
+  if (offset) text += "at byte " + std::to_string(*offset) + ": ";
+  text += reason;
   for (size_t at = text.find('\0'); at != std::string::npos; at = text.find('\0', at + 4))
     text.replace(at, 1, "\\x00");
   return text;
@@ -15,16 +17,9 @@ std::string nul_safe(std::string text) {
 
 }  // namespace
 
-std::string format_model_error(const std::string& file, const std::string& format,
-                               std::optional<uint64_t> offset, const std::string& reason) {
-  std::string message = file + ": " + format + ": ";
-  if (offset) message += "at byte " + std::to_string(*offset) + ": ";
-  return nul_safe(message + reason);
-}
-
 ModelError::ModelError(std::string file, std::string format, std::optional<uint64_t> offset,
                        std::string reason)
-    : std::runtime_error(format_model_error(file, format, offset, reason)),
+    : std::runtime_error(message_of(file, format, offset, reason)),
       file_(std::move(file)),
       format_(std::move(format)),
       offset_(offset),

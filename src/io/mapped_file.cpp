@@ -30,26 +30,27 @@ const char* kind_of(mode_t mode) {
   return "not a file";
 }
 
+// A ModelError (format "file") for a failed system call: `what`, then errno's text.
+ModelError system_error(const std::string& name, const std::string& what) {
+  return ModelError(name, "file", std::nullopt, what + ": " + std::strerror(errno));
+}
+
 // The remote mappings, for ensure_at: a few at most (a model's shards).
 std::shared_mutex remote_lock;
-std::vector<const MappedFile*>& remote_files() {
-  static std::vector<const MappedFile*> files;
-  return files;
-}
+std::vector<const MappedFile*> remote_files;  // guarded by remote_lock
 
 }  // namespace
 
 void MappedFile::register_remote(const MappedFile* file) {
   std::unique_lock lock(remote_lock);
-  remote_files().push_back(file);
+  remote_files.push_back(file);
   remote_mappings_.fetch_add(1, std::memory_order_release);
 }
 
 void MappedFile::unregister_remote(const MappedFile* file) {
   std::unique_lock lock(remote_lock);
-  auto& files = remote_files();
-  if (auto it = std::find(files.begin(), files.end(), file); it != files.end()) {
-    files.erase(it);
+  if (auto it = std::ranges::find(remote_files, file); it != remote_files.end()) {
+    remote_files.erase(it);
     remote_mappings_.fetch_sub(1, std::memory_order_release);
   }
 }
@@ -58,7 +59,7 @@ void MappedFile::ensure_at_slow(const std::byte* at, uint64_t length) {
   const MappedFile* owner = nullptr;
   {
     std::shared_lock lock(remote_lock);
-    for (const MappedFile* file : remote_files()) {
+    for (const MappedFile* file : remote_files) {
       // Compared as integers: pointers into different objects are unordered.
       const auto begin = reinterpret_cast<uintptr_t>(file->data_);
       const auto p = reinterpret_cast<uintptr_t>(at);
@@ -75,54 +76,49 @@ void MappedFile::ensure_at_slow(const std::byte* at, uint64_t length) {
 
 std::shared_ptr<const MappedFile> MappedFile::open(const std::filesystem::path& path) {
   if (remote::is_url(path.native())) return remote::open(path.native());
-  auto fail = [&](const std::string& why) {
-    return ModelError(path.string(), "file", std::nullopt, why);
-  };
   std::shared_ptr<MappedFile> file(new MappedFile());
   file->path_ = path;
   // O_NONBLOCK: opening a FIFO (or a terminal) for reading would otherwise
   // wait for a writer, forever. The type is checked on the open descriptor,
   // so nothing can be swapped in between; then the flag is cleared.
   file->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (file->fd_ < 0) throw fail(std::string("cannot open: ") + std::strerror(errno));
+  if (file->fd_ < 0) throw system_error(path.string(), "cannot open");
   struct stat st {};
-  if (::fstat(file->fd_, &st) != 0) throw fail(std::string("cannot stat: ") + std::strerror(errno));
+  if (::fstat(file->fd_, &st) != 0) throw system_error(path.string(), "cannot stat");
   if (!S_ISREG(st.st_mode))
-    throw fail(std::string("is ") + kind_of(st.st_mode) +
-               ", not a regular file; modelfs reads only regular files");
+    throw ModelError(path.string(), "file", std::nullopt, std::string("is ") + kind_of(st.st_mode) +
+                     ", not a regular file; modelfs reads only regular files");
   const int flags = ::fcntl(file->fd_, F_GETFL);
   if (flags < 0 || ::fcntl(file->fd_, F_SETFL, flags & ~O_NONBLOCK) != 0)
-    throw fail(std::string("cannot clear O_NONBLOCK: ") + std::strerror(errno));
+    throw system_error(path.string(), "cannot clear O_NONBLOCK");
   file->size_ = static_cast<uint64_t>(st.st_size);
   file->mtime_ = st.st_mtim;
-  if (file->size_ == 0) return file;  // mmap of length 0 is invalid; an empty span serves
-  void* mapping = ::mmap(nullptr, file->size_, PROT_READ, MAP_SHARED, file->fd_, 0);
-  if (mapping == MAP_FAILED) throw fail(std::string("cannot map: ") + std::strerror(errno));
-  file->data_ = static_cast<const std::byte*>(mapping);
+  file->map();
   return file;
 }
 
 std::shared_ptr<const MappedFile> MappedFile::from_bytes(std::string_view bytes, std::string name) {
-  auto fail = [&](const std::string& why) {
-    return ModelError(name, "file", std::nullopt, why);
-  };
   std::shared_ptr<MappedFile> file(new MappedFile());
   file->path_ = name;
   // A file descriptor, not plain memory: `--check` reads tensors back with pread.
   file->fd_ = ::memfd_create("modelfs-inflated", MFD_CLOEXEC);
-  if (file->fd_ < 0) throw fail(std::string("cannot make a memory file: ") + std::strerror(errno));
+  if (file->fd_ < 0) throw system_error(name, "cannot make a memory file");
   for (size_t done = 0; done < bytes.size();) {
     const ssize_t wrote = ::write(file->fd_, bytes.data() + done, bytes.size() - done);
     if (wrote < 0 && errno == EINTR) continue;
-    if (wrote <= 0) throw fail(std::string("cannot fill a memory file: ") + std::strerror(errno));
+    if (wrote <= 0) throw system_error(name, "cannot fill a memory file");
     done += static_cast<size_t>(wrote);
   }
   file->size_ = bytes.size();
-  if (file->size_ == 0) return file;
-  void* mapping = ::mmap(nullptr, file->size_, PROT_READ, MAP_SHARED, file->fd_, 0);
-  if (mapping == MAP_FAILED) throw fail(std::string("cannot map: ") + std::strerror(errno));
-  file->data_ = static_cast<const std::byte*>(mapping);
+  file->map();
   return file;
+}
+
+void MappedFile::map() {
+  if (size_ == 0) return;  // mmap of length 0 is invalid; an empty span serves
+  void* mapping = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd_, 0);
+  if (mapping == MAP_FAILED) throw system_error(display_name(), "cannot map");
+  data_ = static_cast<const std::byte*>(mapping);
 }
 
 MappedFile::~MappedFile() {

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "modelfs/model_folder.hpp"
 
+#include <algorithm>
+
 #include "modelfs/error.hpp"
 #include "modelfs/remote.hpp"
 
@@ -9,9 +11,7 @@ namespace fs = std::filesystem;
 namespace {
 
 bool is_dotdot_free(const fs::path& p) {
-  for (const auto& part : p)
-    if (part == "..") return false;
-  return true;
+  return std::find(p.begin(), p.end(), "..") == p.end();
 }
 
 fs::path resolved_folder(const fs::path& folder, const fs::path& named, const std::string& format) {
@@ -34,7 +34,7 @@ bool is_hub_repository(const fs::path& folder) {
 
 }  // namespace
 
-ModelFolder::ModelFolder(fs::path folder) : folder_(std::move(folder)) {
+ModelFolder::ModelFolder(fs::path folder, bool remote) : folder_(std::move(folder)), remote_(remote) {
   // REPO/snapshots/REV, or a folder below it (a model in a subfolder of
   // the repository links to ../../../blobs/HASH).
   for (fs::path at = folder_; at.has_relative_path(); at = at.parent_path()) {
@@ -47,28 +47,22 @@ ModelFolder::ModelFolder(fs::path folder) : folder_(std::move(folder)) {
 }
 
 ModelFolder ModelFolder::of_file(const fs::path& model, const std::string& format) {
-  if (remote::is_url(model.native())) {
-    ModelFolder folder{fs::path(remote::parent_url(model.native()))};
-    folder.remote_ = true;
-    return folder;
-  }
+  if (remote::is_url(model.native())) return ModelFolder(remote::parent_url(model.native()), true);
   std::error_code ec;
   const fs::path absolute = fs::absolute(model, ec);
   if (ec)
     throw ModelError(model.string(), format, std::nullopt,
                      "cannot resolve the model's folder: " + ec.message());
-  return ModelFolder(resolved_folder(absolute.parent_path(), model, format));
+  return ModelFolder(resolved_folder(absolute.parent_path(), model, format), false);
 }
 
 ModelFolder ModelFolder::at(const fs::path& folder, const std::string& format) {
   if (remote::is_url(folder.native())) {
     std::string url = folder.native();
     while (url.ends_with('/')) url.pop_back();
-    ModelFolder remote_folder{fs::path(url)};
-    remote_folder.remote_ = true;
-    return remote_folder;
+    return ModelFolder(url, true);
   }
-  return ModelFolder(resolved_folder(folder, folder, format));
+  return ModelFolder(resolved_folder(folder, folder, format), false);
 }
 
 ModelFolder::Resolved ModelFolder::resolve(std::string_view name) const {

@@ -15,23 +15,15 @@ void Sha1::compress(const uint8_t* block) {
     w[i] = (uint32_t{block[4 * i]} << 24) | (uint32_t{block[4 * i + 1]} << 16) |
            (uint32_t{block[4 * i + 2]} << 8) | uint32_t{block[4 * i + 3]};
   for (int i = 16; i < 80; ++i) w[i] = std::rotl(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
+  constexpr uint32_t kRoundConstants[4] = {0x5A827999, 0x6ED9EBA1, 0x8F1BBCDC, 0xCA62C1D6};
   uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3], e = state_[4];
   for (int i = 0; i < 80; ++i) {
-    uint32_t f, k;
-    if (i < 20) {
+    uint32_t f = b ^ c ^ d;  // rounds 20-39 and 60-79
+    if (i < 20)
       f = (b & c) | (~b & d);
-      k = 0x5A827999;
-    } else if (i < 40) {
-      f = b ^ c ^ d;
-      k = 0x6ED9EBA1;
-    } else if (i < 60) {
+    else if (i >= 40 && i < 60)
       f = (b & c) | (b & d) | (c & d);
-      k = 0x8F1BBCDC;
-    } else {
-      f = b ^ c ^ d;
-      k = 0xCA62C1D6;
-    }
-    const uint32_t next = std::rotl(a, 5) + f + e + k + w[i];
+    const uint32_t next = std::rotl(a, 5) + f + e + kRoundConstants[i / 20] + w[i];
     e = d;
     d = c;
     c = std::rotl(b, 30);

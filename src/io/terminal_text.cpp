@@ -33,31 +33,6 @@ locale_t utf8_locale() {
   return locale;
 }
 
-}  // namespace
-
-std::string printable(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  size_t i = 0;
-  while (i < text.size()) {
-    const auto decoded = decode_utf8(text.substr(i));
-    if (!decoded) {
-      append_escape(out, "\\x%02x", static_cast<unsigned char>(text[i]));
-      ++i;
-      continue;
-    }
-    if (is_control(decoded->code_point))
-      append_escape(out, decoded->code_point < 0x80 ? "\\x%02x" : "\\u{%04x}",
-                    static_cast<unsigned>(decoded->code_point));
-    else
-      out.append(text.substr(i, decoded->length));
-    i += decoded->length;
-  }
-  return out;
-}
-
-namespace {
-
 // Calls `each(length, columns)` for every character of `text` in order,
 // until it returns false.
 template <typename Each>
@@ -78,6 +53,23 @@ void for_each_width(std::string_view text, Each&& each) {
 
 }  // namespace
 
+std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const auto decoded = decode_utf8(text.substr(i));
+    if (!decoded)
+      append_escape(out, "\\x%02x", static_cast<unsigned char>(text[i]));
+    else if (is_control(decoded->code_point))
+      append_escape(out, decoded->code_point < 0x80 ? "\\x%02x" : "\\u{%04x}",
+                    static_cast<unsigned>(decoded->code_point));
+    else
+      out.append(text.substr(i, decoded->length));
+    i += decoded ? decoded->length : 1;
+  }
+  return out;
+}
+
 size_t display_width(std::string_view text) {
   size_t width = 0;
   for_each_width(text, [&](size_t, size_t columns) {
@@ -91,17 +83,13 @@ std::string fit_width(std::string_view text, size_t columns) {
   if (columns == 0) return {};
   size_t width = 0;
   size_t kept = 0;  // bytes of the prefix that fits in columns - 1
-  bool fits = true;
   for_each_width(text, [&](size_t length, size_t wide) {
     width += wide;
-    if (width > columns) {
-      fits = false;
-      return false;
-    }
     if (width <= columns - 1) kept += length;
-    return true;
+    return width <= columns;
   });
-  if (fits) return std::string(text);
+  // The walk stops at the first character past `columns`, or fits to the end.
+  if (width <= columns) return std::string(text);
   return std::string(text.substr(0, kept)) + "\u2026";
 }
 

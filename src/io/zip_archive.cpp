@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <tuple>
 
 #include "modelfs/budget.hpp"
 #include "modelfs/byte_reader.hpp"
@@ -38,8 +39,8 @@ uint32_t le32(std::span<const std::byte> bytes, uint64_t at) {
   return value;
 }
 
-// zlib's crc32 takes 32-bit lengths.
-uLong crc32_update(uLong crc, const std::byte* data, uint64_t size) {
+// `crc` continued over `size` bytes (zlib's crc32 takes 32-bit lengths).
+uLong crc32_of(const char* data, uint64_t size, uLong crc = ::crc32(0L, Z_NULL, 0)) {
   constexpr uint64_t kPiece = uint64_t{1} << 30;
   for (uint64_t at = 0; at < size; at += kPiece) {
     const uint64_t n = std::min(kPiece, size - at);
@@ -55,42 +56,35 @@ std::string crc_mismatch(uLong computed, uint32_t recorded) {
   return message;
 }
 
-uLong crc_of(std::string_view bytes) {
-  return crc32_update(::crc32(0L, Z_NULL, 0), reinterpret_cast<const std::byte*>(bytes.data()),
-                      bytes.size());
-}
+// The methods named in messages, in the order "libzip here reads" lists them.
+constexpr std::pair<uint16_t, const char*> kMethodNames[] = {
+    {ZIP_CM_STORE, "stored"}, {ZIP_CM_DEFLATE, "deflate"}, {ZIP_CM_DEFLATE64, "deflate64"},
+    {ZIP_CM_BZIP2, "bzip2"}, {ZIP_CM_LZMA, "LZMA"}, {93, "zstd"}, {ZIP_CM_XZ, "xz"}};
 
 std::string method_name(uint16_t method) {
-  switch (method) {
-    case ZIP_CM_STORE: return "stored";
-    case ZIP_CM_DEFLATE: return "deflate";
-    case ZIP_CM_DEFLATE64: return "deflate64";
-    case ZIP_CM_BZIP2: return "bzip2";
-    case ZIP_CM_LZMA: return "LZMA";
-    case ZIP_CM_XZ: return "xz";
-    case 93: return "zstd";
-    default: return "method " + std::to_string(method);
-  }
+  for (const auto& [number, name] : kMethodNames)
+    if (number == method) return name;
+  return "method " + std::to_string(method);
 }
 
-// What this libzip decompresses, for the message refusing anything else.
+// What this libzip decompresses (stored always), for the message refusing anything else.
 std::string methods_libzip_reads() {
-  std::string names = "stored";
-  constexpr uint16_t kKnown[] = {ZIP_CM_DEFLATE, ZIP_CM_DEFLATE64, ZIP_CM_BZIP2, ZIP_CM_LZMA, 93, ZIP_CM_XZ};
-  for (uint16_t method : kKnown)
-    if (zip_compression_method_supported(method, 0)) names += ", " + method_name(method);
-  return names;
+  std::string names;
+  for (const auto& [number, name] : kMethodNames)
+    if (zip_compression_method_supported(number, 0)) names += std::string(", ") + name;
+  return names.substr(2);
 }
 
-// A member opened through libzip, closed however the reading ends.
-struct CloseZipFile {
+// libzip's archives and members, closed however the reading ends.
+struct CloseZip {
+  void operator()(zip_t* archive) const { zip_discard(archive); }
   void operator()(zip_file_t* file) const { zip_fclose(file); }
 };
-using ZipFile = std::unique_ptr<zip_file_t, CloseZipFile>;
+using ZipHandle = std::unique_ptr<zip_t, CloseZip>;
+using ZipFile = std::unique_ptr<zip_file_t, CloseZip>;
 
 std::string libzip_error(zip_error_t* error) {
-  std::string text = zip_error_strerror(error);
-  return "libzip: " + text;
+  return std::string("libzip: ") + zip_error_strerror(error);
 }
 
 }  // namespace
@@ -100,29 +94,33 @@ std::string libzip_error(zip_error_t* error) {
 // opened with ZIP_CHECKCONS, is --check's independent reading.
 struct ZipArchive::Libzip {
   std::mutex mutex;
-  zip_t* reader = nullptr;
-  zip_t* checked = nullptr;
-  ~Libzip() {
-    if (reader != nullptr) zip_discard(reader);
-    if (checked != nullptr) zip_discard(checked);
-  }
-  Libzip() = default;
-  Libzip(const Libzip&) = delete;
-  Libzip& operator=(const Libzip&) = delete;
+  ZipHandle reader;
+  ZipHandle checked;
 
   // Opens (once) the handle asked for; an error message when libzip refuses.
-  zip_t* open(zip_t*& handle, int flags, const std::byte* data, uint64_t size, std::string& error) {
-    if (handle != nullptr) return handle;
+  zip_t* open(ZipHandle& handle, int flags, const std::byte* data, uint64_t size, std::string& error) {
+    if (handle != nullptr) return handle.get();
     zip_error_t why;
     zip_error_init(&why);
     zip_source_t* source = zip_source_buffer_create(data, size, 0, &why);
     if (source != nullptr) {
-      handle = zip_open_from_source(source, flags | ZIP_RDONLY, &why);
+      handle.reset(zip_open_from_source(source, flags | ZIP_RDONLY, &why));
       if (handle == nullptr) zip_source_free(source);
     }
     if (handle == nullptr) error = libzip_error(&why);
     zip_error_fini(&why);
-    return handle;
+    return handle.get();
+  }
+
+  // --check's own reading, opened once with ZIP_CHECKCONS for every check.
+  zip_t* checked_reading(const ZipArchive& archive) {
+    std::string error;
+    // libzip reads the archive's bytes from the mapping itself: all of them
+    // are made present first.
+    archive.file_->ensure(archive.base_, archive.length_);
+    zip_t* za = open(checked, ZIP_CHECKCONS, archive.file_->data() + archive.base_, archive.length_, error);
+    if (za == nullptr) archive.fail(0, "libzip finds the archive inconsistent (" + error + ")");
+    return za;
   }
 };
 
@@ -304,121 +302,101 @@ void ZipArchive::read_member(ByteReader& directory, uint64_t directory_offset) {
   members_.push_back(std::move(member));
 }
 
-size_t ZipArchive::index_of(const ZipMember& member) const {
-  return by_name_.at(member.name);
+void ZipArchive::fail(const ZipMember& member, const std::string& reason) const {
+  fail(member.local_header_offset, "member " + member.name + ": " + reason);
+}
+
+// What neither contents() nor --check can read.
+void ZipArchive::refuse_unreadable(const ZipMember& member) const {
+  if (member.flags & kEncryptedFlag) fail(member, "is encrypted");
+  if (!zip_compression_method_supported(member.method, 0))
+    fail(member, "compression method " + method_name(member.method) +
+                     " is not supported (libzip here reads " + methods_libzip_reads() + ")");
 }
 
 std::vector<IntegrityCheck> ZipArchive::crc_checks() const {
   auto archive = std::make_shared<const ZipArchive>(*this);
-  // libzip's own reading, opened once with ZIP_CHECKCONS for every check.
-  auto checked = [archive]() -> zip_t* {
-    std::string error;
-    // libzip reads the archive's bytes from the mapping itself: all of them
-    // are made present first.
-    archive->file_->ensure(archive->base_, archive->length_);
-    zip_t* za = archive->libzip_->open(archive->libzip_->checked, ZIP_CHECKCONS,
-                                       archive->file_->data() + archive->base_, archive->length_, error);
-    if (za == nullptr) archive->fail(0, "libzip finds the archive inconsistent (" + error + ")");
-    return za;
-  };
   std::vector<IntegrityCheck> checks;
   checks.reserve(members_.size() + 1);
-  checks.push_back({"ZIP directory read again by libzip", 0, [archive, checked](const auto&) {
-                      std::lock_guard lock(archive->libzip_->mutex);
-                      zip_t* za = checked();
-                      const zip_int64_t count = zip_get_num_entries(za, 0);
-                      if (count < 0 || uint64_t(count) != archive->members_.size())
-                        archive->fail(0, "libzip reads " + std::to_string(count) + " members, modelfs " +
-                                             std::to_string(archive->members_.size()));
-                      for (size_t index = 0; index < archive->members_.size(); ++index) {
-                        const ZipMember& ours = archive->members_[index];
-                        zip_stat_t theirs;
-                        zip_stat_init(&theirs);
-                        if (zip_stat_index(za, index, ZIP_FL_ENC_RAW, &theirs) != 0)
-                          archive->fail(ours.local_header_offset, "member " + ours.name + ": " +
-                                                                      libzip_error(zip_get_error(za)));
-                        std::string differs;
-                        if (theirs.name == nullptr || ours.name != theirs.name)
-                          differs = std::string("its name (libzip: ") + (theirs.name ? theirs.name : "none") + ")";
-                        else if (theirs.size != ours.uncompressed_size)
-                          differs = "its size (libzip: " + std::to_string(theirs.size) + ")";
-                        else if (theirs.comp_size != ours.compressed_size)
-                          differs = "its compressed size (libzip: " + std::to_string(theirs.comp_size) + ")";
-                        else if (theirs.comp_method != ours.method)
-                          differs = "its method (libzip: " + std::to_string(theirs.comp_method) + ")";
-                        else if (theirs.crc != ours.crc32)
-                          differs = "its CRC-32 (libzip: " + std::to_string(theirs.crc) + ")";
-                        if (!differs.empty())
-                          archive->fail(ours.local_header_offset, "member " + ours.name + ": libzip and modelfs read " +
-                                                                      differs + " differently");
-                      }
-                    }});
-  for (size_t index = 0; index < members_.size(); ++index) {
+  checks.push_back({"ZIP directory read again by libzip", 0,
+                    [archive](const auto&) { archive->compare_with_libzip(); }});
+  for (size_t index = 0; index < members_.size(); ++index)
     checks.push_back({"CRC-32 of " + members_[index].name, members_[index].uncompressed_size,
-                      [archive, checked, index](const std::function<void(uint64_t)>& progress) {
-                        const ZipMember& member = archive->members_[index];
-                        const auto fail = [&](const std::string& why) {
-                          archive->fail(member.local_header_offset, "member " + member.name + ": " + why);
-                        };
-                        if (member.flags & kEncryptedFlag) fail("is encrypted");
-                        if (!zip_compression_method_supported(member.method, 0))
-                          fail("compression method " + method_name(member.method) +
-                               " is not supported (libzip here reads " + methods_libzip_reads() + ")");
-                        std::lock_guard lock(archive->libzip_->mutex);
-                        const ZipFile file(zip_fopen_index(checked(), index, 0));
-                        if (file == nullptr) fail(libzip_error(zip_get_error(checked())));
-                        // libzip compares size and CRC-32 when the member's end is read.
-                        std::vector<char> buffer(1 << 20);
-                        uLong crc = ::crc32(0L, Z_NULL, 0);
-                        uint64_t total = 0;
-                        zip_int64_t n = 0;
-                        while ((n = zip_fread(file.get(), buffer.data(), buffer.size())) > 0) {
-                          crc = crc32_update(crc, reinterpret_cast<const std::byte*>(buffer.data()), uint64_t(n));
-                          total += uint64_t(n);
-                          progress(std::min<uint64_t>(uint64_t(n), member.uncompressed_size));
-                          if (total > member.uncompressed_size) break;
-                        }
-                        std::string why;
-                        const std::string sizes = "holds " + std::to_string(total) +
-                                                  " bytes, the directory says " +
-                                                  std::to_string(member.uncompressed_size);
-                        if (n < 0) {
-                          zip_error_t* error = zip_file_get_error(file.get());
-                          if (total != member.uncompressed_size)
-                            why = sizes + " (" + libzip_error(error) + ")";
-                          else if (zip_error_code_zip(error) == ZIP_ER_CRC)
-                            why = crc_mismatch(crc, member.crc32) + " (" + libzip_error(error) + ")";
-                          else
-                            why = libzip_error(error);
-                        } else if (total != member.uncompressed_size) {
-                          why = sizes;
-                        }
-                        if (!why.empty()) fail(why);
-                      }});
-  }
+                      [archive, index](const auto& progress) { archive->check_crc(index, progress); }});
   return checks;
 }
 
+void ZipArchive::compare_with_libzip() const {
+  std::lock_guard lock(libzip_->mutex);
+  zip_t* za = libzip_->checked_reading(*this);
+  const zip_int64_t count = zip_get_num_entries(za, 0);
+  if (count < 0 || uint64_t(count) != members_.size())
+    fail(0, "libzip reads " + std::to_string(count) + " members, modelfs " + std::to_string(members_.size()));
+  for (size_t index = 0; index < members_.size(); ++index) {
+    const ZipMember& ours = members_[index];
+    zip_stat_t theirs;
+    zip_stat_init(&theirs);
+    if (zip_stat_index(za, index, ZIP_FL_ENC_RAW, &theirs) != 0) fail(ours, libzip_error(zip_get_error(za)));
+    const auto differs = [&](const std::string& what) {
+      fail(ours, "libzip and modelfs read " + what + " differently");
+    };
+    if (theirs.name == nullptr || ours.name != theirs.name)
+      differs(std::string("its name (libzip: ") + (theirs.name ? theirs.name : "none") + ")");
+    const std::tuple<const char*, uint64_t, uint64_t> fields[] = {
+        {"size", theirs.size, ours.uncompressed_size},
+        {"compressed size", theirs.comp_size, ours.compressed_size},
+        {"method", theirs.comp_method, ours.method},
+        {"CRC-32", theirs.crc, ours.crc32}};
+    for (const auto& [field, their, our] : fields)
+      if (their != our) differs("its " + std::string(field) + " (libzip: " + std::to_string(their) + ")");
+  }
+}
+
+void ZipArchive::check_crc(size_t index, const std::function<void(uint64_t)>& progress) const {
+  const ZipMember& member = members_[index];
+  refuse_unreadable(member);
+  std::lock_guard lock(libzip_->mutex);
+  zip_t* za = libzip_->checked_reading(*this);
+  const ZipFile file(zip_fopen_index(za, index, 0));
+  if (file == nullptr) fail(member, libzip_error(zip_get_error(za)));
+  // libzip compares size and CRC-32 when the member's end is read.
+  std::vector<char> buffer(1 << 20);
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  uint64_t total = 0;
+  zip_int64_t n = 0;
+  while ((n = zip_fread(file.get(), buffer.data(), buffer.size())) > 0) {
+    crc = crc32_of(buffer.data(), uint64_t(n), crc);
+    total += uint64_t(n);
+    progress(std::min<uint64_t>(uint64_t(n), member.uncompressed_size));
+    if (total > member.uncompressed_size) break;
+  }
+  const std::string sizes = "holds " + std::to_string(total) + " bytes, the directory says " +
+                            std::to_string(member.uncompressed_size);
+  if (n < 0) {
+    zip_error_t* error = zip_file_get_error(file.get());
+    if (total != member.uncompressed_size) fail(member, sizes + " (" + libzip_error(error) + ")");
+    if (zip_error_code_zip(error) == ZIP_ER_CRC)
+      fail(member, crc_mismatch(crc, member.crc32) + " (" + libzip_error(error) + ")");
+    fail(member, libzip_error(error));
+  }
+  if (total != member.uncompressed_size) fail(member, sizes);
+}
+
 ByteSpan ZipArchive::contents(const ZipMember& member) const {
-  auto quote = "member " + member.name + ": ";
-  if (member.flags & kEncryptedFlag) fail(member.local_header_offset, quote + "is encrypted");
+  refuse_unreadable(member);
   if (member.stored()) return ByteSpan::mapped(file_, base_ + member.data_offset, member.compressed_size);
-  if (!zip_compression_method_supported(member.method, 0))
-    fail(member.local_header_offset, quote + "compression method " + method_name(member.method) +
-                                         " is not supported (libzip here reads " + methods_libzip_reads() + ")");
   if (member.uncompressed_size > kMaxInflatedBytes)
-    fail(member.local_header_offset, quote + "inflates to " + std::to_string(member.uncompressed_size) +
-                                         " bytes, over the limit of " + std::to_string(kMaxInflatedBytes));
+    fail(member, "inflates to " + std::to_string(member.uncompressed_size) + " bytes, over the limit of " +
+                     std::to_string(kMaxInflatedBytes));
 
   // Deflate expands at most 1032 to 1: a directory claiming more is lying,
   // and is refused before anything is allocated for it. Other methods have
   // no useful bound (bzip2 makes 45 MB of zeros from 50 bytes): their
   // output is allocated as the stream really produces it (decompress()).
   if (member.method == kDeflated && member.uncompressed_size / kMaxDeflateRatio > member.compressed_size)
-    fail(member.local_header_offset,
-         quote + "cannot inflate: " + std::to_string(member.compressed_size) +
-             " compressed bytes cannot make " + std::to_string(member.uncompressed_size) +
-             " (deflate expands at most " + std::to_string(kMaxDeflateRatio) + "×)");
+    fail(member, "cannot inflate: " + std::to_string(member.compressed_size) +
+                     " compressed bytes cannot make " + std::to_string(member.uncompressed_size) +
+                     " (deflate expands at most " + std::to_string(kMaxDeflateRatio) + "×)");
   charge_budget(member.uncompressed_size, file_->display_name(), format_, "inflating " + member.name);
   return ByteSpan::owned(decompress(member));
 }
@@ -428,9 +406,9 @@ ByteSpan ZipArchive::contents(const ZipMember& member) const {
 // byte more, so a stream that wants more room, ends early or fails its CRC
 // is refused, never trusted.
 std::string ZipArchive::decompress(const ZipMember& member) const {
-  const auto quote = "member " + member.name + ": cannot inflate: ";
+  const auto refuse = [&](const std::string& why) { fail(member, "cannot inflate: " + why); };
   const uint64_t size = member.uncompressed_size;
-  const size_t index = index_of(member);
+  const size_t index = by_name_.at(member.name);
   std::lock_guard lock(libzip_->mutex);
   std::string error;
   // libzip reads the mapping itself: the member's local header and data
@@ -438,12 +416,12 @@ std::string ZipArchive::decompress(const ZipMember& member) const {
   file_->ensure(base_ + member.local_header_offset,
                 member.data_offset + member.compressed_size - member.local_header_offset);
   zip_t* za = libzip_->open(libzip_->reader, 0, file_->data() + base_, length_, error);
-  if (za == nullptr) fail(member.local_header_offset, quote + error);
+  if (za == nullptr) refuse(error);
   const char* name = zip_get_name(za, index, ZIP_FL_ENC_RAW);
   if (name == nullptr || member.name != name)
-    fail(member.local_header_offset, quote + "libzip reads another member at its place in the directory");
+    refuse("libzip reads another member at its place in the directory");
   const ZipFile file(zip_fopen_index(za, index, 0));
-  if (file == nullptr) fail(member.local_header_offset, quote + libzip_error(zip_get_error(za)));
+  if (file == nullptr) refuse(libzip_error(zip_get_error(za)));
 
   // Deflate's output was bounded by the ratio check: allocated whole.
   // Other methods grow with what the stream gives, up to the size.
@@ -452,37 +430,30 @@ std::string ZipArchive::decompress(const ZipMember& member) const {
   out.resize(member.method == kDeflated ? size : std::min(size, kChunk));
   uint64_t produced = 0;
   zip_int64_t n = 0;
-  std::string why;
-  for (;;) {
-    if (produced == out.size() && out.size() < size) out.resize(std::min(size, out.size() * 2));
-    if (produced == size) {
-      // One more read: the end of the stream, where libzip checks the CRC.
-      char extra = 0;
-      n = zip_fread(file.get(), &extra, 1);
-      if (n > 0) why = "inflates to more bytes than its size";
-      break;
-    }
+  while (produced < size) {
+    if (produced == out.size()) out.resize(std::min(size, out.size() * 2));
     n = zip_fread(file.get(), out.data() + produced, out.size() - produced);
     if (n <= 0) break;
     produced += uint64_t(n);
+  }
+  if (produced == size) {
+    // One more read: the end of the stream, where libzip checks the CRC.
+    char extra = 0;
+    n = zip_fread(file.get(), &extra, 1);
+    if (n > 0) refuse("inflates to more bytes than its size");
   }
   // libzip does not say whether a short stream was cut or ended early.
   const std::string short_stream = "inflates to " + std::to_string(produced) + " bytes, fewer than its size " +
                                    std::to_string(size) + " (the data ends before the " +
                                    method_name(member.method) + " stream does, or the stream ends early)";
-  if (why.empty() && n < 0) {
+  if (n < 0) {
     zip_error_t* failure = zip_file_get_error(file.get());
     const int code = zip_error_code_zip(failure);
-    if (produced < size && (code == ZIP_ER_CRC || code == ZIP_ER_INCONS))
-      why = short_stream;
-    else if (code == ZIP_ER_CRC)
-      why = crc_mismatch(crc_of(out), member.crc32);
-    else
-      why = libzip_error(failure);
-  } else if (why.empty() && produced < size) {
-    why = short_stream;
+    if (produced < size && (code == ZIP_ER_CRC || code == ZIP_ER_INCONS)) refuse(short_stream);
+    if (code == ZIP_ER_CRC) refuse(crc_mismatch(crc32_of(out.data(), out.size()), member.crc32));
+    refuse(libzip_error(failure));
   }
-  if (!why.empty()) fail(member.local_header_offset, quote + why);
+  if (produced < size) refuse(short_stream);
   return out;
 }
 

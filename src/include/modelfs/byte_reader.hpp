@@ -35,7 +35,9 @@ class ByteReader {
   }
 
   std::span<const std::byte> take(uint64_t length, std::string_view what) {
-    require(length, what);
+    if (length > remaining())
+      fail(std::string(what) + " needs " + std::to_string(length) + " bytes but only " +
+           std::to_string(remaining()) + " remain");
     auto out = bytes_.subspan(pos_, length);
     MappedFile::ensure_at(out.data(), out.size());
     pos_ += length;
@@ -65,12 +67,6 @@ class ByteReader {
   }
 
  private:
-  void require(uint64_t length, std::string_view what) const {
-    if (length > remaining())
-      fail(std::string(what) + " needs " + std::to_string(length) + " bytes but only " +
-           std::to_string(remaining()) + " remain");
-  }
-
   std::span<const std::byte> bytes_;
   std::string file_;
   std::string format_;

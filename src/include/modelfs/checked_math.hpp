@@ -23,21 +23,9 @@ inline std::optional<uint64_t> checked_add(uint64_t a, uint64_t b) noexcept {
 // Number of elements of a shape (1 for a scalar), or nullopt on overflow.
 inline std::optional<uint64_t> checked_numel(std::span<const uint64_t> shape) noexcept {
   uint64_t numel = 1;
-  for (uint64_t dim : shape) {
-    auto next = checked_mul(numel, dim);
-    if (!next) return std::nullopt;
-    numel = *next;
-  }
+  for (uint64_t dim : shape)
+    if (__builtin_mul_overflow(numel, dim, &numel)) return std::nullopt;
   return numel;
-}
-
-// Bytes taken by `numel` elements of `bits` each, packed (sub-byte types two
-// or more per byte). nullopt on overflow or when the bits do not fill whole
-// bytes.
-inline std::optional<uint64_t> checked_packed_bytes(uint64_t numel, uint32_t bits) noexcept {
-  auto total_bits = checked_mul(numel, bits);
-  if (!total_bits || *total_bits % 8 != 0) return std::nullopt;
-  return *total_bits / 8;
 }
 
 // Elements a strided view with non-negative strides reaches from its first

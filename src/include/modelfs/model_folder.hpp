@@ -59,9 +59,9 @@ class ModelFolder {
   const std::filesystem::path& hub_blobs() const noexcept { return hub_blobs_; }
 
  private:
-  explicit ModelFolder(std::filesystem::path folder);
+  ModelFolder(std::filesystem::path folder, bool remote);
   std::filesystem::path folder_;
-  bool remote_ = false;  // folder_ is a URL
+  bool remote_;  // folder_ is a URL
   std::filesystem::path hub_blobs_;  // the hub cache repository's blobs/, or empty
 };
 

@@ -47,7 +47,6 @@ struct ZipMember {
 
 class ZipArchive {
  public:
-  static constexpr uint16_t kStored = 0;
   static constexpr uint16_t kDeflated = 8;
   static constexpr uint16_t kBzip2 = 12;
 
@@ -87,10 +86,15 @@ class ZipArchive {
  private:
   ZipArchive() = default;
   [[noreturn]] void fail(uint64_t archive_offset, const std::string& reason) const;
+  // "member NAME: reason", at the member's local header.
+  [[noreturn]] void fail(const ZipMember& member, const std::string& reason) const;
+  void refuse_unreadable(const ZipMember& member) const;
+  // crc_checks(): libzip's directory against ours, and one member's CRC-32.
+  void compare_with_libzip() const;
+  void check_crc(size_t index, const std::function<void(uint64_t)>& progress) const;
   void read_directory();
   void read_member(ByteReader& directory, uint64_t directory_offset);
   std::string decompress(const ZipMember& member) const;
-  size_t index_of(const ZipMember& member) const;
 
   // libzip's reading of the same bytes (zip_archive.cpp), opened when first
   // needed and shared by copies of this archive.
