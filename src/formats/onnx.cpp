@@ -594,6 +594,7 @@ class Reader {
             ++entries;
             continue;
           }
+          MappedFile::ensure_at(f.payload.data(), f.payload.size());  // counted before decoded
           for (std::byte b : f.payload) entries += std::to_integer<uint8_t>(b) < 0x80;
         }
         if (entries > kMaxConstantListBytes / 8)
