@@ -18,7 +18,6 @@
 //
 // Every index the kernels pass is masked to the grid's size by
 // construction (an 8-bit byte, a 9-bit field, ...).
-#include <array>
 #include <cstdint>
 #include <span>
 
@@ -27,18 +26,20 @@ namespace modelfs::ggml {
 inline constexpr int8_t kIq4nlLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
 
-// The value of each E2M1 code (1 sign, 2 exponent, 1 mantissa bit; bias 1;
-// no infinity or NaN), doubled so every value is an integer.
-inline constexpr auto kMxfp4Doubled = [] {
-  std::array<int8_t, 16> values{};
-  for (int code = 0; code < 16; ++code) {
-    const int exponent = (code & 7) >> 1, mantissa = code & 1;
-    // Subnormal (exponent 0): mantissa x 0.5; else 2^(e-1) x (1 + m/2).
-    const int doubled = exponent == 0 ? mantissa : (2 + mantissa) << (exponent - 1);
-    values[code] = static_cast<int8_t>(code & 8 ? -doubled : doubled);
-  }
-  return values;
-}();
+// E2M1 (1 sign, 2 exponent, 1 mantissa bit; bias 1; no infinity or NaN),
+// doubled so every value is an integer.
+constexpr int8_t e2m1_doubled(uint8_t code) {
+  const int magnitude_code = code & 7;
+  const int exponent = magnitude_code >> 1, mantissa = magnitude_code & 1;
+  // Subnormal (exponent 0): mantissa x 0.5; else 2^(e-1) x (1 + m/2).
+  const int doubled = exponent == 0 ? mantissa : (2 + mantissa) << (exponent - 1);
+  return static_cast<int8_t>(code & 8 ? -doubled : doubled);
+}
+inline constexpr int8_t kMxfp4Doubled[16] = {
+    e2m1_doubled(0),  e2m1_doubled(1),  e2m1_doubled(2),  e2m1_doubled(3),
+    e2m1_doubled(4),  e2m1_doubled(5),  e2m1_doubled(6),  e2m1_doubled(7),
+    e2m1_doubled(8),  e2m1_doubled(9),  e2m1_doubled(10), e2m1_doubled(11),
+    e2m1_doubled(12), e2m1_doubled(13), e2m1_doubled(14), e2m1_doubled(15)};
 
 // Sign pattern `index` (0..127): bit j set = element j negative.
 constexpr uint8_t sign_pattern(uint32_t index) {
