@@ -297,13 +297,11 @@ class Parser {
   void read_alignment() {
     auto it = out_.kv.find("general.alignment");
     if (it == out_.kv.end()) return;
-    const uint64_t at = alignment_at_;
-    if (out_.kv_types["general.alignment"] != "uint32")
-      fail(at, "general.alignment is a " + out_.kv_types["general.alignment"].get<std::string>() +
-                   ", not a uint32");
+    const auto type = out_.kv_types["general.alignment"].get<std::string>();
+    if (type != "uint32") fail(alignment_at_, "general.alignment is a " + type + ", not a uint32");
     const uint64_t alignment = it->get<uint64_t>();
     if (alignment == 0 || !std::has_single_bit(alignment))
-      fail(at, "general.alignment " + std::to_string(alignment) + " is not a power of two");
+      fail(alignment_at_, "general.alignment " + std::to_string(alignment) + " is not a power of two");
     out_.alignment = alignment;
   }
 
