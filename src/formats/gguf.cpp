@@ -317,8 +317,8 @@ class Parser {
       TensorSpec& t = info.tensor;
       t.name = read_string("tensor name");
       if (t.name.size() > kMaxNameBytes)
-        fail(info_at, "tensor name of " + std::to_string(t.name.size()) +
-                               " bytes exceeds the limit of " + std::to_string(kMaxNameBytes));
+        fail(info_at, "tensor name of " + std::to_string(t.name.size()) + " bytes exceeds the limit of " +
+                          std::to_string(kMaxNameBytes));
       if (!names.insert(t.name).second) fail(info_at, "duplicate tensor name \"" + t.name + "\"");
       const std::string quote = "tensor \"" + t.name + "\": ";
 
