@@ -114,7 +114,6 @@ nlohmann::json float32_json(float value) {
 // A tensor info read, before its bytes are checked against the others'.
 struct TensorInfo {
   TensorSpec tensor;
-  uint64_t info_at;    // where the info starts, for messages
   uint64_t offset_at;  // where its offset field is
   uint64_t offset;     // relative to the data section
   uint64_t nbytes;
@@ -201,13 +200,13 @@ class Parser {
 
     tensor_count_at_ = reader_.file_offset();
     tensor_count_ = read_width("tensor count");
-    kv_count_at_ = reader_.file_offset();
+    const uint64_t kv_count_at = reader_.file_offset();
     kv_count_ = read_width("key-value count");
     // The smallest key-value: an empty-length key, a type, a one-byte value;
     // the smallest tensor info: an empty name, n_dims, type, offset.
     const uint64_t min_kv = width_bytes() + 4 + 1;
     const uint64_t min_info = width_bytes() + 4 + 4 + 8;
-    require_room(kv_count_at_, kv_count_, min_kv, "key-value count");
+    require_room(kv_count_at, kv_count_, min_kv, "key-value count");
     require_room(tensor_count_at_, tensor_count_, min_info, "tensor count");
     auto both = checked_add(*checked_mul(kv_count_, min_kv), *checked_mul(tensor_count_, min_info));
     if (!both || *both > reader_.remaining())
@@ -289,7 +288,7 @@ class Parser {
       const uint32_t type = read_value_type("value type of \"" + key + "\"");
       std::string type_name;
       nlohmann::json value = read_value(type, 0, type_name);
-      key_positions_[key] = at;
+      if (key == "general.alignment") alignment_at_ = at;
       out_.kv_types[key] = type_name;
       out_.kv[key] = std::move(value);
     }
@@ -298,13 +297,11 @@ class Parser {
   void read_alignment() {
     auto it = out_.kv.find("general.alignment");
     if (it == out_.kv.end()) return;
-    const uint64_t at = key_positions_.at("general.alignment");
-    if (out_.kv_types["general.alignment"] != "uint32")
-      fail(at, "general.alignment is a " + out_.kv_types["general.alignment"].get<std::string>() +
-                   ", not a uint32");
+    const auto type = out_.kv_types["general.alignment"].get<std::string>();
+    if (type != "uint32") fail(alignment_at_, "general.alignment is a " + type + ", not a uint32");
     const uint64_t alignment = it->get<uint64_t>();
     if (alignment == 0 || !std::has_single_bit(alignment))
-      fail(at, "general.alignment " + std::to_string(alignment) + " is not a power of two");
+      fail(alignment_at_, "general.alignment " + std::to_string(alignment) + " is not a power of two");
     out_.alignment = alignment;
   }
 
@@ -316,13 +313,13 @@ class Parser {
     std::unordered_set<std::string> names;
     for (uint64_t i = 0; i < tensor_count_; ++i) {
       TensorInfo info;
-      info.info_at = reader_.file_offset();
+      const uint64_t info_at = reader_.file_offset();
       TensorSpec& t = info.tensor;
       t.name = read_string("tensor name");
       if (t.name.size() > kMaxNameBytes)
-        fail(info.info_at, "tensor name of " + std::to_string(t.name.size()) +
-                               " bytes exceeds the limit of " + std::to_string(kMaxNameBytes));
-      if (!names.insert(t.name).second) fail(info.info_at, "duplicate tensor name \"" + t.name + "\"");
+        fail(info_at, "tensor name of " + std::to_string(t.name.size()) + " bytes exceeds the limit of " +
+                          std::to_string(kMaxNameBytes));
+      if (!names.insert(t.name).second) fail(info_at, "duplicate tensor name \"" + t.name + "\"");
       const std::string quote = "tensor \"" + t.name + "\": ";
 
       const uint64_t dims_at = reader_.file_offset();
@@ -438,8 +435,7 @@ class Parser {
   uint64_t tensor_count_ = 0;
   uint64_t kv_count_ = 0;
   uint64_t tensor_count_at_ = 0;
-  uint64_t kv_count_at_ = 0;
-  std::unordered_map<std::string, uint64_t> key_positions_;
+  uint64_t alignment_at_ = 0;  // where the key general.alignment is
 };
 
 // ---- split sets -----------------------------------------------------------
@@ -453,12 +449,9 @@ struct SplitName {
 };
 
 std::optional<uint64_t> five_digits(std::string_view text) {
-  if (text.size() != 5) return std::nullopt;
   uint64_t value = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return std::nullopt;
-    value = value * 10 + static_cast<uint64_t>(c - '0');
-  }
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.size() != 5 || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
   return value;
 }
 
@@ -482,6 +475,11 @@ std::string split_file_name(const std::string& prefix, uint64_t number, uint64_t
   return prefix + digits;
 }
 
+// A split set or a file of one refused as a whole (no offset).
+[[noreturn]] void refuse(const std::string& file, const std::string& reason) {
+  throw ModelError(file, std::string(kFormat), std::nullopt, reason);
+}
+
 // An integer key-value, if present; refused when present but not an integer.
 std::optional<uint64_t> integer_kv(const File& file, const std::string& key,
                                    const std::string& file_name) {
@@ -489,11 +487,12 @@ std::optional<uint64_t> integer_kv(const File& file, const std::string& key,
   if (it == file.kv.end()) return std::nullopt;
   const bool negative = it->is_number_integer() && !it->is_number_unsigned() && it->get<int64_t>() < 0;
   if (!it->is_number_integer() || negative)
-    throw ModelError(file_name, std::string(kFormat), std::nullopt,
-                     key + " holds " + it->dump() + ", not a non-negative integer");
+    refuse(file_name, key + " holds " + it->dump() + ", not a non-negative integer");
   return it->get<uint64_t>();
 }
 
+// The catalog of a single file or of a split set's first: its tensors and
+// its metadata.
 Catalog catalog_of(const File& first, const std::string& first_name,
                    std::shared_ptr<const MappedFile> mapped) {
   Catalog catalog;
@@ -503,12 +502,7 @@ Catalog catalog_of(const File& first, const std::string& first_name,
   catalog.metadata["gguf"] = first.header_json();
   catalog.metadata["kv"] = first.kv;
   catalog.metadata["kv_types"] = first.kv_types;
-  return catalog;
-}
-
-Catalog open_single(std::shared_ptr<const MappedFile> mapped, File file, const std::string& name) {
-  Catalog catalog = catalog_of(file, name, mapped);
-  for (const auto& t : file.tensors) catalog.add(t);
+  for (const auto& tensor : first.tensors) catalog.add(tensor);
   return catalog;
 }
 
@@ -517,7 +511,7 @@ Catalog open_single(std::shared_ptr<const MappedFile> mapped, File file, const s
 // folder (model_folder.hpp).
 Catalog open_split(const std::filesystem::path& folder, const SplitName& split,
                    const std::string& named = {}, std::shared_ptr<const MappedFile> named_mapped = nullptr) {
-  const std::string first_name = split_file_name(split.prefix, 1, split.count);
+  const std::string set_file = (folder / split_file_name(split.prefix, 1, split.count)).string();
   const ModelFolder model_folder =
       ModelFolder::at(folder.empty() ? std::filesystem::path(".") : folder, std::string(kFormat));
   Catalog catalog;
@@ -533,13 +527,11 @@ Catalog open_split(const std::filesystem::path& folder, const SplitName& split,
     // (a FIFO) gets MappedFile's message, not "missing".
     // A remote member is asked for when opened: missing, it is a 404 there.
     if (!remote::is_url(path.native()) && !std::filesystem::exists(path, ec))
-      throw ModelError((folder / first_name).string(), std::string(kFormat), std::nullopt,
-                       "split set of " + std::to_string(split.count) + " files is incomplete: " +
-                           name + " is missing");
+      refuse(set_file, "split set of " + std::to_string(split.count) + " files is incomplete: " + name +
+                           " is missing");
     if (name != named) {
       if (auto member = model_folder.resolve(name); member.problem == ModelFolder::Problem::Outside)
-        throw ModelError((folder / first_name).string(), std::string(kFormat), std::nullopt,
-                         "split set member " + name + " " + member.reason);
+        refuse(set_file, "split set member " + name + " " + member.reason);
     }
     // The member the user named is mapped already.
     auto mapped = name == named && named_mapped ? named_mapped : MappedFile::open(path);
@@ -549,20 +541,16 @@ Catalog open_split(const std::filesystem::path& folder, const SplitName& split,
     auto count = integer_kv(file, "split.count", display);
     auto index = integer_kv(file, "split.no", display);
     if (!count || *count != split.count)
-      throw ModelError(display, std::string(kFormat), std::nullopt,
-                       "split.count is " + (count ? std::to_string(*count) : "absent") +
-                           " but the file name says the set has " + std::to_string(split.count) +
-                           " files");
+      refuse(display, "split.count is " + (count ? std::to_string(*count) : "absent") +
+                          " but the file name says the set has " + std::to_string(split.count) + " files");
     if (!index || *index != number - 1)
-      throw ModelError(display, std::string(kFormat), std::nullopt,
-                       "split.no is " + (index ? std::to_string(*index) : "absent") +
-                           " but the file name says it is file " + std::to_string(number) +
-                           " (split.no " + std::to_string(number - 1) + ")");
+      refuse(display, "split.no is " + (index ? std::to_string(*index) : "absent") +
+                          " but the file name says it is file " + std::to_string(number) + " (split.no " +
+                          std::to_string(number - 1) + ")");
     if (auto total = integer_kv(file, "split.tensors.count", display)) {
       if (total_expected && *total != *total_expected)
-        throw ModelError(display, std::string(kFormat), std::nullopt,
-                         "split.tensors.count is " + std::to_string(*total) + " but " +
-                             total_expected_in + " says " + std::to_string(*total_expected));
+        refuse(display, "split.tensors.count is " + std::to_string(*total) + " but " + total_expected_in +
+                            " says " + std::to_string(*total_expected));
       total_expected = *total;
       total_expected_in = name;
     }
@@ -575,19 +563,16 @@ Catalog open_split(const std::filesystem::path& folder, const SplitName& split,
     }
     if (number == 1) {
       catalog = catalog_of(file, name, mapped);
-    } else {
-      catalog.files.push_back(name);
-      others.push_back({{"file", name},
-                        {"gguf", file.header_json()},
-                        {"kv", file.kv},
-                        {"kv_types", file.kv_types}});
+      continue;
     }
+    catalog.files.push_back(name);
+    others.push_back(
+        {{"file", name}, {"gguf", file.header_json()}, {"kv", file.kv}, {"kv_types", file.kv_types}});
     for (const auto& tensor : file.tensors) catalog.add(tensor);
   }
   if (total_expected && *total_expected != catalog.tensors().size())
-    throw ModelError((folder / first_name).string(), std::string(kFormat), std::nullopt,
-                     "split.tensors.count is " + std::to_string(*total_expected) +
-                         " but the " + std::to_string(split.count) + " files hold " +
+    refuse(set_file, "split.tensors.count is " + std::to_string(*total_expected) + " but the " +
+                         std::to_string(split.count) + " files hold " +
                          std::to_string(catalog.tensors().size()) + " tensors");
   catalog.metadata["split_files"] = std::move(others);
   return catalog;
@@ -655,19 +640,17 @@ Catalog open_file(const ModelFile& model) {
   const std::string name = model.path.filename().string();
   File file = parse(mapped, name);
   auto count = integer_kv(file, "split.count", mapped->display_name());
-  if (!count || *count <= 1) return open_single(mapped, std::move(file), name);
+  if (!count || *count <= 1) return catalog_of(file, name, mapped);
 
   auto split = parse_split_name(name);
   if (!split)
-    throw ModelError(mapped->display_name(), std::string(kFormat), std::nullopt,
-                     "split.count says the model is split into " + std::to_string(*count) +
-                         " files, but its name does not follow " +
-                         split_file_name("<name>", 1, *count) +
-                         ", so the other files cannot be found");
+    refuse(mapped->display_name(),
+           "split.count says the model is split into " + std::to_string(*count) +
+               " files, but its name does not follow " + split_file_name("<name>", 1, *count) +
+               ", so the other files cannot be found");
   if (split->count != *count)
-    throw ModelError(mapped->display_name(), std::string(kFormat), std::nullopt,
-                     "split.count is " + std::to_string(*count) + " but the file name says " +
-                         std::to_string(split->count));
+    refuse(mapped->display_name(), "split.count is " + std::to_string(*count) + " but the file name says " +
+                                       std::to_string(split->count));
   return open_split(model.path.parent_path(), *split, name, mapped);
 }
 

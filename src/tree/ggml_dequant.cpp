@@ -37,42 +37,43 @@ inline float half_bits(uint16_t bits) {
 }
 inline float half_at(const uint8_t* p) { return half_bits(le16(p)); }
 
+// 2 x kHalf elements from kHalf bytes: element j is the low nibble of byte
+// j, element j + kHalf its high nibble; y[j] = value(nibble, j).
+template <int kHalf = 16, typename Value>
+inline void nibble_halves(const uint8_t* __restrict qs, float* __restrict y, Value value) {
+  for (int j = 0; j < kHalf; ++j) {
+    y[j] = value(qs[j] & 0x0F, j);
+    y[j + kHalf] = value(qs[j] >> 4, j + kHalf);
+  }
+}
+
 // ---- 32-element blocks: a float16 scale (and minimum), 4, 5 or 8 bits a value
 
-// q4_0: d | 16 bytes; element j in the low nibble of byte j, element j+16 in
-// its high nibble; value = (nibble - 8) * d.
+// q4_0: d | 16 bytes of nibbles; value = (nibble - 8) * d.
 void q4_0(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b);
-  const uint8_t* qs = b + 2;
-  for (int j = 0; j < 16; ++j) {
-    y[j] = static_cast<float>((qs[j] & 0x0F) - 8) * d;
-    y[j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
-  }
+  nibble_halves(b + 2, y, [d](int q, int) { return static_cast<float>(q - 8) * d; });
 }
 
 // q4_1: d | m | 16 bytes; value = nibble * d + m.
 void q4_1(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b);
   const float m = half_at(b + 2);
-  const uint8_t* qs = b + 4;
-  for (int j = 0; j < 16; ++j) {
-    y[j] = static_cast<float>(qs[j] & 0x0F) * d + m;
-    y[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
-  }
+  nibble_halves(b + 4, y, [d, m](int q, int) { return static_cast<float>(q) * d + m; });
 }
 
-// q5_0: d | u32 fifth bits (bit i for element i) | 16 bytes of low nibbles
-// as q4_0; value = (5-bit - 16) * d.
+// The 5-bit quant of element j: its nibble and bit j of the fifth bits.
+inline int with_fifth_bit(int nibble, uint32_t qh, int j) {
+  return nibble | static_cast<int>(((qh >> j) & 1) << 4);
+}
+
+// q5_0: d | u32 fifth bits | 16 bytes of low nibbles as q4_0; value =
+// (5-bit - 16) * d.
 void q5_0(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b);
   const uint32_t qh = le32(b + 2);
-  const uint8_t* qs = b + 6;
-  for (int j = 0; j < 16; ++j) {
-    const int x0 = (qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1) << 4);
-    const int x1 = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1) << 4);
-    y[j] = static_cast<float>(x0 - 16) * d;
-    y[j + 16] = static_cast<float>(x1 - 16) * d;
-  }
+  nibble_halves(b + 6, y,
+                [d, qh](int q, int j) { return static_cast<float>(with_fifth_bit(q, qh, j) - 16) * d; });
 }
 
 // q5_1: d | m | u32 fifth bits | 16 bytes; value = 5-bit * d + m.
@@ -80,13 +81,8 @@ void q5_1(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b);
   const float m = half_at(b + 2);
   const uint32_t qh = le32(b + 4);
-  const uint8_t* qs = b + 8;
-  for (int j = 0; j < 16; ++j) {
-    const int x0 = (qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1) << 4);
-    const int x1 = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1) << 4);
-    y[j] = static_cast<float>(x0) * d + m;
-    y[j + 16] = static_cast<float>(x1) * d + m;
-  }
+  nibble_halves(b + 8, y,
+                [d, m, qh](int q, int j) { return static_cast<float>(with_fifth_bit(q, qh, j)) * d + m; });
 }
 
 // q8_0: d | 32 int8; value = q * d.
@@ -106,29 +102,17 @@ void q8_1(const uint8_t* __restrict b, float* __restrict y) {
 // ---- k-quants: 256-element super-blocks of 16 or 8 sub-blocks with
 // quantized scales (and minimums).
 
-// The 6-bit scale and minimum of sub-block j (0..7) of q4_k and q5_k,
-// packed in 12 bytes: sub-blocks 0-3 in the low 6 bits of bytes 0-3
-// (scales) and 4-7 (minimums); 4-7 in the nibbles of bytes 8-11 with their
-// top two bits in the top bits of bytes 0-7.
-inline void scale_min_k4(int j, const uint8_t* q, uint8_t& scale, uint8_t& min) {
-  if (j < 4) {
-    scale = q[j] & 63;
-    min = q[j + 4] & 63;
-  } else {
-    scale = static_cast<uint8_t>((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4));
-    min = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
-
-// Sub-block j's scale and minimum of a q4_k / q5_k block, multiplied out by
-// the block's d and dmin.
+// Sub-block j's (0..7) scale and minimum of a q4_k / q5_k block, times the
+// block's d and dmin. Both are 6 bits, packed in 12 bytes: sub-blocks 0-3
+// in the low 6 bits of bytes 0-3 (scales) and 4-7 (minimums); 4-7 in the
+// nibbles of bytes 8-11 with their top two bits in the top bits of bytes 0-7.
 struct ScaleMin {
   float scale, min;
 };
-inline ScaleMin scaled_min_k4(int j, const uint8_t* scales, float d, float dmin) {
-  uint8_t sc = 0, m = 0;
-  scale_min_k4(j, scales, sc, m);
-  return {d * static_cast<float>(sc), dmin * static_cast<float>(m)};
+inline ScaleMin scale_min_k4(int j, const uint8_t* q, float d, float dmin) {
+  const int scale = j < 4 ? q[j] & 63 : (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+  const int min = j < 4 ? q[j + 4] & 63 : (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  return {d * static_cast<float>(scale), dmin * static_cast<float>(min)};
 }
 
 // q2_k: 16 scale bytes (low nibble scale, high nibble min) | 64 bytes of
@@ -201,7 +185,7 @@ inline void k4_sub_blocks(const uint8_t* __restrict b, const uint8_t* __restrict
   int s = 0;
   for (int g = 0; g < 4; ++g, q += 32) {
     for (int shift = 0; shift < 8; shift += 4, ++s, y += 32) {
-      const auto [dl, ml] = scaled_min_k4(s, scales, d, dmin);
+      const auto [dl, ml] = scale_min_k4(s, scales, d, dmin);
       for (int l = 0; l < 32; ++l) y[l] = dl * static_cast<float>(quant((q[l] >> shift) & 0x0F, s, l)) - ml;
     }
   }
@@ -288,11 +272,7 @@ void tq2_0(const uint8_t* __restrict b, float* __restrict y) {
 // elements 0-15); value = d * level.
 void iq4_nl(const uint8_t* __restrict b, float* __restrict y) {
   const float d = half_at(b);
-  const uint8_t* qs = b + 2;
-  for (int j = 0; j < 16; ++j) {
-    y[j] = d * static_cast<float>(kIq4nlLevels[qs[j] & 0x0F]);
-    y[j + 16] = d * static_cast<float>(kIq4nlLevels[qs[j] >> 4]);
-  }
+  nibble_halves(b + 2, y, [d](int q, int) { return d * static_cast<float>(kIq4nlLevels[q]); });
 }
 
 // iq4_xs: d | u16 high scale bits | 4 bytes of low scale nibbles | 128
@@ -307,10 +287,7 @@ void iq4_xs(const uint8_t* __restrict b, float* __restrict y) {
   for (int ib = 0; ib < 8; ++ib, qs += 16, y += 32) {
     const int ls = ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0F) | (((scales_h >> (2 * ib)) & 3) << 4);
     const float dl = d * static_cast<float>(ls - 32);
-    for (int j = 0; j < 16; ++j) {
-      y[j] = dl * static_cast<float>(kIq4nlLevels[qs[j] & 0x0F]);
-      y[j + 16] = dl * static_cast<float>(kIq4nlLevels[qs[j] >> 4]);
-    }
+    nibble_halves(qs, y, [dl](int q, int) { return dl * static_cast<float>(kIq4nlLevels[q]); });
   }
 }
 
@@ -325,11 +302,7 @@ float e8m0_half(uint8_t e) {
 
 void mxfp4(const uint8_t* __restrict b, float* __restrict y) {
   const float d = e8m0_half(b[0]);
-  const uint8_t* qs = b + 1;
-  for (int j = 0; j < 16; ++j) {
-    y[j] = static_cast<float>(kMxfp4Doubled[qs[j] & 0x0F]) * d;
-    y[j + 16] = static_cast<float>(kMxfp4Doubled[qs[j] >> 4]) * d;
-  }
+  nibble_halves(b + 1, y, [d](int q, int) { return static_cast<float>(kMxfp4Doubled[q]) * d; });
 }
 
 // nvfp4: 4 UE4M3 scales (one per 16 elements) | 32 bytes of E2M1 codes;
@@ -347,13 +320,9 @@ float ue4m3_half(uint8_t x) {
 }
 
 void nvfp4(const uint8_t* __restrict b, float* __restrict y) {
-  const uint8_t* qs = b + 4;
   for (int s = 0; s < 4; ++s, y += 16) {
     const float d = ue4m3_half(b[s]);
-    for (int j = 0; j < 8; ++j) {
-      y[j] = static_cast<float>(kMxfp4Doubled[qs[8 * s + j] & 0x0F]) * d;
-      y[j + 8] = static_cast<float>(kMxfp4Doubled[qs[8 * s + j] >> 4]) * d;
-    }
+    nibble_halves<8>(b + 4 + 8 * s, y, [d](int q, int) { return static_cast<float>(kMxfp4Doubled[q]) * d; });
   }
 }
 
@@ -372,12 +341,11 @@ void q2_0(const uint8_t* __restrict b, float* __restrict y) {
 
 // ---- grid-based 2- and 3-bit types (lattice points from ggml_grids)
 
-inline float sign_of(uint8_t signs, int j) { return (signs >> j) & 1 ? -1.0f : 1.0f; }
-
 // One row of a lattice grid: y[j] = db * grid[j], negative where bit
 // first + j of `signs` is set.
 inline void signed_row(float* y, float db, const uint8_t* grid, uint8_t signs, int n, int first = 0) {
-  for (int j = 0; j < n; ++j) y[j] = db * static_cast<float>(grid[j]) * sign_of(signs, first + j);
+  for (int j = 0; j < n; ++j)
+    y[j] = db * static_cast<float>(grid[j]) * ((signs >> (first + j)) & 1 ? -1.0f : 1.0f);
 }
 
 // A scale byte's two nibbles as iq2_xs and iq2_s apply them, one to each
@@ -385,20 +353,6 @@ inline void signed_row(float* y, float db, const uint8_t* grid, uint8_t signs, i
 inline std::array<float, 2> nibble_scales(float d, uint8_t scale) {
   return {d * (0.5f + static_cast<float>(scale & 0x0F)) * 0.25f,
           d * (0.5f + static_cast<float>(scale >> 4)) * 0.25f};
-}
-
-// Where the parts of an iq2_s or iq3_s block lie: d, the low index bytes
-// after it, then the high index bits, sign bytes and scales at the type's
-// offsets.
-struct SBlock {
-  float d;
-  const uint8_t* qs;
-  const uint8_t* qh;
-  const uint8_t* signs;
-  const uint8_t* scales;
-};
-inline SBlock s_block(const uint8_t* b, int qh_at, int signs_at, int scales_at) {
-  return {half_at(b), b + 2, b + qh_at, b + signs_at, b + scales_at};
 }
 
 // iq2_xxs: d | 8 x (4 grid bytes | u32: four 7-bit sign indices, then a
@@ -434,7 +388,11 @@ void iq2_xs(const uint8_t* __restrict b, float* __restrict y) {
 // iq2_s: d | 32 low grid-index bytes | 32 sign bytes | 8 bytes of two
 // high index bits per row | 8 scale bytes; a 1024-point grid.
 void iq2_s(const uint8_t* __restrict b, float* __restrict y) {
-  auto [d, qs, qh, signs, scales] = s_block(b, 66, 34, 74);
+  const float d = half_at(b);
+  const uint8_t* qs = b + 2;
+  const uint8_t* signs = b + 34;
+  const uint8_t* qh = b + 66;
+  const uint8_t* scales = b + 74;
   for (int ib = 0; ib < 8; ++ib, qs += 4, signs += 4) {
     const auto db = nibble_scales(d, scales[ib]);
     for (int l = 0; l < 4; ++l, y += 8) {
@@ -466,7 +424,11 @@ void iq3_xxs(const uint8_t* __restrict b, float* __restrict y) {
 // bytes | 4 scale bytes (a nibble per 32 elements); 512-point grid of
 // rows of 4; value = d*(1 + 2s) * grid * sign.
 void iq3_s(const uint8_t* __restrict b, float* __restrict y) {
-  auto [d, qs, qh, signs, scales] = s_block(b, 66, 74, 106);
+  const float d = half_at(b);
+  const uint8_t* qs = b + 2;
+  const uint8_t* qh = b + 66;
+  const uint8_t* signs = b + 74;
+  const uint8_t* scales = b + 106;
   for (int ib = 0; ib < 8; ++ib, qs += 8, signs += 4) {
     const int s = ib % 2 == 0 ? (scales[ib / 2] & 0x0F) : (scales[ib / 2] >> 4);
     const float db = d * static_cast<float>(1 + 2 * s);

@@ -17,18 +17,13 @@
 namespace modelfs {
 namespace {
 
-inline uint16_t le16(const std::byte* p) {
-  return static_cast<uint16_t>(std::to_integer<uint16_t>(p[0]) | (std::to_integer<uint16_t>(p[1]) << 8));
-}
-inline uint32_t le32(const std::byte* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | std::to_integer<uint32_t>(p[i]);
-  return v;
-}
-inline uint64_t le64(const std::byte* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | std::to_integer<uint64_t>(p[i]);
-  return v;
+// A little-endian number at `p`, at any alignment.
+static_assert(std::endian::native == std::endian::little, "stored numbers are read as they lie");
+template <typename T>
+inline T load(const std::byte* p) {
+  T value;
+  std::memcpy(&value, p, sizeof value);
+  return value;
 }
 
 // ---- small float formats
@@ -132,7 +127,7 @@ class BFloat16Conversion final : public ElementConversion {
   void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t, std::byte* out) const override {
     const std::byte* in = stored + 2 * first;
     for (size_t i = 0; i < count; ++i) {
-      const uint32_t bits = uint32_t{le16(in + 2 * i)} << 16;
+      const uint32_t bits = uint32_t{load<uint16_t>(in + 2 * i)} << 16;
       std::memcpy(out + 4 * i, &bits, 4);
     }
   }
@@ -143,7 +138,7 @@ inline int64_t quantized_at(const std::byte* stored, DType dtype, uint64_t eleme
   switch (dtype) {
     case DType::Int8: return static_cast<int8_t>(std::to_integer<uint8_t>(stored[element]));
     case DType::UInt8: return std::to_integer<uint8_t>(stored[element]);
-    default: return static_cast<int32_t>(le32(stored + 4 * element));
+    default: return load<int32_t>(stored + 4 * element);
   }
 }
 
@@ -206,16 +201,16 @@ class PerChannelConversion final : public ElementConversion {
  private:
   double scale_of(uint64_t channel) const {
     if (p_.scales_dtype == DType::Float32)
-      return static_cast<double>(std::bit_cast<float>(le32(p_.scales.data() + 4 * channel)));
-    return std::bit_cast<double>(le64(p_.scales.data() + 8 * channel));
+      return static_cast<double>(load<float>(p_.scales.data() + 4 * channel));
+    return load<double>(p_.scales.data() + 8 * channel);
   }
   float zero_point_of(uint64_t channel) const {
     const std::byte* at = p_.zero_points.data();
     switch (p_.zero_points_dtype) {
-      case DType::Int32: return static_cast<float>(static_cast<int32_t>(le32(at + 4 * channel)));
-      case DType::Float32: return std::bit_cast<float>(le32(at + 4 * channel));
-      case DType::Float64: return static_cast<float>(std::bit_cast<double>(le64(at + 8 * channel)));
-      default: return static_cast<float>(static_cast<int64_t>(le64(at + 8 * channel)));
+      case DType::Int32: return static_cast<float>(load<int32_t>(at + 4 * channel));
+      case DType::Float32: return load<float>(at + 4 * channel);
+      case DType::Float64: return static_cast<float>(load<double>(at + 8 * channel));
+      default: return static_cast<float>(load<int64_t>(at + 8 * channel));
     }
   }
 
@@ -234,10 +229,6 @@ uint64_t bytes_of(DType dtype) {
     default: return 0;
   }
 }
-
-}  // namespace
-
-namespace {
 
 std::shared_ptr<const ElementConversion> make_plain_conversion(DType stored) {
   switch (stored) {
@@ -261,10 +252,6 @@ std::shared_ptr<const ElementConversion> make_plain_conversion(DType stored) {
     default: return nullptr;
   }
 }
-
-}  // namespace
-
-namespace {
 
 // A strided view's elements as stored, gathered into C order.
 class CopyConversion final : public ElementConversion {

@@ -127,9 +127,8 @@ class BlockView final : public ComputedBytes {
 };
 
 // Where a tree keeps its converted views: side by side in storage sized
-// for them up front, not one heap block each among the build's short-lived
-// objects (100 000 bfloat16 tensors: 20 MiB of scattered views and the
-// pages they pinned, against one 8 MiB block). Views never move once added.
+// for them up front, not one heap block each scattered among the build's
+// short-lived objects, pinning their pages. Views never move once added.
 class ViewArena {
  public:
   ViewArena(size_t elements, size_t blocks);
