@@ -45,6 +45,10 @@ SEEDS = {
                                     hc.truncated_central_directory),
     "gguf_huge_array_count": (("fuzz_gguf", "fuzz_open_model"), hc.gguf_huge_array_count),
     "gguf_huge_string_length": (("fuzz_gguf", "fuzz_open_model"), hc.gguf_huge_string_length),
+    "memo_repeated_tensor": (("fuzz_torch", "fuzz_open_model"),
+                             lambda d: hc.memo_repeated_tensor(d, repeats=20_000)),
+    "memo_repeated_storage": (("fuzz_torch", "fuzz_open_model"),
+                              lambda d: hc.memo_repeated_storage(d, repeats=20_000)),
 }
 # The unpickler is given the pickles inside the torch cases.
 PICKLE_TARGET = "fuzz_unpickler"

@@ -361,7 +361,7 @@ std::optional<nlohmann::json> ObjectWalker::revisit(const Value* v, const Object
     TensorSpec copy = tensors_[i];
     copy.name = first.path.top ? path.child(copy.name).name
                                : path.name_or("") + copy.name.substr(first.path.name.size());
-    charge_tensor(copy);
+    charge_tensor(copy, true);
     tensors_.push_back(std::move(copy));
   }
   return std::nullopt;
@@ -596,13 +596,19 @@ void ObjectWalker::make_tensor(const Value* storage, const Value& args, size_t f
   if (!id->location.empty() && id->location != "cpu") extras["device"] = id->location;
   t.extras = std::move(extras);
 
-  charge_tensor(t);
+  charge_tensor(t, !made_from_.insert(&args).second);
   tensors_.push_back(std::move(t));
 }
 
-void ObjectWalker::charge_tensor(const TensorSpec& t) {
-  charge_budget(sizeof(TensorSpec) + t.name.size() + 16 * t.shape.size(), options_.file, options_.format,
-                "tensor \"" + t.name + "\"");
+// A tensor made for the first time is paid for mostly by the pickle's values
+// that describe it (charged by the unpickler); one the memo repeats costs two
+// bytes of pickle and all of its own memory: the spec, its extras (a heap node
+// a key) and the allocator's headers, about 1 KiB.
+constexpr uint64_t kRepeatedTensorBytes = 1024;
+
+void ObjectWalker::charge_tensor(const TensorSpec& t, bool repeat) {
+  charge_budget((repeat ? kRepeatedTensorBytes : sizeof(TensorSpec)) + t.name.size() + 16 * t.shape.size(),
+                options_.file, options_.format, "tensor \"" + t.name + "\"");
 }
 
 void ObjectWalker::storage_only(const Value* v, const ObjectPath& path) {
@@ -629,6 +635,7 @@ void ObjectWalker::storage_only(const Value* v, const ObjectPath& path) {
   t.bytes = bytes.bytes;
   t.source = {options_.source, bytes.file_offset};
   t.extras = {{"kind", "storage"}, {"storage", {{"key", id->key}, {"offset", 0}}}};
+  charge_tensor(t, !made_from_.insert(v).second);
   tensors_.push_back(std::move(t));
 }
 

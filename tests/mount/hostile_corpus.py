@@ -340,6 +340,40 @@ def truncated_central_directory(folder):
     return path
 
 
+
+MEMO_REPEATS = 2_000_000
+
+
+def _bin_unicode(text):
+    data = text.encode()
+    return b"X" + struct.pack("<I", len(data)) + data
+
+
+def _memo_repeats(folder, name, value, repeats):
+    """A torch.save ZIP whose pickle is one list holding `value` (memoized
+    once) and then `repeats` memo references to it, two bytes each."""
+    pkl = b"\x80\x02](" + value + b"q\x00" + b"h\x00" * repeats + b"e."
+    return write_zip(folder / name, torch_zip_members(pkl, [Member("archive/data/0", bytes(16))]))
+
+
+_STORAGE_ID = (b"(" + _bin_unicode("storage") + b"ctorch\nFloatStorage\n" + _bin_unicode("0")
+               + _bin_unicode("cpu") + b"K\x04tQ")
+
+
+def memo_repeated_tensor(folder, repeats=MEMO_REPEATS):
+    """A rebuilt tensor repeated two million times through the memo (4 MB):
+    each repeat a tensor of its own name (400 MB peak while a repeat was
+    charged as a fraction of what it costs)."""
+    rebuild = (b"ctorch._utils\n_rebuild_tensor_v2\n(" + _STORAGE_ID
+               + b"K\x00K\x04\x85K\x01\x85\x89ccollections\nOrderedDict\n)RtR")
+    return _memo_repeats(folder, "memo_tensor.pt", rebuild, repeats)
+
+
+def memo_repeated_storage(folder, repeats=MEMO_REPEATS):
+    """The same with a storage saved on its own (a bare persistent id):
+    2 GB peak while such tensors were not charged at all."""
+    return _memo_repeats(folder, "memo_storage.pt", _STORAGE_ID, repeats)
+
 # name -> (make, needs torch)
 CASES = {
     "long_name": (long_name, False),
@@ -360,6 +394,8 @@ CASES = {
     "gguf_huge_string_length": (gguf_huge_string_length, False),
     "safetensors_header_2_63": (safetensors_header_2_63, False),
     "truncated_central_directory": (truncated_central_directory, True),
+    "memo_repeated_tensor": (memo_repeated_tensor, False),
+    "memo_repeated_storage": (memo_repeated_storage, False),
 }
 
 

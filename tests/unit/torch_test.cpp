@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
 #include "test_files.hpp"
@@ -220,6 +221,21 @@ TEST(TorchSave, CyclicObjectsEndTheWalkInsteadOfRecursing) {
   // A subclass rebuild whose argument list later receives the rebuild itself.
   auto loop = open_bytes(dir, archive("\x80\x02]q\x00" "ctorch._tensor\n_rebuild_from_type_v2\n(NNh\x00Nt" "Rq\x01h\x00h\x01" "a0."s));
   EXPECT_TRUE(loop.tensors().empty());
+}
+
+// A storage saved on its own is a tensor too, and costs the budget as one:
+// one persistent id repeated through the memo, two bytes a tensor, is
+// refused by the walker that builds them, not later by the catalog.
+TEST(TorchSave, StoragesRepeatedThroughTheMemoAreCharged) {
+  const std::string id = "(" + u("storage") + "ctorch\nFloatStorage\n" + u("0") + u("cpu") + "K\x04tQ";
+  std::string repeats;
+  for (int i = 0; i < 20000; ++i) repeats += "h\x00"s;
+  const std::string bytes = archive("\x80\x02]("s + id + "q\x00"s + repeats + "e."s);
+  Budget budget(uint64_t{1} << 20);
+  BudgetScope scope(budget);
+  const std::string why = refusal(bytes);
+  EXPECT_NE(why.find("pytorch: tensor \""), std::string::npos) << why;
+  EXPECT_NE(why.find("past the model's memory budget"), std::string::npos) << why;
 }
 
 TEST(TorchSave, DeeplyNestedParametersAreBounded) {
