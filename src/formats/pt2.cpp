@@ -501,7 +501,8 @@ void ArchiveReader::read_sample_inputs(const ZipMember& member, const std::strin
 // Tensors read before `first_tensor` are left alone; the signature's word
 // on parameter, buffer and constant wins over the payload's.
 void ArchiveReader::apply_kinds(size_t first_tensor, const Model& model) {
-  for (TensorSpec& t : tensors_ | std::views::drop(first_tensor)) {
+  for (size_t i = first_tensor; i < tensors_.size(); ++i) {
+    TensorSpec& t = tensors_[i];
     if (t.extras.value("kind", "") == "sample_input") continue;
     const std::string fqn = t.name.substr(model.prefix.size());
     if (auto it = model.signature.kind_by_name.find(fqn); it != model.signature.kind_by_name.end())

@@ -74,8 +74,11 @@ void read_script_classes(const ZipArchive& zip, const std::string& prefix, WalkO
       continue;
     }
     std::string current;
-    for (const auto part : std::views::split(text, '\n')) {
-      const std::string_view line(part.begin(), part.end());
+    // Lines one by one (std::views::split is beyond clang 14 with libstdc++ 12,
+    // which the fuzz build uses).
+    for (size_t start = 0, end = 0; start < text.size(); start = end + 1) {
+      end = std::min(text.find('\n', start), text.size());
+      const std::string_view line(text.data() + start, end - start);
       if (line.starts_with("class ")) {
         // No '(' or ':' (npos): npos - 6 still reaches the end of the line.
         current = module + "." + std::string(line.substr(6, line.find_first_of("(:", 6) - 6));

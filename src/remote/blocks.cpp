@@ -582,22 +582,23 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
   length = std::min(length, id_.size - offset);
   const uint64_t first = offset / kBlockBytes;
   const uint64_t last = (offset + length - 1) / kBlockBytes;
-  const auto touched = std::views::iota(first, last + 1);
   const uint64_t previous_end = last_end_.exchange(offset + length, std::memory_order_relaxed);
   const bool sequential = offset == previous_end;
   if (!sequential) run_start_.store(offset, std::memory_order_relaxed);
   const bool bounded = cache_options.max_bytes != 0;
   if (bounded) {
     const uint64_t now = use_clock.fetch_add(1, std::memory_order_relaxed);
-    for (uint64_t b : touched) used_[b].store(now, std::memory_order_relaxed);
+    for (uint64_t b = first; b <= last; ++b) used_[b].store(now, std::memory_order_relaxed);
     // Pinned before the record is read (see evict_older_than), until the
     // reply has copied the bytes.
     if (in_read_scope) {
-      for (uint64_t b : touched) pins_[b].fetch_add(1, std::memory_order_seq_cst);
+      for (uint64_t b = first; b <= last; ++b) pins_[b].fetch_add(1, std::memory_order_seq_cst);
       read_pins.push_back({this, first, last});
     }
   }
-  if (std::ranges::all_of(touched, [&](uint64_t b) { return present(b); })) return;
+  bool all = true;
+  for (uint64_t b = first; b <= last && all; ++b) all = present(b);
+  if (all) return;
 
   // As many blocks ahead as the sequential run has read, up to the most;
   // for FUSE reads only (a parser reading a header in order is no reader
@@ -610,7 +611,7 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
     // Claim the missing blocks nobody fetches; wait for those others do.
     std::vector<uint64_t> mine;
     bool waiting = false;
-    for (uint64_t b : touched) {
+    for (uint64_t b = first; b <= last; ++b) {
       if (present(b)) continue;
       if (in_flight_[b]) {
         waiting = true;
