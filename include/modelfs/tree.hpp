@@ -68,9 +68,19 @@ struct DirEntry {
 // Bytes a file part computes for each read rather than holds: a strided
 // view's elements gathered into C order, for instance. Sizes are fixed at
 // build; a read costs in proportion to the range it asks for.
+//
+// The tree's read path (slice_parts) calls ensure() and then fill() under
+// the mapped-bytes guard (src/include/modelfs/mapped_bytes.hpp), so a model
+// file shrunk under the mount fails the read instead of the process: fill()
+// must read only what ensure() made present and, while it reads a mapping,
+// hold only trivially destructible objects (a fault leaves by longjmp).
 class ComputedBytes {
  public:
   virtual ~ComputedBytes() = default;
+  // Makes present the mapped bytes a fill of [offset, offset + length)
+  // reads: a remote model's blocks (MappedFile::ensure; throws ModelError
+  // when they cannot be had). Nothing for bytes already in memory.
+  virtual void ensure(uint64_t /*offset*/, uint64_t /*length*/) const {}
   // Writes bytes [offset, offset + out.size()) of the part into `out`; the
   // range lies within the part.
   virtual void fill(uint64_t offset, std::span<std::byte> out) const = 0;
@@ -94,7 +104,9 @@ struct Part {
 // holds the rest copied into `scratch` (FUSE takes a short read for the end
 // of the file). The copy and the scratch are bounded by `length`; `scratch`
 // must outlive the iovecs and `out` must hold at least one. Returns how many
-// were written.
+// were written. Every byte it computes or copies is read under the
+// mapped-bytes guard: a mapping that faults (its file shrank) throws
+// ModelError, and the iovecs into held bytes are read only by the caller.
 size_t slice_parts(std::span<const Part> parts, uint64_t offset, uint64_t length, std::span<iovec> out,
                    std::string& scratch);
 

@@ -177,11 +177,13 @@ class PerChannelConversion final : public ElementConversion {
   PerChannelConversion(DType stored, const PerChannelAffine& p) : stored_(stored), p_(p) {}
   uint32_t stored_bits() const noexcept override { return quantized_bits(stored_); }
   uint32_t value_size() const noexcept override { return 4; }
-  void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t position,
-               std::byte* out) const override {
-    // The scales and zero points may lie in a remote model's mapping.
+  // The scales and zero points may lie in a remote model's mapping.
+  void ensure() const override {
     MappedFile::ensure_at(p_.scales.data(), p_.scales.size());
     MappedFile::ensure_at(p_.zero_points.data(), p_.zero_points.size());
+  }
+  void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t position,
+               std::byte* out) const override {
     size_t i = 0;
     while (i < count) {
       const uint64_t at = position + i;
@@ -375,14 +377,18 @@ void ElementView::values(uint64_t position, size_t count, std::byte* out) const 
   }
 }
 
+void ElementView::ensure(uint64_t, uint64_t) const {
+  // A remote model's tensor is made present whole (a strided view reaches
+  // any of it).
+  MappedFile::ensure_at(base_, reach_);
+  conversion_->ensure();
+}
+
 void ElementView::fill(uint64_t offset, std::span<std::byte> out) const {
   // Whole values are converted straight into `out` (conversions write
   // through memcpy: no alignment needed); a value cut by either end of the
   // range is converted into `value` and its bytes in range copied.
   constexpr size_t kChunk = 64 << 10;  // values converted at a time
-  // A remote model's tensor is made present whole (a strided view reaches
-  // any of it).
-  MappedFile::ensure_at(base_, reach_);
   const uint32_t value_size = conversion_->value_size();
   std::byte value[kMaxValueSize];
   uint64_t position = offset / value_size;
@@ -424,10 +430,13 @@ std::unique_ptr<BlockView> BlockView::make(std::span<const std::byte> stored, st
   return view;
 }
 
+void BlockView::ensure(uint64_t, uint64_t) const {
+  MappedFile::ensure_at(base_, reach_);  // a remote model's blocks
+}
+
 void BlockView::fill(uint64_t offset, std::span<std::byte> out) const {
   const auto* codec = static_cast<const ggml::BlockCodec*>(codec_);
   const uint64_t block_bytes = uint64_t{codec->block_size} * 4;  // of float32 values
-  MappedFile::ensure_at(base_, reach_);  // a remote model's blocks
   const auto* base = reinterpret_cast<const uint8_t*>(base_);
   alignas(16) float values[256];
   uint64_t block = offset / block_bytes;

@@ -43,8 +43,13 @@ class ElementConversion {
   // Converts `count` stored elements, the first at element `first` of
   // `stored` (which the caller has bounds-checked), whose C-order positions
   // in the tensor start at `position`, into `count` values at `out`.
+  // Reads only `stored` and what ensure() made present, holding only
+  // trivially destructible objects (it runs under the mapped-bytes guard).
   virtual void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t position,
                        std::byte* out) const = 0;
+  // Makes present the mapped bytes it reads beyond `stored` (a remote
+  // model's blocks): a per-channel conversion's scales and zero points.
+  virtual void ensure() const {}
 };
 
 // The conversion of a plain dtype numpy lacks (bfloat16, float8/6/4,
@@ -90,6 +95,7 @@ class ElementView final : public ComputedBytes {
                                            std::span<const int64_t> strides,
                                            std::shared_ptr<const ElementConversion> conversion);
   uint64_t size() const noexcept { return size_; }
+  void ensure(uint64_t offset, uint64_t length) const override;
   void fill(uint64_t offset, std::span<std::byte> out) const override;
   ElementView(ElementView&&) = default;
 
@@ -99,7 +105,7 @@ class ElementView final : public ComputedBytes {
   void values(uint64_t position, size_t count, std::byte* out) const;
 
   const std::byte* base_ = nullptr;
-  uint64_t reach_ = 0;  // bytes from base_ the values are read from (ensured before a fill)
+  uint64_t reach_ = 0;  // bytes from base_ the values are read from (ensure())
   std::span<const uint64_t> shape_;
   std::span<const int64_t> strides_;
   bool contiguous_ = true;
@@ -115,13 +121,14 @@ class BlockView final : public ComputedBytes {
   static std::unique_ptr<BlockView> make(std::span<const std::byte> stored, std::string_view block_type,
                                          uint64_t numel);
   uint64_t size() const noexcept { return size_; }
+  void ensure(uint64_t offset, uint64_t length) const override;
   void fill(uint64_t offset, std::span<std::byte> out) const override;
   BlockView(BlockView&&) = default;
 
  private:
   BlockView() = default;
   const std::byte* base_ = nullptr;
-  uint64_t reach_ = 0;  // bytes from base_ the values are read from (ensured before a fill)
+  uint64_t reach_ = 0;  // bytes from base_ the values are read from (ensure())
   const void* codec_ = nullptr;  // const ggml::BlockCodec*
   uint64_t size_ = 0;
 };

@@ -14,6 +14,7 @@
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/json_text.hpp"
+#include "modelfs/mapped_bytes.hpp"
 #include "modelfs/naming.hpp"
 #include "modelfs/npy.hpp"
 #include "modelfs/sidecar.hpp"
@@ -24,13 +25,18 @@ namespace modelfs {
 
 namespace {
 
-// Bytes [within, within + out.size()) of one part into `out`.
+// Bytes [within, within + out.size()) of one part into `out`: the only
+// place the read path takes bytes of a mapping itself. A remote model's
+// blocks are made present first; then the bytes are computed or copied
+// under the mapped-bytes guard, so a file shrunk under the mount fails this
+// read (ModelError: EIO) and not the process (SIGBUS).
 void copy_part(const Part& part, uint64_t within, std::span<std::byte> out) {
   if (part.computed != nullptr) {
-    part.computed->fill(within, out);
+    part.computed->ensure(within, out.size());
+    read_mapped([&] { part.computed->fill(within, out); });
   } else {
-    MappedFile::ensure_at(part.bytes + within, out.size());  // a remote model's blocks
-    std::memcpy(out.data(), part.bytes + within, out.size());
+    MappedFile::ensure_at(part.bytes + within, out.size());
+    copy_mapped(out.data(), part.bytes + within, out.size());
   }
 }
 
@@ -80,7 +86,7 @@ size_t slice_parts(std::span<const Part> parts, uint64_t offset, uint64_t length
     }
     if (part->computed != nullptr) {
       std::byte* at = room(take);
-      part->computed->fill(within, std::span(at, take));
+      copy_part(*part, within, std::span(at, take));
       out[count++] = iovec{at, take};
     } else {
       // A remote model's blocks are fetched here, before the kernel copies.
