@@ -196,14 +196,20 @@ ModelFolder::Opened ModelFolder::open_local(const std::string& name) const {
   // the repository's blobs/ are.
   if (bare || !hub_blobs_.empty()) {
     const auto real = path_of(fd.get());
-    if (!real) return refuse(Problem::Unresolvable, "cannot be checked: /proc/self/fd: " + errno_text(errno));
+    if (!real) {
+      const int error = errno;
+      return refuse(Problem::Unresolvable, "cannot be checked: /proc/self/fd: " + errno_text(error));
+    }
     if (!holds(*real))
       return refuse(Problem::Outside, "resolves to " + real->string() + ", outside the model's folder " +
                                           folder_.string());
   }
   if (bare) {
     fd.reset(::open(("/proc/self/fd/" + std::to_string(fd.get())).c_str(), kReadFlags));
-    if (!fd) return refuse(Problem::Unresolvable, "cannot be opened: " + errno_text(errno));
+    if (!fd) {
+      const int error = errno;
+      return refuse(Problem::Unresolvable, "cannot be opened: " + errno_text(error));
+    }
   }
   try {
     return Opened{Problem::None, MappedFile::open_descriptor(fd.release(), named_ / name), {}};
