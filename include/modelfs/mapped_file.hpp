@@ -36,6 +36,11 @@ class MappedFile {
   // A path that is a URL (http://, https://, s3://, hf://) opens the remote
   // object through its cache (src/remote).
   static std::shared_ptr<const MappedFile> open(const std::filesystem::path& path);
+  // Maps the file open at `fd`, which it takes (closed when the mapping is,
+  // or at once when it is refused), with open's checks and messages;
+  // `name` is the display name. For a file opened once where it was
+  // checked (ModelFolder::open), so no name is looked up again.
+  static std::shared_ptr<const MappedFile> open_descriptor(int fd, const std::filesystem::path& name);
   // Bytes modelfs made (an inflated ZIP member holding a nested archive),
   // placed in an anonymous memory file and mapped like a model file, so the
   // readers that take a mapped file read them unchanged. `name` is for

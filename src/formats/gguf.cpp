@@ -507,13 +507,12 @@ Catalog catalog_of(const File& first, const std::string& first_name,
 }
 
 // The whole set `split` belongs to, from the folder holding it. Members
-// other than `named` (the one the user named, if any) must lie inside the
-// folder (model_folder.hpp).
+// other than `named` (the one the user named, if any) are opened inside
+// the folder (model_folder.hpp) and read from what was opened.
 Catalog open_split(const std::filesystem::path& folder, const SplitName& split,
                    const std::string& named = {}, std::shared_ptr<const MappedFile> named_mapped = nullptr) {
   const std::string set_file = (folder / split_file_name(split.prefix, 1, split.count)).string();
-  const ModelFolder model_folder =
-      ModelFolder::at(folder.empty() ? std::filesystem::path(".") : folder, std::string(kFormat));
+  const ModelFolder model_folder = ModelFolder::at(folder, std::string(kFormat));
   Catalog catalog;
   nlohmann::json others = nlohmann::json::array();
   std::unordered_map<std::string, std::string> file_of_tensor;
@@ -521,20 +520,16 @@ Catalog open_split(const std::filesystem::path& folder, const SplitName& split,
   std::string total_expected_in;
   for (uint64_t number = 1; number <= split.count; ++number) {
     const std::string name = split_file_name(split.prefix, number, split.count);
-    const auto path = folder / name;
-    std::error_code ec;
-    // exists, not is_regular_file: a member that is there but is no file
-    // (a FIFO) gets MappedFile's message, not "missing".
-    // A remote member is asked for when opened: missing, it is a 404 there.
-    if (!remote::is_url(path.native()) && !std::filesystem::exists(path, ec))
-      refuse(set_file, "split set of " + std::to_string(split.count) + " files is incomplete: " + name +
-                           " is missing");
-    if (name != named) {
-      if (auto member = model_folder.resolve(name); member.problem == ModelFolder::Problem::Outside)
-        refuse(set_file, "split set member " + name + " " + member.reason);
-    }
     // The member the user named is mapped already.
-    auto mapped = name == named && named_mapped ? named_mapped : MappedFile::open(path);
+    std::shared_ptr<const MappedFile> mapped = name == named ? named_mapped : nullptr;
+    if (!mapped) {
+      auto member = model_folder.open(name);
+      if (member.problem == ModelFolder::Problem::Missing)
+        refuse(set_file, "split set of " + std::to_string(split.count) + " files is incomplete: " + name +
+                             " is missing");
+      if (!member) refuse(set_file, "split set member " + name + " " + member.reason);
+      mapped = std::move(member.file);
+    }
     File file = parse(mapped, name);
     const std::string display = mapped->display_name();
 

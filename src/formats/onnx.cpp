@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "modelfs/formats/onnx.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <bit>
 #include <cctype>
@@ -1004,7 +1006,7 @@ class Reader {
   // tensors point into it. The rules of onnx's checker, which are
   // modelfs's rule for every file a model names (model_folder.hpp): a
   // relative path without "..", which stays inside the model's folder once
-  // symlinks are resolved.
+  // symlinks are followed; the file is read from what was opened there.
   std::shared_ptr<const MappedFile> external_file(const std::string& location, uint64_t at,
                                                   const std::string& quote) {
     auto refuse = [&](const std::string& why) {
@@ -1012,23 +1014,21 @@ class Reader {
     };
     if (!location.empty() && location.front() == '#')
       refuse("is an in-memory placeholder, not a file");
-    auto named = folder_->resolve(location);
+    if (auto it = external_.find(location); it != external_.end()) return it->second;
+    auto named = folder_->open(location);
     if (!named) refuse(named.reason);
-    const fs::path& resolved = named.path;
-    std::error_code ec;
-    // A remote file is asked for when opened (a folder there is a 404).
-    if (!remote::is_url(resolved.native()) && !fs::is_regular_file(resolved, ec)) refuse("is not a regular file");
-    const std::string key = resolved.string();
-    auto it = external_.find(key);
-    if (it != external_.end()) return it->second;
-    std::shared_ptr<const MappedFile> file;
-    try {
-      file = MappedFile::open(resolved);
-    } catch (const ModelError& e) {
-      refuse(e.reason());
+    std::shared_ptr<const MappedFile> file = std::move(named.file);
+    // Another name for a file opened already ("./w.bin", a link to it):
+    // the one mapping, listed once.
+    struct stat st {};
+    bool fresh = true;
+    if (::fstat(file->fd(), &st) == 0) {
+      auto [it, added] = external_by_identity_.emplace(std::pair{st.st_dev, st.st_ino}, file);
+      if (!added) file = it->second;
+      fresh = added;
     }
-    external_.emplace(key, file);
-    catalog_.files.push_back(location);
+    if (fresh) catalog_.files.push_back(location);
+    external_.emplace(location, file);
     return file;
   }
 
@@ -1040,7 +1040,8 @@ class Reader {
   WireContext context_;
   Catalog catalog_;
   uint64_t string_text_bytes_ = 0;  // made so far for STRING tensors
-  std::map<std::string, std::shared_ptr<const MappedFile>> external_;
+  std::map<std::string, std::shared_ptr<const MappedFile>> external_;  // by location
+  std::map<std::pair<dev_t, ino_t>, std::shared_ptr<const MappedFile>> external_by_identity_;
 };
 
 // The wire type each ModelProto field is declared with, for the probe.

@@ -155,9 +155,8 @@ Catalog open_file(const ModelFile& model) {
 }
 
 Catalog open_index_file(const ModelFile& index) {
-  return open_sharded_index(index, kSharded, [](const std::filesystem::path& path, const std::string& name,
-                                                IntegrityChecks*) {
-    File file = parse(MappedFile::open(path), name);
+  return open_sharded_index(index, kSharded, [](const ModelFile& shard_file, const std::string& name) {
+    File file = parse(shard_file.mapped, name);
     Catalog shard;
     for (const auto& t : file.tensors) shard.add(t);
     shard.metadata = std::move(file.metadata);  // the shard's __metadata__

@@ -67,18 +67,17 @@ Catalog open_sharded_index(const ModelFile& index_model, const ShardedFormat& fo
     names_by_shard[shard.get<std::string>()].insert(tensor);
   }
   if (names_by_shard.empty()) throw refuse("weight_map is empty");
-  // Every shard inside the index's folder (model_folder.hpp), checked
-  // before any is opened.
+  // Every shard opened inside the index's folder (model_folder.hpp) before
+  // any is read, and read from what was opened.
   const ModelFolder folder = ModelFolder::of_file(index_path, std::string(format.index));
+  std::map<std::string, std::shared_ptr<const MappedFile>> mapped_shards;
   for (const auto& [name, tensors] : names_by_shard) {
-    const auto shard = folder.resolve(name);
+    auto shard = folder.open(name);
     if (shard.problem == ModelFolder::Problem::NotAName)
       throw refuse("weight_map names shard \"" + name +
                    "\", which is not a file name inside the index's folder (it " + shard.reason + ")");
-    // One that cannot be resolved (missing, say) is opened below, which
-    // says why it cannot be.
-    if (shard.problem == ModelFolder::Problem::Outside)
-      throw refuse("weight_map names shard \"" + name + "\", which " + shard.reason);
+    if (!shard) throw refuse("weight_map names shard \"" + name + "\", which " + shard.reason);
+    mapped_shards.emplace(name, std::move(shard.file));
   }
 
   Catalog catalog;
@@ -88,7 +87,8 @@ Catalog open_sharded_index(const ModelFile& index_model, const ShardedFormat& fo
   nlohmann::json shards = nlohmann::json::object();
   std::unordered_map<std::string, std::string> shard_of;  // tensor name -> the shard holding it
   for (const auto& [shard, expected] : names_by_shard) {
-    Catalog part = open_shard(index_path.parent_path() / shard, shard, index_model.checks);
+    const auto& mapped = mapped_shards.at(shard);
+    Catalog part = open_shard(ModelFile{mapped->display_name(), mapped, index_model.checks}, shard);
     catalog.files.push_back(shard);
     shards[shard] = std::move(part.metadata);
     for (const auto& tensor : part.tensors()) {

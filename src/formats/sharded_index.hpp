@@ -29,11 +29,11 @@ struct ShardedFormat {
   int max_json_depth;
 };
 
-// Opens one shard (its path, its name as weight_map gives it, and where its
-// integrity checks go: the index's). The shard's `metadata` becomes the
-// merged catalog's metadata.shards.<name>.
-using OpenShard = std::function<Catalog(const std::filesystem::path& path, const std::string& name,
-                                        IntegrityChecks* checks)>;
+// Reads one shard (mapped already, where it was checked: ModelFolder::open;
+// its integrity checks go to the index's), given its name as weight_map
+// gives it. The shard's `metadata` becomes the merged catalog's
+// metadata.shards.<name>.
+using OpenShard = std::function<Catalog(const ModelFile& shard, const std::string& name)>;
 
 // The index files in `folder`: regular files whose names end with one of
 // `suffixes` (".safetensors.index.json") after at least one character, in

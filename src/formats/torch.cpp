@@ -284,8 +284,8 @@ const std::initializer_list<std::string_view> kIndexSuffixes = {".bin.index.json
                                                                      ".pth.index.json"};
 const ShardedFormat kSharded{kIndexFormat, "pytorch", kMaxIndexJsonDepth};
 
-Catalog open_shard(const std::filesystem::path& path, const std::string&, IntegrityChecks* checks) {
-  const ModelFile shard = ModelFile::open(path, checks);
+Catalog open_shard(const ModelFile& shard, const std::string&) {
+  const std::filesystem::path& path = shard.path;
   auto head = shard.mapped->bytes().first(std::min<uint64_t>(shard.mapped->size(), 64));
   shard.mapped->ensure(0, head.size());
   if (probe_zip(head)) return open_zip(shard);

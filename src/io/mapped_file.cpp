@@ -76,21 +76,27 @@ void MappedFile::ensure_at_slow(const std::byte* at, uint64_t length) {
 
 std::shared_ptr<const MappedFile> MappedFile::open(const std::filesystem::path& path) {
   if (remote::is_url(path.native())) return remote::open(path.native());
-  std::shared_ptr<MappedFile> file(new MappedFile());
-  file->path_ = path;
   // O_NONBLOCK: opening a FIFO (or a terminal) for reading would otherwise
   // wait for a writer, forever. The type is checked on the open descriptor,
-  // so nothing can be swapped in between; then the flag is cleared.
-  file->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (file->fd_ < 0) throw system_error(path.string(), "cannot open");
+  // so nothing can be swapped in between.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) throw system_error(path.string(), "cannot open");
+  return open_descriptor(fd, path);
+}
+
+std::shared_ptr<const MappedFile> MappedFile::open_descriptor(int fd, const std::filesystem::path& name) {
+  std::shared_ptr<MappedFile> file(new MappedFile());
+  file->fd_ = fd;  // closed by the destructor, whatever is thrown below
+  file->path_ = name;
   struct stat st {};
-  if (::fstat(file->fd_, &st) != 0) throw system_error(path.string(), "cannot stat");
+  if (::fstat(fd, &st) != 0) throw system_error(name.string(), "cannot stat");
   if (!S_ISREG(st.st_mode))
-    throw ModelError(path.string(), "file", std::nullopt, std::string("is ") + kind_of(st.st_mode) +
+    throw ModelError(name.string(), "file", std::nullopt, std::string("is ") + kind_of(st.st_mode) +
                      ", not a regular file; modelfs reads only regular files");
-  const int flags = ::fcntl(file->fd_, F_GETFL);
-  if (flags < 0 || ::fcntl(file->fd_, F_SETFL, flags & ~O_NONBLOCK) != 0)
-    throw system_error(path.string(), "cannot clear O_NONBLOCK");
+  // Opened non-blocking for a FIFO's sake; the file reads blocking from here on.
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
+    throw system_error(name.string(), "cannot clear O_NONBLOCK");
   file->size_ = static_cast<uint64_t>(st.st_size);
   file->mtime_ = st.st_mtim;
   file->map();

@@ -375,6 +375,28 @@ def memo_repeated_storage(folder, repeats=MEMO_REPEATS):
     return _memo_repeats(folder, "memo_storage.pt", _STORAGE_ID, repeats)
 
 # name -> (make, needs torch)
+def split_member_missing(folder):
+    """A GGUF split set of three whose second member is not there: a name
+    the set gives that resolves to nothing."""
+    tensors = [gg.random_tensor(f"t{i}", 0, [4], i) for i in range(3)]
+    paths = gg.write_split(folder, "m", [], tensors, 3)
+    os.remove(paths[1])
+    return paths[0]
+
+
+def split_member_links_out(folder):
+    """A GGUF split set whose second member is a link out of its folder."""
+    outside = folder / "outside"
+    outside.mkdir()
+    gg.write_split(outside, "m", [], [gg.random_tensor(f"t{i}", 0, [8], i) for i in range(2)], 2)
+    model = folder / "model"
+    model.mkdir()
+    paths = gg.write_split(model, "m", [], [gg.random_tensor(f"t{i}", 0, [4], i) for i in range(2)], 2)
+    os.remove(paths[1])
+    os.symlink("../outside/" + paths[1].name, paths[1])
+    return paths[0]
+
+
 CASES = {
     "long_name": (long_name, False),
     "shared_pickle_dict": (shared_pickle_dict, True),
@@ -396,6 +418,8 @@ CASES = {
     "truncated_central_directory": (truncated_central_directory, True),
     "memo_repeated_tensor": (memo_repeated_tensor, False),
     "memo_repeated_storage": (memo_repeated_storage, False),
+    "split_member_missing": (split_member_missing, False),
+    "split_member_links_out": (split_member_links_out, False),
 }
 
 

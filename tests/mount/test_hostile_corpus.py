@@ -291,6 +291,8 @@ EXPECT = {
     "symlink_escape_folder": {"exits": (2,)},
     "expanded_views": {"exits": (0,), "mounted": check_expanded_view},
     "huge_sidecar": {"mounted": check_sidecar_direct},
+    "split_member_missing": {"exits": (2,)},
+    "split_member_links_out": {"exits": (2,)},
 }
 
 

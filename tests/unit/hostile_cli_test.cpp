@@ -16,7 +16,6 @@
 #include "cli/logging.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
-#include "modelfs/model_folder.hpp"
 #include "modelfs/terminal_text.hpp"
 #include "test_files.hpp"
 
@@ -147,95 +146,6 @@ TEST(HostileCli, MappedFileRefusesAFifoWithoutWaitingForAWriter) {
   const auto file = MappedFile::open(dir.write("ok.bin", "abcd"));
   EXPECT_EQ(file->size(), 4u);
   EXPECT_EQ(::fcntl(file->fd(), F_GETFL) & O_NONBLOCK, 0);
-}
-
-// --- files a model names stay inside its folder --------------------------
-
-TEST(HostileCli, ModelFolderKeepsNamedFilesInside) {
-  namespace fs = std::filesystem;
-  TempDir dir;
-  dir.write("outside/secret.bin", "s");
-  dir.write("model/real/a.bin", "a");
-  dir.write("model/b.bin", "b");
-  fs::create_symlink("../outside/secret.bin", dir.path() / "model" / "link.bin");
-  fs::create_symlink(dir.path() / "outside", dir.path() / "model" / "linkdir");
-  fs::create_symlink("real/a.bin", dir.path() / "model" / "inside.bin");
-  fs::create_symlink("missing.bin", dir.path() / "model" / "dangling.bin");
-  // The model's folder reached through a link of its own: resolved first.
-  fs::create_symlink(dir.path() / "model", dir.path() / "alias");
-  const auto folder = ModelFolder::of_file(dir.path() / "alias" / "model.safetensors.index.json", "test");
-  const fs::path real = fs::canonical(dir.path() / "model");
-  EXPECT_EQ(folder.path(), real);
-
-  using P = ModelFolder::Problem;
-  struct Case {
-    std::string name;
-    P problem;
-    std::string reason;
-  };
-  const std::vector<Case> cases = {
-      {"", P::NotAName, "is empty"},
-      {std::string("b.bin\0x", 7), P::NotAName, "contains a NUL byte"},
-      {(dir.path() / "model" / "b.bin").string(), P::NotAName, "is absolute"},
-      {"../model/b.bin", P::NotAName, "contains \"..\""},
-      {"real/../b.bin", P::NotAName, "contains \"..\""},
-      {"link.bin", P::Outside, "resolves to " + fs::canonical(dir.path() / "outside" / "secret.bin").string() +
-                                   ", outside the model's folder " + real.string()},
-      {"linkdir/secret.bin", P::Outside, "outside the model's folder"},
-      {"missing.bin", P::Unresolvable, "cannot be opened: No such file or directory"},
-      {"dangling.bin", P::Unresolvable, "cannot be opened"},
-  };
-  for (const auto& c : cases) {
-    const auto r = folder.resolve(c.name);
-    EXPECT_FALSE(r) << c.name;
-    EXPECT_EQ(r.problem, c.problem) << c.name;
-    EXPECT_NE(r.reason.find(c.reason), std::string::npos) << c.name << ": " << r.reason;
-  }
-  for (const auto& [name, target] : std::vector<std::pair<std::string, std::string>>{
-           {"b.bin", "b.bin"}, {"./b.bin", "b.bin"}, {"inside.bin", "real/a.bin"}, {"real/a.bin", "real/a.bin"}}) {
-    const auto r = folder.resolve(name);
-    ASSERT_TRUE(r) << name << ": " << r.reason;
-    EXPECT_EQ(r.path, real / target);
-  }
-  // The folder itself is not outside (opening it is refused as a folder).
-  EXPECT_TRUE(folder.resolve("."));
-}
-
-// The Hugging Face hub cache: a snapshot's files link to its repository's
-// blobs/, which counts as inside; nothing else beside it does.
-TEST(HostileCli, ModelFolderAcceptsTheHubCacheBlobsOfItsOwnRepository) {
-  namespace fs = std::filesystem;
-  TempDir dir;
-  const fs::path repo = dir.path() / "hub" / "models--org--name";
-  dir.write("hub/models--org--name/blobs/0a1b", "shard");
-  dir.write("hub/models--org--name/blobs/sub/0a1b", "deeper");
-  dir.write("hub/models--org--name/refs/main", "rev");
-  dir.write("hub/models--other--name/blobs/ffff", "another repository");
-  dir.write("hub/models--org--name/snapshots/rev/onnx/.keep", "");
-  const fs::path snapshot = repo / "snapshots" / "rev";
-  fs::create_symlink("../../blobs/0a1b", snapshot / "model-00001-of-00002.safetensors");
-  fs::create_symlink("../../../blobs/0a1b", snapshot / "onnx" / "model.onnx_data");
-  fs::create_symlink("../../blobs/sub/0a1b", snapshot / "deeper.bin");
-  fs::create_symlink("../../refs/main", snapshot / "refs.bin");
-  fs::create_symlink("../../../models--other--name/blobs/ffff", snapshot / "other.bin");
-
-  const auto folder = ModelFolder::of_file(snapshot / "model.safetensors.index.json", "test");
-  EXPECT_EQ(folder.hub_blobs(), fs::canonical(repo / "blobs"));
-  const auto shard = folder.resolve("model-00001-of-00002.safetensors");
-  ASSERT_TRUE(shard) << shard.reason;
-  EXPECT_EQ(shard.path, fs::canonical(repo / "blobs" / "0a1b"));
-  // A subfolder of the snapshot (ONNX models often live in onnx/).
-  EXPECT_TRUE(ModelFolder::of_file(snapshot / "onnx" / "model.onnx", "test").resolve("model.onnx_data"));
-  // Only files directly in blobs/ of this repository.
-  for (const char* name : {"deeper.bin", "refs.bin", "other.bin"})
-    EXPECT_EQ(folder.resolve(name).problem, ModelFolder::Problem::Outside) << name;
-  // A folder that merely looks like a snapshot gets no such exception.
-  dir.write("plain/blobs/0a1b", "x");
-  dir.write("plain/snapshots/rev/.keep", "");
-  fs::create_symlink("../../blobs/0a1b", dir.path() / "plain" / "snapshots" / "rev" / "s.safetensors");
-  const auto plain = ModelFolder::at(dir.path() / "plain" / "snapshots" / "rev", "test");
-  EXPECT_TRUE(plain.hub_blobs().empty());
-  EXPECT_EQ(plain.resolve("s.safetensors").problem, ModelFolder::Problem::Outside);
 }
 
 }  // namespace

@@ -358,7 +358,7 @@ TEST(SafetensorsSharded, RefusesInconsistentIndexes) {
        "does not hold it"},
       {"shard outside the folder", R"({"a.w":"../s1.safetensors"})", "not a file name inside"},
       {"absolute shard path", R"({"a.w":"/etc/passwd"})", "not a file name inside"},
-      {"missing shard file", R"({"a.w":"nope.safetensors"})", "cannot open"},
+      {"missing shard file", R"({"a.w":"nope.safetensors"})", "cannot be opened"},
       {"same tensor in two shards", R"({"a.w":"s1.safetensors","x":"s2.safetensors"})",
        "also stored in another shard"},
   };

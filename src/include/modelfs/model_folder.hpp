@@ -3,66 +3,90 @@
 // The one rule for files a model names: the shards of a weight_map
 // (safetensors and torch .bin indexes), ONNX external data, the other
 // members of a GGUF split set. Each must be a relative path without NUL or
-// "..", and, once realpath has resolved every symbolic link in it, lie
-// inside the model's folder (realpath'd too). A model from the internet
-// must not make modelfs serve /etc/shadow or a key beside it through a link
+// "..", and, once every symbolic link in it is followed, lie inside the
+// model's folder (realpath'd). A model from the internet must not make
+// modelfs serve /etc/shadow or a key beside it through a link
 // (`link.safetensors -> ../outside/secret.safetensors`). Links that stay
 // inside the folder are followed.
+//
+// What is checked is what is read: open() opens the name once, relative to
+// a descriptor of the folder, with openat2's RESOLVE_BENEATH (the kernel
+// refuses any step out of the folder), and maps that descriptor. Where the
+// kernel lacks openat2, or refuses a link for being absolute, the name is
+// opened as a bare reference (O_PATH, nothing read) and the descriptor's own
+// path (/proc/self/fd) is checked, then reopened through the descriptor. A
+// name is never looked up a second time, so a link swapped in after the
+// check cannot be what is served.
 //
 // One place besides the folder is inside: the Hugging Face hub cache keeps
 // a repository as models--ORG--NAME/{blobs,snapshots/REV}/, every file of a
 // snapshot a link to ../../blobs/HASH. When the model's folder is (in) a
-// snapshot of such a repository, that repository's blobs/ folder counts as
-// inside: files directly in it, which are only that repository's own files.
+// snapshot of such a repository, names are resolved beneath the repository,
+// and what they open must lie inside the model's folder or directly in that
+// repository's blobs/ folder (which holds only that repository's files).
 //
 // The files the user names (the model, or a folder) are the user's choice
 // and are not checked.
 //
-// A remote model's folder is its URL's folder: a name is resolved by the
+// A remote model's folder is its URL's folder: a name is checked by the
 // same rules (relative, no ".."), and may not hold '?', '#', '%' or '\',
 // which a URL would read as something else; it then names the URL below
 // the folder, which the server answers for.
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 
 namespace modelfs {
 
+class MappedFile;
+
 class ModelFolder {
  public:
   // The folder holding the model file `model`, or the folder `folder`,
-  // resolved with realpath. Throws ModelError (naming `model` or `folder`
-  // and `format`) when it cannot be resolved.
+  // resolved with realpath and opened. Throws ModelError (naming `model` or
+  // `folder` and `format`) when it cannot be. An empty `folder` is ".".
   static ModelFolder of_file(const std::filesystem::path& model, const std::string& format);
   static ModelFolder at(const std::filesystem::path& folder, const std::string& format);
 
   enum class Problem {
     None,
     NotAName,      // empty, a NUL, absolute, or a ".." component
-    Unresolvable,  // realpath failed: missing, a dangling link, a loop, no permission
-    Outside,       // resolves outside the folder
+    Missing,       // no such file, or a link to none
+    Unresolvable,  // cannot be opened otherwise: a link loop, no permission, a server's refusal
+    Outside,       // leads outside the folder
+    NotAFile,      // not a regular file (a FIFO, a folder), or cannot be mapped
   };
-  struct Resolved {
+  struct Opened {
     Problem problem = Problem::None;
-    std::filesystem::path path;  // the file's realpath, when problem is None
+    std::shared_ptr<const MappedFile> file;  // mapped, when problem is None
     // Why, worded to follow the quoted name: "is absolute; it must be
     // relative to the model's folder", "resolves to /x, outside the
     // model's folder /m", "cannot be opened: No such file or directory".
     std::string reason;
     explicit operator bool() const { return problem == Problem::None; }
   };
-  // `name` as the model gives it, relative to the folder.
-  Resolved resolve(std::string_view name) const;
+  // Opens and maps `name` as the model gives it, relative to the folder.
+  // The mapping's display name is the folder as the user named it, then
+  // `name`.
+  Opened open(std::string_view name) const;
 
   const std::filesystem::path& path() const noexcept { return folder_; }
   // The hub cache's blobs/ folder that also counts as inside, or empty.
   const std::filesystem::path& hub_blobs() const noexcept { return hub_blobs_; }
 
  private:
-  ModelFolder(std::filesystem::path folder, bool remote);
-  std::filesystem::path folder_;
-  bool remote_;  // folder_ is a URL
+  ModelFolder(std::filesystem::path folder, std::filesystem::path named, bool remote, const std::string& format);
+  Opened open_local(const std::string& name) const;
+  bool holds(const std::filesystem::path& real) const;
+  std::filesystem::path folder_;  // realpath'd, or a URL
+  std::filesystem::path named_;   // the folder as the user named it, for messages
+  bool remote_;                   // folder_ is a URL
   std::filesystem::path hub_blobs_;  // the hub cache repository's blobs/, or empty
+  // What names are resolved beneath: the folder, or the hub repository
+  // holding it, with the way from there down to the folder.
+  std::shared_ptr<const int> base_;
+  std::filesystem::path below_base_;
 };
 
 }  // namespace modelfs
