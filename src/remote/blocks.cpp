@@ -32,6 +32,7 @@
 #include "modelfs/mapped_file.hpp"
 #include "modelfs/remote.hpp"
 #include "modelfs/sha1.hpp"
+#include "block_table.hpp"
 
 namespace modelfs::remote {
 namespace {
@@ -48,9 +49,6 @@ constexpr uint64_t kMaxRunBlocks = 128;
 constexpr uint64_t kMaxObjectBytes = uint64_t{1} << 44;
 constexpr int kAttempts = 4;
 constexpr size_t kMaxHeaderValue = 1024;
-// A transfer below this many bytes a second for the timeout (-o
-// remote_timeout, CacheOptions) is stalled; connecting has as long.
-constexpr long kLowSpeedBytes = 1024;
 
 std::once_flag curl_ready;
 CacheOptions cache_options;
@@ -70,6 +68,7 @@ struct Response {
   CURLcode code = CURLE_OK;
   long status = 0;
   std::string etag;
+  std::string last_modified;
   std::string content_range;
   std::string commit;
   std::string error;  // set by the body callback when it refused the body
@@ -87,6 +86,7 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
   if (line.starts_with("HTTP/")) {
     // A new response (after a redirect): its own headers only.
     response->etag.clear();
+    response->last_modified.clear();
     response->content_range.clear();
     return line.size();
   }
@@ -98,6 +98,7 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
   value = value.substr(0, value.find_last_not_of("\r\n ") + 1);
   if (value.size() > kMaxHeaderValue) return line.size();  // not one we could use
   if (name == "etag") response->etag = value;
+  else if (name == "last-modified") response->last_modified = value;
   else if (name == "content-range") response->content_range = value;
   else if (name == "x-repo-commit") response->commit = value;
   return line.size();
@@ -142,19 +143,21 @@ struct Headers {
 };
 
 // Requests `range` of `url` on `c` with the options every request shares
-// (protocols, redirects, timeouts, auth), the body going to `write`.
+// (protocols, redirects, the deadline, auth) and `precondition` (a header
+// line, or empty), the body going to `write`.
 void perform(CURL* c, const Target& target, const std::string& url, const std::string& range,
-             const std::string& if_match, Response& response, curl_write_callback write, void* body) {
+             const std::string& precondition, Response& response, curl_write_callback write, void* body) {
   curl_easy_setopt(c, CURLOPT_URL, url.c_str());
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
   curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
-  const long timeout = static_cast<long>(cache_options.timeout_seconds);
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, timeout);
-  curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, kLowSpeedBytes);
-  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, timeout);
+  // One deadline for the whole request (resolving, connecting, redirects,
+  // the body): a server that trickles is cut as surely as one that stalls.
+  const long deadline_ms = static_cast<long>(std::max(1u, cache_options.timeout_seconds)) * 1000;
+  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, deadline_ms);
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, deadline_ms);
   curl_easy_setopt(c, CURLOPT_FILETIME, 1L);
   curl_easy_setopt(c, CURLOPT_USERAGENT, "modelfs");
   curl_easy_setopt(c, CURLOPT_RANGE, range.c_str());
@@ -164,7 +167,7 @@ void perform(CURL* c, const Target& target, const std::string& url, const std::s
   }
   Headers headers;
   for (const auto& h : target.headers) headers.add(h);
-  if (!if_match.empty()) headers.add("If-Match: " + if_match);
+  if (!precondition.empty()) headers.add(precondition);
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.list);
   curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(c, CURLOPT_HEADERDATA, &response);
@@ -225,17 +228,53 @@ int lock_record(int fd, int command, short type) {
   return ::fcntl(fd, command, &lock);
 }
 
-// What the first request learns.
+// What the first request learns, and what pins the version mounted: the
+// Hub's commit for an hf:// URL the Hub named one for, else the ETag, else
+// (a server without ETags) Last-Modified with the size. Every later answer
+// must carry the same validator, or its bytes are refused (pinned_by).
 struct Identity {
   uint64_t size = 0;
   std::string etag;
+  std::string last_modified;  // the validator only when there is no ETag
+  std::string commit;         // the Hub's, when it pins the object
   std::string url;  // pinned: redirects resolved, or the Hub's commit
   timespec mtime{};
-  // Sent as If-Match with every range: empty when the URL itself is
-  // immutable (a Hub commit) or the ETag weak (If-Match compares strongly,
-  // so a weak one would always fail); the response's ETag is still compared.
-  std::string if_match;
+  // Sent with every range so that a server which honours it refuses (412)
+  // rather than answers from another version: If-Match with a strong ETag,
+  // If-Unmodified-Since with Last-Modified when there is no ETag; none for a
+  // Hub commit (the URL itself is immutable) or a weak ETag (If-Match
+  // compares strongly, so a weak one would always fail). If-Range is never
+  // sent: a server whose object changed would answer it with 200 and the
+  // whole other version.
+  std::string precondition;
 };
+
+// Empty when `r` carries the validator `id` was pinned by; else why its
+// bytes cannot be taken as the mounted object's.
+std::string pinned_by(const Identity& id, const Response& r) {
+  auto shown = [](const std::string& v) { return v.empty() ? std::string("none") : v.substr(0, 80); };
+  if (!id.commit.empty()) {
+    if (r.commit != id.commit)
+      return "the Hub's answer names commit " + shown(r.commit) + ", not the mounted " + id.commit;
+    if (!id.etag.empty() && !r.etag.empty() && r.etag != id.etag)
+      return "the object changed on the server since it was mounted (ETag " + shown(r.etag) + ", mounted " +
+             id.etag + ")";
+    return {};
+  }
+  if (!id.etag.empty()) {
+    if (r.etag.empty())
+      return "the server's answer carries no ETag (the mounted object's is " + id.etag +
+             "): its bytes may be another version's";
+    if (r.etag != id.etag)
+      return "the object changed on the server since it was mounted (ETag " + shown(r.etag) + ", mounted " +
+             id.etag + ")";
+    return {};
+  }
+  if (r.last_modified != id.last_modified)
+    return "the object changed on the server since it was mounted (Last-Modified " + shown(r.last_modified) +
+           ", mounted " + id.last_modified + ")";
+  return {};
+}
 
 // The most of an error page (or of the probe's one byte) read before the
 // transfer is cut: a hostile server's endless body is never waited out.
@@ -247,7 +286,8 @@ struct Body {
   Response* response = nullptr;
   uint64_t received = 0;
   int fd = -1;
-  uint64_t offset = 0, length = 0, size = 0;
+  uint64_t offset = 0, length = 0;
+  const Identity* id = nullptr;
   bool checked = false;
 };
 
@@ -290,7 +330,10 @@ Identity probe(const Target& target) {
       Identity id;
       id.size = total;
       id.etag = response.etag;
-      if (!id.etag.starts_with("W/")) id.if_match = id.etag;
+      id.last_modified = response.last_modified;
+      if (!id.etag.empty() && !id.etag.starts_with("W/")) id.precondition = "If-Match: " + id.etag;
+      else if (id.etag.empty() && !id.last_modified.empty())
+        id.precondition = "If-Unmodified-Since: " + id.last_modified;
       char* effective = nullptr;
       curl_easy_getinfo(c, CURLINFO_EFFECTIVE_URL, &effective);
       id.url = effective != nullptr ? effective : target.url;
@@ -303,11 +346,15 @@ Identity probe(const Target& target) {
         if (!response.commit.empty()) {
           pin_hub_commit(target.hub_repo_rev, response.commit);
           id.url = resolve(target.display).url;
-          id.if_match.clear();
+          id.commit = response.commit;
+          id.precondition.clear();
         } else {
           id.url = target.url;
         }
       }
+      if (id.commit.empty() && id.etag.empty() && id.last_modified.empty())
+        refuse(target, "the server names no version of the object (no ETag, no Last-Modified): modelfs could "
+                       "not tell its bytes from those of a changed object, and mounts only what it can pin");
       return id;
     }
     if (response.code == CURLE_OK && status == 416)
@@ -352,7 +399,7 @@ class Blocks {
     if (presence_fd_ >= 0) ::close(presence_fd_);
   }
   void unpin(uint64_t first, uint64_t last) {
-    for (uint64_t b = first; b <= last; ++b) pins_[b].fetch_sub(1, std::memory_order_seq_cst);
+    for (uint64_t b = first; b <= last; ++b) table_->at(b).pins.fetch_sub(1, std::memory_order_seq_cst);
   }
   // Evicts this object's least recently used unpinned blocks used before
   // `before`, while this daemon's cached bytes exceed `limit`.
@@ -369,7 +416,9 @@ class Blocks {
     return __atomic_load_n(presence_ + block, __ATOMIC_ACQUIRE) != 0;
   }
   void attach(MappedFile& file);
+  uint64_t count_present();
   void fetch(uint64_t first_block, uint64_t blocks);
+  void mark(uint64_t first_block, uint64_t blocks);
 
   Target target_;
   Identity id_;
@@ -380,15 +429,21 @@ class Blocks {
   uint64_t blocks_ = 0;
   std::mutex lock_;
   std::condition_variable fetched_;
-  std::vector<uint8_t> in_flight_;
+  // Each touched block's claim by a fetch (under lock_), pins and last use
+  // (with a bounded cache: readers pinning it, use_clock). Every block
+  // present in the record has its chunk allocated (count_present, ensure),
+  // so eviction looks at allocated chunks only.
+  std::unique_ptr<BlockTable> table_;
+  // The blocks of the last fetch that failed, failed again at once by the
+  // next read of them within a second (under lock_): the kernel reads a page
+  // again when its readahead failed, which would otherwise wait out a second
+  // round of tries.
+  uint64_t failed_first_ = 1, failed_last_ = 0;
+  std::chrono::steady_clock::time_point failed_until_{};
   // Where the last request ended (a sequential reader starts there), and
   // where the sequential run it continues began: read-ahead grows with it.
   std::atomic<uint64_t> last_end_{0};
   std::atomic<uint64_t> run_start_{0};
-  // With a bounded cache: readers pinning each block, and each block's
-  // last use (use_clock).
-  std::unique_ptr<std::atomic<uint32_t>[]> pins_;
-  std::unique_ptr<std::atomic<uint64_t>[]> used_;
 };
 
 ReadScope::ReadScope() { in_read_scope = true; }  // pins only with a bound (ensure)
@@ -401,9 +456,11 @@ ReadScope::~ReadScope() {
 
 uint64_t Blocks::oldest_use() const {
   uint64_t oldest = UINT64_MAX;
-  for (uint64_t b = 0; b < blocks_; ++b)
-    if (present(b) && pins_[b].load(std::memory_order_relaxed) == 0)
-      oldest = std::min(oldest, used_[b].load(std::memory_order_relaxed));
+  table_->for_each_chunk([&](uint64_t first, uint64_t count, const BlockTable::Entry* entries) {
+    for (uint64_t i = 0; i < count; ++i)
+      if (present(first + i) && entries[i].pins.load(std::memory_order_relaxed) == 0)
+        oldest = std::min(oldest, entries[i].used.load(std::memory_order_relaxed));
+  });
   return oldest;
 }
 
@@ -413,24 +470,30 @@ void Blocks::evict_older_than(uint64_t before, uint64_t limit) {
   // when it can turn that into a write lock (atomically, both ways).
   if (lock_record(presence_fd_, F_OFD_SETLK, F_WRLCK) != 0) return;
   std::unique_lock guard(lock_);
-  for (uint64_t b = 0; b < blocks_ && cached_bytes.load() > limit; ++b) {
-    if (!present(b) || in_flight_[b] || used_[b].load(std::memory_order_relaxed) > before) continue;
-    // A reader pins, then looks at the record; here the record is cleared,
-    // then the pins looked at: one of the two sees the other.
-    __atomic_store_n(presence_ + b, 0, __ATOMIC_SEQ_CST);
-    if (pins_[b].load(std::memory_order_seq_cst) != 0) {
-      __atomic_store_n(presence_ + b, 1, __ATOMIC_SEQ_CST);
-      continue;
+  bool stop = false;
+  table_->for_each_chunk([&](uint64_t first, uint64_t count, const BlockTable::Entry* entries) {
+    for (uint64_t i = 0; i < count && !stop && cached_bytes.load() > limit; ++i) {
+      const uint64_t b = first + i;
+      const BlockTable::Entry& entry = entries[i];
+      if (!present(b) || entry.in_flight || entry.used.load(std::memory_order_relaxed) > before) continue;
+      // A reader pins, then looks at the record; here the record is cleared,
+      // then the pins looked at: one of the two sees the other.
+      __atomic_store_n(presence_ + b, 0, __ATOMIC_SEQ_CST);
+      if (entry.pins.load(std::memory_order_seq_cst) != 0) {
+        __atomic_store_n(presence_ + b, 1, __ATOMIC_SEQ_CST);
+        continue;
+      }
+      const uint64_t length = std::min(kBlockBytes, id_.size - b * kBlockBytes);
+      if (::fallocate(data_fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(b * kBlockBytes),
+                      static_cast<off_t>(length)) != 0) {
+        // Not evicted (a file system without holes): the bytes are intact.
+        __atomic_store_n(presence_ + b, 1, __ATOMIC_SEQ_CST);
+        stop = true;
+        break;
+      }
+      cached_bytes.fetch_sub(length);
     }
-    const uint64_t length = std::min(kBlockBytes, id_.size - b * kBlockBytes);
-    if (::fallocate(data_fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(b * kBlockBytes),
-                    static_cast<off_t>(length)) != 0) {
-      // Not evicted (a file system without holes): the bytes are intact.
-      __atomic_store_n(presence_ + b, 1, __ATOMIC_SEQ_CST);
-      break;
-    }
-    cached_bytes.fetch_sub(length);
-  }
+  });
   guard.unlock();
   lock_record(presence_fd_, F_OFD_SETLK, F_RDLCK);
 }
@@ -530,7 +593,10 @@ void Blocks::attach(MappedFile& file) {
     fail_cache("cannot create it");
   }
   Sha1 sha;
-  const std::string key_text = target_.display + "\n" + id_.etag + "\n" + std::to_string(id_.size);
+  // An object pinned by Last-Modified (no ETag) is keyed by it too.
+  const std::string version = id_.etag.empty() && !id_.last_modified.empty()
+                                  ? "last-modified " + id_.last_modified : id_.etag;
+  const std::string key_text = target_.display + "\n" + version + "\n" + std::to_string(id_.size);
   sha.update(std::as_bytes(std::span(key_text.data(), key_text.size())));
   const std::string key = sha.hex_digest();
   remove_unmounted_objects(dir, key);
@@ -538,7 +604,7 @@ void Blocks::attach(MappedFile& file) {
   const auto presence_path = dir / (key + ".blocks");
   blocks_ = (id_.size + kBlockBytes - 1) / kBlockBytes;
   presence_bytes_ = std::max<uint64_t>(blocks_, 1);
-  in_flight_.assign(blocks_, 0);
+  table_ = std::make_unique<BlockTable>(blocks_);
 
   data_fd_ = ::open(data_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (data_fd_ < 0) fail_cache("cannot open " + data_path.filename().string());
@@ -551,9 +617,15 @@ void Blocks::attach(MappedFile& file) {
   struct stat st {};
   bool ok = ::fstat(data_fd_, &st) == 0;
   if (ok && static_cast<uint64_t>(st.st_size) != id_.size) ok = ::ftruncate(data_fd_, static_cast<off_t>(id_.size)) == 0;
+  const int size_error = errno;
   if (ok && ::fstat(presence_fd_, &st) == 0 && static_cast<uint64_t>(st.st_size) != presence_bytes_)
     ok = ::ftruncate(presence_fd_, static_cast<off_t>(presence_bytes_)) == 0;
   ::flock(presence_fd_, LOCK_UN);
+  if (!ok && size_error == EFBIG) {
+    errno = EFBIG;
+    fail_cache("its file system cannot hold a sparse file of the object's " + std::to_string(id_.size) +
+               " bytes (-o cache_dir= on one that can)");
+  }
   if (!ok) fail_cache("cannot size the cache files");
   // Held for the life of the mount: a daemon evicts only blocks of objects
   // no other daemon holds (evict_older_than). Waits while one evicts.
@@ -562,12 +634,7 @@ void Blocks::attach(MappedFile& file) {
   void* presence = ::mmap(nullptr, presence_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, presence_fd_, 0);
   if (presence == MAP_FAILED) fail_cache("cannot map the block record");
   presence_ = static_cast<uint8_t*>(presence);
-  pins_ = std::make_unique<std::atomic<uint32_t>[]>(blocks_);
-  used_ = std::make_unique<std::atomic<uint64_t>[]>(blocks_);
-  uint64_t cached = 0;
-  for (uint64_t b = 0; b < blocks_; ++b)
-    if (present(b)) cached += std::min(kBlockBytes, id_.size - b * kBlockBytes);
-  cached_bytes.fetch_add(cached);
+  cached_bytes.fetch_add(count_present());
   file.size_ = id_.size;
   file.mtime_ = id_.mtime;
   if (id_.size > 0) {
@@ -575,6 +642,36 @@ void Blocks::attach(MappedFile& file) {
     if (mapping == MAP_FAILED) fail_cache("cannot map the cache file");
     file.data_ = static_cast<const std::byte*>(mapping);
   }
+}
+
+// The bytes of the blocks an earlier run left present, their chunks of the
+// table allocated. Only the record's data is read (SEEK_DATA skips its
+// holes), through a small buffer: neither the time nor the memory grows
+// with the size the server claims, only with what was fetched.
+uint64_t Blocks::count_present() {
+  uint64_t cached = 0;
+  std::vector<uint8_t> buffer(64 << 10);
+  for (off_t at = 0; static_cast<uint64_t>(at) < presence_bytes_;) {
+    const off_t data = ::lseek(presence_fd_, at, SEEK_DATA);
+    if (data < 0) break;  // ENXIO: no data past `at`
+    const off_t hole = ::lseek(presence_fd_, data, SEEK_HOLE);
+    const uint64_t end = hole < 0 ? presence_bytes_ : std::min<uint64_t>(presence_bytes_, static_cast<uint64_t>(hole));
+    for (uint64_t from = static_cast<uint64_t>(data); from < end;) {
+      const ssize_t got = ::pread(presence_fd_, buffer.data(), std::min<uint64_t>(buffer.size(), end - from),
+                                  static_cast<off_t>(from));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return cached;
+      for (ssize_t i = 0; i < got; ++i) {
+        const uint64_t b = from + static_cast<uint64_t>(i);
+        if (buffer[static_cast<size_t>(i)] == 0 || b >= blocks_) continue;
+        table_->at(b);
+        cached += std::min(kBlockBytes, id_.size - b * kBlockBytes);
+      }
+      from += static_cast<uint64_t>(got);
+    }
+    at = static_cast<off_t>(end);
+  }
+  return cached;
 }
 
 void Blocks::ensure(uint64_t offset, uint64_t length) {
@@ -588,11 +685,11 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
   const bool bounded = cache_options.max_bytes != 0;
   if (bounded) {
     const uint64_t now = use_clock.fetch_add(1, std::memory_order_relaxed);
-    for (uint64_t b = first; b <= last; ++b) used_[b].store(now, std::memory_order_relaxed);
+    for (uint64_t b = first; b <= last; ++b) table_->at(b).used.store(now, std::memory_order_relaxed);
     // Pinned before the record is read (see evict_older_than), until the
     // reply has copied the bytes.
     if (in_read_scope) {
-      for (uint64_t b = first; b <= last; ++b) pins_[b].fetch_add(1, std::memory_order_seq_cst);
+      for (uint64_t b = first; b <= last; ++b) table_->at(b).pins.fetch_add(1, std::memory_order_seq_cst);
       read_pins.push_back({this, first, last});
     }
   }
@@ -607,28 +704,44 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
       sequential && in_read_scope ? std::min(kReadAheadBlocks, (offset + length - run_start_.load(std::memory_order_relaxed)) / kBlockBytes)
                  : 0;
   std::unique_lock guard(lock_);
+  // The blocks last waited for: one that another thread's fetch left missing
+  // fails this read too (its fetch took its tries), so waiting never adds a
+  // second round of tries to a read's time.
+  std::vector<uint64_t> awaited;
   for (;;) {
     // Claim the missing blocks nobody fetches; wait for those others do.
-    std::vector<uint64_t> mine;
-    bool waiting = false;
-    for (uint64_t b = first; b <= last; ++b) {
+    std::vector<uint64_t> mine, theirs;
+    std::optional<uint64_t> failed;
+    for (uint64_t b = first; b <= last && !failed; ++b) {
       if (present(b)) continue;
-      if (in_flight_[b]) {
-        waiting = true;
+      BlockTable::Entry& entry = table_->at(b);
+      if (entry.in_flight) {
+        theirs.push_back(b);
+      } else if (std::ranges::binary_search(awaited, b) ||
+                 (failed_first_ <= b && b <= failed_last_ && std::chrono::steady_clock::now() < failed_until_)) {
+        failed = b;
       } else {
-        in_flight_[b] = 1;
+        entry.in_flight = true;
         mine.push_back(b);
       }
     }
-    if (mine.empty() && !waiting) return;
+    if (failed) {
+      failed_until_ = {};  // once: a reader's own next read tries the server again
+      for (uint64_t b : mine) table_->at(b).in_flight = false;
+      throw ModelError(target_.display, "remote", *failed * kBlockBytes,
+                       "cannot fetch bytes from " + std::to_string(*failed * kBlockBytes) +
+                           ": the fetch another read made of them failed");
+    }
+    if (mine.empty() && theirs.empty()) return;
     if (mine.empty()) {
+      awaited = std::move(theirs);
       fetched_.wait(guard);
       continue;
     }
     // A sequential reader will want the next blocks: fetched in the same request.
     if (ahead > 0 && mine.back() == last)
-      for (uint64_t b = last + 1; b < blocks_ && b <= last + ahead && !present(b) && !in_flight_[b]; ++b) {
-        in_flight_[b] = 1;
+      for (uint64_t b = last + 1; b < blocks_ && b <= last + ahead && !present(b) && !table_->at(b).in_flight; ++b) {
+        table_->at(b).in_flight = true;
         mine.push_back(b);
       }
     guard.unlock();
@@ -645,9 +758,14 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
       i = j;
     }
     guard.lock();
-    for (uint64_t b : mine) in_flight_[b] = 0;
+    for (uint64_t b : mine) table_->at(b).in_flight = false;
     fetched_.notify_all();
-    if (failure) std::rethrow_exception(failure);
+    if (failure) {
+      failed_first_ = mine.front();
+      failed_last_ = mine.back();
+      failed_until_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      std::rethrow_exception(failure);
+    }
     if (bounded && in_read_scope) {
       guard.unlock();
       evict_to_bound();
@@ -669,9 +787,15 @@ size_t range_body(char* data, size_t size, size_t count, void* user) {
       body->received += n;
       return status == 200 || body->received > kMaxDiscardedBytes ? 0 : n;
     }
+    // The headers are whole when the body begins: the answer must be the
+    // pinned version's before a byte of it reaches the cache.
+    if (std::string why = pinned_by(*body->id, *body->response); !why.empty()) {
+      body->response->error = std::move(why);
+      return 0;
+    }
     uint64_t first = 0, last = 0, total = 0;
     if (!parse_content_range(body->response->content_range, first, last, total) || first != body->offset ||
-        last != body->offset + body->length - 1 || total != body->size) {
+        last != body->offset + body->length - 1 || total != body->id->size) {
       body->response->error = "the server answered another range than asked (Content-Range: " +
                               body->response->content_range.substr(0, 100) + ")";
       return 0;
@@ -731,30 +855,48 @@ FetchProgress::~FetchProgress() {
   progress = {};
 }
 
-void Blocks::fetch(uint64_t first_block, uint64_t blocks) {
+// Marks blocks whose bytes are written whole, for this daemon and any other
+// sharing the cache.
+void Blocks::mark(uint64_t first_block, uint64_t blocks) {
+  if (blocks == 0) return;
+  for (uint64_t b = first_block; b < first_block + blocks; ++b) __atomic_store_n(presence_ + b, 1, __ATOMIC_SEQ_CST);
   const uint64_t offset = first_block * kBlockBytes;
   const uint64_t length = std::min(blocks * kBlockBytes, id_.size - offset);
-  const std::string range = std::to_string(offset) + "-" + std::to_string(offset + length - 1);
+  cached_bytes.fetch_add(length);
+  count_fetched(target_.display, length);
+}
+
+// Each try has the deadline (perform), so a run's fetch takes at most
+// kAttempts deadlines and the backoff between them. A try cut after the
+// bytes of some blocks came whole keeps those (they passed the version's
+// check), and the next asks only for the rest: a slow but steady link
+// still gets a long run in over its tries.
+void Blocks::fetch(uint64_t first_block, uint64_t blocks) {
   for (int attempt = 0;; ++attempt) {
+    const uint64_t offset = first_block * kBlockBytes;
+    const uint64_t length = std::min(blocks * kBlockBytes, id_.size - offset);
+    const std::string range = std::to_string(offset) + "-" + std::to_string(offset + length - 1);
     CURL* c = thread_handle();
     Response response;
-    Body body{c, &response, 0, data_fd_, offset, length, id_.size};
-    perform(c, target_, id_.url, range, id_.if_match, response, range_body, &body);
+    Body body{c, &response, 0, data_fd_, offset, length, &id_};
+    perform(c, target_, id_.url, range, id_.precondition, response, range_body, &body);
     std::string why = response.error;
     if (response.code == CURLE_OK && response.status == 206 && why.empty()) {
-      if (!id_.etag.empty() && !response.etag.empty() && response.etag != id_.etag)
-        why = "the object changed on the server since it was mounted (ETag " + response.etag.substr(0, 80) +
-              ", mounted " + id_.etag + ")";
-      else if (body.received != length)
-        why = "the server sent " + std::to_string(body.received) + " of " + std::to_string(length) + " bytes";
-      else
-        break;
+      if (body.received == length) break;
+      why = "the server sent " + std::to_string(body.received) + " of " + std::to_string(length) + " bytes";
     }
-    // A short body may be a connection cut, tried again like a reset or a
-    // 5xx. A changed object, a wrong range or a 200 never is: those bytes
-    // are not the mounted object's.
+    // A short body may be a connection cut, tried again like a reset, a
+    // 5xx or the deadline. Another version, a wrong range or a 200 never
+    // is: those bytes are not the mounted object's.
     const bool short_body = why.starts_with("the server sent ");
     const bool refused = !why.empty() && !short_body;
+    if (!refused && body.checked) {
+      if (body.received == length) break;  // all came, the connection closed after
+      const uint64_t whole = body.received / kBlockBytes;
+      mark(first_block, whole);
+      first_block += whole;
+      blocks -= whole;
+    }
     if (!refused && attempt + 1 < kAttempts && (short_body || transient(response))) {
       back_off(attempt);
       continue;
@@ -765,10 +907,42 @@ void Blocks::fetch(uint64_t first_block, uint64_t blocks) {
     if (in_read_scope) spdlog::error("{}: bytes {}: {}", target_.display, range, why);
     throw ModelError(target_.display, "remote", offset, "cannot fetch bytes " + range + ": " + why);
   }
-  // Written whole: marked, for this daemon and any other sharing the cache.
-  for (uint64_t b = first_block; b < first_block + blocks; ++b) __atomic_store_n(presence_ + b, 1, __ATOMIC_SEQ_CST);
-  cached_bytes.fetch_add(length);
-  count_fetched(target_.display, length);
+  mark(first_block, blocks);
+}
+
+BlockTable::BlockTable(uint64_t blocks)
+    : blocks_(blocks),
+      chunk_count_((blocks + kChunkBlocks - 1) / kChunkBlocks),
+      chunks_(std::make_unique<std::atomic<Entry*>[]>(chunk_count_)) {}
+
+BlockTable::~BlockTable() {
+  for (uint64_t c = 0; c < chunk_count_; ++c) delete[] chunks_[c].load(std::memory_order_relaxed);
+}
+
+BlockTable::Entry& BlockTable::at(uint64_t block) {
+  std::atomic<Entry*>& slot = chunks_[block / kChunkBlocks];
+  Entry* chunk = slot.load(std::memory_order_acquire);
+  if (chunk == nullptr) {
+    // Two threads may touch a new chunk at once: one allocation wins.
+    auto* made = new Entry[kChunkBlocks];
+    if (slot.compare_exchange_strong(chunk, made, std::memory_order_acq_rel)) {
+      chunk = made;
+      allocated_chunks_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      delete[] made;
+    }
+  }
+  return chunk[block % kChunkBlocks];
+}
+
+const BlockTable::Entry* BlockTable::find(uint64_t block) const {
+  const Entry* chunk = chunks_[block / kChunkBlocks].load(std::memory_order_acquire);
+  return chunk == nullptr ? nullptr : chunk + block % kChunkBlocks;
+}
+
+uint64_t BlockTable::allocated_bytes() const {
+  return chunk_count_ * sizeof(std::atomic<Entry*>) +
+         allocated_chunks_.load(std::memory_order_relaxed) * kChunkBlocks * sizeof(Entry);
 }
 
 std::shared_ptr<const MappedFile> open(std::string_view name) {

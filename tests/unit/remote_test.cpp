@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <thread>
+#include <vector>
 
 #include "modelfs/error.hpp"
 #include "modelfs/model_folder.hpp"
 #include "modelfs/remote.hpp"
+#include "remote/block_table.hpp"
 
 namespace modelfs {
 namespace {
@@ -116,6 +119,71 @@ TEST(RemoteFolder, NamesStayInsideTheUrlsFolder) {
   EXPECT_EQ(folder.path().native(), "https://h/ckpt");
   for (const char* bad : {"../secret.bin", "/etc/passwd", "a/../../b", "x?y", "x#y", "%2e%2e/x", "a\\b", ""})
     EXPECT_EQ(folder.open(bad).problem, ModelFolder::Problem::NotAName) << bad;
+}
+
+// The per-block bookkeeping grows with the blocks touched, not with the
+// object's size: a server's claim of 16 TiB costs the chunk pointers.
+TEST(RemoteBlocks, ASixteenTiBClaimCostsOnlyItsChunkPointers) {
+  using Table = remote::BlockTable;
+  const uint64_t blocks = uint64_t{1} << 26;  // 16 TiB in 256 KiB blocks
+  Table table(blocks);
+  const uint64_t pointers = blocks / Table::kChunkBlocks * sizeof(void*);
+  EXPECT_EQ(table.allocated_bytes(), pointers);
+  EXPECT_LE(pointers, 128u << 10);
+  EXPECT_EQ(table.find(12345), nullptr);
+  int chunks = 0;
+  table.for_each_chunk([&](uint64_t, uint64_t, const Table::Entry*) { ++chunks; });
+  EXPECT_EQ(chunks, 0);
+
+  table.at(12345).pins.fetch_add(1);
+  table.at(blocks - 1).used.store(7);
+  EXPECT_EQ(table.allocated_bytes(), pointers + 2 * Table::kChunkBlocks * sizeof(Table::Entry));
+  ASSERT_NE(table.find(12345), nullptr);
+  EXPECT_EQ(table.find(12345)->pins.load(), 1u);
+  ASSERT_NE(table.find(12346), nullptr);  // the same chunk, never touched itself: zero
+  EXPECT_EQ(table.find(12346)->pins.load(), 0u);
+  EXPECT_FALSE(table.find(12346)->in_flight);
+  EXPECT_EQ(table.find(12345 + Table::kChunkBlocks), nullptr);
+  EXPECT_EQ(table.find(blocks - 1)->used.load(), 7u);
+
+  std::vector<std::pair<uint64_t, uint64_t>> seen;
+  table.for_each_chunk([&](uint64_t first, uint64_t count, const Table::Entry* entries) {
+    seen.emplace_back(first, count);
+    if (first <= 12345 && 12345 < first + count) EXPECT_EQ(entries[12345 - first].pins.load(), 1u);
+  });
+  const std::vector<std::pair<uint64_t, uint64_t>> want{
+      {12345 / Table::kChunkBlocks * Table::kChunkBlocks, Table::kChunkBlocks},
+      {blocks - Table::kChunkBlocks, Table::kChunkBlocks}};
+  EXPECT_EQ(seen, want);
+}
+
+TEST(RemoteBlocks, TheLastChunkEndsWithTheObject) {
+  remote::BlockTable table(remote::BlockTable::kChunkBlocks + 5);
+  table.at(remote::BlockTable::kChunkBlocks + 4).in_flight = true;
+  std::vector<std::pair<uint64_t, uint64_t>> seen;
+  table.for_each_chunk([&](uint64_t first, uint64_t count, const remote::BlockTable::Entry* entries) {
+    seen.emplace_back(first, count);
+    EXPECT_TRUE(entries[4].in_flight);
+  });
+  EXPECT_EQ(seen, (std::vector<std::pair<uint64_t, uint64_t>>{{remote::BlockTable::kChunkBlocks, 5}}));
+}
+
+TEST(RemoteBlocks, ThreadsFirstTouchingAChunkShareItsEntries) {
+  remote::BlockTable table(uint64_t{1} << 20);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&] {
+      for (uint64_t b = 0; b < 64; ++b) table.at(500'000 + b).pins.fetch_add(1);
+    });
+  for (auto& thread : threads) thread.join();
+  uint64_t pins = 0;
+  int chunks = 0;
+  table.for_each_chunk([&](uint64_t, uint64_t count, const remote::BlockTable::Entry* entries) {
+    ++chunks;
+    for (uint64_t i = 0; i < count; ++i) pins += entries[i].pins.load();
+  });
+  EXPECT_EQ(pins, 8u * 64);
+  EXPECT_EQ(chunks, 1);  // 500000..500063 lie in one chunk
 }
 
 }  // namespace

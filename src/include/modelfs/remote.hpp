@@ -51,8 +51,8 @@ struct CacheOptions {
   // The most bytes this daemon's remote objects keep in the cache; 0: no
   // bound. Least recently used blocks are evicted (docs/remote.md).
   uint64_t max_bytes = 0;
-  // How long connecting may take, and a transfer may stall (under 1 KiB/s),
-  // before the request fails (and is tried again, up to four times).
+  // How long one request may take, connecting and transferring, before it is
+  // cut (and tried again, four tries in all; a read waits at most four).
   unsigned timeout_seconds = 20;
 };
 void set_cache_options(CacheOptions options);
