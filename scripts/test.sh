@@ -3,6 +3,9 @@
 # The whole test suite, from a fresh Debian 12 machine: install what is
 # missing, build, run every test (GoogleTest units and real FUSE mounts),
 # then build again under AddressSanitizer and UBSan and run the suite again.
+# ctest runs the entries side by side, one per CPU: each unit test and each
+# mount test file is its own entry; those that need the machine to
+# themselves are RUN_SERIAL (tests/CMakeLists.txt).
 #   scripts/test.sh            both passes
 #   MODELFS_SANITIZE=0 scripts/test.sh    the plain pass only
 set -euo pipefail
@@ -12,7 +15,7 @@ scripts/deps.sh
 BUILD=${BUILD_DIR:-build}
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMODELFS_BUILD_TESTS=ON >/dev/null
 cmake --build "$BUILD" -j"$(nproc)"
-ctest --test-dir "$BUILD" --output-on-failure -j1
+ctest --test-dir "$BUILD" --output-on-failure -j"$(nproc)"
 
 [ "${MODELFS_SANITIZE:-1}" = 0 ] && exit 0
 
@@ -25,7 +28,7 @@ LOGS=$(mktemp -d /tmp/modelfs-sanitizer-XXXXXX)
 export ASAN_OPTIONS="log_path=$LOGS/asan:detect_leaks=1:abort_on_error=0"
 export UBSAN_OPTIONS="log_path=$LOGS/ubsan:print_stacktrace=1:halt_on_error=1"
 export MODELFS_SANITIZED=1
-ctest --test-dir "$SAN_BUILD" --output-on-failure -j1
+ctest --test-dir "$SAN_BUILD" --output-on-failure -j"$(nproc)"
 if compgen -G "$LOGS/*" >/dev/null; then
   echo "sanitizer reports:" >&2
   cat "$LOGS"/* >&2

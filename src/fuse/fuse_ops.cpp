@@ -12,6 +12,7 @@
 
 #include "loop.hpp"
 #include "prefetcher.hpp"
+#include "replies.hpp"
 #include "threads.hpp"
 #include "modelfs/json_text.hpp"
 #include "modelfs/remote.hpp"
@@ -38,9 +39,6 @@
 namespace modelfs {
 namespace {
 
-// Effectively forever: the tree is immutable for the life of the mount.
-constexpr double kCacheTimeout = 86400.0 * 365;
-
 struct Context {
   const Tree* tree;
   uid_t uid;
@@ -61,29 +59,13 @@ const Context& context(fuse_req_t req) {
   return *static_cast<const Context*>(fuse_req_userdata(req));
 }
 
+// What requests answer about nodes (replies.hpp), as this mount's owner.
 struct stat attributes_of(const Context& ctx, uint64_t ino, const Node& node) {
-  struct stat st {};
-  st.st_ino = ino;
-  st.st_mode = node.kind == NodeKind::Directory ? (S_IFDIR | 0555) : (S_IFREG | 0444);
-  st.st_nlink = node.nlink;
-  st.st_uid = ctx.uid;
-  st.st_gid = ctx.gid;
-  st.st_size = static_cast<off_t>(node.size);
-  st.st_blksize = 65536;
-  st.st_blocks = static_cast<blkcnt_t>((node.size + 511) / 512);
-  const timespec mtime = ctx.tree->mtime();
-  st.st_atim = st.st_mtim = st.st_ctim = mtime;
-  return st;
+  return attributes_of(*ctx.tree, {ctx.uid, ctx.gid}, ino, node);
 }
 
 fuse_entry_param entry_of(const Context& ctx, uint64_t ino, const Node& node) {
-  fuse_entry_param entry{};
-  entry.ino = ino;
-  entry.generation = 1;
-  entry.attr = attributes_of(ctx, ino, node);
-  entry.attr_timeout = kCacheTimeout;
-  entry.entry_timeout = kCacheTimeout;
-  return entry;
+  return entry_of(*ctx.tree, {ctx.uid, ctx.gid}, ino, node);
 }
 
 // Runs a callback body; any exception becomes EIO and a log line, since
@@ -187,38 +169,19 @@ void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_
       buffer = std::make_unique_for_overwrite<char[]>(size);
       capacity = size;
     }
-    size_t used = 0;
-    const size_t total = dir->children.size() + 2;
-    for (size_t index = static_cast<size_t>(std::max<off_t>(offset, 0)); index < total; ++index) {
-      const char* name;
-      uint64_t child;
-      if (index == 0) {
-        name = ".";
-        child = ino;
-      } else if (index == 1) {
-        name = "..";
-        child = dir->parent;
-      } else {
-        name = dir->children[index - 2].name.data();  // NUL-terminated (DirEntry)
-        child = dir->children[index - 2].ino;
-      }
-      const Node& node = *ctx.tree->node(child);
-      const off_t next = static_cast<off_t>(index + 1);
-      size_t entry_size;
-      if constexpr (Plus) {
-        // The kernel takes no lookup reference for "." and "..", and forget
-        // is a no-op here anyway: inodes live as long as the mount.
-        fuse_entry_param entry = entry_of(ctx, child, node);
-        entry_size = fuse_add_direntry_plus(req, buffer.get() + used, size - used, name, &entry, next);
-      } else {
-        struct stat st {};
-        st.st_ino = child;
-        st.st_mode = node.kind == NodeKind::Directory ? S_IFDIR : S_IFREG;
-        entry_size = fuse_add_direntry(req, buffer.get() + used, size - used, name, &st, next);
-      }
-      if (entry_size > size - used) break;
-      used += entry_size;
-    }
+    const size_t used = fill_listing(
+        *ctx.tree, ino, *dir, offset, buffer.get(), size,
+        [&](char* at, size_t room, const ListingEntry& entry, const Node& node) {
+          if constexpr (Plus) {
+            // The kernel takes no lookup reference for "." and "..", and forget
+            // is a no-op here anyway: inodes live as long as the mount.
+            fuse_entry_param attributes = entry_of(ctx, entry.ino, node);
+            return fuse_add_direntry_plus(req, at, room, entry.name, &attributes, entry.next);
+          } else {
+            struct stat st = listing_attributes(entry.ino, node);
+            return fuse_add_direntry(req, at, room, entry.name, &st, entry.next);
+          }
+        });
     fuse_reply_buf(req, buffer.get(), used);
   });
 }

@@ -7,14 +7,20 @@ every tensor's bytes are compared with an independent oracle in C order
 (torch, the onnx library, expected.json, the GGUF tests' own reader), and
 the exported file, mounted again, must show what the original mount shows.
 """
+import contextlib
 import hashlib
+import http.server
 import io
 import json
 import math
 import os
 import pathlib
+import re
+import signal
 import struct
 import subprocess
+import threading
+import time
 import zipfile
 
 import numpy as np
@@ -25,7 +31,7 @@ import torch
 import gguf_writer as gw
 import numeric_oracle
 import safetensors_writer as st
-from conftest import SHARED, cat, index_paths, metadata, mounted, run_modelfs, sidecar
+from conftest import MODELFS, SHARED, cat, index_paths, metadata, mounted, run_modelfs, sidecar
 from test_gguf_mount import every_type_tensors, oracle_read
 from test_onnx_mount import collect, expected_bytes
 from test_pt2_mount import LayeredWriter
@@ -395,3 +401,113 @@ def test_real_safetensors_reader_loads_the_export(shared, tmp):
     loaded = safetensors.load_file(str(out))
     for name, t in torch.load(model).items():
         assert torch.equal(loaded[name], t.contiguous())
+
+
+# -- a model failing during the export -----------------------------------------
+
+class RangeServer:
+    """An HTTP server on 127.0.0.1 (a port the kernel picks) serving `data`
+    by byte range as a model host does, until `fail_from`: a range starting
+    there or later is answered 403, or with `stall`, held unanswered until
+    the server stops. Every request is recorded as (range start, status)."""
+
+    def __init__(self, data, fail_from, stall=False):
+        self.data, self.fail_from, self.stall = data, fail_from, stall
+        self.requests = []
+        self.stopping = threading.Event()
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                first, last = map(int, re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers["Range"]).groups())
+                last = min(last, len(server.data) - 1)
+                if first >= server.fail_from:
+                    server.requests.append((first, "stalled" if server.stall else 403))
+                    if server.stall:
+                        server.stopping.wait(60)
+                        return
+                    self.send_response(403)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                server.requests.append((first, 206))
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {first}-{last}/{len(server.data)}")
+                self.send_header("Content-Length", str(last + 1 - first))
+                self.send_header("ETag", '"fixed"')
+                self.end_headers()
+                self.wfile.write(server.data[first:last + 1])
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/m.safetensors"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.stopping.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join()
+
+
+@contextlib.contextmanager
+def range_server(*args, **kwargs):
+    server = RangeServer(*args, **kwargs)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def remote_model():
+    """A safetensors file whose header lies in the remote cache's first block
+    (256 KiB) and whose tensor's bytes run far past it."""
+    return {"w": np.arange(1 << 20, dtype=np.float32)}
+
+
+def test_read_failure_during_export_exits_2_one_line_no_partial_file_and_out_untouched(tmp):
+    model = tmp / "m.safetensors"
+    st.write(model, remote_model())
+    out = tmp / "out.safetensors"
+    out.write_bytes(b"the export before")
+    with range_server(model.read_bytes(), fail_from=256 << 10) as server:
+        result = run_modelfs("-o", f"cache_dir={tmp / 'cache'}", "--export", out, "--force", server.url)
+    # The header was served and the tree built; the tensor's bytes failed.
+    assert (0, 206) in server.requests and any(status == 403 for _, status in server.requests), server.requests
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "403" in lines[0], result.stderr
+    assert not (tmp / "out.safetensors.tmp").exists()
+    assert out.read_bytes() == b"the export before"
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
+def test_export_ended_by_a_signal_leaves_no_partial_file(tmp, signal_number):
+    model = tmp / "m.safetensors"
+    st.write(model, remote_model())
+    out = tmp / "out.safetensors"
+    partial = tmp / "out.safetensors.tmp"
+    with range_server(model.read_bytes(), fail_from=256 << 10, stall=True) as server:
+        process = subprocess.Popen([str(MODELFS), "-o", f"cache_dir={tmp / 'cache'}", "--export", str(out),
+                                    server.url], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            # The temporary file is made once the tree is built; the export
+            # then waits on the stalled tensor bytes.
+            deadline = time.monotonic() + 30
+            while not (partial.exists() and any(s == "stalled" for _, s in server.requests)):
+                assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+                time.sleep(0.02)
+            process.send_signal(signal_number)
+            assert process.wait(timeout=30) == -signal_number
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            process.stderr.close()
+    assert not partial.exists() and not out.exists()
