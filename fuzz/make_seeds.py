@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
 """Seeds from the hostile corpus (tests/mount/hostile_corpus.py) for the fuzz
-targets' corpora: a long name, deep sharing, expanded views, a ZIP bomb,
-deep nesting, huge GGUF counts, each small (under 64 KiB). Whole files for
+targets' corpora: a long name, deep sharing, expanded views (and exports
+they would make huge), a ZIP bomb, deep nesting, huge GGUF counts,
+strides past int64, each small (under 64 KiB). Whole files for
 the file targets, the pickle bytes for fuzz_unpickler.
 
     fuzz/make_seeds.py CORPUS_ROOT      writes CORPUS_ROOT/<target>/hostile-<case>
@@ -36,7 +37,7 @@ SEEDS = {
                                 hc.safetensors_header_2_63),
     "shared_pickle_dict": (("fuzz_torch", "fuzz_zip", "fuzz_open_model"), hc.shared_pickle_dict),
     "shared_pickle_list": (("fuzz_torch", "fuzz_zip", "fuzz_open_model"), hc.shared_pickle_list),
-    "expanded_views": (("fuzz_torch", "fuzz_zip", "fuzz_open_model"), hc.expanded_views),
+    "expanded_views": (("fuzz_torch", "fuzz_zip", "fuzz_open_model", "fuzz_export"), hc.expanded_views),
     "zip_bomb": (("fuzz_torch", "fuzz_zip", "fuzz_open_model"),
                  lambda d: hc.zip_bomb(d, size=MiB)),
     "deep_pickle": (("fuzz_torch", "fuzz_zip", "fuzz_open_model"),
@@ -49,6 +50,11 @@ SEEDS = {
                              lambda d: hc.memo_repeated_tensor(d, repeats=20_000)),
     "memo_repeated_storage": (("fuzz_torch", "fuzz_open_model"),
                               lambda d: hc.memo_repeated_storage(d, repeats=20_000)),
+    "export_size_wraps": (("fuzz_torch", "fuzz_zip", "fuzz_open_model", "fuzz_export"),
+                          hc.export_size_wraps),
+    "tib_expanded_view": (("fuzz_torch", "fuzz_zip", "fuzz_open_model", "fuzz_export"),
+                          hc.tib_expanded_view),
+    "stride_overflow": (("fuzz_safetensors", "fuzz_open_model", "fuzz_export"), hc.stride_overflow),
 }
 # The unpickler is given the pickles inside the torch cases.
 PICKLE_TARGET = "fuzz_unpickler"

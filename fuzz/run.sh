@@ -25,8 +25,8 @@ if [ "${MODELFS_FUZZ_NO_BUILD:-0}" != 1 ]; then
 fi
 
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(fuzz_safetensors fuzz_gguf fuzz_protobuf fuzz_onnx fuzz_zip
-                                    fuzz_unpickler fuzz_torch fuzz_pt2 fuzz_open_model)
+# Every target of fuzz/targets.txt, the list CMake builds.
+[ ${#TARGETS[@]} -eq 0 ] && mapfile -t TARGETS < <(grep -E '^[a-z0-9_]+$' fuzz/targets.txt)
 SHARED=$(cd .. && pwd)/shared/fixtures
 
 seed() {  # seed <target> <files...>
@@ -64,6 +64,11 @@ PY
 done
 seed fuzz_unpickler
 seed fuzz_open_model examples/*.safetensors "$SHARED"/real/*/* "$SHARED"/generated/*/*
+seed fuzz_export examples/*.safetensors "$SHARED"/real/*/* "$SHARED"/generated/*/*
+# The numeric views and the tree builder read their inputs as numbers of
+# their own (FuzzedDataProvider): no model file is a seed of theirs.
+seed fuzz_numeric_views
+seed fuzz_tree
 # The hostile corpus's shapes (long names, deep sharing, expanded views, a
 # ZIP bomb ...), shrunk to seeds under 64 KiB: fuzz/make_seeds.py.
 /usr/bin/python3 fuzz/make_seeds.py "$BUILD/corpus" >/dev/null || echo "fuzz: hostile seeds not made" >&2

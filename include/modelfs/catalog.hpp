@@ -111,8 +111,11 @@ struct Tensor {
 };
 
 // C-order strides of `shape`, in elements, as torch computes them (a zero
-// dimension counts as one, so strides stay meaningful for empty tensors).
-std::vector<int64_t> contiguous_strides(std::span<const uint64_t> shape);
+// dimension counts as one, so strides stay meaningful for empty tensors);
+// none when the product of the dimensions other than zeros passes int64, a
+// shape numpy and torch refuse (an empty tensor's other dimensions are
+// still the file's numbers).
+std::optional<std::vector<int64_t>> contiguous_strides(std::span<const uint64_t> shape);
 
 struct Document {
   std::string path;     // relative to .modelfs/, '/'-separated

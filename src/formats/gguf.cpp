@@ -367,7 +367,9 @@ class Parser {
         t.dtype = DType::GgmlBlock;
         t.block_type = type->name;
       }
-      t.strides = contiguous_strides(t.shape);
+      auto strides = contiguous_strides(t.shape);
+      if (!strides) fail(dims_at, quote + "the strides of the shape pass 2^63 (numpy and torch refuse such a shape)");
+      t.strides = std::move(*strides);
       t.extras["ggml_type"] = type->id;
       t.extras["ggml_type_name"] = type->name;
       t.extras["block_size"] = type->block_size;

@@ -631,7 +631,7 @@ class Reader {
       t.extras["text"] = kStringText;
     }
     if (form->list) t.shape = {count};
-    t.strides = contiguous_strides(t.shape);
+    t.strides.assign(t.shape.size(), 1);  // rank 0 or 1
     t.bytes = ByteSpan::owned(std::move(bytes));
     t.source = {model_name_, std::nullopt};
     t.extras["onnx_data_type"] = form->onnx_type;
@@ -774,7 +774,9 @@ class Reader {
     TensorSpec t;
     t.name = name;
     t.dtype = info->dtype;
-    t.strides = contiguous_strides(dims);
+    auto strides = contiguous_strides(dims);
+    if (!strides) fail(at, quote + "the strides of the shape pass 2^63 (numpy and torch refuse such a shape)");
+    t.strides = std::move(*strides);
     t.shape = std::move(dims);
     auto& extras = t.extras;
     extras = more_extras;

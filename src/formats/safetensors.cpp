@@ -86,11 +86,14 @@ class Parser {
                                         std::to_string(data_start_ + e.end) +
                                         ", past the end of the file (" +
                                         std::to_string(file_->size()) + " bytes)");
+      auto strides = contiguous_strides(e.shape);
+      if (!strides)
+        fail_at_key(e.name, quote() + "the strides of the shape pass 2^63 (numpy and torch refuse such a shape)");
       expected_begin = e.end;
       TensorSpec& t = out.emplace_back();
       t.name = std::move(e.name);
       t.dtype = e.dtype;
-      t.strides = contiguous_strides(e.shape);
+      t.strides = std::move(*strides);
       t.shape = std::move(e.shape);
       t.bytes = ByteSpan::mapped(file_, data_start_ + e.begin, nbytes);
       t.source = {name_, data_start_ + e.begin};

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "modelfs/catalog.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "modelfs/budget.hpp"
@@ -108,13 +109,16 @@ std::string_view Catalog::intern(std::string_view text) {
   return *it;
 }
 
-std::vector<int64_t> contiguous_strides(std::span<const uint64_t> shape) {
+std::optional<std::vector<int64_t>> contiguous_strides(std::span<const uint64_t> shape) {
   std::vector<int64_t> strides(shape.size());
-  int64_t stride = 1;
+  Checked<int64_t> stride = 1;
   for (size_t i = shape.size(); i-- > 0;) {
-    strides[i] = stride;
-    stride *= static_cast<int64_t>(shape[i] == 0 ? 1 : shape[i]);
+    strides[i] = stride.get().value_or(0);
+    stride *= shape[i] == 0 ? 1 : shape[i];
   }
+  // The outermost dimension's product is no stride, but numpy and torch
+  // refuse a shape whose elements they cannot count in 64 signed bits.
+  if (!stride.ok()) return std::nullopt;
   return strides;
 }
 
@@ -123,14 +127,15 @@ namespace {
 // is_contiguous); an empty tensor is contiguous in any order.
 bool strides_match(const Tensor& t, bool c_order) {
   if (t.strides.size() != t.shape.size()) return false;
-  if (checked_numel(t.shape).value_or(0) == 0) return true;
-  int64_t expected = 1;
+  if (std::find(t.shape.begin(), t.shape.end(), 0) != t.shape.end()) return true;
+  Checked<int64_t> expected = 1;
   const size_t rank = t.shape.size();
   for (size_t k = 0; k < rank; ++k) {
     size_t i = c_order ? rank - 1 - k : k;
     if (t.shape[i] == 1) continue;
-    if (t.strides[i] != expected) return false;
-    expected *= static_cast<int64_t>(t.shape[i]);
+    // A product past int64 is no stride a tensor can have.
+    if (!expected.ok() || t.strides[i] != expected.value()) return false;
+    expected *= t.shape[i];
   }
   return true;
 }

@@ -5,20 +5,31 @@
 
 #include "modelfs/checked_math.hpp"
 #include "modelfs/json_text.hpp"
+#include "modelfs/npy.hpp"
 
 namespace modelfs {
 namespace {
 
 constexpr std::string_view kMetadataKey = "__metadata__";
 
-// The bytes `shape` of `dtype` takes in safetensors: whole bytes, as the
-// reference reader wants (a sub-byte type's elements must fill them).
-std::optional<uint64_t> safetensors_size(DType dtype, std::span<const uint64_t> shape) {
-  const auto numel = checked_numel(shape);
-  if (!numel) return std::nullopt;
-  const auto bits = checked_mul(*numel, uint64_t{dtype_bits(dtype)});
-  if (!bits || *bits % 8 != 0) return std::nullopt;
-  return *bits / 8;
+// The bytes `shape` of `dtype` takes in safetensors (overflowed past
+// 2^64), or none where they are not whole bytes, as the reference reader
+// wants (a sub-byte type's elements must fill them). Counted from the
+// elements, not their bits: those pass 2^64 first.
+std::optional<Size> safetensors_size(DType dtype, std::span<const uint64_t> shape) {
+  Size numel = 1;
+  for (uint64_t d : shape) numel *= d;
+  if (!numel.ok()) return numel;
+  const uint64_t n = numel.value(), bits = dtype_bits(dtype);
+  if (n % 8 * bits % 8 != 0) return std::nullopt;
+  return Size(n / 8) * bits + n % 8 * bits / 8;
+}
+
+// Why a view is left out past kViewBound.
+std::string past_view_bound(uint64_t view_bytes, uint64_t stored_bytes) {
+  return "a view of " + std::to_string(view_bytes) + " bytes in C order from " + std::to_string(stored_bytes) +
+         " stored (an expand() repeats them): past the bound on a view, " + std::to_string(kViewBound.floor) +
+         " bytes or " + std::to_string(kViewBound.growth) + " times what it stores";
 }
 
 }  // namespace
@@ -43,7 +54,12 @@ void ExportPlan::add(const ExportInput& input) {
     reason = "a quantized type (" + std::string(t.dtype_name()) + "): its stored integers are not its values";
   } else if (const auto size = safetensors_size(t.dtype, t.shape); !size) {
     reason = "its " + std::string(t.dtype_name()) + " elements do not fill whole bytes";
-  } else if (input.c_order && input.c_order->size == *size) {
+  } else if (!size->ok()) {
+    reason = "its size in bytes passes 2^64";
+  } else if (!kViewBound.allows(size->value(), t.bytes.size())) {
+    // The .npy follows the same bound: neither is made.
+    reason = past_view_bound(size->value(), t.bytes.size());
+  } else if (input.c_order && input.c_order->size == size->value()) {
     // Stored in C order, or a strided view (a transpose, an expand, a
     // column) gathered into C order on each read.
     part = input.c_order;
@@ -61,7 +77,7 @@ void ExportPlan::add(const ExportInput& input) {
     // 2- and 4-bit integers), C order.
     const auto converted_code = safetensors_dtype(input.converted_dtype);
     const auto size = safetensors_size(input.converted_dtype, t.shape);
-    if (converted_code && size && *size == input.converted->size) {
+    if (converted_code && size && size->get() == input.converted->size) {
       part = *input.converted;
       part->offset = 0;
       dtype = *converted_code;
@@ -74,7 +90,8 @@ void ExportPlan::add(const ExportInput& input) {
   entries_.push_back({t.name, dtype, t.shape, *part});
 }
 
-std::optional<ExportFile> ExportPlan::file(std::string_view prefix, const ExportMetadata& metadata) const {
+std::optional<ExportFile> ExportPlan::file(std::string_view prefix, const ExportMetadata& metadata,
+                                          std::string& why_not) const {
   ExportFile out;
   std::string& h = out.header;
   h.assign(8, ' ');  // the length, written last
@@ -90,7 +107,7 @@ std::optional<ExportFile> ExportPlan::file(std::string_view prefix, const Export
     }
     h += '}';
   }
-  uint64_t offset = 0;
+  Size offset = 0;
   for (const auto& entry : entries_) {
     if (!entry.name.starts_with(prefix)) continue;
     const std::string_view name = entry.name.substr(prefix.size());
@@ -103,15 +120,27 @@ std::optional<ExportFile> ExportPlan::file(std::string_view prefix, const Export
     h += entry.dtype;
     h += "\",\"shape\":";
     append_json_array(h, entry.shape);
-    h += ",\"data_offsets\":[" + std::to_string(offset) + ',' + std::to_string(offset + entry.part.size) + "]}";
-    offset += entry.part.size;
+    const Size end = offset + entry.part.size;
+    // Tensors that share bytes (tied weights, views of one storage) each
+    // get their own: their sum is bounded by no file's size.
+    if (!end.ok()) {
+      why_not = "its size would pass 2^64 bytes";
+      return std::nullopt;
+    }
+    h += ",\"data_offsets\":[" + std::to_string(offset.value()) + ',' + std::to_string(end.value()) + "]}";
+    offset = end;
     out.tensors.push_back(entry.part);
-    if (h.size() > kMaxHeader + 8) return std::nullopt;
+    if (h.size() > kMaxHeader + 8) break;
   }
   h += '}';
   // The data starts 8-byte aligned: the JSON padded with spaces.
   while (h.size() % 8 != 0) h += ' ';
-  if (h.size() - 8 > kMaxHeader) return std::nullopt;
+  if (h.size() - 8 > kMaxHeader || !(offset + h.size()).ok()) {
+    why_not = h.size() - 8 > kMaxHeader ? "its header would pass " + std::to_string(kMaxHeader) +
+                                              " bytes (the most the reference reader takes)"
+                                        : "its size would pass 2^64 bytes";
+    return std::nullopt;
+  }
   uint64_t length = h.size() - 8;
   for (size_t i = 0; i < 8; ++i, length >>= 8) h[i] = static_cast<char>(length & 0xff);
   h.shrink_to_fit();

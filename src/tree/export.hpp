@@ -13,8 +13,9 @@
 // exactly the bytes its dtype and shape need, the header's length a
 // multiple of 8 padded with spaces, dtypes by the safetensors names, and no
 // name twice. What cannot be written (no safetensors type, a torch
-// quantized type, a name already taken) is left out and named, with the
-// reason, in .modelfs/export.json. docs/design.md, "The export file".
+// quantized type, a name already taken, a view past kViewBound: npy.hpp)
+// is left out and named, with the reason, in .modelfs/export.json.
+// docs/design.md, "The export file".
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -64,9 +65,10 @@ class ExportPlan {
   // The next tensor in catalog order.
   void add(const ExportInput& input);
   // The file of the tensors whose names start with `prefix`, named without
-  // it (a PT2 archive's model); "" for the whole model. Null when its header
-  // would pass kMaxHeader.
-  std::optional<ExportFile> file(std::string_view prefix, const ExportMetadata& metadata) const;
+  // it (a PT2 archive's model); "" for the whole model. Null, and why in
+  // `why_not`, when its header would pass kMaxHeader or its size 2^64.
+  std::optional<ExportFile> file(std::string_view prefix, const ExportMetadata& metadata,
+                                 std::string& why_not) const;
   // export.json: what was converted and what was left out, with why.
   std::string report(std::string_view file_note) const;
 

@@ -2,6 +2,7 @@
 #include "modelfs/npy.hpp"
 
 #include "ggml_dequant.hpp"
+#include "modelfs/checked_math.hpp"
 
 namespace modelfs {
 
@@ -78,12 +79,15 @@ std::string npy_header(std::string_view descr, std::span<const uint64_t> shape,
 
   // Prefix: 6 magic + 2 version + 2 (v1) or 4 (v2) length bytes. Pad with at
   // least one space, then '\n', to a multiple of 64.
-  auto padded_length = [&](size_t prefix) {
-    size_t total = prefix + dict.size() + 2;
-    return dict.size() + 2 + (64 - total % 64) % 64;
+  // (A shape's text is as long as the file's metadata that held it: the
+  // sums are checked all the same.)
+  auto padded_length = [&](uint64_t prefix) {
+    const Size total = Size(prefix) + dict.size() + 2;
+    return (Size(dict.size()) + 2 + (64 - total.value() % 64) % 64).value();
   };
   const bool v2 = padded_length(10) > 0xFFFF;
-  const size_t text_length = padded_length(v2 ? 12 : 10);
+  const uint64_t text_length = padded_length(v2 ? 12 : 10);
+  if (text_length > UINT32_MAX) throw SizeOverflow("a .npy header longer than its 4-byte length can say");
 
   std::string out = "\x93NUMPY";
   out += static_cast<char>(v2 ? 2 : 1);

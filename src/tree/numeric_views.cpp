@@ -298,9 +298,11 @@ std::unique_ptr<ElementConversion> affine_conversion(DType stored, const PerChan
   const uint64_t zero_bytes = bytes_of(params.zero_points_dtype);
   if (params.scales_dtype != DType::Float64 && params.scales_dtype != DType::Float32) return nullptr;
   if (zero_bytes == 0) return nullptr;
-  auto scales = checked_mul(params.channels, scale_bytes);
-  auto zeros = checked_mul(params.channels, zero_bytes);
-  if (!scales || !zeros || *scales > params.scales.size() || *zeros > params.zero_points.size()) return nullptr;
+  const Size scales = Size(params.channels) * scale_bytes;
+  const Size zeros = Size(params.channels) * zero_bytes;
+  if (!scales.ok() || !zeros.ok() || scales.value() > params.scales.size() ||
+      zeros.value() > params.zero_points.size())
+    return nullptr;
   return std::make_unique<PerChannelConversion>(stored, params);
 }
 
@@ -308,38 +310,39 @@ std::unique_ptr<ElementView> ElementView::make(std::span<const std::byte> stored
                                                std::span<const int64_t> strides,
                                                std::shared_ptr<const ElementConversion> conversion) {
   if (!conversion || shape.size() != strides.size()) return nullptr;
-  auto numel = checked_numel(shape);
-  if (!numel) return nullptr;
+  Size numel = 1;
+  for (uint64_t d : shape) numel *= d;
+  if (!numel.ok()) return nullptr;
+  const bool empty = numel.value() == 0;
   bool contiguous = true;
-  uint64_t expected = 1;
-  uint64_t last = 0;  // the storage index of the last element
+  Size expected = 1;  // a partial product of numel: it fits
+  Size last = 0;      // the storage index of the last element
   for (size_t d = shape.size(); d-- > 0;) {
     if (strides[d] < 0) return nullptr;
-    if (*numel == 0) continue;  // reaches nothing
+    if (empty) continue;  // reaches nothing
     const auto stride = static_cast<uint64_t>(strides[d]);
-    if (shape[d] != 1 && stride != expected) contiguous = false;
-    expected *= shape[d];  // a partial product of numel
-    auto reach = checked_mul(shape[d] - 1, stride);
-    auto sum = reach ? checked_add(last, *reach) : std::nullopt;
-    if (!sum) return nullptr;
-    last = *sum;
+    if (shape[d] != 1 && stride != expected.value()) contiguous = false;
+    expected *= shape[d];
+    last += Size(shape[d] - 1) * stride;
   }
-  if (*numel == 0) contiguous = true;
+  if (empty) contiguous = true;
   // The stored elements the view reaches must lie inside `stored`.
-  const uint64_t reached = *numel == 0 ? 0 : (contiguous ? *numel : last + 1);
-  auto bits = checked_mul(reached, conversion->stored_bits());
-  if (!bits || (*bits + 7) / 8 > stored.size()) return nullptr;
-  auto size = checked_mul(*numel, conversion->value_size());
-  if (!size) return nullptr;
+  const Size reached = empty ? Size(0) : (contiguous ? numel : last + 1);
+  const Size reach = (reached * conversion->stored_bits() + 7) / 8;
+  const Size size = numel * conversion->value_size();
+  if (!reach.ok() || !size.ok() || reach.value() > stored.size()) return nullptr;
+  // Stride 0 repeats a few stored bytes as often as the shape says: past
+  // the bound, no view (npy.hpp).
+  if (!kViewBound.allows(size.value(), stored.size())) return nullptr;
 
   std::unique_ptr<ElementView> view(new ElementView());
   view->base_ = stored.data();
-  view->reach_ = (*bits + 7) / 8;
+  view->reach_ = reach.value();
   view->shape_ = shape;
   view->strides_ = strides;
   view->contiguous_ = contiguous;
   view->conversion_ = std::move(conversion);
-  view->size_ = *size;
+  view->size_ = size.value();
   return view;
 }
 
@@ -419,14 +422,15 @@ std::unique_ptr<BlockView> BlockView::make(std::span<const std::byte> stored, st
                                            uint64_t numel) {
   const ggml::BlockCodec* codec = ggml::block_codec(block_type);
   if (codec == nullptr || numel % codec->block_size != 0) return nullptr;
-  auto bytes = checked_mul(numel / codec->block_size, codec->type_size);
-  auto size = checked_mul(numel, 4);
-  if (!bytes || !size || *bytes > stored.size()) return nullptr;
+  const Size bytes = Size(numel / codec->block_size) * codec->type_size;
+  const Size size = Size(numel) * 4;
+  if (!bytes.ok() || !size.ok() || bytes.value() > stored.size()) return nullptr;
+  if (!kViewBound.allows(size.value(), stored.size())) return nullptr;
   std::unique_ptr<BlockView> view(new BlockView());
   view->base_ = stored.data();
-  view->reach_ = *bytes;
+  view->reach_ = bytes.value();
   view->codec_ = codec;
-  view->size_ = *size;
+  view->size_ = size.value();
   return view;
 }
 

@@ -17,7 +17,8 @@
 //                numpy has. In C order, or through any non-negative
 //                strides (a strided view is read in runs along its
 //                innermost dimension): an expand() of one element to 2^26
-//                is a 4-byte storage and a 256 MiB .npy, never held whole.
+//                is a 4-byte storage and a 256 MiB .npy, never held whole
+//                (and a view past kViewBound, npy.hpp, is not made).
 //   BlockView    a ggml block type -> float32, one block at a time
 //                (ggml_dequant.hpp); blocks follow each other in C order.
 #include <cstdint>
@@ -88,7 +89,8 @@ class ElementView final : public ComputedBytes {
 
   // The converted view of the tensor with `shape` and `strides` (in
   // elements) whose first element starts `stored`, or null when an element
-  // would lie outside `stored`, a stride is negative or the sizes overflow.
+  // would lie outside `stored`, a stride is negative, the sizes overflow or
+  // the view would pass kViewBound (npy.hpp).
   // Shape and strides must outlive the view.
   static std::unique_ptr<ElementView> make(std::span<const std::byte> stored,
                                            std::span<const uint64_t> shape,
@@ -117,7 +119,8 @@ class BlockView final : public ComputedBytes {
  public:
   // The float32 values of `numel` elements of ggml block type `block_type`
   // stored in `stored`; null when modelfs has no dequantization for the
-  // type, numel is not a whole number of blocks or the blocks do not fit.
+  // type, numel is not a whole number of blocks, the blocks do not fit or
+  // the view would pass kViewBound (npy.hpp).
   static std::unique_ptr<BlockView> make(std::span<const std::byte> stored, std::string_view block_type,
                                          uint64_t numel);
   uint64_t size() const noexcept { return size_; }

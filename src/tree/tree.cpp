@@ -279,11 +279,13 @@ class TreeBuilder {
                        tree_.catalog_.format, std::nullopt, "more file parts than the tree can number");
     file.first_part = static_cast<uint32_t>(table.size());
     file.part_count = static_cast<uint32_t>(parts.size());
+    Size size = 0;
     for (Part part : parts) {
-      part.offset = file.size;
-      file.size += part.size;
+      part.offset = size.value();
+      size += part.size;
       table.push_back(part);
     }
+    file.size = size.value();
     return add_node(dir, name, std::move(file));
   }
 
@@ -483,7 +485,7 @@ class TreeBuilder {
     if (npy.body)
       add_file(dir, name + ".npy", FileRole::NpyView,
                {shared_npy_header(npy_header(npy.descr, tensor.shape, npy.fortran)), *npy.body}, &tensor);
-    tree_.total_bytes_ += tensor.bytes.size();
+    tree_.total_bytes_ = (Size(tree_.total_bytes_) + tensor.bytes.size()).value();
 
     // index.json's line for this tensor, printed only to be measured.
     std::string& path = scratch_path_;
@@ -534,10 +536,10 @@ class TreeBuilder {
     const ExportMetadata metadata = export_metadata(catalog);
     std::string note;
     auto add = [&](const std::string& path, std::string_view prefix) {
-      auto file = export_.file(prefix, metadata);
+      std::string why_not;
+      auto file = export_.file(prefix, metadata, why_not);
       if (!file) {
-        note += path + ": not made, its header would pass " + std::to_string(ExportPlan::kMaxHeader) +
-                " bytes (the most the reference reader takes). ";
+        note += path + ": not made, " + why_not + ". ";
         return;
       }
       charge(file->header.size() + (file->tensors.size() + 1) * sizeof(Part), "the export file's header");
@@ -566,7 +568,7 @@ class TreeBuilder {
     append_index_tail(ends);
     const uint64_t index =
         add_file(meta_dir_, free_name(meta_dir_, "index.json", false), FileRole::Index, {}, nullptr);
-    node(index).size = index_size_ + ends.size();
+    node(index).size = (index_size_ + ends.size()).value();
     charge(node(index).size, "index.json");
 
     nlohmann::ordered_json metadata;
@@ -619,7 +621,7 @@ class TreeBuilder {
   // The previous tensor's folders: names and inodes, outermost first.
   std::vector<std::pair<std::string, uint64_t>> chain_;
   // index.json's size, its lines measured as the tensors are added.
-  uint64_t index_size_ = 0;
+  Size index_size_ = 0;
   std::string scratch_path_;
   std::string scratch_line_;
   // The catalog's tensors by name, made when a per-channel quantized
@@ -632,7 +634,16 @@ class TreeBuilder {
 std::unique_ptr<const Tree> Tree::build(Catalog catalog, const TreeOptions& options) {
   std::unique_ptr<Tree> tree(new Tree());
   tree->catalog_ = std::move(catalog);
-  TreeBuilder(*tree, options).build();
+  try {
+    TreeBuilder(*tree, options).build();
+  } catch (const SizeOverflow& e) {
+    // A file's size, a part's offset, the model's total: each sums the
+    // model's numbers (Size), and a model whose sums pass 2^64 is refused
+    // whole, as a reader refuses a size it cannot hold.
+    const auto& built = tree->catalog_;
+    throw ModelError(built.files.empty() ? std::string() : built.files.front(), built.format, std::nullopt,
+                     e.what());
+  }
   // Reading the model and building the tree free a lot of short-lived memory
   // (a header's JSON, a pickle's values, the builder's maps) that glibc
   // keeps below the tree's live blocks, where it never returns it by itself:

@@ -374,6 +374,52 @@ def memo_repeated_storage(folder, repeats=MEMO_REPEATS):
     2 GB peak while such tensors were not charged at all."""
     return _memo_repeats(folder, "memo_storage.pt", _STORAGE_ID, repeats)
 
+EXPORT_WRAP_VIEWS = 17
+EXPORT_WRAP_NUMEL = 1 << 58  # float32: 2^60 bytes each in C order
+EXPORT_PLAIN = [0.5, 1.5, -2.0, 3.25, 4.0, -5.5]
+
+
+def export_size_wraps(folder, views=EXPORT_WRAP_VIEWS, numel=EXPORT_WRAP_NUMEL):
+    """Seventeen stride-0 views of one 4-byte storage, 2^60 bytes each in C
+    order (1.9 KB on disk): their parts of the export sum past 2^64, which
+    wrapped its header's offsets and its size. Beside them, a plain tensor."""
+    s = torch.zeros(1)
+    tensors = {"w": torch.tensor(EXPORT_PLAIN)}
+    tensors.update({f"v{i}": s.expand(numel) for i in range(views)})
+    path = folder / "export_wraps.pt"
+    torch.save(tensors, path)
+    return path
+
+
+TIB_VIEW_NUMEL = 1 << 40  # float32: 4 TiB in C order
+
+
+def tib_expanded_view(folder, numel=TIB_VIEW_NUMEL):
+    """One float32 element expanded to 2^40 (stride 0): a 4 TiB export and
+    .npy from a 4-byte storage (1.3 KB on disk), beside two plain
+    tensors the export keeps."""
+    tensors = {"a": torch.tensor(EXPORT_PLAIN), "big": torch.ones(1).expand(numel),
+               "b": torch.arange(12, dtype=torch.int16).reshape(3, 4)}
+    path = folder / "tib_view.pt"
+    torch.save(tensors, path)
+    return path
+
+
+STRIDE_OVERFLOW_SHAPE = [0, 1 << 40, 1 << 40, 1 << 40]
+
+
+def stride_overflow(folder):
+    """An empty safetensors tensor of shape [2^40, 2^40, 2^40, 0]: its
+    C-order strides (2^80 for the first) pass int64, as numpy and torch
+    say in refusing the shape; beside it a plain tensor."""
+    header = {"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+              "e": {"dtype": "F32", "shape": STRIDE_OVERFLOW_SHAPE, "data_offsets": [8, 8]}}
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((-len(text)) % 8)
+    path = folder / "stride_overflow.safetensors"
+    path.write_bytes(struct.pack("<Q", len(text)) + text + np.ones(2, F32).tobytes())
+    return path
+
 # name -> (make, needs torch)
 def split_member_missing(folder):
     """A GGUF split set of three whose second member is not there: a name
@@ -420,6 +466,9 @@ CASES = {
     "memo_repeated_storage": (memo_repeated_storage, False),
     "split_member_missing": (split_member_missing, False),
     "split_member_links_out": (split_member_links_out, False),
+    "export_size_wraps": (export_size_wraps, True),
+    "tib_expanded_view": (tib_expanded_view, True),
+    "stride_overflow": (stride_overflow, False),
 }
 
 

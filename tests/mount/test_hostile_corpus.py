@@ -22,11 +22,13 @@ import os
 import pathlib
 import resource
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 
+import numpy as np
 import pytest
 
 import hostile_corpus as hc
@@ -62,6 +64,9 @@ done >/dev/null
 BENIGN_READ_ERRORS = ("Input/output error", "File name too long")
 
 MiB = 1 << 20
+# The bytes any view may have whatever it stores (kViewBound in
+# src/include/modelfs/npy.hpp): no file of a mount of a few KB is larger.
+VIEW_BOUND_FLOOR = 1 << 30
 
 
 class Run:
@@ -280,6 +285,67 @@ def check_sidecar_direct(mnt, problems):
         problems.append(f"dd iflag=direct of w.json: {run.summary()}: {run.stderr[-300:]}")
 
 
+def _export_of(path, problems):
+    """The tensors of a safetensors file as the reference reader takes them
+    (offsets contiguous from 0 in header order, the body exactly their sum),
+    read with numpy: {name: array}, or None with the fault in `problems`."""
+    data = path.read_bytes()
+    (length,) = struct.unpack_from("<Q", data)
+    header = json.loads(data[8:8 + length])
+    body = data[8 + length:]
+    dtypes = {"F32": np.float32, "I16": np.int16}
+    out, offset = {}, 0
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        if begin != offset or end < begin or entry["dtype"] not in dtypes:
+            problems.append(f"{path.name}: {name}: data_offsets {entry['data_offsets']} after {offset}, "
+                            f"dtype {entry['dtype']}")
+            return None
+        out[name] = np.frombuffer(body[begin:end], dtypes[entry["dtype"]]).reshape(entry["shape"])
+        offset = end
+    if offset != len(body):
+        problems.append(f"{path.name}: the tensors end at {offset}, the body has {len(body)} bytes")
+        return None
+    return out
+
+
+def check_views_left_out_of_export(views, kept):
+    """Every file of the mount within the view bound's floor (a few bytes of
+    file make no terabyte file), each view named in export.json as left out
+    past the bound, and the export a valid safetensors file holding the
+    other tensors with torch's values."""
+    def check(mnt, problems):
+        for path in mnt.rglob("*"):
+            if path.is_file() and path.stat().st_size > VIEW_BOUND_FLOOR:
+                problems.append(f"{path.relative_to(mnt)}: {path.stat().st_size} bytes")
+        report = json.loads((mnt / ".modelfs" / "export.json").read_text())
+        for view in views:
+            why = report["left_out"].get(view, "")
+            if "bound" not in why:
+                problems.append(f"export.json: {view} not left out past the bound: {why!r}")
+        export = mnt / ".modelfs" / "model.safetensors"
+        if export.stat().st_size > VIEW_BOUND_FLOOR:
+            return  # too large to read, and said above
+        exported = _export_of(export, problems)
+        if exported is None:
+            return
+        want = {name: make().numpy() for name, make in kept.items()}
+        if sorted(exported) != sorted(want):
+            problems.append(f"model.safetensors holds {sorted(exported)}, not {sorted(want)}")
+        for name in set(exported) & set(want):
+            if exported[name].dtype != want[name].dtype or not np.array_equal(exported[name], want[name]):
+                problems.append(f"model.safetensors: {name} is {exported[name]!r}, torch's {want[name]!r}")
+    return check
+
+
+def expect_stride_refusal(step, run, problems):
+    """Refused (exit 2, checked by within_bounds) saying the strides do not fit."""
+    if "strides" not in _one_line(run):
+        problems.append(f"{step}: the refusal does not name the strides: {_one_line(run)!r}")
+
+
 # case -> {"exits": allowed exits, step name -> check, "mounted": check}
 EXPECT = {
     "long_listed_name": {"exits": (0,), "--list": expect_bounded_list, "--list --json": expect_whole_json},
@@ -293,6 +359,13 @@ EXPECT = {
     "huge_sidecar": {"mounted": check_sidecar_direct},
     "split_member_missing": {"exits": (2,)},
     "split_member_links_out": {"exits": (2,)},
+    "export_size_wraps": {"exits": (0,), "mounted": check_views_left_out_of_export(
+        [f"v{i}" for i in range(hc.EXPORT_WRAP_VIEWS)], {"w": lambda: hc.torch.tensor(hc.EXPORT_PLAIN)})},
+    "tib_expanded_view": {"exits": (0,), "mounted": check_views_left_out_of_export(
+        ["big"], {"a": lambda: hc.torch.tensor(hc.EXPORT_PLAIN),
+                  "b": lambda: hc.torch.arange(12, dtype=hc.torch.int16).reshape(3, 4)})},
+    "stride_overflow": {"exits": (2,), "--list": expect_stride_refusal, "--check": expect_stride_refusal,
+                        "mount": expect_stride_refusal},
 }
 
 

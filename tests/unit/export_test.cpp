@@ -1,10 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// The parts table's reads (slice_parts) and the export file's header.
+// The parts table's reads (slice_parts), the export file's header, and the
+// export's bounds: a view past kViewBound left out, a size past 2^64 not made.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <array>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "modelfs/npy.hpp"
 #include "modelfs/tree.hpp"
 
 namespace modelfs {
@@ -148,6 +155,113 @@ TEST(ExportHeader, ContiguousOffsetsPaddingDtypesViewsAndWhatIsLeftOut) {
   EXPECT_TRUE(report["left_out"].contains("s"));
   EXPECT_TRUE(report["left_out"].contains("c"));
   EXPECT_TRUE(report["left_out"].contains("a"));
+}
+
+// A catalog of stride-0 views of one stored float32 element each (as
+// torch.save keeps an expand()), of `numel` elements.
+Catalog expanded_views(std::vector<std::pair<std::string, uint64_t>> views) {
+  Catalog catalog;
+  catalog.format = "pytorch";
+  catalog.files = {"m.pt"};
+  catalog.tensors_may_share_bytes = true;
+  for (auto& [name, numel] : views) {
+    TensorSpec t;
+    t.name = name;
+    t.shape = {numel};
+    t.strides = {0};
+    const float one = 1.5f;
+    t.bytes = ByteSpan::owned(std::string(reinterpret_cast<const char*>(&one), 4));
+    t.source = {"m.pt", 0};
+    catalog.add(t);
+  }
+  return catalog;
+}
+
+TEST(ExportBound, AViewPastTheBoundIsLeftOutWithWhyAndHasNoNpy) {
+  // 2^40 float32 from 4 bytes: 4 TiB in C order, past the floor and past
+  // 1024 times what it stores. One at the floor is made (its .npy too).
+  constexpr uint64_t kAtFloor = kViewBound.floor / 4;
+  auto tree = Tree::build(expanded_views({{"big", uint64_t{1} << 40}, {"floor", kAtFloor}, {"small", 3}}), {});
+  const auto report = nlohmann::json::parse(tree->content(*tree->node(*tree->resolve(".modelfs/export.json"))));
+  ASSERT_TRUE(report["left_out"].contains("big"));
+  const std::string why = report["left_out"]["big"];
+  EXPECT_NE(why.find("past the bound"), std::string::npos) << why;
+  EXPECT_NE(why.find("4398046511104 bytes"), std::string::npos) << why;
+  EXPECT_EQ(report["left_out"].size(), 1u);
+  EXPECT_FALSE(tree->resolve("big.npy"));  // the .npy follows the same bound
+  ASSERT_TRUE(tree->resolve("floor.npy"));
+  EXPECT_GT(tree->node(*tree->resolve("floor.npy"))->size, kViewBound.floor);
+
+  const Node* file = tree->node(*tree->resolve(".modelfs/model.safetensors"));
+  std::array<iovec, 4> iov{};
+  std::string scratch;
+  std::string head;
+  for (size_t i = 0, n = tree->read(*file, 0, 4096, iov, scratch); i < n; ++i)
+    head.append(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
+  uint64_t start = 0;
+  const auto header = header_of(head, &start);
+  EXPECT_FALSE(header.contains("big"));
+  EXPECT_EQ(header["floor"]["data_offsets"], nlohmann::json({0, kViewBound.floor}));
+  EXPECT_EQ(header["small"]["data_offsets"], nlohmann::json({kViewBound.floor, kViewBound.floor + 12}));
+  EXPECT_EQ(file->size, start + kViewBound.floor + 12);
+  // The last tensor's values, read at the end of the file.
+  const size_t n = tree->read(*file, file->size - 12, 12, iov, scratch);
+  std::string tail;
+  for (size_t i = 0; i < n; ++i) tail.append(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
+  const float one = 1.5f;
+  const std::string value(reinterpret_cast<const char*>(&one), 4);
+  EXPECT_EQ(tail, value + value + value);
+}
+
+TEST(ExportBound, TheBoundIsAFloorOrAGrowthOfTheStoredBytes) {
+  EXPECT_TRUE(kViewBound.allows(kViewBound.floor, 1));
+  EXPECT_FALSE(kViewBound.allows(kViewBound.floor + 1, 1));
+  EXPECT_TRUE(kViewBound.allows(kViewBound.growth << 40, uint64_t{1} << 40));
+  EXPECT_FALSE(kViewBound.allows((kViewBound.growth << 40) + 1, uint64_t{1} << 40));
+  // A stored size whose growth passes 2^64 allows any view.
+  EXPECT_TRUE(kViewBound.allows(UINT64_MAX, uint64_t{1} << 60));
+}
+
+TEST(ExportBound, AnExportWhoseSizeWouldPass2To64IsNotMadeAndSaysWhy) {
+  // 2048 views of an 8 TiB (sparse) mapped file, each within the bound
+  // (2^53 bytes, 1024 times 2^43) and summing to 2^64: the offsets would
+  // wrap. The .npy views are made; the export file is not, and export.json
+  // says why.
+  const auto path = std::filesystem::temp_directory_path() / ("modelfs-sparse-" + std::to_string(::getpid()));
+  {
+    std::ofstream(path).put('\0');
+  }
+  std::filesystem::resize_file(path, uint64_t{1} << 43);
+  std::shared_ptr<const MappedFile> mapped;
+  try {
+    mapped = MappedFile::open(path);
+  } catch (const std::exception& e) {
+    std::filesystem::remove(path);
+    GTEST_SKIP() << "an 8 TiB mapping: " << e.what();
+  }
+  std::filesystem::remove(path);  // the mapping stays
+  Catalog catalog;
+  catalog.format = "pytorch";
+  catalog.files = {"m.pt"};
+  catalog.tensors_may_share_bytes = true;
+  for (int i = 0; i < 2048; ++i) {
+    TensorSpec t;
+    t.name = "v" + std::to_string(i);
+    t.shape = {uint64_t{1} << 51};
+    t.strides = {0};
+    t.bytes = ByteSpan::mapped(mapped, 0, mapped->size());
+    t.source = {"m.pt", 0};
+    catalog.add(t);
+  }
+  auto tree = Tree::build(std::move(catalog), {});
+  EXPECT_FALSE(tree->resolve(".modelfs/model.safetensors"));
+  const uint64_t npy = tree->node(*tree->resolve("v7.npy"))->size;  // a header, then 2^53 bytes
+  EXPECT_GT(npy, uint64_t{1} << 53);
+  EXPECT_LT(npy, (uint64_t{1} << 53) + 4096);
+  const auto report = nlohmann::json::parse(tree->content(*tree->node(*tree->resolve(".modelfs/export.json"))));
+  EXPECT_NE(report["note"].get<std::string>().find("model.safetensors: not made, its size would pass 2^64"),
+            std::string::npos)
+      << report["note"];
 }
 
 TEST(ExportHeader, EmptyModelIsAValidFile) {

@@ -395,7 +395,7 @@ TensorSpec tensor_of(const std::string& name, DType dtype, std::vector<uint64_t>
   t.name = name;
   t.dtype = dtype;
   t.shape = std::move(shape);
-  t.strides = contiguous_strides(t.shape);
+  t.strides = contiguous_strides(t.shape).value();
   t.bytes = ByteSpan::owned(std::move(bytes));
   t.source = {"m", 0};
   return t;

@@ -14,7 +14,7 @@ TensorSpec sample_tensor() {
   t.name = "model.layers.0.q_proj.weight";
   t.dtype = DType::BFloat16;
   t.shape = {4, 8};
-  t.strides = contiguous_strides(t.shape);
+  t.strides = contiguous_strides(t.shape).value();
   t.bytes = ByteSpan::owned(std::string(64, '\0'));
   t.source = {"model-00001-of-00002.safetensors", 1234};
   t.extras["kind"] = "parameter";
@@ -84,7 +84,7 @@ TEST(Sidecar, NumpyDescrWhereNumpyHasTheType) {
 TEST(Sidecar, ScalarHasEmptyShapeAndStrides) {
   auto t = sample_tensor();
   t.shape = {};
-  t.strides = contiguous_strides(t.shape);
+  t.strides = contiguous_strides(t.shape).value();
   auto json = nlohmann::json::parse(sidecar_of(t));
   EXPECT_TRUE(json["shape"].is_array() && json["shape"].empty());
   EXPECT_TRUE(json["strides"].is_array() && json["strides"].empty());
