@@ -55,6 +55,19 @@ SEEDS = {
     "tib_expanded_view": (("fuzz_torch", "fuzz_zip", "fuzz_open_model", "fuzz_export"),
                           hc.tib_expanded_view),
     "stride_overflow": (("fuzz_safetensors", "fuzz_open_model", "fuzz_export"), hc.stride_overflow),
+    "safetensors_metadata_million_keys": (("fuzz_safetensors", "fuzz_open_model"),
+                                          lambda d: hc.safetensors_metadata_keys(d, keys=4000)),
+    "gguf_200k_keys": (("fuzz_gguf", "fuzz_open_model"), lambda d: hc.gguf_keys(d, keys=2000)),
+    "onnx_150k_props": (("fuzz_onnx", "fuzz_open_model"), lambda d: hc.onnx_props(d, entries=4000)),
+    "onnx_150k_attributes": (("fuzz_onnx", "fuzz_open_model"), lambda d: hc.onnx_attributes(d, entries=3000)),
+    "colliding_names_2_16": (("fuzz_safetensors", "fuzz_open_model"),
+                             lambda d: hc.colliding_names(d, separators=8)),
+    "long_name_bad_offsets": (("fuzz_safetensors", "fuzz_open_model"),
+                              lambda d: hc.long_name_bad_offsets(d, name_bytes=60_000)),
+    "gguf_long_name_past_end": (("fuzz_gguf", "fuzz_open_model"),
+                                lambda d: hc.gguf_long_name_past_end(d, name_bytes=60_000)),
+    "onnx_long_name_bad_tensor": (("fuzz_onnx", "fuzz_open_model"),
+                                  lambda d: hc.onnx_long_name_bad_tensor(d, name_bytes=60_000)),
 }
 # The unpickler is given the pickles inside the torch cases.
 PICKLE_TARGET = "fuzz_unpickler"

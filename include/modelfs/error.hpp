@@ -11,10 +11,14 @@
 
 namespace modelfs {
 
-// what() is "FILE: FORMAT: at byte N: REASON" (the offset part only when
+// message() is "FILE: FORMAT: at byte N: REASON" (the offset part only when
 // known), with every NUL byte written as \x00: callers read it as a C
-// string, and names from a model may hold NULs. The accessors keep the
-// parts as they were given.
+// string, and names from a model may hold NULs. what(), the text printed to
+// stderr and logs, is message() with every quoted name of more than 256
+// bytes and then the whole cut to at most 960 bytes, head and tail kept
+// around "…[N bytes cut]…" (terminal_text.hpp's bounded_message): a
+// 20 MB tensor name makes one short line. The accessors and message() keep
+// the parts as they were given, for JSON outputs.
 class ModelError : public std::runtime_error {
  public:
   ModelError(std::string file, std::string format, std::optional<uint64_t> offset,
@@ -24,6 +28,7 @@ class ModelError : public std::runtime_error {
   const std::string& format() const noexcept { return format_; }
   std::optional<uint64_t> offset() const noexcept { return offset_; }
   const std::string& reason() const noexcept { return reason_; }
+  std::string message() const;
 
  private:
   std::string file_;

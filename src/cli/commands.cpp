@@ -15,6 +15,7 @@
 #include "modelfs/check.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
+#include "modelfs/terminal_text.hpp"
 #include "list.hpp"
 #include "options.hpp"
 
@@ -38,7 +39,7 @@ nlohmann::ordered_json report(const std::string& model, const nlohmann::ordered_
     f["format"] = fault->format();
     f["offset"] = fault->offset() ? nlohmann::ordered_json(*fault->offset()) : nlohmann::ordered_json(nullptr);
     f["reason"] = fault->reason();
-    f["message"] = fault->what();
+    f["message"] = fault->message();  // whole: what() cuts long names for stderr
   }
   return doc;
 }
@@ -46,7 +47,7 @@ nlohmann::ordered_json report(const std::string& model, const nlohmann::ordered_
 void print(const nlohmann::ordered_json& doc, std::ostream& out) {
   // Names from the model may hold bytes that are not UTF-8: replaced, as
   // --list --json does.
-  out << doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  out << json_for_terminal(doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)) << "\n";
 }
 
 // `--check [--json]` once the model is open: verifies it (modelfs/check.hpp)

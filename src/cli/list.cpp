@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "list.hpp"
 
+#include "modelfs/json_object.hpp"
 #include "modelfs/json_text.hpp"
 #include "modelfs/terminal_text.hpp"
 
@@ -51,13 +52,18 @@ constexpr size_t kWholeArray = 8;
 constexpr size_t kShownItems = 5;
 constexpr std::string_view kMoreMarker = "\x01modelfs-more:";
 
-nlohmann::ordered_json shortened(const nlohmann::ordered_json& value) {
+// Read straight from the catalog's metadata (a copy of a million keys
+// first would double the memory).
+template <typename Json>
+nlohmann::ordered_json shortened(const Json& value) {
   if (value.is_object()) {
     nlohmann::ordered_json out = nlohmann::ordered_json::object();
-    for (const auto& [key, item] : value.items()) out[key] = shortened(item);
+    ObjectFiller fill(out);
+    fill.reserve(value.size());
+    for (const auto& [key, item] : value.items()) fill.set(key, shortened(item));
     return out;
   }
-  if (!value.is_array()) return value;
+  if (!value.is_array()) return nlohmann::ordered_json(value);
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   const size_t shown = value.size() > kWholeArray ? kShownItems : value.size();
   for (size_t i = 0; i < shown; ++i) out.push_back(shortened(value[i]));
@@ -65,23 +71,45 @@ nlohmann::ordered_json shortened(const nlohmann::ordered_json& value) {
   return out;
 }
 
-std::string with_counts(std::string text) {
-  // The marker as printed: "\u0001modelfs-more:N\u0001".
-  const std::string opening = "\"\\u0001modelfs-more:";
-  for (size_t at = text.find(opening); at != std::string::npos; at = text.find(opening, at)) {
+std::string with_counts(std::string_view text) {
+  // The marker as printed: "\u0001modelfs-more:N\u0001". Copied piece by
+  // piece into a new text: replacing in place would move the rest of the
+  // text once for each array.
+  const std::string_view opening = "\"\\u0001modelfs-more:";
+  std::string out;
+  out.reserve(text.size());
+  size_t copied = 0;
+  for (size_t at = text.find(opening); at != std::string_view::npos; at = text.find(opening, at)) {
     const size_t digits = at + opening.size();
     const size_t end = text.find("\\u0001\"", digits);
-    if (end == std::string::npos) break;
-    const std::string count = text.substr(digits, end - digits);
-    if (count.empty() || count.find_first_not_of("0123456789") != std::string::npos) {
+    if (end == std::string_view::npos) break;
+    const std::string_view count = text.substr(digits, end - digits);
+    if (count.empty() || count.find_first_not_of("0123456789") != std::string_view::npos) {
       at = end;  // a string of the model's own that only looks like the marker
       continue;
     }
-    const std::string note = "… (" + count + " items)";
-    text.replace(at, end + 7 - at, note);
-    at += note.size();
+    out += text.substr(copied, at - copied);
+    out += "… (";
+    out += count;
+    out += " items)";
+    at = copied = end + 7;
   }
-  return text;
+  out += text.substr(copied);
+  return out;
+}
+
+// JSON printed for reading, each line made printable: JSON leaves DEL, C1
+// controls and bidirectional marks raw, and strings hold no newline.
+std::string printable_lines(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t start = 0; start < text.size();) {
+    const size_t end = std::min(text.find('\n', start), text.size());
+    out += printable(text.substr(start, end - start));
+    if (end < text.size()) out += '\n';
+    start = end + 1;
+  }
+  return out;
 }
 
 }  // namespace
@@ -157,20 +185,20 @@ void print_json(const Catalog& catalog, std::ostream& out) {
     if (extras.is_object())
       for (const auto& [key, value] : extras.items()) list.back()[key] = value;
   }
-  out << doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  out << json_for_terminal(doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)) << "\n";
 }
 
 void print_info(const Catalog& catalog, bool json, std::ostream& out) {
   uint64_t total = 0;
   for (const auto& t : catalog.tensors()) total += t.bytes.size();
-  nlohmann::ordered_json doc;
-  doc["format"] = catalog.format;
-  doc["files"] = catalog.files;
-  doc["tensors"] = catalog.tensors().size();
-  doc["nbytes"] = total;
-  doc["metadata"] = catalog.metadata;
   if (json) {
-    out << readable_json(doc);
+    nlohmann::ordered_json doc;
+    doc["format"] = catalog.format;
+    doc["files"] = catalog.files;
+    doc["tensors"] = catalog.tensors().size();
+    doc["nbytes"] = total;
+    doc["metadata"] = catalog.metadata;
+    out << json_for_terminal(readable_json(doc));
     return;
   }
   out << "format:   " << catalog.format << "\n";
@@ -178,7 +206,8 @@ void print_info(const Catalog& catalog, bool json, std::ostream& out) {
     out << (i == 0 ? "files:    " : "          ") << printable(catalog.files[i]) << "\n";
   out << "tensors:  " << catalog.tensors().size() << " (" << human_bytes(total) << ", " << total
       << " bytes)\n";
-  out << "metadata: " << with_counts(readable_json(shortened(nlohmann::ordered_json(catalog.metadata))));
+  const std::string metadata = readable_json(shortened(catalog.metadata));
+  out << "metadata: " << printable_lines(with_counts(metadata));
 }
 
 }  // namespace modelfs::cli

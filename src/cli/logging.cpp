@@ -19,15 +19,18 @@
 namespace modelfs {
 namespace {
 
-// Hands each message on with its text made printable: messages quote
-// tensor and member names from the model, which could hold escape
-// sequences for the terminal or a newline that forges a line of the log.
+// Hands each message on with its text made printable and one line of less
+// than 4 KiB: messages quote tensor and member names from the model, which
+// could hold escape sequences for the terminal, a newline that forges a line
+// of the log, or megabytes.
 class PrintableSink final : public spdlog::sinks::sink {
  public:
   explicit PrintableSink(std::shared_ptr<spdlog::sinks::sink> inner) : inner_(std::move(inner)) {}
 
   void log(const spdlog::details::log_msg& msg) override {
-    const std::string text = printable(std::string_view(msg.payload.data(), msg.payload.size()));
+    // Bounded as ModelError's messages are: a warning may quote a name too.
+    const std::string text =
+        printable(bounded_message(std::string_view(msg.payload.data(), msg.payload.size())));
     spdlog::details::log_msg clean = msg;
     clean.payload = spdlog::string_view_t(text.data(), text.size());
     inner_->log(clean);

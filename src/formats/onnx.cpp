@@ -17,6 +17,7 @@
 #include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
+#include "modelfs/json_object.hpp"
 #include "modelfs/json_text.hpp"
 #include "modelfs/mapped_file.hpp"
 #include "modelfs/model_folder.hpp"
@@ -287,9 +288,11 @@ class Reader {
   // StringStringEntryProto list -> {key: value}; a repeated key keeps the last.
   Json string_map(const WireMessage& parent, const std::vector<WireField>& entries) const {
     Json out = Json::object();
+    ObjectFiller fill(out);
+    fill.reserve(entries.size());
     for (const auto& f : entries) {
       Fields entry(parent.child(f));
-      out[last_text(entry, 1)] = last_text(entry, 2);
+      fill.set(last_text(entry, 1), last_text(entry, 2));
     }
     return out;
   }
@@ -413,10 +416,10 @@ class Reader {
     std::optional<std::string> constant_name;
     if (constant && !outputs.empty() && !outputs.front().empty()) constant_name = outputs.front();
 
-    out["attributes"] = Json::object();
+    ObjectFiller attributes(out["attributes"] = Json::object());
     for (const auto& f : fields.every(node_field::kAttribute)) {
       auto [name, value] = read_attribute(node.child(f), ident, graph_path, constant_name);
-      out["attributes"][name] = std::move(value);
+      attributes.set(std::move(name), std::move(value));
     }
     return out;
   }
@@ -656,10 +659,11 @@ class Reader {
     out["outputs"] = texts(fields, kOutput);
     out["attributes"] = texts(fields, kAttribute);
     out["opset_import"] = opsets(function, fields.every(kOpsetImport));
-    out["attribute_defaults"] = Json::object();
+    ObjectFiller defaults(out["attribute_defaults"] = Json::object());
+    const std::string function_name = out["name"].get<std::string>();
     for (const auto& f : fields.every(kAttributeProto)) {
-      auto [name, value] = read_attribute(function.child(f), out["name"].get<std::string>(), path, std::nullopt);
-      out["attribute_defaults"][name] = std::move(value);
+      auto [name, value] = read_attribute(function.child(f), function_name, path, std::nullopt);
+      defaults.set(std::move(name), std::move(value));
     }
     out["nodes"] = Json::array();
     const auto nodes = fields.every(kNode);

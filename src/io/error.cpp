@@ -1,28 +1,41 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "modelfs/error.hpp"
 
+#include "modelfs/terminal_text.hpp"
+
 namespace modelfs {
 namespace {
 
-// The text of what() (error.hpp), each NUL spelt as printable() spells it.
+// The text of message() (error.hpp), each NUL spelt as printable() spells
+// it; `bounded`, that of what(), with long names cut.
 std::string message_of(const std::string& file, const std::string& format,
-                       std::optional<uint64_t> offset, const std::string& reason) {
+                       std::optional<uint64_t> offset, const std::string& reason, bool bounded) {
   std::string text = file + ": " + format + ": ";
   if (offset) text += "at byte " + std::to_string(*offset) + ": ";
   text += reason;
-  for (size_t at = text.find('\0'); at != std::string::npos; at = text.find('\0', at + 4))
-    text.replace(at, 1, "\\x00");
-  return text;
+  if (bounded) text = bounded_message(text);
+  if (text.find('\0') == std::string::npos) return text;
+  std::string out;
+  out.reserve(text.size() + 16);
+  for (char c : text) {
+    if (c == '\0')
+      out += "\\x00";
+    else
+      out += c;
+  }
+  return out;
 }
 
 }  // namespace
 
 ModelError::ModelError(std::string file, std::string format, std::optional<uint64_t> offset,
                        std::string reason)
-    : std::runtime_error(message_of(file, format, offset, reason)),
+    : std::runtime_error(message_of(file, format, offset, reason, true)),
       file_(std::move(file)),
       format_(std::move(format)),
       offset_(offset),
       reason_(std::move(reason)) {}
+
+std::string ModelError::message() const { return message_of(file_, format_, offset_, reason_, false); }
 
 }  // namespace modelfs

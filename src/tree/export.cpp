@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "modelfs/checked_math.hpp"
+#include "modelfs/json_object.hpp"
 #include "modelfs/json_text.hpp"
 #include "modelfs/npy.hpp"
 
@@ -152,10 +153,10 @@ std::string ExportPlan::report(std::string_view file_note) const {
   report["tensors"] = entries_.size();
   if (!file_note.empty()) report["note"] = std::string(file_note);
   report["float32"] = float32_;
-  auto& converted = report["converted"] = nlohmann::ordered_json::object();
-  for (const auto& [name, what] : converted_) converted[std::string(name)] = what;
-  auto& left_out = report["left_out"] = nlohmann::ordered_json::object();
-  for (const auto& [name, why] : left_out_) left_out[std::string(name)] = why;
+  ObjectFiller converted(report["converted"] = nlohmann::ordered_json::object());
+  for (const auto& [name, what] : converted_) converted.set(std::string(name), what);
+  ObjectFiller left_out(report["left_out"] = nlohmann::ordered_json::object());
+  for (const auto& [name, why] : left_out_) left_out.set(std::string(name), why);
   return readable_json(report);
 }
 

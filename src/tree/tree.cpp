@@ -182,6 +182,9 @@ class TreeBuilder {
   // Folders with at least kBigFolder entries get a map of their names.
   static constexpr size_t kBigFolder = 16;
   using NameMap = std::unordered_map<std::string_view, uint64_t>;
+  // For each folder, .npy or not, and base that clashed: the first suffix
+  // free_name has not found taken.
+  std::unordered_map<std::string, uint64_t> next_suffix_;
 
   Node& node(uint64_t ino) { return tree_.nodes_[ino - 1]; }
 
@@ -250,13 +253,20 @@ class TreeBuilder {
   }
 
   // The first of base, base~1, base~2, ... whose file names are all free.
-  std::string free_name(uint64_t dir, const std::string& base, bool with_npy) const {
+  // Names are only ever added, so a suffix found taken stays taken: the
+  // search for a clashing base goes on from where the last one for it (in
+  // that folder, with or without a .npy) stopped, and n names clashing on
+  // one path cost n tries, not n^2 / 2.
+  std::string free_name(uint64_t dir, const std::string& base, bool with_npy) {
     auto is_free = [&](const std::string& name) {
       return !find(dir, name) && !find(dir, name + ".json") &&
              (!with_npy || !find(dir, name + ".npy"));
     };
     if (is_free(base)) return base;
-    for (uint64_t n = 1;; ++n) {
+    std::string key = std::to_string(dir) + (with_npy ? "+" : "-") + base;
+    auto [next, fresh] = next_suffix_.try_emplace(std::move(key), 1);
+    if (fresh) charge(next->first.size() + 64, "the tree's suffixes for clashing names");
+    for (uint64_t& n = next->second;; ++n) {
       std::string candidate = base + "~" + std::to_string(n);
       if (is_free(candidate)) return candidate;
     }

@@ -420,6 +420,133 @@ def stride_overflow(folder):
     path.write_bytes(struct.pack("<Q", len(text)) + text + np.ones(2, F32).tobytes())
     return path
 
+# --------------------------------------------------------------------------
+# Counts that made modelfs quadratic (an insert that scans what is there,
+# a suffix search from ~1 for every clash), and names long enough to make
+# an error line of megabytes.
+
+def _key(i):
+    """A short distinct key for each i (letters and digits, base 62)."""
+    digits = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    out = ""
+    while True:
+        out += digits[i % 62]
+        i //= 62
+        if not i:
+            return out
+
+
+# A million keys (10 MB) parse in over 10 s on a loaded 2-CPU machine and
+# take some 240 MiB as a map; 300 000 keep the case within the bounds and
+# still take hours where each insert scans the keys before it.
+METADATA_KEYS = 300_000
+
+
+def safetensors_metadata_keys(folder, keys=METADATA_KEYS, name="metadata_keys.safetensors"):
+    """A __metadata__ of 300 000 short keys (3 MB): --info built its object
+    one key at a time, each insert a scan of those before."""
+    return st.write(folder / name, {"w": np.ones(1, F32)},
+                    metadata={_key(i): "" for i in range(keys)})
+
+
+GGUF_KEYS = 200_000
+
+
+def gguf_keys(folder, keys=GGUF_KEYS, name="keys.gguf"):
+    """200 000 GGUF key-values (uint8 each)."""
+    kvs = [("k." + _key(i), gg.Value(gg.UINT8, i & 0xFF)) for i in range(keys)]
+    return gg.write(folder / name, kvs, [gg.Tensor("w", 0, [1], np.ones(1, F32).tobytes())])
+
+
+def _varint(n):
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _pb(number, value):
+    """One protobuf field: an int as a varint, bytes or str length-delimited."""
+    if isinstance(value, int):
+        return _varint(number << 3) + _varint(value)
+    data = value.encode() if isinstance(value, str) else value
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def _onnx_model(graph_fields=b"", model_fields=b"", initializer_name="w", raw=None, dims=(1,)):
+    """An ONNX ModelProto written field by field (onnx.proto3's numbers):
+    ir_version 8, opset 17, one float initializer, and what is given."""
+    tensor = (b"".join(_pb(1, d) for d in dims) + _pb(2, 1) + _pb(8, initializer_name)
+              + _pb(9, raw if raw is not None else np.ones(int(np.prod(dims)), F32).tobytes()))
+    graph = _pb(2, "g") + _pb(5, tensor) + graph_fields
+    return _pb(1, 8) + _pb(8, _pb(1, "") + _pb(2, 17)) + model_fields + _pb(7, graph)
+
+
+ONNX_ENTRIES = 150_000
+
+
+def onnx_props(folder, entries=ONNX_ENTRIES, name="props.onnx"):
+    """150 000 metadata_props (StringStringEntryProto, field 14)."""
+    props = b"".join(_pb(14, _pb(1, _key(i)) + _pb(2, "v")) for i in range(entries))
+    path = folder / name
+    path.write_bytes(_onnx_model(model_fields=props))
+    return path
+
+
+def onnx_attributes(folder, entries=ONNX_ENTRIES, name="attributes.onnx"):
+    """One node with 150 000 INT attributes (AttributeProto name 1, i 3, type 20)."""
+    attributes = b"".join(_pb(5, _pb(1, _key(i)) + _pb(3, i) + _pb(20, 2)) for i in range(entries))
+    node = _pb(1, "w") + _pb(2, "y") + _pb(4, "Identity") + attributes
+    path = folder / name
+    path.write_bytes(_onnx_model(graph_fields=_pb(1, node)))
+    return path
+
+
+# 2^16 such names mount in under a second of CPU; the corpus's walk of the
+# mount (find over every file) would then list 196 608 files, past its cap
+# on its own. 2^14 still took 2^27 lookups.
+COLLIDING_SEPARATORS = 14
+
+
+def colliding_names(folder, separators=COLLIDING_SEPARATORS):
+    """2^14 names on one path: "c" 15 times, each of the 14 separators "."
+    or "/" (both split a name into folders). The n-th takes "~n"; each was
+    found by trying ~1, ~2, ... (n^2 / 2 lookups)."""
+    tensors = {}
+    for bits in range(1 << separators):
+        name = "c" + "".join(("/" if bits >> i & 1 else ".") + "c" for i in range(separators))
+        tensors[name] = np.full(1, bits & 0xFF, np.uint8)
+    return st.write(folder / "colliding_names.safetensors", tensors)
+
+
+ERROR_NAME_BYTES = 20 * MiB
+
+
+def long_name_bad_offsets(folder, name_bytes=ERROR_NAME_BYTES):
+    """A 20 MB tensor name whose offsets run past the data: the refusal
+    quoted it whole (a 20 MB line on stderr)."""
+    header = {"n" * name_bytes: {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}
+    text = json.dumps(header).encode()
+    path = folder / "long_name_bad_offsets.safetensors"
+    path.write_bytes(struct.pack("<Q", len(text)) + text + bytes(4))
+    return path
+
+
+def gguf_long_name_past_end(folder, name_bytes=65535):
+    """A tensor named with GGUF's longest name (65 535 bytes) claiming 4 GiB."""
+    tensor = gg.Tensor("g" * name_bytes, 0, [1 << 30], bytes(4))
+    return gg.write(folder / "long_name_past_end.gguf", [], [tensor])
+
+
+def onnx_long_name_bad_tensor(folder, name_bytes=ERROR_NAME_BYTES):
+    """An initializer with a 20 MB name whose raw data is short of its dims."""
+    path = folder / "long_name_bad_tensor.onnx"
+    path.write_bytes(_onnx_model(initializer_name="o" * name_bytes, raw=bytes(4), dims=(1000,)))
+    return path
+
+
 # name -> (make, needs torch)
 def split_member_missing(folder):
     """A GGUF split set of three whose second member is not there: a name
@@ -469,6 +596,14 @@ CASES = {
     "export_size_wraps": (export_size_wraps, True),
     "tib_expanded_view": (tib_expanded_view, True),
     "stride_overflow": (stride_overflow, False),
+    "safetensors_metadata_million_keys": (safetensors_metadata_keys, False),
+    "gguf_200k_keys": (gguf_keys, False),
+    "onnx_150k_props": (onnx_props, False),
+    "onnx_150k_attributes": (onnx_attributes, False),
+    "colliding_names_2_16": (colliding_names, False),
+    "long_name_bad_offsets": (long_name_bad_offsets, False),
+    "gguf_long_name_past_end": (gguf_long_name_past_end, False),
+    "onnx_long_name_bad_tensor": (onnx_long_name_bad_tensor, False),
 }
 
 

@@ -346,6 +346,37 @@ def expect_stride_refusal(step, run, problems):
         problems.append(f"{step}: the refusal does not name the strides: {_one_line(run)!r}")
 
 
+def expect_short_error_line(step, run, problems):
+    """Refused in one line under 4 KiB: the long name cut, saying how much."""
+    line = _one_line(run)
+    if len(line.encode()) >= 4096:
+        problems.append(f"{step}: an error line of {len(line.encode())} bytes or more: {line[:200]!r}...")
+    elif " bytes cut]" not in line:
+        problems.append(f"{step}: the name is not cut with its count: {line!r}")
+
+
+def expect_info(step, run, problems):
+    if run.returncode != 0:
+        problems.append(f"{step}: exit {run.returncode}: {run.stderr[-300:]!r}")
+
+
+def check_colliding_names(mnt, problems):
+    """The n-th name on the one path is ~n, holding the n-th tensor's byte."""
+    folder = mnt.joinpath(*["c"] * hc.COLLIDING_SEPARATORS)
+    count = 1 << hc.COLLIDING_SEPARATORS
+    for n in (0, 1, 2, 255, 4097, count - 1):
+        path = folder / ("c" if n == 0 else f"c~{n}")
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            problems.append(f"{path}: {e}")
+            continue
+        if data != bytes([n & 0xFF]):
+            problems.append(f"{path}: {data!r}, expected {bytes([n & 0xFF])!r}")
+    if (folder / f"c~{count}").exists():
+        problems.append(f"c~{count} exists: more names than tensors")
+
+
 # case -> {"exits": allowed exits, step name -> check, "mounted": check}
 EXPECT = {
     "long_listed_name": {"exits": (0,), "--list": expect_bounded_list, "--list --json": expect_whole_json},
@@ -366,6 +397,17 @@ EXPECT = {
                   "b": lambda: hc.torch.arange(12, dtype=hc.torch.int16).reshape(3, 4)})},
     "stride_overflow": {"exits": (2,), "--list": expect_stride_refusal, "--check": expect_stride_refusal,
                         "mount": expect_stride_refusal},
+    "safetensors_metadata_million_keys": {"exits": (0,), "--info": expect_info},
+    "gguf_200k_keys": {"exits": (0,), "--info": expect_info},
+    "onnx_150k_props": {"exits": (0,), "--info": expect_info},
+    "onnx_150k_attributes": {"exits": (0,), "--info": expect_info},
+    "colliding_names_2_16": {"exits": (0,), "mounted": check_colliding_names},
+    "long_name_bad_offsets": {"exits": (2,), "--list": expect_short_error_line,
+                              "--check": expect_short_error_line, "mount": expect_short_error_line},
+    "gguf_long_name_past_end": {"exits": (2,), "--list": expect_short_error_line,
+                                "mount": expect_short_error_line},
+    "onnx_long_name_bad_tensor": {"exits": (2,), "--list": expect_short_error_line,
+                                  "mount": expect_short_error_line},
 }
 
 
@@ -420,6 +462,7 @@ def test_hostile_case_is_answered_within_bounds(corpus, case):
     problems = []
 
     steps = [["--list"], ["--check"]] + ([["--list", "--json"]] if "--list --json" in expect else [])
+    steps += [["--info"]] if "--info" in expect else []
     for options in steps:
         step = " ".join(options)
         # --list --json is read whole; a table is kept only in part (it is measured).

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include "modelfs/error.hpp"
 #include "modelfs/terminal_text.hpp"
 
 namespace modelfs {
@@ -47,6 +50,74 @@ TEST(TerminalText, DisplayWidthCountsColumns) {
   EXPECT_EQ(display_width("权重"), 4u);   // wide characters, two columns each
   EXPECT_EQ(display_width("e\xcc\x81"), 1u);  // e and a combining acute accent
   EXPECT_EQ(display_width(printable("a\x1b")), 5u);  // "a\x1b" as printed
+}
+
+TEST(TerminalText, ElidedKeepsHeadAndTailAndSaysWhatIsCut) {
+  EXPECT_EQ(elided("short", 64), "short");
+  const std::string name = std::string(500, 'h') + std::string(500, 't');
+  const std::string cut = elided(name, 100);
+  EXPECT_LE(cut.size(), 100u);
+  EXPECT_TRUE(cut.starts_with("hhhh"));
+  EXPECT_TRUE(cut.ends_with("tttt"));
+  const size_t marker = cut.find("\u2026[");
+  ASSERT_NE(marker, std::string::npos);
+  const size_t kept = cut.size() - (cut.find("]\u2026") + 4 - marker);
+  EXPECT_NE(cut.find("[" + std::to_string(name.size() - kept) + " bytes cut]"), std::string::npos) << cut;
+  // Whole characters: no UTF-8 sequence is cut in two.
+  std::string wide;
+  for (int i = 0; i < 1000; ++i) wide += "\xe6\x9d\x83";
+  for (size_t limit : {310, 311, 312, 500}) {
+    const std::string shown = printable(elided(wide, limit));
+    EXPECT_EQ(shown.find("\\x"), std::string::npos) << shown;
+    EXPECT_LE(elided(wide, limit).size(), limit);
+  }
+}
+
+TEST(TerminalText, BoundedMessageCutsLongQuotedNamesAndTheWhole) {
+  const std::string plain = "m.safetensors: safetensors: at byte 8: tensor \"w\" has bad offsets";
+  EXPECT_EQ(bounded_message(plain), plain);
+  const std::string name(20 << 20, 'n');
+  const std::string message = bounded_message("m: safetensors: tensor \"" + name + "\" data_offsets run past the data");
+  EXPECT_LE(message.size(), kLongestQuotedName + 80);
+  EXPECT_TRUE(message.starts_with("m: safetensors: tensor \"nnn"));
+  EXPECT_TRUE(message.ends_with("nnn\" data_offsets run past the data"));
+  EXPECT_NE(message.find(" bytes cut]"), std::string::npos);
+  // Two long names both keep their heads and tails, and the words between.
+  const std::string two = bounded_message("tensor \"" + std::string(5000, 'a') + "\" is also stored in \"" +
+                                          std::string(5000, 'b') + "\"");
+  EXPECT_NE(two.find("a\" is also stored in \"b"), std::string::npos) << two;
+  // However many quotes there are, the whole is bounded.
+  std::string quotes;
+  for (int i = 0; i < 100000; ++i) quotes += "\"q\" ";
+  EXPECT_LE(bounded_message(quotes).size(), kLongestMessage);
+  EXPECT_LE(printable(bounded_message(std::string(100000, '\x1b'))).size(), 4 * kLongestMessage);
+}
+
+TEST(TerminalText, ModelErrorsPrintLongNamesCutAndKeepThemWhole) {
+  const std::string name = "head" + std::string(20 << 20, '\0') + "tail";
+  const std::string reason = "tensor \"" + name + "\" data_offsets [0, 8] run past the data";
+  const ModelError error("m.safetensors", "safetensors", 8, reason);
+  const std::string line = printable(error.what());
+  EXPECT_LT(line.size(), 4096u - 64);
+  EXPECT_TRUE(line.starts_with("m.safetensors: safetensors: at byte 8: tensor \"head\\x00")) << line;
+  EXPECT_TRUE(line.ends_with("\\x00tail\" data_offsets [0, 8] run past the data")) << line;
+  EXPECT_NE(line.find(" bytes cut]"), std::string::npos) << line;
+  EXPECT_EQ(error.reason(), reason);
+  const std::string whole = error.message();
+  EXPECT_EQ(whole.size(), std::string("m.safetensors: safetensors: at byte 8: ").size() + reason.size() + 3 * (20 << 20));
+  EXPECT_TRUE(whole.ends_with("\\x00tail\" data_offsets [0, 8] run past the data"));
+}
+
+TEST(TerminalText, JsonForTerminalEscapesWhatJsonLeavesRaw) {
+  const nlohmann::json doc = {{"k\u202e", "a\u2066b\u200f\u061c\xc2\x85\xc2\x9b\x7f\u200e\u2069c\nd"}};
+  const std::string text = json_for_terminal(doc.dump(2));
+  for (const char* raw : {"\u202e", "\u2066", "\u200f", "\u061c", "\xc2\x85", "\xc2\x9b", "\x7f", "\u200e", "\u2069"})
+    EXPECT_EQ(text.find(raw), std::string::npos) << text;
+  EXPECT_NE(text.find("\\u202e"), std::string::npos) << text;
+  EXPECT_NE(text.find("\\u007f"), std::string::npos) << text;
+  EXPECT_EQ(nlohmann::json::parse(text), doc);  // the same values, the layout kept
+  EXPECT_NE(text.find('\n'), std::string::npos);
+  EXPECT_EQ(json_for_terminal("{\"\u6743\u91cd\": 1}"), "{\"\u6743\u91cd\": 1}");
 }
 
 }  // namespace

@@ -213,6 +213,37 @@ TEST(Tree, ClashesResolveAlikeInSmallAndBigFolders) {
   }
 }
 
+// "a.b" and "a/b" are one path: each further name on it takes the first
+// free suffix, in order, skipping those that real names hold.
+TEST(Tree, NamesOnOnePathTakeSuffixesInOrder) {
+  auto tree = build({tensor("x.a.b"), tensor("x/a.b"), tensor("x.a.b~2"), tensor("x.a/b"), tensor("x/a/b"),
+                     tensor("x.a.b~1"), tensor("x/a/b~3")});
+  EXPECT_EQ(tree->tensor_paths(), (std::vector<std::string>{"x/a/b", "x/a/b~1", "x/a/b~2", "x/a/b~3", "x/a/b~4",
+                                                            "x/a/b~1~1", "x/a/b~3~1"}));
+  expect_index_matches_tree(*tree);
+}
+
+// 2^14 names on one path (every choice of "." or "/" between 15
+// components): the n-th clash is "~n", and finding each costs no scan of
+// the suffixes before it (a search from ~1 each time was n^2 / 2 lookups).
+TEST(Tree, ThousandsOfNamesOnOnePathGetSuffixesInOrder) {
+  constexpr size_t kSeparators = 14;
+  std::vector<TensorSpec> tensors;
+  for (size_t bits = 0; bits < (size_t{1} << kSeparators); ++bits) {
+    std::string name = "c";
+    for (size_t i = 0; i < kSeparators; ++i) name += std::string(bits >> i & 1 ? "/" : ".") + "c";
+    tensors.push_back(tensor(name));
+  }
+  auto tree = build(tensors);
+  std::string path = "c";
+  for (size_t i = 0; i < kSeparators; ++i) path += "/c";
+  const auto& paths = tree->tensor_paths();
+  ASSERT_EQ(paths.size(), tensors.size());
+  EXPECT_EQ(paths[0], path);
+  for (size_t i = 1; i < paths.size(); ++i) ASSERT_EQ(paths[i], path + "~" + std::to_string(i));
+  expect_index_matches_tree(*tree);
+}
+
 // Tensors out of name order revisit folders made long before.
 TEST(Tree, FoldersAreSharedByTensorsFarApart) {
   auto tree = build({tensor("a.p.w"), tensor("b.p.w"), tensor("a.p.b"), tensor("a.q.w"), tensor("b.p.b")});
