@@ -14,13 +14,35 @@
 // the limit instead. Exceeding it is a ModelError naming the file and the
 // limit.
 //
+// What is charged is what is allocated: while a budget is current on a
+// thread, every operator new on that thread is charged to it before the
+// memory is taken, and every delete gives its bytes back (budget_new.cpp
+// replaces the global operators). No reader, view or container has to
+// remember to charge: a parser that copies a memoized string a million
+// times pays for a million copies, whatever container holds them. Memory
+// that does not come from operator new (an inflated member's memory file)
+// is charged by hand with charge().
+//
+// An allocation cannot always be refused where it is made: destructors
+// allocate too (nlohmann::json's flattens its children into a vector), and
+// an exception thrown from one ends the program. So an allocation that
+// takes the budget past its limit is recorded, and refused at the next
+// checkpoint (check_budget(): every ByteReader read, every JSON event,
+// every pickle value walked, every tensor catalogued or given files),
+// which throws BudgetExceeded from ordinary code; only a single request
+// larger than the whole limit is refused at once, by operator new, since
+// no destructor asks for that much.
+//
 // Readers reach the budget of the model being opened on their thread
 // (open_model installs one when the caller has not), so no signature in
 // between carries it.
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 namespace modelfs {
 
@@ -41,11 +63,48 @@ class Budget {
 
   uint64_t used() const noexcept { return used_; }
   uint64_t limit() const noexcept { return limit_; }
+  // The most used at once (heap and charges), for tests and benchmarks.
+  uint64_t peak() const noexcept { return peak_; }
+
+  // The allocator's side (budget_new.cpp): `bytes` about to be taken from
+  // the heap, BudgetExceeded when they would pass the limit; `bytes` given
+  // back. Never allocate.
+  void allocate(uint64_t bytes);
+  void release(uint64_t bytes) noexcept { used_ = bytes < used_ ? used_ - bytes : 0; }
+  // `asked` was allocated as `got` bytes (got >= asked, by a few bytes).
+  void settle(uint64_t asked, uint64_t got) noexcept { note(got - asked); }
+  // True once an allocation took the budget past its limit: the next
+  // checkpoint refuses the model.
+  bool passed() const noexcept { return passed_; }
+  // The refusal of the allocation that passed the limit.
+  [[noreturn]] void refuse_passed() const;
 
  private:
+  void note(uint64_t bytes) noexcept;
   bool fixed_;
   uint64_t limit_;
   uint64_t used_ = 0;
+  uint64_t peak_ = 0;
+  bool passed_ = false;
+  uint64_t passed_by_ = 0, passed_at_ = 0;  // the allocation that passed the limit, and what was used before it
+};
+
+// An allocation refused by the current budget. A std::bad_alloc, so every
+// container unwinds as it would when memory runs out; open_model and
+// Tree::build turn it into a ModelError naming the file. It holds numbers
+// only: building a message here would allocate.
+class BudgetExceeded : public std::bad_alloc {
+ public:
+  BudgetExceeded(uint64_t bytes, uint64_t used, uint64_t limit, bool fixed) noexcept
+      : bytes_(bytes), used_(used), limit_(limit), fixed_(fixed) {}
+  const char* what() const noexcept override { return "past the model's memory budget"; }
+  // "WHAT needs N MiB, past the model's memory budget of ..." (allocates:
+  // call it once the allocation has unwound).
+  std::string reason(std::string_view what) const;
+
+ private:
+  uint64_t bytes_, used_, limit_;
+  bool fixed_;
 };
 
 // The budget of the model this thread is reading, or null outside one.
@@ -63,8 +122,42 @@ class BudgetScope {
   Budget* previous_;
 };
 
+// Turns an allocation the budget refused into a ModelError for `file`:
+// runs `work`, and rethrows BudgetExceeded as ModelError(file, format, the
+// refusal of `what`). The places a model is read from (open_model,
+// Tree::build, the CLI's printing) wrap their work in it.
+template <typename Work>
+decltype(auto) within_budget(std::string_view file, std::string_view format, std::string_view what,
+                             Work&& work);
+
+// A checkpoint: BudgetExceeded when an allocation on this thread has taken
+// the current budget past its limit. Costs a thread-local load and a test.
+inline void check_budget() {
+  if (const Budget* budget = current_budget(); budget != nullptr && budget->passed()) budget->refuse_passed();
+}
+
 // The current budget's add_metadata and charge; nothing outside a budget.
 void add_metadata_bytes(uint64_t bytes) noexcept;
 void charge_budget(uint64_t bytes, std::string_view file, std::string_view format, std::string_view what);
+
+[[noreturn]] void throw_over_budget(const BudgetExceeded& e, std::string_view file, std::string_view format,
+                                    std::string_view what);
+
+template <typename Work>
+decltype(auto) within_budget(std::string_view file, std::string_view format, std::string_view what,
+                             Work&& work) {
+  try {
+    if constexpr (std::is_void_v<decltype(work())>) {
+      work();
+      check_budget();
+    } else {
+      decltype(auto) result = work();
+      check_budget();
+      return result;
+    }
+  } catch (const BudgetExceeded& e) {
+    throw_over_budget(e, file, format, what);
+  }
+}
 
 }  // namespace modelfs

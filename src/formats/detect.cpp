@@ -102,7 +102,9 @@ Catalog open_detected(const std::filesystem::path& model, IntegrityChecks* check
 
   if (std::filesystem::is_directory(status)) {
     for (const auto& reader : kReaders)
-      if (reader.probe_folder && reader.probe_folder(model)) return reader.open_folder(model, checks);
+      if (reader.probe_folder && reader.probe_folder(model))
+        return within_budget(model.string(), reader.name, "reading the model",
+                             [&] { return reader.open_folder(model, checks); });
     throw ModelError(model.string(), "folder", std::nullopt,
                      "holds no model modelfs can mount as a whole (looked for "
                      "*.safetensors.index.json, *.bin.index.json and *-00001-of-NNNNN.gguf); "
@@ -116,7 +118,9 @@ Catalog open_file(const ModelFile& file) {
   auto head = file.mapped->bytes().first(std::min<uint64_t>(file.mapped->size(), 4096));
   file.mapped->ensure(0, head.size());
   for (const auto& reader : kReaders)
-    if (reader.probe_file && reader.probe_file(head)) return reader.open_file(file);
+    if (reader.probe_file && reader.probe_file(head))
+      return within_budget(file.path.string(), reader.name, "reading the model",
+                           [&] { return reader.open_file(file); });
   throw ModelError(file.path.string(), "unknown", 0,
                    "not a model file modelfs recognises (" + std::to_string(file.mapped->size()) +
                        " bytes; expected safetensors, GGUF, ONNX or a PyTorch file)");

@@ -266,7 +266,7 @@ class Parser {
     // Each element becomes a JSON value of 16 bytes (and a string's text):
     // a one-byte element in the file costs sixteen here.
     add_metadata_bytes(count * min_element);
-    charge_budget(count * sizeof(nlohmann::json), file_->display_name(), kFormat, "metadata array");
+    metadata_counted_ += count * min_element;
     type_name = "array[" + std::string(kValueTypes[element_type].name) + "]";
     nlohmann::json array = nlohmann::json::array();
     array.get_ref<nlohmann::json::array_t&>().reserve(std::min<uint64_t>(count, kReserveLimit));
@@ -291,6 +291,7 @@ class Parser {
       if (key == "general.alignment") alignment_at_ = at;
       out_.kv_types[key] = type_name;
       out_.kv[key] = std::move(value);
+      count_metadata(at);
     }
   }
 
@@ -320,6 +321,7 @@ class Parser {
         fail(info_at, "tensor name of " + std::to_string(t.name.size()) + " bytes exceeds the limit of " +
                           std::to_string(kMaxNameBytes));
       if (!names.insert(t.name).second) fail(info_at, "duplicate tensor name \"" + t.name + "\"");
+      count_metadata(info_at);
       const std::string quote = "tensor \"" + t.name + "\": ";
 
       const uint64_t dims_at = reader_.file_offset();
@@ -434,6 +436,14 @@ class Parser {
   ByteReader reader_;
   File out_;
   bool wide_ = true;
+  // The budget grows with the header as it is read (key-values, tensor
+  // infos); an array's elements are counted ahead of reading them.
+  void count_metadata(uint64_t from) {
+    const uint64_t read = reader_.file_offset() - from;
+    add_metadata_bytes(read > metadata_counted_ ? read - metadata_counted_ : 0);
+    metadata_counted_ = 0;
+  }
+  uint64_t metadata_counted_ = 0;  // bytes an array of the current key-value counted ahead
   uint64_t tensor_count_ = 0;
   uint64_t kv_count_ = 0;
   uint64_t tensor_count_at_ = 0;

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
 
 namespace modelfs {
@@ -73,8 +74,24 @@ class LimitedJsonSax : public nlohmann::detail::json_sax_dom_parser<nlohmann::js
     return Base::key(name);
   }
 
+  // Every value passes here or through enter(): the budget's checkpoints.
+  bool null() { return checked(Base::null()); }
+  bool boolean(bool v) { return checked(Base::boolean(v)); }
+  bool number_integer(nlohmann::json::number_integer_t v) { return checked(Base::number_integer(v)); }
+  bool number_unsigned(nlohmann::json::number_unsigned_t v) { return checked(Base::number_unsigned(v)); }
+  bool number_float(nlohmann::json::number_float_t v, const std::string& s) {
+    return checked(Base::number_float(v, s));
+  }
+  bool string(std::string& v) { return checked(Base::string(v)); }
+  bool binary(nlohmann::json::binary_t& v) { return checked(Base::binary(v)); }
+
  private:
+  static bool checked(bool result) {
+    check_budget();
+    return result;
+  }
   void enter() {
+    check_budget();
     if (open_ >= max_depth_)
       throw fail("JSON nests deeper than " + std::to_string(max_depth_) + " levels");
     ++open_;

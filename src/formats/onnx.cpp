@@ -887,10 +887,7 @@ class Reader {
       t.source = {model_name_, occurrences.front().offset};
       return;
     }
-    // Decoded into bytes of our own: varints take 8 bytes each, whatever
-    // their size in the file.
-    charge_budget(fixed ? nbytes : 2 * nbytes, context_.file, context_.format,
-                  quote + "decoding " + typed_field_name(field));
+    // Decoded into bytes of our own (charged as they are allocated).
     std::string out;
     if (fixed) {
       const WireType element_type = entry_bytes == 4 ? WireType::Fixed32 : WireType::Fixed64;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "json_limits.hpp"
+#include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/present.hpp"
@@ -320,6 +321,8 @@ torch_save::SaveContents ArchiveReader::read_nested(const ZipMember& member, con
   options.default_kind = default_kind;
   if (member.stored()) return torch_save::read_save(zip_.nested(member), options, name_prefix, true);
   const ByteSpan inflated = zip_.contents(member);
+  // The memory file is not the heap: charged by hand.
+  charge_budget(inflated.size(), display_, kFormat, "the nested archive " + member.name);
   auto memory = MappedFile::from_bytes(inflated.view(), display_ + ":" + member.name);
   return torch_save::read_save(ZipArchive::open(memory, "ZIP archive"), options, name_prefix, false);
 }

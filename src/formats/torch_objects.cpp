@@ -188,6 +188,7 @@ void ObjectWalker::walk(const Value* root, const std::string& prefix, uint64_t p
 
 nlohmann::json ObjectWalker::plain(const Value* v) {
   ++plain_nodes_;
+  check_budget();
   switch (v->kind) {
     case Kind::None: return nullptr;
     case Kind::Bool: return v->boolean;
@@ -205,6 +206,7 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const ObjectPa
                                                   uint32_t depth, const std::string& kind) {
   if (depth > pickle::kMaxNesting)
     fail("the pickled object nests deeper than " + std::to_string(pickle::kMaxNesting) + " levels");
+  check_budget();
   if (std::find(path_stack_.begin(), path_stack_.end(), v) != path_stack_.end())
     return nlohmann::json("<cycle>");
   current_ = v;
@@ -361,7 +363,6 @@ std::optional<nlohmann::json> ObjectWalker::revisit(const Value* v, const Object
     TensorSpec copy = tensors_[i];
     copy.name = first.path.top ? path.child(copy.name).name
                                : path.name_or("") + copy.name.substr(first.path.name.size());
-    charge_tensor(copy, true);
     tensors_.push_back(std::move(copy));
   }
   return std::nullopt;
@@ -579,7 +580,6 @@ void ObjectWalker::make_tensor(const Value* storage, const Value& args, size_t f
     if (span.size() > kMaxSwapBytes)
       fail("tensor \"" + name + "\": big-endian storage of " + std::to_string(span.size()) +
            " bytes exceeds the byte-swap limit of " + std::to_string(kMaxSwapBytes));
-    charge_budget(span.size(), options_.file, options_.format, "byte-swapping tensor \"" + name + "\"");
     std::string swapped(present(span).view());
     for (uint64_t at = 0; at + unit <= swapped.size(); at += unit)
       std::reverse(swapped.begin() + static_cast<std::ptrdiff_t>(at),
@@ -596,19 +596,7 @@ void ObjectWalker::make_tensor(const Value* storage, const Value& args, size_t f
   if (!id->location.empty() && id->location != "cpu") extras["device"] = id->location;
   t.extras = std::move(extras);
 
-  charge_tensor(t, !made_from_.insert(&args).second);
   tensors_.push_back(std::move(t));
-}
-
-// A tensor made for the first time is paid for mostly by the pickle's values
-// that describe it (charged by the unpickler); one the memo repeats costs two
-// bytes of pickle and all of its own memory: the spec, its extras (a heap node
-// a key) and the allocator's headers, about 1 KiB.
-constexpr uint64_t kRepeatedTensorBytes = 1024;
-
-void ObjectWalker::charge_tensor(const TensorSpec& t, bool repeat) {
-  charge_budget((repeat ? kRepeatedTensorBytes : sizeof(TensorSpec)) + t.name.size() + 16 * t.shape.size(),
-                options_.file, options_.format, "tensor \"" + t.name + "\"");
 }
 
 void ObjectWalker::storage_only(const Value* v, const ObjectPath& path) {
@@ -635,7 +623,6 @@ void ObjectWalker::storage_only(const Value* v, const ObjectPath& path) {
   t.bytes = bytes.bytes;
   t.source = {options_.source, bytes.file_offset};
   t.extras = {{"kind", "storage"}, {"storage", {{"key", id->key}, {"offset", 0}}}};
-  charge_tensor(t, !made_from_.insert(v).second);
   tensors_.push_back(std::move(t));
 }
 

@@ -110,7 +110,6 @@ class ObjectWalker {
                    std::optional<StorageType> dtype_override, const std::string& path,
                    nlohmann::json extras);
   StorageBytes storage_bytes(const StorageId& id);
-  void charge_tensor(const TensorSpec& t, bool repeat);
   void storage_only(const pickle::Value* v, const ObjectPath& path);
   void search_only(const pickle::Value* v, const ObjectPath& path, uint32_t depth);
   void search_state(const pickle::Value* state, const ObjectPath& path, uint32_t depth);
@@ -135,9 +134,6 @@ class ObjectWalker {
   // Tensor names a walk may give: the pickles' lengths in bytes (a pickled
   // tensor takes tens of bytes, so a file's own tensors stay far below).
   uint64_t max_names_ = 0;
-  // What each tensor was made from (its rebuild's arguments, a lone
-  // storage's id): one reached again through the memo is a repeat.
-  std::unordered_set<const pickle::Value*> made_from_;
   uint64_t plain_nodes_ = 0;
   const pickle::Value* current_ = nullptr;  // what is being read, for messages
 };

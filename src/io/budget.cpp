@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "modelfs/budget.hpp"
 
+#include <exception>
+
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 
@@ -10,6 +12,23 @@ namespace {
 thread_local Budget* current = nullptr;
 
 std::string mib(uint64_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; }
+std::string mib_down(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+// A refusal's message is made outside the budget it reports on, which is
+// nearly full: its few allocations must not be refused in turn.
+[[noreturn]] void refuse(std::string_view file, std::string_view format, const BudgetExceeded& e,
+                         std::string_view what) {
+  Budget* const full = current;
+  current = nullptr;
+  std::exception_ptr error;
+  try {
+    error = std::make_exception_ptr(ModelError(std::string(file), std::string(format), std::nullopt, e.reason(what)));
+  } catch (...) {
+    error = std::current_exception();
+  }
+  current = full;
+  std::rethrow_exception(error);  // the object made above, not a copy
+}
 
 }  // namespace
 
@@ -22,12 +41,38 @@ void Budget::add_metadata(uint64_t bytes) noexcept {
 
 void Budget::charge(uint64_t bytes, std::string_view file, std::string_view format, std::string_view what) {
   const auto total = checked_add(used_, bytes);
-  if (!total || *total > limit_)
-    throw ModelError(std::string(file), std::string(format), std::nullopt,
-                     std::string(what) + " needs " + mib(bytes) + ", past the model's memory budget of " +
-                         mib(limit_) + (fixed_ ? " (-o max_parse_mb)" : " (64 MiB + 8 bytes per byte of metadata)") +
-                         " with " + mib(used_) + " used; raise it with -o max_parse_mb=N");
+  if (!total || *total > limit_) refuse(file, format, BudgetExceeded(bytes, used_, limit_, fixed_), what);
   used_ = *total;
+  if (used_ > peak_) peak_ = used_;
+}
+
+void Budget::allocate(uint64_t bytes) {
+  // One request larger than the whole limit is refused before it is made
+  // (a length read from a file, reserved at once); not while an exception
+  // unwinds, which would end the program.
+  if (bytes > limit_ && std::uncaught_exceptions() == 0)
+    throw BudgetExceeded(bytes, used_, limit_, fixed_);
+  note(bytes);
+}
+
+void Budget::note(uint64_t bytes) noexcept {
+  const auto total = checked_add(used_, bytes);
+  const uint64_t now = total ? *total : UINT64_MAX;
+  if (now > limit_ && !passed_) {
+    passed_ = true;
+    passed_by_ = bytes;
+    passed_at_ = used_;
+  }
+  used_ = now;
+  if (used_ > peak_) peak_ = used_;
+}
+
+void Budget::refuse_passed() const { throw BudgetExceeded(passed_by_, passed_at_, limit_, fixed_); }
+
+std::string BudgetExceeded::reason(std::string_view what) const {
+  return std::string(what) + " needs " + mib(bytes_) + ", past the model's memory budget of " + mib(limit_) +
+         (fixed_ ? " (-o max_parse_mb)" : " (64 MiB + 8 bytes per byte of metadata)") + " with " + mib_down(used_) +
+         " used; raise it with -o max_parse_mb=N";
 }
 
 Budget* current_budget() noexcept { return current; }
@@ -42,6 +87,11 @@ void add_metadata_bytes(uint64_t bytes) noexcept {
 
 void charge_budget(uint64_t bytes, std::string_view file, std::string_view format, std::string_view what) {
   if (current) current->charge(bytes, file, format, what);
+}
+
+void throw_over_budget(const BudgetExceeded& e, std::string_view file, std::string_view format,
+                       std::string_view what) {
+  refuse(file, format, e, what);
 }
 
 }  // namespace modelfs

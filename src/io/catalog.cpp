@@ -90,8 +90,7 @@ const Tensor& Catalog::add(const TensorSpec& spec) {
 }
 
 const Tensor& Catalog::add(const Tensor& tensor) {
-  charge_budget(sizeof(Tensor) + tensor.name.size() + tensor.extras_lines.size() + 16 * tensor.shape.size(),
-                tensor.source.file, format, "the catalog's record of a tensor");
+  check_budget();
   Tensor t = tensor;
   t.name = texts_.add(tensor.name);
   t.block_type = intern(tensor.block_type);

@@ -170,12 +170,21 @@ class Machine {
         copy_budget_(kMaxCopiedBytes + kCopiedBytesPerPickleByte * bytes.size()) {}
 
   Pickle run() {
+    // The budget grows with the pickle as it is read, ahead of the values
+    // its bytes make (charged as they are allocated).
+    constexpr uint64_t kMetadataStep = 64 << 10;
+    uint64_t counted = in_.position();
     while (true) {
       op_at_ = in_.position();
+      if (op_at_ - counted >= kMetadataStep) {
+        add_metadata_bytes(op_at_ - counted);
+        counted = op_at_;
+      }
       const auto op = static_cast<char>(in_.u8("opcode"));
       if (op == '.') break;
       step(op);
     }
+    add_metadata_bytes(in_.position() - counted);
     if (stack_.empty()) fail("STOP with an empty stack");
     out_.root = stack_.back();
     out_.end = in_.position();
@@ -705,10 +714,6 @@ std::string Value::qualified_name() const {
 Pickle unpickle(std::span<const std::byte> bytes, const std::string& file,
                 const std::string& format, uint64_t base) {
   Pickle pickle = Machine(bytes, file, format, base).run();
-  // The unpickler's own limits bound what it made by the pickle's length;
-  // the model's budget learns of both.
-  add_metadata_bytes(pickle.end);
-  charge_budget(pickle.values.size() * sizeof(Value), file, format, "the pickle's values");
   return pickle;
 }
 

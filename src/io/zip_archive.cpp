@@ -224,6 +224,7 @@ void ZipArchive::read_directory() {
   ByteReader directory(bytes.first(directory_offset + directory_size), file_->display_name(),
                        format_, base_);
   directory.seek(directory_offset);
+  add_metadata_bytes(directory_size);
   members_.reserve(entries);
   for (uint64_t i = 0; i < entries; ++i) read_member(directory, directory_offset);
 }
@@ -397,8 +398,8 @@ ByteSpan ZipArchive::contents(const ZipMember& member) const {
     fail(member, "cannot inflate: " + std::to_string(member.compressed_size) +
                      " compressed bytes cannot make " + std::to_string(member.uncompressed_size) +
                      " (deflate expands at most " + std::to_string(kMaxDeflateRatio) + "×)");
-  charge_budget(member.uncompressed_size, file_->display_name(), format_, "inflating " + member.name);
-  return ByteSpan::owned(decompress(member));
+  return within_budget(file_->display_name(), format_, "inflating " + member.name,
+                       [&] { return ByteSpan::owned(decompress(member)); });
 }
 
 // libzip decompresses (and at the member's end compares the CRC-32 and

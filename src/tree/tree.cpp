@@ -299,7 +299,9 @@ class TreeBuilder {
     return add_node(dir, name, std::move(file));
   }
 
-  // What the tree keeps for the mount is charged to the model's budget.
+  // What the tree allocates while it is built is charged as it is allocated
+  // (budget.hpp); index.json is printed later, by its first reader, outside
+  // the budget, so its size is charged here, ahead.
   void charge(uint64_t bytes, std::string_view what) {
     const auto& catalog = tree_.catalog_;
     charge_budget(bytes, catalog.files.empty() ? std::string() : catalog.files.front(), catalog.format, what);
@@ -373,7 +375,6 @@ class TreeBuilder {
   std::optional<Part> element_view(const Tensor& tensor, std::shared_ptr<const ElementConversion> conversion) {
     const ElementView* view =
         arena().add(ElementView::make(tensor.bytes.span(), tensor.shape, tensor.strides, std::move(conversion)));
-    if (view) charge(sizeof(ElementView), "a computed .npy view");
     return computed(view);
   }
 
@@ -467,8 +468,7 @@ class TreeBuilder {
   }
 
   void add_tensor(const Tensor& tensor, const std::vector<std::string>& parts, uint64_t dir) {
-    charge(3 * (sizeof(Node) + sizeof(DirEntry)) + 4 * sizeof(Part) + tensor.name.size() + 16,
-           "the tree's files of a tensor");
+    check_budget();
     const NpyBody npy = npy_body(tensor);
     tree_.npy_.push_back(npy.content);
     const std::string name = free_name(dir, parts.back(), npy.body.has_value());
@@ -485,7 +485,6 @@ class TreeBuilder {
     // printed: its size follows the metadata the model file holds.
     std::string sidecar = sidecar_text(tensor, tree_.catalog_.format, npy.content);
     if (sidecar.size() > kPrintedWhenRead) {
-      charge(sidecar.size(), "a sidecar of " + std::to_string(sidecar.size()) + " bytes");
       const std::string& kept = tree_.documents_.emplace_back(std::move(sidecar));
       add_file(dir, name + ".json", FileRole::Sidecar, {Part::held(std::as_bytes(std::span(kept)))}, &tensor);
     } else {
@@ -552,7 +551,6 @@ class TreeBuilder {
         note += path + ": not made, " + why_not + ". ";
         return;
       }
-      charge(file->header.size() + (file->tensors.size() + 1) * sizeof(Part), "the export file's header");
       const std::string& header = tree_.documents_.emplace_back(std::move(file->header));
       file->tensors.insert(file->tensors.begin(), Part::held(std::as_bytes(std::span(header))));
       add_document(path, file->tensors);
@@ -567,7 +565,6 @@ class TreeBuilder {
       note += std::to_string(models.size()) + " models: no file of each (at most " +
               std::to_string(kMaxModelFiles) + "). ";
     std::string report = export_.report(note);
-    charge(report.size(), "export.json");
     add_made_document("export.json", std::move(report));
   }
 
@@ -644,15 +641,15 @@ class TreeBuilder {
 std::unique_ptr<const Tree> Tree::build(Catalog catalog, const TreeOptions& options) {
   std::unique_ptr<Tree> tree(new Tree());
   tree->catalog_ = std::move(catalog);
+  const auto& built = tree->catalog_;
+  const std::string file = built.files.empty() ? std::string() : built.files.front();
   try {
-    TreeBuilder(*tree, options).build();
+    within_budget(file, built.format, "building the tree", [&] { TreeBuilder(*tree, options).build(); });
   } catch (const SizeOverflow& e) {
     // A file's size, a part's offset, the model's total: each sums the
     // model's numbers (Size), and a model whose sums pass 2^64 is refused
     // whole, as a reader refuses a size it cannot hold.
-    const auto& built = tree->catalog_;
-    throw ModelError(built.files.empty() ? std::string() : built.files.front(), built.format, std::nullopt,
-                     e.what());
+    throw ModelError(file, built.format, std::nullopt, e.what());
   }
   // Reading the model and building the tree free a lot of short-lived memory
   // (a header's JSON, a pickle's values, the builder's maps) that glibc

@@ -547,6 +547,46 @@ def onnx_long_name_bad_tensor(folder, name_bytes=ERROR_NAME_BYTES):
     return path
 
 
+MEMO_STRING_BYTES = 64 << 10
+MEMO_STRING_REFS = 30_000
+
+
+def _pickle_dict(entries):
+    """A protocol-2 pickle of one dict: `entries` are (key, value) pickle
+    opcodes, set in one SETITEMS."""
+    return b"\x80\x02}(" + b"".join(k + v for k, v in entries) + b"u."
+
+
+def memo_repeated_string(folder, size=MEMO_STRING_BYTES, refs=MEMO_STRING_REFS):
+    """A torch.save whose pickle is a dict of 30 000 plain values, each the
+    same 64 KiB string through the memo (2 GB when each reference is a copy
+    of its own, outside the budget)."""
+    first = (_bin_unicode("k0"), _bin_unicode("x" * size) + b"q\x00")
+    rest = [(_bin_unicode(f"k{i}"), b"h\x00") for i in range(1, refs)]
+    pkl = _pickle_dict([first] + rest)
+    return write_zip(folder / "memo_string.pt", torch_zip_members(pkl, [Member("archive/data/0", bytes(16))]))
+
+
+def memo_repeated_tuple_key(folder, items=1000, item_bytes=1000, refs=MEMO_STRING_REFS):
+    """A dict whose 30 000 keys are one memoized tuple of 1 000 strings of
+    1 000 bytes: each key's text made anew is 1 MB, 30 GB in all."""
+    big = b"(" + b"".join(_bin_unicode(f"{i:04d}" + "y" * (item_bytes - 4)) for i in range(items)) + b"tq\x00"
+    entries = [(big, b"K\x00")] + [(b"h\x00", struct.pack("<BH", ord("M"), i)) for i in range(1, refs)]
+    pkl = _pickle_dict(entries)
+    return write_zip(folder / "memo_tuple_key.pt", torch_zip_members(pkl, [Member("archive/data/0", bytes(16))]))
+
+
+GGUF_EXPORT_TENSORS = 100_000
+
+
+def gguf_many_tensors(folder, count=GGUF_EXPORT_TENSORS):
+    """A GGUF of 100 000 one-element float32 tensors (4 MB): the tree, the
+    export file's header and index.json of each, within the budget."""
+    tensors = [gg.Tensor(f"t{i}", 0, [1], struct.pack("<f", i)) for i in range(count)]
+    path = folder / "many.gguf"
+    gg.write(path, [], tensors)
+    return path
+
 # name -> (make, needs torch)
 def split_member_missing(folder):
     """A GGUF split set of three whose second member is not there: a name
@@ -604,6 +644,9 @@ CASES = {
     "long_name_bad_offsets": (long_name_bad_offsets, False),
     "gguf_long_name_past_end": (gguf_long_name_past_end, False),
     "onnx_long_name_bad_tensor": (onnx_long_name_bad_tensor, False),
+    "memo_repeated_string": (memo_repeated_string, False),
+    "memo_repeated_tuple_key": (memo_repeated_tuple_key, False),
+    "gguf_many_tensors": (gguf_many_tensors, False),
 }
 
 

@@ -3,6 +3,11 @@
 // one-line ModelError naming the file and the limit when passed.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
 #include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
 
@@ -54,6 +59,48 @@ TEST(Budget, ChargesReachTheScopesBudgetOnly) {
   charge_budget(11, "m", "f", "x");
   EXPECT_EQ(outer.used(), 11u);
   EXPECT_EQ(current_budget(), &outer);
+}
+
+// Every operator new made while a budget is current is charged, and every
+// delete gives it back (budget_new.cpp): one request larger than the limit
+// is refused at once, one that passes the limit at the next checkpoint.
+TEST(Budget, HeapAllocationsAreChargedAsTheyAreMade) {
+  Budget budget(uint64_t{1} << 20);
+  {
+    BudgetScope scope(budget);
+    auto half = std::make_unique<char[]>(512 << 10);
+    EXPECT_GE(budget.used(), uint64_t{512} << 10);
+    EXPECT_THROW(std::vector<char>(uint64_t{2} << 20), BudgetExceeded);
+    EXPECT_EQ(::operator new(uint64_t{2} << 20, std::nothrow), nullptr);
+    EXPECT_FALSE(budget.passed());
+    check_budget();  // nothing passed yet
+    half.reset();
+    EXPECT_LT(budget.used(), uint64_t{4} << 10);
+    {
+      std::vector<char> most(768 << 10), more(512 << 10);  // together past the limit
+      EXPECT_TRUE(budget.passed());
+    }
+    EXPECT_THROW(check_budget(), BudgetExceeded);  // even once they are freed
+  }
+  EXPECT_GE(budget.peak(), uint64_t{512} << 10);
+  // Outside the scope nothing is charged.
+  std::vector<char> big(uint64_t{4} << 20);
+  EXPECT_LT(budget.used(), uint64_t{4} << 10);
+}
+
+TEST(Budget, ARefusedAllocationBecomesAModelErrorNamingTheFile) {
+  Budget budget(uint64_t{1} << 20);
+  BudgetScope scope(budget);
+  try {
+    within_budget("model.pt", "pytorch", "reading the model", [] { return std::string(2 << 20, 'x').size(); });
+    FAIL() << "allocated past the budget";
+  } catch (const ModelError& e) {
+    EXPECT_EQ(e.file(), "model.pt");
+    EXPECT_EQ(e.format(), "pytorch");
+    EXPECT_NE(e.reason().find("reading the model needs 3 MiB, past the model's memory budget of 1 MiB"),
+              std::string::npos)
+        << e.reason();  // 2 MiB and the string's NUL, rounded up
+  }
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
@@ -38,6 +39,7 @@ class ByteReader {
     if (length > remaining())
       fail(std::string(what) + " needs " + std::to_string(length) + " bytes but only " +
            std::to_string(remaining()) + " remain");
+    check_budget();
     auto out = bytes_.subspan(pos_, length);
     MappedFile::ensure_at(out.data(), out.size());
     pos_ += length;
