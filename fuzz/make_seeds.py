@@ -57,7 +57,7 @@ SEEDS = {
     "stride_overflow": (("fuzz_safetensors", "fuzz_open_model", "fuzz_export"), hc.stride_overflow),
     "safetensors_metadata_million_keys": (("fuzz_safetensors", "fuzz_open_model"),
                                           lambda d: hc.safetensors_metadata_keys(d, keys=4000)),
-    "gguf_200k_keys": (("fuzz_gguf", "fuzz_open_model"), lambda d: hc.gguf_keys(d, keys=2000)),
+    "gguf_120k_keys": (("fuzz_gguf", "fuzz_open_model"), lambda d: hc.gguf_keys(d, keys=2000)),
     "onnx_150k_props": (("fuzz_onnx", "fuzz_open_model"), lambda d: hc.onnx_props(d, entries=4000)),
     "onnx_150k_attributes": (("fuzz_onnx", "fuzz_open_model"), lambda d: hc.onnx_attributes(d, entries=3000)),
     "colliding_names_2_16": (("fuzz_safetensors", "fuzz_open_model"),

@@ -98,12 +98,16 @@ int query_command(const Options& options, Budget& budget) {
     }();
     if (options.check)
       return check_command(options.model, catalog, checks, options.json != 0, std::cout);
-    if (options.info)
-      print_info(catalog, options.json != 0, std::cout);
-    else if (options.json)
-      print_json(catalog, std::cout);
-    else
-      print_table(catalog, std::cout);
+    // What printing copies of the metadata is the model's to pay for too.
+    BudgetScope scope(budget);
+    within_budget(options.model, catalog.format, "printing the model", [&] {
+      if (options.info)
+        print_info(catalog, options.json != 0, std::cout);
+      else if (options.json)
+        print_json(catalog, std::cout);
+      else
+        print_table(catalog, std::cout);
+    });
     return kExitOk;
   } catch (const ModelError& e) {
     // A model that cannot even be opened: nothing checked, the fault.

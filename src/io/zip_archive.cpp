@@ -97,9 +97,21 @@ struct ZipArchive::Libzip {
   ZipHandle reader;
   ZipHandle checked;
 
-  // Opens (once) the handle asked for; an error message when libzip refuses.
-  zip_t* open(ZipHandle& handle, int flags, const std::byte* data, uint64_t size, std::string& error) {
+  // What libzip allocates for its own copy of the directory (malloc, which
+  // the budget's allocator does not see): its entry and directory records
+  // and each name, charged by hand.
+  static constexpr uint64_t kLibzipBytesPerEntry = 256;
+
+  // Opens (once) the handle asked for over the archive's bytes; an error
+  // message when libzip refuses.
+  zip_t* open(ZipHandle& handle, int flags, const ZipArchive& archive, std::string& error) {
     if (handle != nullptr) return handle.get();
+    uint64_t names = 0;
+    for (const auto& member : archive.members_) names += member.name.size();
+    charge_budget(archive.members_.size() * kLibzipBytesPerEntry + names, archive.file_->display_name(),
+                  archive.format_, "libzip's reading of the directory");
+    const std::byte* data = archive.file_->data() + archive.base_;
+    const uint64_t size = archive.length_;
     zip_error_t why;
     zip_error_init(&why);
     zip_source_t* source = zip_source_buffer_create(data, size, 0, &why);
@@ -118,7 +130,7 @@ struct ZipArchive::Libzip {
     // libzip reads the archive's bytes from the mapping itself: all of them
     // are made present first.
     archive.file_->ensure(archive.base_, archive.length_);
-    zip_t* za = open(checked, ZIP_CHECKCONS, archive.file_->data() + archive.base_, archive.length_, error);
+    zip_t* za = open(checked, ZIP_CHECKCONS, archive, error);
     if (za == nullptr) archive.fail(0, "libzip finds the archive inconsistent (" + error + ")");
     return za;
   }
@@ -416,7 +428,7 @@ std::string ZipArchive::decompress(const ZipMember& member) const {
   // are made present first (the directory was, when it was read).
   file_->ensure(base_ + member.local_header_offset,
                 member.data_offset + member.compressed_size - member.local_header_offset);
-  zip_t* za = libzip_->open(libzip_->reader, 0, file_->data() + base_, length_, error);
+  zip_t* za = libzip_->open(libzip_->reader, 0, *this, error);
   if (za == nullptr) refuse(error);
   const char* name = zip_get_name(za, index, ZIP_FL_ENC_RAW);
   if (name == nullptr || member.name != name)

@@ -398,9 +398,7 @@ EXPECT = {
     "stride_overflow": {"exits": (2,), "--list": expect_stride_refusal, "--check": expect_stride_refusal,
                         "mount": expect_stride_refusal},
     "safetensors_metadata_million_keys": {"exits": (0,), "--info": expect_info},
-    # Mounted, or refused by the budget (metadata.json is a second copy of
-    # the 200 000 keys); --info answers within bounds either way.
-    "gguf_200k_keys": {"exits": (0, 2), "--info": expect_info},
+    "gguf_120k_keys": {"exits": (0,), "--info": expect_info},
     "onnx_150k_props": {"exits": (0,), "--info": expect_info},
     "onnx_150k_attributes": {"exits": (0,), "--info": expect_info},
     "colliding_names_2_16": {"exits": (0,), "mounted": check_colliding_names},
