@@ -155,6 +155,11 @@ TEST(MappedBytesGuard, AnExceptionFromTheBodyPassesThroughAndGuardsNest) {
 }
 
 TEST_F(TruncatedMapping, AFaultOutsideAGuardStillKillsTheProcess) {
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer's handler takes the fault and writes a report, which
+  // the sanitizer pass counts as a failure: the plain build checks this.
+  GTEST_SKIP() << "a fault outside a guard is AddressSanitizer's to report";
+#endif
   std::vector<char> out(16);
   copy_mapped(out.data(), mapped().data(), out.size());  // the handler is installed
   truncate_to(0);
