@@ -3,9 +3,8 @@
 // The budget of one model: how much memory reading it may take, whatever
 // its bytes say. A small file must not make modelfs allocate gigabytes (a
 // deflated member of zeros, a pickle copying one value into another, a
-// metadata array of a billion one-byte items), so every reader charges
-// what a file makes it allocate beyond the few bytes each of its own bytes
-// costs, and the tree charges what it keeps for the mount.
+// metadata array of a billion one-byte items), so what reading a model
+// and building its tree hold at once is bounded.
 //
 // The limit follows the model's metadata: 64 MiB plus 8 bytes per byte of
 // metadata the readers have seen (headers, pickles, directories, key-value
@@ -15,8 +14,8 @@
 // limit.
 //
 // What is charged is what is allocated: while a budget is current on a
-// thread, every operator new on that thread is charged to it before the
-// memory is taken, and every delete gives its bytes back (budget_new.cpp
+// thread, every operator new on that thread is charged to it, and every
+// delete gives its bytes back (budget_new.cpp
 // replaces the global operators). No reader, view or container has to
 // remember to charge: a parser that copies a memoized string a million
 // times pays for a million copies, whatever container holds them. Memory
