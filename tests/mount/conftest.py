@@ -61,9 +61,32 @@ def metadata(mnt):
     return json.loads((mnt / ".modelfs" / "metadata.json").read_text())
 
 
-def run_modelfs(*args, **kwargs):
+def run_modelfs(*args, timeout=120, **kwargs):
     return subprocess.run([str(MODELFS), *map(str, args)], capture_output=True, text=True,
-                          timeout=120, **kwargs)
+                          timeout=timeout, **kwargs)
+
+
+def one_line(stderr):
+    """The one line a refusal prints (asserted to be one, and not empty)."""
+    lines = stderr.rstrip("\n").split("\n")
+    assert len(lines) == 1 and lines[0], f"expected one line, got {stderr!r}"
+    return lines[0]
+
+
+def daemon_pids(mnt):
+    """Pids of modelfs processes whose command line names `mnt`."""
+    pids, want, binary = [], os.fsencode(str(mnt)), os.fsencode(str(MODELFS))
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0] == binary and want in argv:
+            pids.append(int(entry))
+    return pids
 
 
 @contextlib.contextmanager

@@ -29,7 +29,8 @@ import pytest
 
 import gguf_writer as gw
 import safetensors_writer as st
-from conftest import MODELFS, index_paths, is_mounted, unmount
+import conftest
+from conftest import index_paths, is_mounted, one_line, unmount
 
 libc = ctypes.CDLL(None, use_errno=True)
 IN_OPEN = 0x20
@@ -45,15 +46,8 @@ MOUNT_RUNS = 4
 RACE_RUNS = 150
 
 
-def run_modelfs(*args, timeout=60):
-    return subprocess.run([str(MODELFS), *map(str, args)], capture_output=True, text=True,
-                          errors="replace", timeout=timeout)
-
-
-def one_line(stderr):
-    lines = stderr.rstrip("\n").split("\n")
-    assert len(lines) == 1 and lines[0], f"expected one line, got {stderr!r}"
-    return lines[0]
+def run_modelfs(*args):
+    return conftest.run_modelfs(*args, timeout=60, errors="replace")
 
 
 def listed_shapes(result):

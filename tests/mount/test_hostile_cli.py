@@ -20,7 +20,8 @@ import pytest
 
 import gguf_writer as gw
 import safetensors_writer as st
-from conftest import MODELFS, is_mounted, unmount
+import conftest
+from conftest import is_mounted, one_line, unmount
 
 ELLIPSIS = "\u2026"
 
@@ -28,14 +29,7 @@ ELLIPSIS = "\u2026"
 def run_modelfs(*args, timeout=30):
     """modelfs with a deadline: a hang is a failure, not a stuck suite
     (subprocess kills the child when the deadline passes)."""
-    return subprocess.run([str(MODELFS), *map(str, args)], capture_output=True, text=True,
-                          errors="replace", timeout=timeout)
-
-
-def one_line(stderr):
-    lines = stderr.rstrip("\n").split("\n")
-    assert len(lines) == 1 and lines[0], f"expected one line, got {stderr!r}"
-    return lines[0]
+    return conftest.run_modelfs(*args, timeout=timeout, errors="replace")
 
 
 def safetensors_header(header, data=b""):

@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 
 import hostile_corpus as hc
-from conftest import MODELFS, REPO, is_mounted, unmount
+from conftest import MODELFS, REPO, daemon_pids, is_mounted, unmount
 
 # Bounds. Every case is under 7 MB on disk and holds at most ~1 000 tensors;
 # a reader whose memory is bounded by the file it reads (plus the tree it
@@ -164,22 +164,6 @@ def run_bounded(argv, timeout=COMMAND_SECONDS, keep_stdout=64 * 1024, measure=Tr
         err.seek(0)
         return Run(argv, returncode, size, out.read(keep_stdout),
                    err.read(64 * 1024).decode("utf-8", "replace"), seconds, peak_kib, timed_out)
-
-
-def daemon_pids(mnt):
-    """Pids of modelfs processes whose command line names `mnt`."""
-    pids, want, binary = [], os.fsencode(str(mnt)), os.fsencode(str(MODELFS))
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0] == binary and want in argv:
-            pids.append(int(entry))
-    return pids
 
 
 def alive(pid):

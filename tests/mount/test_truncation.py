@@ -14,7 +14,6 @@ import io
 import os
 import random
 import subprocess
-import time
 
 import numpy as np
 import pytest
@@ -22,7 +21,7 @@ import torch
 
 import gguf_writer as gw
 import safetensors_writer as st
-from conftest import MODELFS, mounted
+from conftest import daemon_pids, mounted
 
 READERS = 32
 ROUNDS = 3
@@ -118,17 +117,7 @@ def every_file(mnt):
 
 def daemon_pid(mnt):
     """The pid of the modelfs process serving `mnt`, found by its command line."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if os.path.basename(argv[0]) == b"modelfs" and os.fsencode(str(mnt)) in argv:
-            found.append(int(entry))
+    found = daemon_pids(mnt)
     assert len(found) == 1, f"one daemon expected for {mnt}, found {found}"
     return found[0]
 
