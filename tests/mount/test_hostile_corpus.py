@@ -50,6 +50,11 @@ SANITIZED = os.environ.get("MODELFS_SANITIZED") == "1"
 # each case parses in well under a second, and 10 s leaves room for a
 # loaded 2-CPU machine. The failures seen were 28 s to over 120 s.
 COMMAND_SECONDS = 120 if SANITIZED else 10
+# Reading through the mount walks every entry the tree legitimately has, one
+# kernel round trip each (2^14 colliding names are 49 152 entries, 6-8 s
+# alone on a 2-CPU VM): that walk is bounded against a hang, not against
+# the parse, so it has a cap of its own.
+READ_SECONDS = 4 * COMMAND_SECONDS
 # RLIMIT_AS for every process a step starts: it only stops a runaway input
 # from taking the shared machine down (the worst seen was 3 GB), far above
 # the bound asserted, so it never decides a pass.
@@ -80,13 +85,13 @@ class Run:
     """One bounded process: exit (negative: the signal), output, time, peak RSS."""
 
     def __init__(self, argv, returncode, stdout_size, stdout, stderr, seconds, peak_kib,
-                 timed_out):
+                 timed_out, cap):
         self.argv, self.returncode, self.stdout_size = argv, returncode, stdout_size
         self.stdout, self.stderr, self.seconds = stdout, stderr, seconds
-        self.peak_kib, self.timed_out = peak_kib, timed_out
+        self.peak_kib, self.timed_out, self.cap = peak_kib, timed_out, cap
 
     def summary(self):
-        state = (f"killed at the {COMMAND_SECONDS} s cap" if self.timed_out
+        state = (f"killed at the {self.cap} s cap" if self.timed_out
                  else f"signal {-self.returncode}" if self.returncode < 0
                  else f"exit {self.returncode}")
         return f"{state}, {self.seconds:.1f} s, peak {self.peak_kib / 1024:.0f} MiB"
@@ -163,7 +168,8 @@ def run_bounded(argv, timeout=COMMAND_SECONDS, keep_stdout=64 * 1024, measure=Tr
         out.seek(0)
         err.seek(0)
         return Run(argv, returncode, size, out.read(keep_stdout),
-                   err.read(64 * 1024).decode("utf-8", "replace"), seconds, peak_kib, timed_out)
+                   err.read(64 * 1024).decode("utf-8", "replace"), seconds, peak_kib, timed_out,
+                   timeout)
 
 
 def alive(pid):
@@ -470,7 +476,8 @@ def test_hostile_case_is_answered_within_bounds(corpus, case):
         if not run.timed_out and (run.returncode == 0) != mounted_now:
             problems.append(f"mount: exit {run.returncode} but mounted: {mounted_now}")
         if mounted_now and pids:
-            reader = run_bounded(["bash", "-c", READER, "reader", mnt, READ_FILES], measure=False)
+            reader = run_bounded(["bash", "-c", READER, "reader", mnt, READ_FILES],
+                                 timeout=READ_SECONDS, measure=False)
             if reader.timed_out:
                 problems.append(f"reads through the mount: {reader.summary()}")
             errors = [line for line in reader.stderr.splitlines()
