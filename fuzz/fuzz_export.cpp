@@ -72,10 +72,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto tree = modelfs::Tree::build(modelfs::open_model(path), {.export_float32 = size % 2 == 1});
     const auto meta = tree->resolve(".modelfs");
     if (!meta) __builtin_trap();
-    if (const auto file = tree->resolve(".modelfs/model.safetensors")) check_export(*tree, *tree->node(*file));
+    if (const auto file = tree->resolve(".modelfs/model.safetensors"))
+      check_export(*tree, *tree->node(*file));
     if (const auto models = tree->resolve(".modelfs/models"))
       for (const auto& entry : tree->node(*models)->children)
-        if (std::string_view(entry.name).ends_with(".safetensors")) check_export(*tree, *tree->node(entry.ino));
+        if (std::string_view(entry.name).ends_with(".safetensors"))
+          check_export(*tree, *tree->node(entry.ino));
     const auto report = tree->resolve(".modelfs/export.json");
     if (!report) __builtin_trap();
     const auto& node = *tree->node(*report);

@@ -35,8 +35,8 @@ std::shared_ptr<const modelfs::ElementConversion> conversion(FuzzedDataProvider&
     case 2: {
       constexpr DType kStored[] = {DType::Int8, DType::UInt8, DType::Int32, DType::Float32};
       const DType stored = kStored[in.ConsumeIntegralInRange(0, 3)];
-      return modelfs::affine_conversion(stored, modelfs::PerTensorAffine{in.ConsumeFloatingPoint<double>(),
-                                                                         in.ConsumeIntegral<int64_t>()});
+      return modelfs::affine_conversion(
+          stored, modelfs::PerTensorAffine{in.ConsumeFloatingPoint<double>(), in.ConsumeIntegral<int64_t>()});
     }
     default:
       return nullptr;

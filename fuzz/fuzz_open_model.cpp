@@ -30,8 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (uint64_t ino = 1; ino <= tree->node_count(); ++ino) {
       const modelfs::Node& node = *tree->node(ino);
       if (node.kind != modelfs::NodeKind::File) continue;
-      const bool printed = node.role == modelfs::FileRole::Sidecar ||
-                           node.role == modelfs::FileRole::Index ||
+      const bool printed = node.role == modelfs::FileRole::Sidecar || node.role == modelfs::FileRole::Index ||
                            node.role == modelfs::FileRole::Document;
       // At most what one FUSE read asks (1 MiB): the export file is a
       // document as large as the model's tensors.

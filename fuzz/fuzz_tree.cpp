@@ -50,8 +50,9 @@ modelfs::TensorSpec tensor(FuzzedDataProvider& in, const std::vector<std::string
   t.dtype = static_cast<DType>(in.ConsumeIntegralInRange<uint8_t>(0, static_cast<uint8_t>(DType::GgmlBlock)));
   if (t.dtype == DType::GgmlBlock) {
     const auto codecs = modelfs::ggml::block_codecs();
-    t.block_type = in.ConsumeBool() ? std::string(codecs[in.ConsumeIntegralInRange<size_t>(0, codecs.size() - 1)].name)
-                                    : in.ConsumeRandomLengthString(16);
+    t.block_type = in.ConsumeBool()
+                       ? std::string(codecs[in.ConsumeIntegralInRange<size_t>(0, codecs.size() - 1)].name)
+                       : in.ConsumeRandomLengthString(16);
   }
   t.shape.resize(in.ConsumeIntegralInRange<size_t>(0, 5));
   for (auto& d : t.shape) d = dimension(in);

@@ -21,6 +21,7 @@ BUILD=(
 # tests drive.
 TEST=(
   git libgtest-dev googletest
+  clang-format  # scripts/check_format.sh, the ctest entry style.clang_format
   python3-pytest python3-torch python3-onnx
   attr dpkg-dev bash-completion man-db
   nginx-light  # tests/mount/test_remote.py: the HTTP server remote models are mounted from

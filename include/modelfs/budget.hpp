@@ -85,7 +85,8 @@ class Budget {
   uint64_t used_ = 0;
   uint64_t peak_ = 0;
   bool passed_ = false;
-  uint64_t passed_by_ = 0, passed_at_ = 0;  // the allocation that passed the limit, and what was used before it
+  uint64_t passed_by_ = 0,
+           passed_at_ = 0;  // the allocation that passed the limit, and what was used before it
 };
 
 // An allocation refused by the current budget. A std::bad_alloc, so every

@@ -44,9 +44,7 @@ class ByteSpan {
   const std::byte* data() const noexcept { return data_; }
   uint64_t size() const noexcept { return size_; }
   std::span<const std::byte> span() const noexcept { return {data_, size_}; }
-  std::string_view view() const noexcept {
-    return {reinterpret_cast<const char*>(data_), size_};
-  }
+  std::string_view view() const noexcept { return {reinterpret_cast<const char*>(data_), size_}; }
   // Bytes [offset, offset + length) of these, sharing their owner; throws
   // std::out_of_range when the range does not fit (a bug, never a bad file).
   ByteSpan subspan(uint64_t offset, uint64_t length) const;
@@ -85,7 +83,7 @@ struct TensorSpec {
 // A tensor of a catalog: views into the catalog's stores, valid while the
 // catalog lives (a catalog may be moved; its stores do not move).
 struct Tensor {
-  std::string_view name;        // as the format stores it, unsplit
+  std::string_view name;  // as the format stores it, unsplit
   DType dtype = DType::Float32;
   std::string_view block_type;  // ggml type name when dtype is GgmlBlock
   std::span<const uint64_t> shape;
@@ -136,7 +134,7 @@ using IntegrityChecks = std::vector<IntegrityCheck>;
 
 class Catalog {
  public:
-  std::string format;              // "safetensors", ...
+  std::string format;  // "safetensors", ...
   // Model files read, named as the model names them: the model file's own
   // name, shards and external data relative to its folder. The same names
   // as each tensor's source.file; never the path given on the command line,
@@ -144,7 +142,7 @@ class Catalog {
   std::vector<std::string> files;
   nlohmann::json metadata = nlohmann::json::object();
   std::vector<Document> documents;
-  timespec mtime{};                // of the (first) model file: the tree's times
+  timespec mtime{};  // of the (first) model file: the tree's times
   // Formats whose tensors may share bytes (tied weights, views of one
   // storage) set this; elsewhere overlapping tensors are a fault.
   bool tensors_may_share_bytes = false;

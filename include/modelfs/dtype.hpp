@@ -32,7 +32,7 @@ enum class DType : uint8_t {
   Int4,
   UInt4,
   Float4E2M1,
-  Int2,   // ONNX INT2/UINT2 (IR 13): four per byte
+  Int2,  // ONNX INT2/UINT2 (IR 13): four per byte
   UInt2,
   Float6E2M3FN,
   Float6E3M2FN,

@@ -21,8 +21,7 @@ namespace modelfs {
 // the parts as they were given, for JSON outputs.
 class ModelError : public std::runtime_error {
  public:
-  ModelError(std::string file, std::string format, std::optional<uint64_t> offset,
-             std::string reason);
+  ModelError(std::string file, std::string format, std::optional<uint64_t> offset, std::string reason);
 
   const std::string& file() const noexcept { return file_; }
   const std::string& format() const noexcept { return format_; }

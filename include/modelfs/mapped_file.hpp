@@ -14,12 +14,12 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
-#include <ctime>
 
 namespace modelfs {
 

@@ -122,10 +122,10 @@ struct Node {
   // the tree.
   uint32_t first_part = 0;
   uint32_t part_count = 0;
-  uint64_t parent = 1;                // the folder holding it; the root's is itself
-  uint64_t size = 0;                  // files: bytes; folders: 0
-  const Tensor* tensor = nullptr;     // tensor files, sidecars and .npy views (the catalog's)
-  std::span<const DirEntry> children; // folders: sorted by name (a range of the tree's entries)
+  uint64_t parent = 1;                 // the folder holding it; the root's is itself
+  uint64_t size = 0;                   // files: bytes; folders: 0
+  const Tensor* tensor = nullptr;      // tensor files, sidecars and .npy views (the catalog's)
+  std::span<const DirEntry> children;  // folders: sorted by name (a range of the tree's entries)
 };
 
 class Tree {
@@ -183,8 +183,8 @@ class Tree {
 
   Catalog catalog_;
   std::vector<Node> nodes_;
-  std::vector<DirEntry> entries_;  // every folder's children, folder after folder
-  std::vector<Part> parts_;        // every file's parts, file after file
+  std::vector<DirEntry> entries_;               // every folder's children, folder after folder
+  std::vector<Part> parts_;                     // every file's parts, file after file
   std::vector<std::optional<NpyContent>> npy_;  // one per catalog tensor
   // What nodes point into beyond the catalog: entry names; the converted
   // .npy views (one arena, numeric_views.hpp).

@@ -11,12 +11,12 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "list.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/check.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
 #include "modelfs/terminal_text.hpp"
-#include "list.hpp"
 #include "options.hpp"
 
 namespace modelfs::cli {
@@ -37,7 +37,8 @@ nlohmann::ordered_json report(const std::string& model, const nlohmann::ordered_
     auto& f = doc["fault"];
     f["file"] = fault->file();
     f["format"] = fault->format();
-    f["offset"] = fault->offset() ? nlohmann::ordered_json(*fault->offset()) : nlohmann::ordered_json(nullptr);
+    f["offset"] =
+        fault->offset() ? nlohmann::ordered_json(*fault->offset()) : nlohmann::ordered_json(nullptr);
     f["reason"] = fault->reason();
     f["message"] = fault->message();  // whole: what() cuts long names for stderr
   }
@@ -57,7 +58,8 @@ int check_command(const std::string& model, const Catalog& catalog, const Integr
   CheckSummary summary;
   try {
     ProgressBar bar(::isatty(STDERR_FILENO) != 0, "checking");
-    check_model(catalog, checks, [&](uint64_t done, uint64_t total) { bar.update(done, total); }, summary);
+    check_model(
+        catalog, checks, [&](uint64_t done, uint64_t total) { bar.update(done, total); }, summary);
   } catch (const ModelError& fault) {
     if (json) print(report(model, catalog.format, summary, &fault), out);
     spdlog::error("{}", fault.what());
@@ -78,16 +80,18 @@ int unmount_command(const std::string& mountpoint) {
   const char* argv[] = {"fusermount3", "-u", "--", mountpoint.c_str(), nullptr};
   std::fflush(nullptr);
   ::execvp(argv[0], const_cast<char* const*>(argv));
-  spdlog::error("cannot run fusermount3 ({}); install it with: sudo apt-get install fuse3 "
-                "(as root, umount {} works too)",
-                std::strerror(errno), mountpoint);
+  spdlog::error(
+      "cannot run fusermount3 ({}); install it with: sudo apt-get install fuse3 "
+      "(as root, umount {} works too)",
+      std::strerror(errno), mountpoint);
   return 1;
 }
 
 int query_command(const Options& options, Budget& budget) {
   if (options.positional > 1) {
-    spdlog::error("{} takes only MODEL, not a mountpoint",
-                  options.list ? "--list" : options.info ? "--info" : "--check");
+    spdlog::error("{} takes only MODEL, not a mountpoint", options.list   ? "--list"
+                                                           : options.info ? "--info"
+                                                                          : "--check");
     return kExitUsage;
   }
   try {
@@ -96,8 +100,7 @@ int query_command(const Options& options, Budget& budget) {
       BudgetScope scope(budget);
       return open_model(options.model, options.check ? &checks : nullptr);
     }();
-    if (options.check)
-      return check_command(options.model, catalog, checks, options.json != 0, std::cout);
+    if (options.check) return check_command(options.model, catalog, checks, options.json != 0, std::cout);
     // What printing copies of the metadata is the model's to pay for too.
     BudgetScope scope(budget);
     within_budget(options.model, catalog.format, "printing the model", [&] {

@@ -10,8 +10,8 @@
 #include <array>
 #include <cerrno>
 #include <climits>
-#include <cstdio>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "options.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
 #include "modelfs/tree.hpp"
+#include "options.hpp"
 
 namespace modelfs::cli {
 namespace {
@@ -117,8 +117,9 @@ void warn_left_out(const Tree& tree, const std::string& out) {
     }
     names += (names.empty() ? "" : ", ") + name + " (" + why.get<std::string>() + ")";
   }
-  spdlog::warn("{}: {} tensor(s) left out: {}; -o export=float32 writes converted values where modelfs has them",
-               out, left_out.size(), names);
+  spdlog::warn(
+      "{}: {} tensor(s) left out: {}; -o export=float32 writes converted values where modelfs has them", out,
+      left_out.size(), names);
 }
 
 }  // namespace
@@ -126,7 +127,8 @@ void warn_left_out(const Tree& tree, const std::string& out) {
 int export_command(const Options& options, Budget& budget) {
   const std::string out = options.export_out;
   std::error_code ec;
-  if (!options.force && std::filesystem::symlink_status(out, ec).type() != std::filesystem::file_type::not_found) {
+  if (!options.force &&
+      std::filesystem::symlink_status(out, ec).type() != std::filesystem::file_type::not_found) {
     spdlog::error("{} exists; give --force to replace it", out);
     return kExitUsage;
   }
@@ -140,7 +142,8 @@ int export_command(const Options& options, Budget& budget) {
   }
   const auto ino = tree->resolve(".modelfs/model.safetensors");
   if (!ino) {
-    spdlog::error("{}: no export file (its header would be too large; see .modelfs/export.json)", options.model);
+    spdlog::error("{}: no export file (its header would be too large; see .modelfs/export.json)",
+                  options.model);
     return kExitBadModel;
   }
   const Node& file = *tree->node(*ino);

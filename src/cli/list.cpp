@@ -124,8 +124,8 @@ void print_table(const Catalog& catalog, std::ostream& out) {
     // and cut to the column's width. Dtype names come from modelfs's own
     // tables.
     std::string dtype(t.dtype_name());
-    rows.push_back({fit_width(printable(t.name), kNameColumns), dtype, shape_text(t), std::to_string(t.bytes.size()),
-                    human_bytes(t.bytes.size())});
+    rows.push_back({fit_width(printable(t.name), kNameColumns), dtype, shape_text(t),
+                    std::to_string(t.bytes.size()), human_bytes(t.bytes.size())});
     auto& [count, bytes] = per_dtype[std::move(dtype)];
     ++count;
     bytes += t.bytes.size();
@@ -150,19 +150,20 @@ void print_table(const Catalog& catalog, std::ostream& out) {
     line += std::string(width[4] - used[4], ' ') + row[4];
     out << line << "\n";
   }
-  out << "\n" << catalog.tensors().size() << " tensors, " << human_bytes(total) << " (" << total
-      << " bytes), format " << catalog.format << "\n";
+  out << "\n"
+      << catalog.tensors().size() << " tensors, " << human_bytes(total) << " (" << total << " bytes), format "
+      << catalog.format << "\n";
   // Bytes per dtype, largest first: for a quantized GGUF model, the mix of
   // ggml types (q4_k, q6_k, f32 ...) that makes up its size.
-  std::vector<std::pair<std::string, std::pair<size_t, uint64_t>>> summary(per_dtype.begin(), per_dtype.end());
+  std::vector<std::pair<std::string, std::pair<size_t, uint64_t>>> summary(per_dtype.begin(),
+                                                                           per_dtype.end());
   std::ranges::stable_sort(summary, std::greater{}, [](const auto& entry) { return entry.second.second; });
   for (const auto& [dtype, stats] : summary) {
     char share[16];
     std::snprintf(share, sizeof share, "%.1f%%",
                   total == 0 ? 0.0 : 100.0 * static_cast<double>(stats.second) / static_cast<double>(total));
     out << "  " << dtype << ": " << stats.first << (stats.first == 1 ? " tensor, " : " tensors, ")
-        << human_bytes(stats.second) << " ("
-        << stats.second << " bytes, " << share << ")\n";
+        << human_bytes(stats.second) << " (" << stats.second << " bytes, " << share << ")\n";
   }
 }
 

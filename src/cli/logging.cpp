@@ -97,14 +97,16 @@ void log_from_libfuse(fuse_log_level level, const char* fmt, va_list ap) {
 void route_libfuse_logs() { fuse_set_log_func(log_from_libfuse); }
 
 void log_to_stderr(LogLevel level) {
-  use_logger("modelfs-stderr", [] { return std::make_shared<spdlog::sinks::stderr_sink_mt>(); }, "modelfs: %l: %v",
-             level);
+  use_logger(
+      "modelfs-stderr", [] { return std::make_shared<spdlog::sinks::stderr_sink_mt>(); }, "modelfs: %l: %v",
+      level);
 }
 
 bool log_to_file(const std::string& path, LogLevel level) {
   try {
-    use_logger("modelfs-file", [&] { return std::make_shared<spdlog::sinks::basic_file_sink_mt>(path); },
-               "%Y-%m-%d %H:%M:%S.%e modelfs[%P] %l: %v", level);
+    use_logger(
+        "modelfs-file", [&] { return std::make_shared<spdlog::sinks::basic_file_sink_mt>(path); },
+        "%Y-%m-%d %H:%M:%S.%e modelfs[%P] %l: %v", level);
     return true;
   } catch (const spdlog::spdlog_ex&) {
     return false;

@@ -70,8 +70,7 @@ int run(int argc, char** argv) {
   modelfs::remote::set_cache_options(cache);
   if (modelfs::remote::is_url(options.model)) modelfs::remote::hide_url_secrets(argc, argv, options.model);
 
-  if (options.export_out != nullptr)
-    return export_command(options, budget);
+  if (options.export_out != nullptr) return export_command(options, budget);
   return options.query() ? query_command(options, budget) : mount_command(line, budget);
 }
 

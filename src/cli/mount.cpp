@@ -44,8 +44,7 @@ namespace {
 std::string unescape_mountinfo(std::string_view field) {
   std::string out;
   for (size_t i = 0; i < field.size(); ++i) {
-    if (field[i] == '\\' && i + 3 < field.size() &&
-        std::isdigit(static_cast<unsigned char>(field[i + 1])) &&
+    if (field[i] == '\\' && i + 3 < field.size() && std::isdigit(static_cast<unsigned char>(field[i + 1])) &&
         std::isdigit(static_cast<unsigned char>(field[i + 2])) &&
         std::isdigit(static_cast<unsigned char>(field[i + 3]))) {
       out += static_cast<char>((field[i + 1] - '0') * 64 + (field[i + 2] - '0') * 8 + (field[i + 3] - '0'));
@@ -97,9 +96,10 @@ void report_daemon_gone(const std::string& mountpoint) {
   const auto model = modelfs_at(absolute.string());
   const std::string whose =
       model ? "the modelfs daemon serving " + *model + " there" : "the FUSE daemon serving it";
-  spdlog::error("{}: {} has exited (Transport endpoint is not connected); unmount it with: "
-                "fusermount3 -u {}",
-                mountpoint, whose, mountpoint);
+  spdlog::error(
+      "{}: {} has exited (Transport endpoint is not connected); unmount it with: "
+      "fusermount3 -u {}",
+      mountpoint, whose, mountpoint);
 }
 
 // Checks the mountpoint before the model is read or anything mounted, so the
@@ -121,9 +121,10 @@ bool check_mountpoint(const std::string& mountpoint, bool allow_nonempty) {
   const std::string up = mountpoint + "/..";
   if (::stat(up.c_str(), &parent) == 0 && parent.st_dev != st.st_dev && mountpoint != "/") {
     if (const auto model = modelfs_at(mountpoint)) {
-      spdlog::error("{}: modelfs is already mounted there (serving {}); unmount it first: "
-                    "fusermount3 -u {}",
-                    mountpoint, *model, mountpoint);
+      spdlog::error(
+          "{}: modelfs is already mounted there (serving {}); unmount it first: "
+          "fusermount3 -u {}",
+          mountpoint, *model, mountpoint);
       return false;
     }
   }
@@ -135,9 +136,10 @@ bool check_mountpoint(const std::string& mountpoint, bool allow_nonempty) {
       return false;
     }
     if (!empty) {
-      spdlog::error("{}: mountpoint is not empty (its files would be hidden); use an empty "
-                    "folder, or -o nonempty",
-                    mountpoint);
+      spdlog::error(
+          "{}: mountpoint is not empty (its files would be hidden); use an empty "
+          "folder, or -o nonempty",
+          mountpoint);
       return false;
     }
   }
@@ -180,9 +182,10 @@ bool fuse_device_usable() {
     hint += "Members of the group " + owner + " may use FUSE: sudo usermod -aG " + owner +
             " \"$USER\", then log in again";
   else
-    hint += "Only root may use FUSE here: let users in as Debian does (sudo chmod 0666 /dev/fuse), "
-            "or through a group (sudo groupadd -f fuse; sudo chgrp fuse /dev/fuse; sudo chmod 0660 "
-            "/dev/fuse; sudo usermod -aG fuse \"$USER\"; a udev rule keeps it after a reboot)";
+    hint +=
+        "Only root may use FUSE here: let users in as Debian does (sudo chmod 0666 /dev/fuse), "
+        "or through a group (sudo groupadd -f fuse; sudo chgrp fuse /dev/fuse; sudo chmod 0660 "
+        "/dev/fuse; sudo usermod -aG fuse \"$USER\"; a udev rule keeps it after a reboot)";
   spdlog::error("{}", hint);
   return false;
 }
@@ -191,13 +194,15 @@ bool fuse_device_usable() {
 // setuid helper that mounts on their behalf.
 bool check_fuse_available() {
   if (::access("/dev/fuse", F_OK) != 0) {
-    spdlog::error("FUSE is not available: /dev/fuse is missing (load the module with "
-                  "'sudo modprobe fuse'; in a container, pass the device: --device /dev/fuse)");
+    spdlog::error(
+        "FUSE is not available: /dev/fuse is missing (load the module with "
+        "'sudo modprobe fuse'; in a container, pass the device: --device /dev/fuse)");
     return false;
   }
   if (::geteuid() != 0 && !on_path("fusermount3")) {
-    spdlog::error("FUSE is not installed: fusermount3 not found; install it with: "
-                  "sudo apt-get install fuse3");
+    spdlog::error(
+        "FUSE is not installed: fusermount3 not found; install it with: "
+        "sudo apt-get install fuse3");
     return false;
   }
   return fuse_device_usable();
@@ -230,9 +235,10 @@ int mount_command(CommandLine& line, Budget& budget) {
   }
   // Options of libfuse's multi-threaded loop, which modelfs does not use.
   if (line.fuse.clone_fd != 0 || line.fuse.max_idle_threads != UINT_MAX) {
-    spdlog::error("-o {}: modelfs serves with a loop of its own (up to max_threads threads), "
-                  "so libfuse's clone_fd and max_idle_threads do not apply",
-                  line.fuse.clone_fd != 0 ? "clone_fd" : "max_idle_threads");
+    spdlog::error(
+        "-o {}: modelfs serves with a loop of its own (up to max_threads threads), "
+        "so libfuse's clone_fd and max_idle_threads do not apply",
+        line.fuse.clone_fd != 0 ? "clone_fd" : "max_idle_threads");
     return kExitUsage;
   }
   if (line.fuse.mountpoint == nullptr) {
@@ -265,8 +271,7 @@ int mount_command(CommandLine& line, Budget& budget) {
                                  : std::filesystem::absolute(options.model, ec).lexically_normal().string();
   const std::string mount_options[] = {"-oro", "-odefault_permissions", "-osubtype=modelfs",
                                        "-ofsname=" + escape_fuse_option(source)};
-  for (const auto& option : mount_options)
-    fuse_opt_add_arg(&line.args, option.c_str());
+  for (const auto& option : mount_options) fuse_opt_add_arg(&line.args, option.c_str());
 
   const std::string log_file =
       options.log_file ? std::filesystem::absolute(options.log_file, ec).string() : std::string();
@@ -285,25 +290,26 @@ int mount_command(CommandLine& line, Budget& budget) {
   serve.prefetch = options.noprefetch == 0;
   serve.max_threads = line.fuse.max_threads;
   if (::geteuid() == 0) {
-    serve.readahead_kb = options.readahead_kb >= 0 ? static_cast<unsigned>(options.readahead_kb)
-                                                   : kDefaultReadaheadKib;
+    serve.readahead_kb =
+        options.readahead_kb >= 0 ? static_cast<unsigned>(options.readahead_kb) : kDefaultReadaheadKib;
   } else if (options.readahead_kb >= 0) {
-    spdlog::warn("-o readahead_kb={} is ignored: only root may set a mount's readahead (the "
-                 "kernel's 128 KiB stays)",
-                 options.readahead_kb);
+    spdlog::warn(
+        "-o readahead_kb={} is ignored: only root may set a mount's readahead (the "
+        "kernel's 128 KiB stays)",
+        options.readahead_kb);
   }
   const size_t tensors = tree->tensors().size();
   serve.on_mounted = [&] {
     // Said to a person at a terminal; scripts and mount(8) get silence.
     if (!line.fuse.foreground && ::isatty(STDERR_FILENO))
-      std::cerr << "modelfs: mounted " << options.model << " (" << tree->catalog().format << ", "
-                << tensors << " tensors) at " << mountpoint
-                << "\nmodelfs: unmount with: fusermount3 -u " << mountpoint << "\n";
+      std::cerr << "modelfs: mounted " << options.model << " (" << tree->catalog().format << ", " << tensors
+                << " tensors) at " << mountpoint << "\nmodelfs: unmount with: fusermount3 -u " << mountpoint
+                << "\n";
   };
   serve.on_daemonized = [&] {
     if (log_file.empty()) log_to_syslog(level);
-    spdlog::info("modelfs {} serving {} ({} tensors) at {}, pid {}", MODELFS_VERSION, source,
-                 tensors, mountpoint, ::getpid());
+    spdlog::info("modelfs {} serving {} ({} tensors) at {}, pid {}", MODELFS_VERSION, source, tensors,
+                 mountpoint, ::getpid());
   };
   const int status = modelfs::serve(*tree, line.args, serve);
   spdlog::info("unmounted {}", mountpoint);

@@ -34,13 +34,13 @@ struct Options {
   int readahead_kb = -1;
   int xattr = 0;
   int noprefetch = 0;
-  int max_parse_mb = 0;  // 0: the budget follows the model's metadata
+  int max_parse_mb = 0;       // 0: the budget follows the model's metadata
   char* cache_dir = nullptr;  // remote models' cache (src/remote)
   char* cache_max = nullptr;  // its bound: N, NK, NM, NG or NT (binary units)
   int remote_timeout = 0;     // seconds; 0: the default (remote.hpp)
   int show_help = 0;
   int show_version = 0;
-  int unmount = 0;  // -u MOUNTPOINT
+  int unmount = 0;             // -u MOUNTPOINT
   char* export_out = nullptr;  // --export OUT
   int export_float32 = 0;      // -o export=float32
   int force = 0;               // --force: --export may replace OUT

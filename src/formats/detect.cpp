@@ -11,8 +11,8 @@
 #include "modelfs/formats.hpp"
 #include "modelfs/formats/gguf.hpp"
 #include "modelfs/formats/onnx.hpp"
-#include "modelfs/formats/safetensors.hpp"
 #include "modelfs/formats/pt2.hpp"
+#include "modelfs/formats/safetensors.hpp"
 #include "modelfs/formats/torch.hpp"
 #include "modelfs/remote.hpp"
 
@@ -34,8 +34,8 @@ const std::array kReaders{
     // Before the safetensors index, whose probe takes any weight_map JSON;
     // this one takes only those whose shards are torch.save files.
     FormatReader{"pytorch index", torch::probe_index_file, torch::open_index_file, nullptr, nullptr},
-    FormatReader{"safetensors index", safetensors::probe_index_file, safetensors::open_index_file,
-                 nullptr, nullptr},
+    FormatReader{"safetensors index", safetensors::probe_index_file, safetensors::open_index_file, nullptr,
+                 nullptr},
     FormatReader{"gguf", gguf::probe_file, gguf::open_file, gguf::probe_folder, gguf::open_folder},
     // torch.save, TorchScript and PT2 (open_zip_container above).
     FormatReader{"pytorch", torch::probe_zip, open_zip_container, nullptr, nullptr},

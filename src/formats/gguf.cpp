@@ -80,21 +80,45 @@ struct RemovedType {
   std::string_view name;
 };
 constexpr RemovedType kRemovedTypes[] = {
-    {4, "q4_2"},       {5, "q4_3"},       {31, "q4_0_4_4"},  {32, "q4_0_4_8"},
-    {33, "q4_0_8_8"},  {36, "iq4_nl_4_4"}, {37, "iq4_nl_4_8"}, {38, "iq4_nl_8_8"},
+    {4, "q4_2"},      {5, "q4_3"},        {31, "q4_0_4_4"},   {32, "q4_0_4_8"},
+    {33, "q4_0_8_8"}, {36, "iq4_nl_4_4"}, {37, "iq4_nl_4_8"}, {38, "iq4_nl_8_8"},
 };
 
 // Metadata value types (docs/formats.md, "GGUF metadata values"), indexed by their id.
-enum ValueType : uint32_t { kUInt8, kInt8, kUInt16, kInt16, kUInt32, kInt32, kFloat32, kBool,
-                            kString, kArray, kUInt64, kInt64, kFloat64, kValueTypeCount };
+enum ValueType : uint32_t {
+  kUInt8,
+  kInt8,
+  kUInt16,
+  kInt16,
+  kUInt32,
+  kInt32,
+  kFloat32,
+  kBool,
+  kString,
+  kArray,
+  kUInt64,
+  kInt64,
+  kFloat64,
+  kValueTypeCount
+};
 
 struct ValueTypeInfo {
   std::string_view name;
   uint32_t fixed_size;  // 0 for strings and arrays
 };
 constexpr std::array<ValueTypeInfo, kValueTypeCount> kValueTypes{{
-    {"uint8", 1}, {"int8", 1}, {"uint16", 2}, {"int16", 2}, {"uint32", 4}, {"int32", 4},
-    {"float32", 4}, {"bool", 1}, {"string", 0}, {"array", 0}, {"uint64", 8}, {"int64", 8},
+    {"uint8", 1},
+    {"int8", 1},
+    {"uint16", 2},
+    {"int16", 2},
+    {"uint32", 4},
+    {"int32", 4},
+    {"float32", 4},
+    {"bool", 1},
+    {"string", 0},
+    {"array", 0},
+    {"uint64", 8},
+    {"int64", 8},
     {"float64", 8},
 }};
 
@@ -148,9 +172,7 @@ class Parser {
   }
 
   // A count, dimension or length: u32 in v1, u64 after.
-  uint64_t read_width(std::string_view what) {
-    return wide_ ? reader_.u64(what) : reader_.u32(what);
-  }
+  uint64_t read_width(std::string_view what) { return wide_ ? reader_.u64(what) : reader_.u32(what); }
   uint64_t width_bytes() const { return wide_ ? 8 : 4; }
 
   // `count` items of at least `min_bytes` each must fit in what remains:
@@ -166,16 +188,14 @@ class Parser {
     const uint64_t at = reader_.file_offset();
     const uint64_t length = read_width(what);
     if (length > reader_.remaining())
-      fail(at, std::string(what) + " is " + std::to_string(length) +
-                   " bytes long, more than the " + std::to_string(reader_.remaining()) +
-                   " bytes that remain");
+      fail(at, std::string(what) + " is " + std::to_string(length) + " bytes long, more than the " +
+                   std::to_string(reader_.remaining()) + " bytes that remain");
     return std::string(reader_.take_string(length, what));
   }
 
   void read_header() {
     if (file_->size() < 8)
-      fail(0, "file is " + std::to_string(file_->size()) +
-                  " bytes, too short for the magic and version");
+      fail(0, "file is " + std::to_string(file_->size()) + " bytes, too short for the magic and version");
     const auto magic = reader_.take_string(4, "magic");
     const bool reversed = magic == kReversedMagic;
     if (magic != kMagic && !reversed) fail(0, "not a GGUF file (magic is not \"GGUF\")");
@@ -183,15 +203,16 @@ class Parser {
     // A big-endian file's small version number reads as a multiple of 65536.
     if (version != 0 && (version & 0xFFFF) == 0) {
       const uint32_t swapped = (version >> 24) | ((version >> 8) & 0xFF00);
-      fail(reversed ? 0 : 4, "big-endian GGUF file (version " + std::to_string(swapped) + " written big-endian" +
-                                 (reversed ? ", magic \"FUGG\"" : "") +
-                                 "): modelfs serves tensor bytes as stored and reads only little-endian GGUF");
+      fail(reversed ? 0 : 4,
+           "big-endian GGUF file (version " + std::to_string(swapped) + " written big-endian" +
+               (reversed ? ", magic \"FUGG\"" : "") +
+               "): modelfs serves tensor bytes as stored and reads only little-endian GGUF");
     }
     if (reversed)
       fail(0, "not GGUF but a pre-release draft of it (magic \"FUGG\", version " + std::to_string(version) +
                   " little-endian: written before the format's release fixed the magic bytes as \"GGUF\"); "
-                  "modelfs reads released GGUF, versions " + std::to_string(kMinVersion) + " to " +
-                  std::to_string(kMaxVersion));
+                  "modelfs reads released GGUF, versions " +
+                  std::to_string(kMinVersion) + " to " + std::to_string(kMaxVersion));
     if (version < kMinVersion || version > kMaxVersion)
       fail(4, "GGUF version " + std::to_string(version) + " is not one modelfs reads (" +
                   std::to_string(kMinVersion) + " to " + std::to_string(kMaxVersion) + ")");
@@ -210,9 +231,9 @@ class Parser {
     require_room(tensor_count_at_, tensor_count_, min_info, "tensor count");
     auto both = checked_add(*checked_mul(kv_count_, min_kv), *checked_mul(tensor_count_, min_info));
     if (!both || *both > reader_.remaining())
-      fail(tensor_count_at_, std::to_string(kv_count_) + " key-values and " +
-                                 std::to_string(tensor_count_) + " tensor infos cannot fit in the " +
-                                 std::to_string(reader_.remaining()) + " bytes that remain");
+      fail(tensor_count_at_, std::to_string(kv_count_) + " key-values and " + std::to_string(tensor_count_) +
+                                 " tensor infos cannot fit in the " + std::to_string(reader_.remaining()) +
+                                 " bytes that remain");
   }
 
   uint32_t read_value_type(std::string_view what) {
@@ -226,23 +247,34 @@ class Parser {
 
   nlohmann::json read_scalar(uint32_t type) {
     switch (type) {
-      case kUInt8: return reader_.u8("uint8 value");
-      case kInt8: return reader_.read_le<int8_t>("int8 value");
-      case kUInt16: return reader_.u16("uint16 value");
-      case kInt16: return reader_.read_le<int16_t>("int16 value");
-      case kUInt32: return reader_.u32("uint32 value");
-      case kInt32: return reader_.read_le<int32_t>("int32 value");
-      case kFloat32: return float32_json(reader_.read_le<float>("float32 value"));
-      case kUInt64: return reader_.u64("uint64 value");
-      case kInt64: return reader_.read_le<int64_t>("int64 value");
-      case kFloat64: return reader_.read_le<double>("float64 value");
+      case kUInt8:
+        return reader_.u8("uint8 value");
+      case kInt8:
+        return reader_.read_le<int8_t>("int8 value");
+      case kUInt16:
+        return reader_.u16("uint16 value");
+      case kInt16:
+        return reader_.read_le<int16_t>("int16 value");
+      case kUInt32:
+        return reader_.u32("uint32 value");
+      case kInt32:
+        return reader_.read_le<int32_t>("int32 value");
+      case kFloat32:
+        return float32_json(reader_.read_le<float>("float32 value"));
+      case kUInt64:
+        return reader_.u64("uint64 value");
+      case kInt64:
+        return reader_.read_le<int64_t>("int64 value");
+      case kFloat64:
+        return reader_.read_le<double>("float64 value");
       case kBool: {
         const uint64_t at = reader_.file_offset();
         const uint8_t byte = reader_.u8("bool value");
         if (byte > 1) fail(at, "bool value is " + std::to_string(byte) + ", not 0 or 1");
         return byte == 1;
       }
-      default: return read_string("string value");
+      default:
+        return read_string("string value");
     }
   }
 
@@ -271,8 +303,7 @@ class Parser {
     nlohmann::json array = nlohmann::json::array();
     array.get_ref<nlohmann::json::array_t&>().reserve(std::min<uint64_t>(count, kReserveLimit));
     std::string element_name;
-    for (uint64_t i = 0; i < count; ++i)
-      array.push_back(read_value(element_type, depth + 1, element_name));
+    for (uint64_t i = 0; i < count; ++i) array.push_back(read_value(element_type, depth + 1, element_name));
     return array;
   }
 
@@ -354,13 +385,11 @@ class Parser {
       const uint64_t ne0 = ne.empty() ? 1 : ne[0];
       if (ne0 % type->block_size != 0)
         fail(dims_at, quote + "ne[0] = " + std::to_string(ne0) + " is not a multiple of " +
-                          std::string(type->name) + "'s block size " +
-                          std::to_string(type->block_size));
+                          std::string(type->name) + "'s block size " + std::to_string(type->block_size));
       std::optional<uint64_t> nbytes = checked_mul(ne0 / type->block_size, type->type_size);
       for (size_t d = 1; d < ne.size() && nbytes; ++d) nbytes = checked_mul(*nbytes, ne[d]);
       t.shape.assign(ne.rbegin(), ne.rend());
-      if (!nbytes || !checked_numel(t.shape))
-        fail(dims_at, quote + "byte size of the dimensions overflows");
+      if (!nbytes || !checked_numel(t.shape)) fail(dims_at, quote + "byte size of the dimensions overflows");
       info.nbytes = *nbytes;
 
       if (type->plain) {
@@ -370,7 +399,8 @@ class Parser {
         t.block_type = type->name;
       }
       auto strides = contiguous_strides(t.shape);
-      if (!strides) fail(dims_at, quote + "the strides of the shape pass 2^63 (numpy and torch refuse such a shape)");
+      if (!strides)
+        fail(dims_at, quote + "the strides of the shape pass 2^63 (numpy and torch refuse such a shape)");
       t.strides = std::move(*strides);
       t.extras["ggml_type"] = type->id;
       t.extras["ggml_type_name"] = type->name;
@@ -393,8 +423,7 @@ class Parser {
     out_.data_offset = *padded / out_.alignment * out_.alignment;
     if (out_.data_offset > file_->size())
       fail(infos_end, "data section starts at byte " + std::to_string(out_.data_offset) +
-                          ", past the end of the file (" + std::to_string(file_->size()) +
-                          " bytes)");
+                          ", past the end of the file (" + std::to_string(file_->size()) + " bytes)");
   }
 
   void check_tensor_bytes(const std::vector<TensorInfo>& infos) const {
@@ -403,8 +432,7 @@ class Parser {
       const std::string quote = "tensor \"" + info.tensor.name + "\": ";
       if (info.offset % out_.alignment != 0)
         fail(info.offset_at, quote + "offset " + std::to_string(info.offset) +
-                                 " is not a multiple of the alignment " +
-                                 std::to_string(out_.alignment));
+                                 " is not a multiple of the alignment " + std::to_string(out_.alignment));
       if (!range_fits(info.offset, info.nbytes, data_bytes))
         fail(info.offset_at, quote + std::to_string(info.nbytes) + " bytes at data offset " +
                                  std::to_string(info.offset) + " run past the end of the file (" +
@@ -422,11 +450,10 @@ class Parser {
       const TensorInfo& before = *by_offset[i - 1];
       const TensorInfo& info = *by_offset[i];
       if (info.offset < before.offset + before.nbytes)
-        fail(info.offset_at, "tensor \"" + info.tensor.name + "\": bytes [" +
-                                 std::to_string(info.offset) + ", " +
-                                 std::to_string(info.offset + info.nbytes) + ") overlap tensor \"" +
-                                 before.tensor.name + "\"'s [" + std::to_string(before.offset) +
-                                 ", " + std::to_string(before.offset + before.nbytes) +
+        fail(info.offset_at, "tensor \"" + info.tensor.name + "\": bytes [" + std::to_string(info.offset) +
+                                 ", " + std::to_string(info.offset + info.nbytes) + ") overlap tensor \"" +
+                                 before.tensor.name + "\"'s [" + std::to_string(before.offset) + ", " +
+                                 std::to_string(before.offset + before.nbytes) +
                                  ") (offsets relative to the data section)");
     }
   }
@@ -482,8 +509,8 @@ std::optional<SplitName> parse_split_name(const std::string& file_name) {
 
 std::string split_file_name(const std::string& prefix, uint64_t number, uint64_t count) {
   char digits[64];
-  std::snprintf(digits, sizeof digits, "-%05llu-of-%05llu.gguf",
-                static_cast<unsigned long long>(number), static_cast<unsigned long long>(count));
+  std::snprintf(digits, sizeof digits, "-%05llu-of-%05llu.gguf", static_cast<unsigned long long>(number),
+                static_cast<unsigned long long>(count));
   return prefix + digits;
 }
 
@@ -493,8 +520,7 @@ std::string split_file_name(const std::string& prefix, uint64_t number, uint64_t
 }
 
 // An integer key-value, if present; refused when present but not an integer.
-std::optional<uint64_t> integer_kv(const File& file, const std::string& key,
-                                   const std::string& file_name) {
+std::optional<uint64_t> integer_kv(const File& file, const std::string& key, const std::string& file_name) {
   auto it = file.kv.find(key);
   if (it == file.kv.end()) return std::nullopt;
   const bool negative = it->is_number_integer() && !it->is_number_unsigned() && it->get<int64_t>() < 0;
@@ -521,8 +547,8 @@ Catalog catalog_of(const File& first, const std::string& first_name,
 // The whole set `split` belongs to, from the folder holding it. Members
 // other than `named` (the one the user named, if any) are opened inside
 // the folder (model_folder.hpp) and read from what was opened.
-Catalog open_split(const std::filesystem::path& folder, const SplitName& split,
-                   const std::string& named = {}, std::shared_ptr<const MappedFile> named_mapped = nullptr) {
+Catalog open_split(const std::filesystem::path& folder, const SplitName& split, const std::string& named = {},
+                   std::shared_ptr<const MappedFile> named_mapped = nullptr) {
   const std::string set_file = (folder / split_file_name(split.prefix, 1, split.count)).string();
   const ModelFolder model_folder = ModelFolder::at(folder, std::string(kFormat));
   Catalog catalog;
@@ -633,8 +659,8 @@ Catalog open_folder(const std::filesystem::path& model, IntegrityChecks*) {
     std::string names;
     for (const auto& p : sets) names += " " + p.filename().string();
     throw ModelError(model.string(), "gguf split set", std::nullopt,
-                     "folder holds " + std::to_string(sets.size()) +
-                         " split sets (first files:" + names + "); name the one to mount");
+                     "folder holds " + std::to_string(sets.size()) + " split sets (first files:" + names +
+                         "); name the one to mount");
   }
   auto split = parse_split_name(sets.front().filename().string());
   // A "set" of one file may lack the split.* keys: mount it as a file.
@@ -651,10 +677,10 @@ Catalog open_file(const ModelFile& model) {
 
   auto split = parse_split_name(name);
   if (!split)
-    refuse(mapped->display_name(),
-           "split.count says the model is split into " + std::to_string(*count) +
-               " files, but its name does not follow " + split_file_name("<name>", 1, *count) +
-               ", so the other files cannot be found");
+    refuse(mapped->display_name(), "split.count says the model is split into " + std::to_string(*count) +
+                                       " files, but its name does not follow " +
+                                       split_file_name("<name>", 1, *count) +
+                                       ", so the other files cannot be found");
   if (split->count != *count)
     refuse(mapped->display_name(), "split.count is " + std::to_string(*count) + " but the file name says " +
                                        std::to_string(split->count));

@@ -43,8 +43,8 @@ class LimitedJsonSax : public nlohmann::detail::json_sax_dom_parser<nlohmann::js
   using Base = nlohmann::detail::json_sax_dom_parser<nlohmann::json>;
 
  public:
-  LimitedJsonSax(nlohmann::json& result, const std::string& file, std::string_view format,
-                 uint64_t base, int max_depth)
+  LimitedJsonSax(nlohmann::json& result, const std::string& file, std::string_view format, uint64_t base,
+                 int max_depth)
       : Base(result, true), file_(file), format_(format), base_(base), max_depth_(max_depth) {}
 
   bool start_object(std::size_t n) {
@@ -92,8 +92,7 @@ class LimitedJsonSax : public nlohmann::detail::json_sax_dom_parser<nlohmann::js
   }
   void enter() {
     check_budget();
-    if (open_ >= max_depth_)
-      throw fail("JSON nests deeper than " + std::to_string(max_depth_) + " levels");
+    if (open_ >= max_depth_) throw fail("JSON nests deeper than " + std::to_string(max_depth_) + " levels");
     ++open_;
   }
   ModelError fail(const std::string& why) const {

@@ -42,33 +42,33 @@ constexpr std::string_view kStringText =
 
 // Field numbers of onnx.proto (docs/formats.md, "ONNX fields" and "TensorProto").
 namespace model_field {
-constexpr uint32_t kIrVersion = 1, kProducerName = 2, kProducerVersion = 3, kDomain = 4,
-                   kModelVersion = 5, kDocString = 6, kGraph = 7, kOpsetImport = 8,
-                   kMetadataProps = 14, kTrainingInfo = 20, kFunctions = 25;
+constexpr uint32_t kIrVersion = 1, kProducerName = 2, kProducerVersion = 3, kDomain = 4, kModelVersion = 5,
+                   kDocString = 6, kGraph = 7, kOpsetImport = 8, kMetadataProps = 14, kTrainingInfo = 20,
+                   kFunctions = 25;
 }
 namespace graph_field {
-constexpr uint32_t kNode = 1, kName = 2, kInitializer = 5, kDocString = 10, kInput = 11,
-                   kOutput = 12, kValueInfo = 13, kSparseInitializer = 15;
+constexpr uint32_t kNode = 1, kName = 2, kInitializer = 5, kDocString = 10, kInput = 11, kOutput = 12,
+                   kValueInfo = 13, kSparseInitializer = 15;
 }
 namespace node_field {
 constexpr uint32_t kInput = 1, kOutput = 2, kName = 3, kOpType = 4, kAttribute = 5, kDomain = 7;
 }
 namespace attribute_field {
-constexpr uint32_t kName = 1, kF = 2, kI = 3, kS = 4, kT = 5, kG = 6, kFloats = 7, kInts = 8,
-                   kStrings = 9, kTensors = 10, kGraphs = 11, kTp = 14, kTypeProtos = 15,
-                   kType = 20, kRefAttrName = 21, kSparseTensor = 22, kSparseTensors = 23;
+constexpr uint32_t kName = 1, kF = 2, kI = 3, kS = 4, kT = 5, kG = 6, kFloats = 7, kInts = 8, kStrings = 9,
+                   kTensors = 10, kGraphs = 11, kTp = 14, kTypeProtos = 15, kType = 20, kRefAttrName = 21,
+                   kSparseTensor = 22, kSparseTensors = 23;
 }
 namespace tensor_field {
-constexpr uint32_t kDims = 1, kDataType = 2, kSegment = 3, kFloatData = 4, kInt32Data = 5,
-                   kStringData = 6, kInt64Data = 7, kName = 8, kRawData = 9, kDoubleData = 10,
-                   kUint64Data = 11, kExternalData = 13, kDataLocation = 14;
+constexpr uint32_t kDims = 1, kDataType = 2, kSegment = 3, kFloatData = 4, kInt32Data = 5, kStringData = 6,
+                   kInt64Data = 7, kName = 8, kRawData = 9, kDoubleData = 10, kUint64Data = 11,
+                   kExternalData = 13, kDataLocation = 14;
 }
 namespace sparse_field {
 constexpr uint32_t kValues = 1, kIndices = 2, kDims = 3;
 }
 namespace function_field {
-constexpr uint32_t kName = 1, kInput = 4, kOutput = 5, kAttribute = 6, kNode = 7,
-                   kOpsetImport = 9, kDomain = 10, kAttributeProto = 11, kOverload = 13;
+constexpr uint32_t kName = 1, kInput = 4, kOutput = 5, kAttribute = 6, kNode = 7, kOpsetImport = 9,
+                   kDomain = 10, kAttributeProto = 11, kOverload = 13;
 }
 namespace training_field {
 constexpr uint32_t kInitialization = 1, kAlgorithm = 2;
@@ -76,9 +76,9 @@ constexpr uint32_t kInitialization = 1, kAlgorithm = 2;
 
 // AttributeProto.AttributeType.
 namespace attribute_type {
-constexpr uint64_t kUndefined = 0, kFloat = 1, kInt = 2, kString = 3, kTensor = 4, kGraph = 5,
-                   kFloats = 6, kInts = 7, kStrings = 8, kTensors = 9, kGraphs = 10,
-                   kSparseTensor = 11, kSparseTensors = 12, kTypeProto = 13, kTypeProtos = 14;
+constexpr uint64_t kUndefined = 0, kFloat = 1, kInt = 2, kString = 3, kTensor = 4, kGraph = 5, kFloats = 6,
+                   kInts = 7, kStrings = 8, kTensors = 9, kGraphs = 10, kSparseTensor = 11,
+                   kSparseTensors = 12, kTypeProto = 13, kTypeProtos = 14;
 }
 
 // TensorProto.DataType (docs/formats.md, "ONNX data types") and the typed field that stores it.
@@ -201,7 +201,8 @@ class Reader {
     if (model_->size() > kMaxModelBytes)
       fail(0, "file is " + std::to_string(model_->size()) +
                   " bytes; a protobuf message (and so an .onnx file) is limited to " +
-                  std::to_string(kMaxModelBytes) + " bytes, larger models keep weights in "
+                  std::to_string(kMaxModelBytes) +
+                  " bytes, larger models keep weights in "
                   "external data");
     model_name_ = model_path_.filename().string();
     // An .onnx file has no header apart from its weights: it all counts as
@@ -374,9 +375,9 @@ class Reader {
     out["name"] = last_text(fields, graph_field::kName);
     out["path"] = graph_path;
     out["doc_string"] = last_text(fields, graph_field::kDocString);
-    for (auto [key, number] : {std::pair{"inputs", graph_field::kInput},
-                               std::pair{"outputs", graph_field::kOutput},
-                               std::pair{"value_info", graph_field::kValueInfo}}) {
+    for (auto [key, number] :
+         {std::pair{"inputs", graph_field::kInput}, std::pair{"outputs", graph_field::kOutput},
+          std::pair{"value_info", graph_field::kValueInfo}}) {
       out[key] = Json::array();
       for (const auto& f : fields.every(number)) out[key].push_back(read_value_info(graph.child(f)));
     }
@@ -387,8 +388,8 @@ class Reader {
       out[key] = Json::array();
       const auto list = fields.every(number);
       for (size_t i = 0; i < list.size(); ++i)
-        out[key].push_back(read_any(graph.child(list[i]), std::string(kind) + "_" + std::to_string(i),
-                                    true, kind, graph_path, sparse));
+        out[key].push_back(read_any(graph.child(list[i]), std::string(kind) + "_" + std::to_string(i), true,
+                                    kind, graph_path, sparse));
     }
     out["nodes"] = Json::array();
     const auto nodes = fields.every(graph_field::kNode);
@@ -429,17 +430,23 @@ class Reader {
   uint64_t effective_type(const Fields& fields) const {
     namespace type = attribute_type;
     namespace field = attribute_field;
-    if (const auto* t = fields.last(field::kType); t && varint(*t) != type::kUndefined)
-      return varint(*t);
+    if (const auto* t = fields.last(field::kType); t && varint(*t) != type::kUndefined) return varint(*t);
     // The first field present decides: one message, then a list of
     // messages, a list of numbers or strings, and last a single value.
-    constexpr std::pair<uint32_t, uint64_t> kByField[] = {
-        {field::kT, type::kTensor}, {field::kG, type::kGraph},
-        {field::kSparseTensor, type::kSparseTensor}, {field::kTp, type::kTypeProto},
-        {field::kTensors, type::kTensors}, {field::kGraphs, type::kGraphs},
-        {field::kSparseTensors, type::kSparseTensors}, {field::kTypeProtos, type::kTypeProtos},
-        {field::kFloats, type::kFloats}, {field::kInts, type::kInts}, {field::kStrings, type::kStrings},
-        {field::kS, type::kString}, {field::kF, type::kFloat}, {field::kI, type::kInt}};
+    constexpr std::pair<uint32_t, uint64_t> kByField[] = {{field::kT, type::kTensor},
+                                                          {field::kG, type::kGraph},
+                                                          {field::kSparseTensor, type::kSparseTensor},
+                                                          {field::kTp, type::kTypeProto},
+                                                          {field::kTensors, type::kTensors},
+                                                          {field::kGraphs, type::kGraphs},
+                                                          {field::kSparseTensors, type::kSparseTensors},
+                                                          {field::kTypeProtos, type::kTypeProtos},
+                                                          {field::kFloats, type::kFloats},
+                                                          {field::kInts, type::kInts},
+                                                          {field::kStrings, type::kStrings},
+                                                          {field::kS, type::kString},
+                                                          {field::kF, type::kFloat},
+                                                          {field::kI, type::kInt}};
     for (auto [number, found] : kByField)
       if (fields.last(number)) return found;
     return type::kUndefined;
@@ -465,7 +472,8 @@ class Reader {
       const auto bits = static_cast<uint32_t>(f.value);
       return static_cast<double>(std::bit_cast<float>(bits));
     };
-    if (constant_name && constant_value_tensor(fields, name, *constant_name, graph_path, attribute.offset())) {
+    if (constant_name &&
+        constant_value_tensor(fields, name, *constant_name, graph_path, attribute.offset())) {
       value["tensor"] = *constant_name;
       return {name, value};
     }
@@ -504,7 +512,9 @@ class Reader {
         value = f ? static_cast<int64_t>(varint(*f)) : 0;
         break;
       }
-      case attribute_type::kString: value = last_text(fields, kS); break;
+      case attribute_type::kString:
+        value = last_text(fields, kS);
+        break;
       case attribute_type::kFloats: {
         value = Json::array();
         for (const auto& f : fields.every(kFloats)) {
@@ -522,16 +532,36 @@ class Reader {
         }
         break;
       }
-      case attribute_type::kInts: value = int64s(fields, kInts); break;
-      case attribute_type::kStrings: value = texts(fields, kStrings); break;
-      case attribute_type::kTensor: one(kT, "tensor", tensors(false)); break;
-      case attribute_type::kTensors: each(kTensors, "tensors", tensors(false)); break;
-      case attribute_type::kSparseTensor: one(kSparseTensor, "sparse_tensor", tensors(true)); break;
-      case attribute_type::kSparseTensors: each(kSparseTensors, "sparse_tensors", tensors(true)); break;
-      case attribute_type::kGraph: one(kG, "graph", graph); break;
-      case attribute_type::kGraphs: each(kGraphs, "graphs", graph); break;
-      case attribute_type::kTypeProto: one(kTp, "type", type_proto); break;
-      case attribute_type::kTypeProtos: each(kTypeProtos, "types", type_proto); break;
+      case attribute_type::kInts:
+        value = int64s(fields, kInts);
+        break;
+      case attribute_type::kStrings:
+        value = texts(fields, kStrings);
+        break;
+      case attribute_type::kTensor:
+        one(kT, "tensor", tensors(false));
+        break;
+      case attribute_type::kTensors:
+        each(kTensors, "tensors", tensors(false));
+        break;
+      case attribute_type::kSparseTensor:
+        one(kSparseTensor, "sparse_tensor", tensors(true));
+        break;
+      case attribute_type::kSparseTensors:
+        each(kSparseTensors, "sparse_tensors", tensors(true));
+        break;
+      case attribute_type::kGraph:
+        one(kG, "graph", graph);
+        break;
+      case attribute_type::kGraphs:
+        each(kGraphs, "graphs", graph);
+        break;
+      case attribute_type::kTypeProto:
+        one(kTp, "type", type_proto);
+        break;
+      case attribute_type::kTypeProtos:
+        each(kTypeProtos, "types", type_proto);
+        break;
       default:
         value["unknown_type"] = type;
         break;
@@ -554,9 +584,9 @@ class Reader {
       bool list;
     };
     static constexpr Form kForms[] = {
-        {"value_float", DType::Float32, "FLOAT", false},   {"value_floats", DType::Float32, "FLOAT", true},
-        {"value_int", DType::Int64, "INT64", false},       {"value_ints", DType::Int64, "INT64", true},
-        {"value_string", DType::String, "STRING", false},  {"value_strings", DType::String, "STRING", true},
+        {"value_float", DType::Float32, "FLOAT", false},  {"value_floats", DType::Float32, "FLOAT", true},
+        {"value_int", DType::Int64, "INT64", false},      {"value_ints", DType::Int64, "INT64", true},
+        {"value_string", DType::String, "STRING", false}, {"value_strings", DType::String, "STRING", true},
     };
     const Form* form = std::ranges::find(kForms, name, &Form::attribute);
     if (form == std::end(kForms)) return false;
@@ -652,8 +682,8 @@ class Reader {
     out["name"] = last_text(fields, kName);
     out["domain"] = last_text(fields, kDomain);
     out["overload"] = last_text(fields, kOverload);
-    const std::string path = "function:" + out["domain"].get<std::string>() + ":" +
-                             out["name"].get<std::string>();
+    const std::string path =
+        "function:" + out["domain"].get<std::string>() + ":" + out["name"].get<std::string>();
     out["path"] = path;
     out["inputs"] = texts(fields, kInput);
     out["outputs"] = texts(fields, kOutput);
@@ -667,7 +697,8 @@ class Reader {
     }
     out["nodes"] = Json::array();
     const auto nodes = fields.every(kNode);
-    for (size_t i = 0; i < nodes.size(); ++i) out["nodes"].push_back(read_node(function.child(nodes[i]), i, path));
+    for (size_t i = 0; i < nodes.size(); ++i)
+      out["nodes"].push_back(read_node(function.child(nodes[i]), i, path));
     return out;
   }
 
@@ -732,15 +763,29 @@ class Reader {
     std::map<uint32_t, uint64_t> data_bytes;  // payload bytes per data field
     tensor.scan([&](const WireField& f) {
       switch (f.number) {
-        case kDims: protobuf::append_varints(f, context_, dims); break;
-        case kDataType: data_type = varint(f); break;
-        case kName: stored_name = text(f); break;
-        case kRawData: protobuf::field_text(f, context_); raw = f; break;
-        case kExternalData: external.push_back(f); break;
-        case kDataLocation: location = varint(f); break;
+        case kDims:
+          protobuf::append_varints(f, context_, dims);
+          break;
+        case kDataType:
+          data_type = varint(f);
+          break;
+        case kName:
+          stored_name = text(f);
+          break;
+        case kRawData:
+          protobuf::field_text(f, context_);
+          raw = f;
+          break;
+        case kExternalData:
+          external.push_back(f);
+          break;
+        case kDataLocation:
+          location = varint(f);
+          break;
         case kSegment:
           fail(f.offset, "tensor uses segment (chunked storage), which onnx itself does not read");
-        default: break;
+        default:
+          break;
       }
       if (is_data_field(f.number)) data_bytes[f.number] += f.length;
     });
@@ -772,14 +817,14 @@ class Reader {
     const uint32_t holder = holders.empty() ? 0 : holders.front();
     if (holder != 0 && holder != kRawData && holder != kExternalData && holder != info->typed_field)
       fail(at, quote + "a " + std::string(info->name) + " tensor cannot store its data in " +
-                   typed_field_name(holder) + " (expected " +
-                   typed_field_name(info->typed_field) + ")");
+                   typed_field_name(holder) + " (expected " + typed_field_name(info->typed_field) + ")");
 
     TensorSpec t;
     t.name = name;
     t.dtype = info->dtype;
     auto strides = contiguous_strides(dims);
-    if (!strides) fail(at, quote + "the strides of the shape pass 2^63 (numpy and torch refuse such a shape)");
+    if (!strides)
+      fail(at, quote + "the strides of the shape pass 2^63 (numpy and torch refuse such a shape)");
     t.strides = std::move(*strides);
     t.shape = std::move(dims);
     auto& extras = t.extras;
@@ -823,8 +868,7 @@ class Reader {
     }
 
     if (holder == 0) {
-      if (nbytes != 0)
-        fail(at, quote + "has " + std::to_string(*numel) + " elements but no data");
+      if (nbytes != 0) fail(at, quote + "has " + std::to_string(*numel) + " elements but no data");
       t.bytes = ByteSpan::owned(std::string());
       t.source = {model_name_, std::nullopt};
       extras["storage"] = "none";
@@ -847,14 +891,16 @@ class Reader {
 
   // Text elements as JSON Lines (dtype.hpp, DType::String), within what the
   // model may make of them in all (kMaxStringTextBytes).
-  std::string json_lines(const std::vector<std::string_view>& elements, uint64_t at, const std::string& quote) {
+  std::string json_lines(const std::vector<std::string_view>& elements, uint64_t at,
+                         const std::string& quote) {
     uint64_t length = 0;
     // At most seven bytes of text per byte of the model, plus three per
     // element: no overflow.
     for (auto element : elements) length += json_bytes_length(element) + 1;
     if (length > kMaxStringTextBytes - string_text_bytes_)
-      fail(at, quote + "its strings as JSON Lines take " + std::to_string(length) + " bytes, over what is left of the " +
-                   std::to_string(kMaxStringTextBytes) + "-byte limit on a model's string tensors");
+      fail(at, quote + "its strings as JSON Lines take " + std::to_string(length) +
+                   " bytes, over what is left of the " + std::to_string(kMaxStringTextBytes) +
+                   "-byte limit on a model's string tensors");
     string_text_bytes_ += length;
     std::string out;
     out.reserve(length);
@@ -895,8 +941,8 @@ class Reader {
       for (const auto& f : occurrences) {
         if (f.type == WireType::Length) {
           if (f.length % entry_bytes != 0)
-            fail(f.offset, quote + "packed " + typed_field_name(field) + " of " +
-                               std::to_string(f.length) + " bytes is not whole elements");
+            fail(f.offset, quote + "packed " + typed_field_name(field) + " of " + std::to_string(f.length) +
+                               " bytes is not whole elements");
         } else if (f.type != element_type) {
           fail(f.offset, quote + typed_field_name(field) + " has wire type " +
                              std::to_string(static_cast<int>(f.type)));
@@ -904,9 +950,8 @@ class Reader {
         total += f.length;
       }
       if (total != nbytes)
-        fail(at, quote + typed_field_name(field) + " holds " +
-                     std::to_string(total / entry_bytes) + " entries but shape and data_type need " +
-                     std::to_string(nbytes / entry_bytes));
+        fail(at, quote + typed_field_name(field) + " holds " + std::to_string(total / entry_bytes) +
+                     " entries but shape and data_type need " + std::to_string(nbytes / entry_bytes));
       out.reserve(nbytes);
       for (const auto& f : occurrences) {
         MappedFile::ensure_at(f.payload.data(), f.payload.size());
@@ -922,9 +967,9 @@ class Reader {
         if (values.size() > expected) break;
       }
       if (values.size() != expected)
-        fail(at, quote + typed_field_name(field) + " holds " +
-                     std::to_string(values.size()) + (values.size() > expected ? " or more" : "") +
-                     " entries but shape and data_type need " + std::to_string(expected));
+        fail(at, quote + typed_field_name(field) + " holds " + std::to_string(values.size()) +
+                     (values.size() > expected ? " or more" : "") + " entries but shape and data_type need " +
+                     std::to_string(expected));
       out.reserve(nbytes);
       for (uint64_t v : values) append_le(out, v, entry_bytes);
     }
@@ -943,20 +988,26 @@ class Reader {
       at = f.offset;
       auto number = [&](const char* what) {
         auto parsed = parse_decimal(value);
-        if (!parsed) fail(f.offset, quote + "external_data " + what + " \"" + value + "\" is not a non-negative integer");
+        if (!parsed)
+          fail(f.offset,
+               quote + "external_data " + what + " \"" + value + "\" is not a non-negative integer");
         return *parsed;
       };
-      if (key == "location") location = value;
-      else if (key == "offset") offset = number("offset");
-      else if (key == "length") length = number("length");
-      else if (key == "checksum") checksum = value;
+      if (key == "location")
+        location = value;
+      else if (key == "offset")
+        offset = number("offset");
+      else if (key == "length")
+        length = number("length");
+      else if (key == "checksum")
+        checksum = value;
     }
     if (!location) fail(at, quote + "data_location is EXTERNAL but external_data has no location");
     auto file = external_file(*location, at, quote);
     const uint64_t begin = offset.value_or(0);
     if (begin > file->size())
-      fail(at, quote + "external_data offset " + std::to_string(begin) + " is past the end of " +
-                   *location + " (" + std::to_string(file->size()) + " bytes)");
+      fail(at, quote + "external_data offset " + std::to_string(begin) + " is past the end of " + *location +
+                   " (" + std::to_string(file->size()) + " bytes)");
     const uint64_t size = length.value_or(file->size() - begin);
     if (!range_fits(begin, size, file->size()))
       fail(at, quote + "external data [" + std::to_string(begin) + ", +" + std::to_string(size) +
@@ -978,31 +1029,30 @@ class Reader {
   // "of the file the location names", writers have used the tensor's range.
   // `--check` accepts either, and refuses a digest that matches neither.
   void add_checksum_check(const std::string& name, std::shared_ptr<const MappedFile> file,
-                          const std::string& location, uint64_t begin, uint64_t size,
-                          std::string expected, uint64_t at) {
+                          const std::string& location, uint64_t begin, uint64_t size, std::string expected,
+                          uint64_t at) {
     for (auto& c : expected) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (!checks_) return;
-    checks_->push_back(
-        {"SHA-1 of the external data of " + name, size,
-         [file, location, begin, size, expected, at, name,
-          model = model_->display_name()](const std::function<void(uint64_t)>& progress) {
-           auto digest = [&](uint64_t from, uint64_t length, bool report) {
-             Sha1 sha;
-             constexpr uint64_t kChunk = 1 << 20;
-             for (uint64_t done = 0; done < length; done += kChunk) {
-               const uint64_t n = std::min(kChunk, length - done);
-               file->ensure(from + done, n);
-               sha.update(file->bytes().subspan(from + done, n));
-               if (report) progress(n);
-             }
-             return sha.hex_digest();
-           };
-           if (digest(begin, size, true) == expected) return;
-           if (digest(0, file->size(), false) == expected) return;
-           throw ModelError(model, "onnx", at,
-                            "tensor \"" + name + "\": external data in " + location +
-                                " does not match its SHA-1 checksum " + expected);
-         }});
+    checks_->push_back({"SHA-1 of the external data of " + name, size,
+                        [file, location, begin, size, expected, at, name,
+                         model = model_->display_name()](const std::function<void(uint64_t)>& progress) {
+                          auto digest = [&](uint64_t from, uint64_t length, bool report) {
+                            Sha1 sha;
+                            constexpr uint64_t kChunk = 1 << 20;
+                            for (uint64_t done = 0; done < length; done += kChunk) {
+                              const uint64_t n = std::min(kChunk, length - done);
+                              file->ensure(from + done, n);
+                              sha.update(file->bytes().subspan(from + done, n));
+                              if (report) progress(n);
+                            }
+                            return sha.hex_digest();
+                          };
+                          if (digest(begin, size, true) == expected) return;
+                          if (digest(0, file->size(), false) == expected) return;
+                          throw ModelError(model, "onnx", at,
+                                           "tensor \"" + name + "\": external data in " + location +
+                                               " does not match its SHA-1 checksum " + expected);
+                        }});
   }
 
   // The external data file a location names, mapped once however many
@@ -1015,8 +1065,7 @@ class Reader {
     auto refuse = [&](const std::string& why) {
       fail(at, quote + "external data location \"" + location + "\" " + why);
     };
-    if (!location.empty() && location.front() == '#')
-      refuse("is an in-memory placeholder, not a file");
+    if (!location.empty() && location.front() == '#') refuse("is an in-memory placeholder, not a file");
     if (auto it = external_.find(location); it != external_.end()) return it->second;
     auto named = folder_->open(location);
     if (!named) refuse(named.reason);
@@ -1042,7 +1091,7 @@ class Reader {
   std::optional<ModelFolder> folder_;
   WireContext context_;
   Catalog catalog_;
-  uint64_t string_text_bytes_ = 0;  // made so far for STRING tensors
+  uint64_t string_text_bytes_ = 0;                                     // made so far for STRING tensors
   std::map<std::string, std::shared_ptr<const MappedFile>> external_;  // by location
   std::map<std::pair<dev_t, ino_t>, std::shared_ptr<const MappedFile>> external_by_identity_;
 };
@@ -1050,9 +1099,9 @@ class Reader {
 // The wire type each ModelProto field is declared with, for the probe.
 std::optional<WireType> model_field_type(uint64_t number) {
   using namespace model_field;
-  constexpr uint64_t kLengthDelimited[] = {kProducerName, kProducerVersion, kDomain, kDocString,
-                                           kGraph, kOpsetImport, kMetadataProps, kTrainingInfo,
-                                           kFunctions, 26 /* configuration */};
+  constexpr uint64_t kLengthDelimited[] = {
+      kProducerName, kProducerVersion, kDomain,       kDocString, kGraph,
+      kOpsetImport,  kMetadataProps,   kTrainingInfo, kFunctions, 26 /* configuration */};
   if (number == kIrVersion || number == kModelVersion) return WireType::Varint;
   if (std::ranges::find(kLengthDelimited, number) != std::end(kLengthDelimited)) return WireType::Length;
   return std::nullopt;
@@ -1073,8 +1122,8 @@ bool probe_file(std::span<const std::byte> head) {
       const auto expected = model_field_type(key >> 3);
       if (!expected || static_cast<uint64_t>(*expected) != (key & 7)) return false;
       const uint64_t value = protobuf::read_varint(head, pos, context, 0);
-      if (fields == 0 && ((key >> 3) != model_field::kIrVersion || value == 0 ||
-                          value > kMaxPlausibleIrVersion))
+      if (fields == 0 &&
+          ((key >> 3) != model_field::kIrVersion || value == 0 || value > kMaxPlausibleIrVersion))
         return false;
       ++fields;
       if (*expected == WireType::Length) {

@@ -141,7 +141,8 @@ void read_early_signature(const json& signature, Signature& out) {
     if (map == signature.end() || !map->is_object()) return;
     for (const auto& [graph_name, fqn] : map->items()) {
       if (!fqn.is_string()) continue;
-      summary["inputs"].push_back({{"kind", kind}, {"graph_name", graph_name}, {std::string(kind) + "_name", fqn}});
+      summary["inputs"].push_back(
+          {{"kind", kind}, {"graph_name", graph_name}, {std::string(kind) + "_name", fqn}});
       summary[into].push_back(fqn);
       out.kind_by_name[fqn.get<std::string>()] = kind;
     }
@@ -159,7 +160,8 @@ void read_early_signature(const json& signature, Signature& out) {
   }
   if (auto it = signature.find("buffers_to_mutate"); it != signature.end() && it->is_object())
     for (const auto& [graph_name, fqn] : it->items())
-      summary["outputs"].push_back({{"kind", "buffer_mutation"}, {"graph_name", graph_name}, {"buffer_name", fqn}});
+      summary["outputs"].push_back(
+          {{"kind", "buffer_mutation"}, {"graph_name", graph_name}, {"buffer_name", fqn}});
 }
 
 // graph_module.signature of an ExportedProgram: every input and output spec
@@ -167,8 +169,8 @@ void read_early_signature(const json& signature, Signature& out) {
 Signature read_signature(const json& program) {
   Signature out;
   json& summary = out.summary;
-  for (const char* list : {"parameters", "buffers", "non_persistent_buffers", "constants",
-                           "custom_objects", "user_inputs", "user_outputs", "inputs", "outputs"})
+  for (const char* list : {"parameters", "buffers", "non_persistent_buffers", "constants", "custom_objects",
+                           "user_inputs", "user_outputs", "inputs", "outputs"})
     summary[list] = json::array();
   auto module = program.find("graph_module");
   if (module == program.end() || !module->is_object()) return out;
@@ -221,8 +223,12 @@ Signature read_signature(const json& program) {
 class ArchiveReader {
  public:
   ArchiveReader(const ModelFile& model, const ZipArchive& zip, std::string root)
-      : file_(model.mapped), checks_(model.checks), zip_(zip), root_(std::move(root)),
-        display_(file_->display_name()), source_(model.path.filename().string()) {}
+      : file_(model.mapped),
+        checks_(model.checks),
+        zip_(zip),
+        root_(std::move(root)),
+        display_(file_->display_name()),
+        source_(model.path.filename().string()) {}
 
   Catalog read();
 
@@ -250,15 +256,14 @@ class ArchiveReader {
 
   bool holds_zip(const ZipMember& member) const;
   torch_save::SaveContents read_nested(const ZipMember& member, const std::string& name_prefix,
-                                  const std::string& default_kind);
+                                       const std::string& default_kind);
   void read_layered();
   void read_flat();
   void read_program(const std::string& path, Model& model);
   void read_model(Model& model);
-  void read_payload_config(Model& model, const ZipMember& config, const std::string& folder,
-                           bool constants);
+  void read_payload_config(Model& model, const ZipMember& config, const std::string& folder, bool constants);
   TensorSpec raw_tensor(const std::string& name, const std::string& fqn, const json& meta,
-                    const ZipMember& payload);
+                        const ZipMember& payload);
   void read_sample_inputs(const ZipMember& member, const std::string& prefix, json& info);
   void read_aoti(Model& model);
   void apply_kinds(size_t first_tensor, const Model& model);
@@ -313,7 +318,7 @@ bool ArchiveReader::holds_zip(const ZipMember& member) const {
 // A torch.save archive stored as `member`: read in place when stored,
 // inflated into a memory file when compressed.
 torch_save::SaveContents ArchiveReader::read_nested(const ZipMember& member, const std::string& name_prefix,
-                                               const std::string& default_kind) {
+                                                    const std::string& default_kind) {
   torch::WalkOptions options;
   options.file = display_;
   options.format = kFormat;
@@ -344,34 +349,30 @@ uint64_t concrete_int(const json& value, const std::string& what,
     if (!variant || variant->kind != "as_int") refuse(what + " is not {\"as_int\": n}");
     v = variant->value;
   }
-  if (!v->is_number_integer() || v->get<int64_t>() < 0)
-    refuse(what + " is not a non-negative integer");
+  if (!v->is_number_integer() || v->get<int64_t>() < 0) refuse(what + " is not a non-negative integer");
   return v->get<uint64_t>();
 }
 
 TensorSpec ArchiveReader::raw_tensor(const std::string& name, const std::string& fqn, const json& meta,
-                                 const ZipMember& payload) {
+                                     const ZipMember& payload) {
   auto refuse = [&](const std::string& reason) {
     fail(offset_of(payload), "tensor \"" + fqn + "\": " + reason);
   };
   if (!meta.is_object()) refuse("tensor_meta is not an object");
   auto dtype = meta.find("dtype");
-  if (dtype == meta.end() || !dtype->is_number_integer())
-    refuse("tensor_meta has no integer dtype");
+  if (dtype == meta.end() || !dtype->is_number_integer()) refuse("tensor_meta has no integer dtype");
   const auto code = std::ranges::find(kScalarCodes, dtype->get<int64_t>(), &ScalarCode::code);
   if (code == std::end(kScalarCodes))
     refuse("dtype code " + dtype->dump() +
            " is not a ScalarType of the export schema modelfs knows (1-13, 28-35)");
   if (auto layout = meta.find("layout"); layout != meta.end() && !layout->is_null() &&
                                          (!layout->is_number_integer() || *layout != kLayoutStrided))
-    refuse("layout " + layout->dump() +
-           " is not strided (7); its payload cannot be read as a strided array");
+    refuse("layout " + layout->dump() + " is not strided (7); its payload cannot be read as a strided array");
   auto sizes = meta.find("sizes");
   auto strides = meta.find("strides");
   if (sizes == meta.end() || strides == meta.end() || !sizes->is_array() || !strides->is_array() ||
       sizes->size() != strides->size() || sizes->size() > torch::kMaxRank)
-    refuse("sizes and strides are not lists of one rank (at most " +
-           std::to_string(torch::kMaxRank) + ")");
+    refuse("sizes and strides are not lists of one rank (at most " + std::to_string(torch::kMaxRank) + ")");
 
   TensorSpec t;
   t.name = name;
@@ -408,12 +409,14 @@ TensorSpec ArchiveReader::raw_tensor(const std::string& name, const std::string&
 
   json& extras = t.extras;
   if (code->torch_name != dtype_name(code->dtype)) extras["torch_dtype"] = code->torch_name;
-  if (auto rg = meta.find("requires_grad"); rg != meta.end() && rg->is_boolean()) extras["requires_grad"] = *rg;
+  if (auto rg = meta.find("requires_grad"); rg != meta.end() && rg->is_boolean())
+    extras["requires_grad"] = *rg;
   if (auto device = meta.find("device"); device != meta.end() && device->is_object()) {
     const std::string type = string_field(*device, "type");
     if (!type.empty() && type != "cpu") {
       auto index = device->find("index");
-      extras["device"] = index != device->end() && index->is_number_integer() ? type + ":" + index->dump() : type;
+      extras["device"] =
+          index != device->end() && index->is_number_integer() ? type + ":" + index->dump() : type;
     }
   }
   extras["payload"] = {{"path", payload.name.substr(root_.size())}, {"storage_offset", storage_offset}};
@@ -438,31 +441,35 @@ void ArchiveReader::read_payload_config(Model& model, const ZipMember& config_me
     if (path_name.empty() || path_name.find('/') != std::string::npos)
       refuse("entry \"" + fqn + "\" names no payload file (path_name)");
     const ZipMember* payload = find(folder + path_name);
-    if (!payload) refuse("entry \"" + fqn + "\" names payload " + folder + path_name + ", which the archive lacks");
+    if (!payload)
+      refuse("entry \"" + fqn + "\" names payload " + folder + path_name + ", which the archive lacks");
     const bool use_pickle = entry.value("use_pickle", false) == true;
     const json meta = entry.value("tensor_meta", json());
     if (constants && path_name.starts_with("custom_obj_")) {
       // A TorchScript-pickled object: running it is what a loader does and
       // what modelfs never does. Listed so that it is not missed.
-      custom_objects.push_back({{"name", fqn}, {"path", payload->name.substr(root_.size())},
+      custom_objects.push_back({{"name", fqn},
+                                {"path", payload->name.substr(root_.size())},
                                 {"bytes", payload->uncompressed_size}});
       continue;
     }
     if (constants && !path_name.starts_with("tensor_")) {
-      spdlog::warn("{}: pt2: constant \"{}\" ({}) is neither a tensor nor a custom object; skipped",
-                   display_, fqn, path_name);
+      spdlog::warn("{}: pt2: constant \"{}\" ({}) is neither a tensor nor a custom object; skipped", display_,
+                   fqn, path_name);
       skipped_.push_back({{"in", config_member.name.substr(root_.size())}, {"object", fqn}});
       continue;
     }
-    const std::string kind = constants ? "constant" : entry.value("is_param", false) == true ? "parameter" : "buffer";
+    const std::string kind = constants                                ? "constant"
+                             : entry.value("is_param", false) == true ? "parameter"
+                                                                      : "buffer";
     const std::string name = model.prefix + fqn;
     if (use_pickle) {
       // A tensor subclass saved whole with torch.save: its tensors, named
       // from the fqn (a lone tensor is the fqn itself).
       auto contents = read_nested(*payload, name, kind);
       if (contents.tensors.empty())
-        spdlog::warn("{}: pt2: pickled payload {} of \"{}\" holds no tensor modelfs can serve",
-                     display_, payload->name, fqn);
+        spdlog::warn("{}: pt2: pickled payload {} of \"{}\" holds no tensor modelfs can serve", display_,
+                     payload->name, fqn);
       for (auto& t : contents.tensors) {
         t.extras["kind"] = kind;
         if (meta.is_object() && meta.contains("requires_grad") && meta["requires_grad"].is_boolean())
@@ -551,11 +558,12 @@ void ArchiveReader::read_aoti(Model& model) {
            weights_config->name + ": weight \"" + weight + "\" is not [file, shape, stride, offset]");
     const ZipMember* payload = find("data/weights/" + spec[0].get<std::string>());
     if (!payload)
-      fail(offset_of(*weights_config), weights_config->name + ": weight \"" + weight + "\" names data/weights/" +
-                                           spec[0].get<std::string>() + ", which the archive lacks");
+      fail(offset_of(*weights_config), weights_config->name + ": weight \"" + weight +
+                                           "\" names data/weights/" + spec[0].get<std::string>() +
+                                           ", which the archive lacks");
     if (!holds_zip(*payload)) {
-      spdlog::warn("{}: pt2: AOTInductor weight \"{}\" ({}) is not a torch.save archive; skipped",
-                   display_, weight, payload->name);
+      spdlog::warn("{}: pt2: AOTInductor weight \"{}\" ({}) is not a torch.save archive; skipped", display_,
+                   weight, payload->name);
       skipped.push_back(weight);
       continue;
     }
@@ -576,8 +584,8 @@ void ArchiveReader::read_program(const std::string& path, Model& model) {
   const json program = json_of(*member);
   model.signature = read_signature(program);
   model.info["signature"] = model.signature.summary;
-  if (auto v = program.find("schema_version"); v != program.end() && v->is_object() &&
-                                                v->contains("major") && v->contains("minor"))
+  if (auto v = program.find("schema_version");
+      v != program.end() && v->is_object() && v->contains("major") && v->contains("minor"))
     model.info["schema_version"] = (*v)["major"].dump() + "." + (*v)["minor"].dump();
   if (auto v = program.find("torch_version"); v != program.end() && v->is_string())
     model.info["torch_version"] = *v;
@@ -589,7 +597,8 @@ void ArchiveReader::read_model(Model& model) {
   // Raw payloads with a config (2.9+), else a nested save of the whole dict (2.8).
   for (const bool constants : {false, true}) {
     const std::string folder = constants ? "data/constants/" : "data/weights/";
-    const std::string config = folder + model.name + (constants ? "_constants_config.json" : "_weights_config.json");
+    const std::string config =
+        folder + model.name + (constants ? "_constants_config.json" : "_weights_config.json");
     const char* what = constants ? "constants" : "weights";
     if (const ZipMember* member = find(config)) {
       read_payload_config(model, *member, folder, constants);
@@ -632,27 +641,26 @@ void ArchiveReader::read_layered() {
   const ZipMember* format = find("archive_format");
   const std::string format_text = trimmed(text_of(*format, kMaxRecordBytes));
   if (format_text != "pt2")
-    fail(offset_of(*format), "archive_format says \"" + format_text.substr(0, 40) +
-                                 "\", not \"pt2\": not a PT2 archive");
+    fail(offset_of(*format),
+         "archive_format says \"" + format_text.substr(0, 40) + "\", not \"pt2\": not a PT2 archive");
   pt2["archive_format"] = format_text;
   int64_t archive_version = 0;  // absent: 0, as torch's loader assumes
   if (const ZipMember* version = find("archive_version")) {
     const std::string text = trimmed(text_of(*version, kMaxRecordBytes));
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), archive_version);
     if (ec != std::errc() || end != text.data() + text.size() || archive_version != 0)
-      fail(offset_of(*version), "archive_version \"" + text.substr(0, 40) +
-                                    "\" is not 0, the only PT2 archive version defined");
+      fail(offset_of(*version),
+           "archive_version \"" + text.substr(0, 40) + "\" is not 0, the only PT2 archive version defined");
   }
   pt2["archive_version"] = archive_version;
-  for (const auto& [record, key] : {std::pair{".data/version", "container_version"},
-                                    std::pair{"version", "version"}})
-    if (const ZipMember* version = find(record))
-      pt2[key] = trimmed(text_of(*version, kMaxRecordBytes));
+  for (const auto& [record, key] :
+       {std::pair{".data/version", "container_version"}, std::pair{"version", "version"}})
+    if (const ZipMember* version = find(record)) pt2[key] = trimmed(text_of(*version, kMaxRecordBytes));
   if (const ZipMember* order = find("byteorder")) {
     const std::string text = trimmed(text_of(*order, kMaxRecordBytes));
     if (text != "little")
-      fail(offset_of(*order), "byteorder says \"" + text.substr(0, 40) +
-                                  "\"; only little-endian PT2 archives are supported");
+      fail(offset_of(*order),
+           "byteorder says \"" + text.substr(0, 40) + "\"; only little-endian PT2 archives are supported");
     pt2["byteorder"] = text;
   }
   if (const ZipMember* id = find(".data/serialization_id"))
@@ -676,8 +684,9 @@ void ArchiveReader::read_layered() {
     }
   }
   if (names.empty())
-    fail(std::nullopt, "archive_format says pt2, but the archive holds no models/<name>.json "
-                       "and no data/aotinductor/<name>/: no model to mount");
+    fail(std::nullopt,
+         "archive_format says pt2, but the archive holds no models/<name>.json "
+         "and no data/aotinductor/<name>/: no model to mount");
   json& models_info = catalog_.metadata["models"] = json::object();
   for (const auto& name : names) {
     Model model;
@@ -693,7 +702,8 @@ void ArchiveReader::read_layered() {
 void ArchiveReader::read_flat() {
   json& pt2 = catalog_.metadata["pt2"];
   pt2["layout"] = "flat";
-  if (const ZipMember* version = find("version")) pt2["version"] = trimmed(text_of(*version, kMaxRecordBytes));
+  if (const ZipMember* version = find("version"))
+    pt2["version"] = trimmed(text_of(*version, kMaxRecordBytes));
   Model model;
   model.name = "model";
   read_program("serialized_exported_program.json", model);
@@ -713,8 +723,10 @@ void ArchiveReader::read_flat() {
       // not); a .json one that is not is shown as it is.
       if (std::string_view(suffix) == ".json" && member->uncompressed_size > 0 && !holds_zip(*member)) {
         add_document(record, *member);
-        spdlog::warn("{}: pt2: {} is not a torch.save archive; shown as a document, no tensors "
-                     "read from it", display_, record);
+        spdlog::warn(
+            "{}: pt2: {} is not a torch.save archive; shown as a document, no tensors "
+            "read from it",
+            display_, record);
         model.info["not_mounted"].push_back(record);
       } else if (std::string_view(kind) == "sample_input") {
         read_sample_inputs(*member, "", model.info);

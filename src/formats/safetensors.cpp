@@ -3,12 +3,12 @@
 
 #include <algorithm>
 
-#include "safetensors_header.hpp"
-#include "sharded_index.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/byte_reader.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
+#include "safetensors_header.hpp"
+#include "sharded_index.hpp"
 
 namespace modelfs::safetensors {
 namespace {
@@ -23,8 +23,7 @@ class Parser {
   File parse() {
     ByteReader reader(file_->bytes(), file_->display_name(), std::string(kFormat));
     if (file_->size() < 8)
-      fail(0, "file is " + std::to_string(file_->size()) +
-                  " bytes, too short for the 8-byte header length");
+      fail(0, "file is " + std::to_string(file_->size()) + " bytes, too short for the 8-byte header length");
     const uint64_t n = reader.u64("header length");
     if (n > kMaxHeaderBytes)
       fail(0, "header length " + std::to_string(n) + " exceeds the limit of " +
@@ -61,13 +60,13 @@ class Parser {
       // Built only on the way to a message: this runs for every tensor.
       auto quote = [&] { return "tensor \"" + e.name + "\": "; };
       if (e.begin != expected_begin || e.end < e.begin) {
-        std::string why = e.end < e.begin ? "data_offsets end before they begin"
-                          : e.begin < expected_begin
-                              ? "data overlaps the previous tensor's bytes"
-                              : "leaves a gap of " + std::to_string(e.begin - expected_begin) +
-                                    " unused bytes before it";
+        std::string why =
+            e.end < e.begin ? "data_offsets end before they begin"
+            : e.begin < expected_begin
+                ? "data overlaps the previous tensor's bytes"
+                : "leaves a gap of " + std::to_string(e.begin - expected_begin) + " unused bytes before it";
         fail_at_key(e.name, quote() + "data_offsets [" + std::to_string(e.begin) + ", " +
-                                    std::to_string(e.end) + "] invalid: " + why);
+                                std::to_string(e.end) + "] invalid: " + why);
       }
       auto numel = checked_numel(e.shape);
       if (!numel) fail_at_key(e.name, quote() + "element count of the shape overflows");
@@ -75,20 +74,20 @@ class Parser {
       auto total_bits = checked_mul(*numel, bits);
       if (!total_bits) fail_at_key(e.name, quote() + "byte size of the shape overflows");
       if (*total_bits % 8 != 0)
-        fail_at_key(e.name, quote() + std::to_string(*numel) + " elements of " +
-                                    std::to_string(bits) + " bits do not fill whole bytes");
+        fail_at_key(e.name, quote() + std::to_string(*numel) + " elements of " + std::to_string(bits) +
+                                " bits do not fill whole bytes");
       const uint64_t nbytes = *total_bits / 8;
       if (e.end - e.begin != nbytes)
         fail_at_key(e.name, quote() + "data_offsets span " + std::to_string(e.end - e.begin) +
-                                    " bytes but shape and dtype need " + std::to_string(nbytes));
+                                " bytes but shape and dtype need " + std::to_string(nbytes));
       if (e.end > buffer_size)
-        fail(data_start_ + e.begin, quote() + "data ends at byte " +
-                                        std::to_string(data_start_ + e.end) +
-                                        ", past the end of the file (" +
-                                        std::to_string(file_->size()) + " bytes)");
+        fail(data_start_ + e.begin, quote() + "data ends at byte " + std::to_string(data_start_ + e.end) +
+                                        ", past the end of the file (" + std::to_string(file_->size()) +
+                                        " bytes)");
       auto strides = contiguous_strides(e.shape);
       if (!strides)
-        fail_at_key(e.name, quote() + "the strides of the shape pass 2^63 (numpy and torch refuse such a shape)");
+        fail_at_key(e.name,
+                    quote() + "the strides of the shape pass 2^63 (numpy and torch refuse such a shape)");
       expected_begin = e.end;
       TensorSpec& t = out.emplace_back();
       t.name = std::move(e.name);
@@ -100,9 +99,8 @@ class Parser {
       if (bits < 8) t.extras["element_bits"] = bits;
     }
     if (expected_begin != buffer_size)
-      fail(data_start_ + expected_begin,
-           std::to_string(buffer_size - expected_begin) +
-               " bytes after the last tensor are not described by the header");
+      fail(data_start_ + expected_begin, std::to_string(buffer_size - expected_begin) +
+                                             " bytes after the last tensor are not described by the header");
     return out;
   }
 
@@ -143,7 +141,9 @@ bool probe_index_file(std::span<const std::byte> head) {
   return text.starts_with('{') && text.find("\"weight_map\"") != std::string_view::npos;
 }
 
-bool probe_folder(const std::filesystem::path& folder) { return !index_files_in(folder, kIndexSuffixes).empty(); }
+bool probe_folder(const std::filesystem::path& folder) {
+  return !index_files_in(folder, kIndexSuffixes).empty();
+}
 
 Catalog open_file(const ModelFile& model) {
   const std::string name = model.path.filename().string();

@@ -33,27 +33,43 @@ struct Value {
   // nlohmann's type_name(), as DOM-based messages said it.
   const char* type_name() const {
     switch (kind) {
-      case Null: return "null";
-      case Boolean: return "boolean";
-      case String: return "string";
-      case Binary: return "binary";
-      case Array: return "array";
-      case Object: return "object";
-      default: return "number";
+      case Null:
+        return "null";
+      case Boolean:
+        return "boolean";
+      case String:
+        return "string";
+      case Binary:
+        return "binary";
+      case Array:
+        return "array";
+      case Object:
+        return "object";
+      default:
+        return "number";
     }
   }
   // Numbers and strings as written, containers by kind (not kept).
   std::string shown() const {
     switch (kind) {
-      case Null: return "null";
-      case Boolean: return boolean ? "true" : "false";
-      case Integer: return std::to_string(integer);
-      case Unsigned: return std::to_string(unsigned_value);
-      case Float: return *text;
-      case String: return nlohmann::json(*text).dump();
-      case Binary: return "binary data";
-      case Array: return "an array";
-      case Object: return "an object";
+      case Null:
+        return "null";
+      case Boolean:
+        return boolean ? "true" : "false";
+      case Integer:
+        return std::to_string(integer);
+      case Unsigned:
+        return std::to_string(unsigned_value);
+      case Float:
+        return *text;
+      case String:
+        return nlohmann::json(*text).dump();
+      case Binary:
+        return "binary data";
+      case Array:
+        return "an array";
+      case Object:
+        return "an object";
     }
     return "?";
   }
@@ -82,7 +98,7 @@ struct EntryDraft {
   bool offsets_seen = false, offsets_is_array = false;
   size_t offsets_count = 0;
   std::optional<std::string> bad_offset;  // the first of the two that is not a u64
-  Field field = None;               // the field whose value comes next
+  Field field = None;                     // the field whose value comes next
   std::unordered_set<std::string> other_keys;
 
   // The checks of a DOM read, in its order; the reason of the first that
@@ -98,8 +114,7 @@ struct EntryDraft {
     if (!dtype) return quote() + "unknown dtype \"" + dtype_code + "\"";
     entry.dtype = *dtype;
     if (bad_dim) return quote() + "shape holds " + *bad_dim + ", not a non-negative integer";
-    if (bad_offset)
-      return quote() + "data_offsets holds " + *bad_offset + ", not a non-negative integer";
+    if (bad_offset) return quote() + "data_offsets holds " + *bad_offset + ", not a non-negative integer";
     return std::nullopt;
   }
 };
@@ -144,8 +159,8 @@ class HeaderReader {
       case Slot::Entry: {
         auto& draft = *draft_;
         using F = EntryDraft::Field;
-        const F field = name == "dtype" ? F::DTypeField
-                        : name == "shape" ? F::ShapeField
+        const F field = name == "dtype"          ? F::DTypeField
+                        : name == "shape"        ? F::ShapeField
                         : name == "data_offsets" ? F::OffsetsField
                                                  : F::Other;
         const bool again = field == F::DTypeField     ? std::exchange(draft.dtype_seen, true)
@@ -239,8 +254,8 @@ class HeaderReader {
         if (value.kind == Value::String)
           header_.metadata[key_] = std::move(*value.text);
         else
-          problem(std::string(kMetadataKey), "__metadata__ value of \"" + key_ + "\" is a " +
-                                                 value.type_name() + ", not a string");
+          problem(std::string(kMetadataKey),
+                  "__metadata__ value of \"" + key_ + "\" is a " + value.type_name() + ", not a string");
         return Slot::Ignored;
       case Slot::Shape:
         if (value.kind == Value::Unsigned)
@@ -312,7 +327,8 @@ class HeaderReader {
       const auto end = std::find_if(run, keyed.end(), [&](auto& k) { return k.first != run->first; });
       if (end - run > 1) {
         std::sort(run, end, [](auto& a, auto& b) { return *a.second < *b.second; });
-        const auto same = std::adjacent_find(run, end, [](auto& a, auto& b) { return *a.second == *b.second; });
+        const auto same =
+            std::adjacent_find(run, end, [](auto& a, auto& b) { return *a.second == *b.second; });
         if (same != end && (repeated == nullptr || *same->second < *repeated)) repeated = same->second;
       }
       run = end;

@@ -39,14 +39,15 @@ ModelFile single_index_in(const std::filesystem::path& folder,
     std::string names;
     for (const auto& p : indexes) names += (names.empty() ? "" : ", ") + p.filename().string();
     throw ModelError(folder.string(), std::string(format.index), std::nullopt,
-                     "folder holds " + std::to_string(indexes.size()) + " *" + std::string(*suffixes.begin()) +
-                         " files" + (names.empty() ? std::string() : " (" + names + ")") +
-                         "; name the one to mount");
+                     "folder holds " + std::to_string(indexes.size()) + " *" +
+                         std::string(*suffixes.begin()) + " files" +
+                         (names.empty() ? std::string() : " (" + names + ")") + "; name the one to mount");
   }
   return ModelFile::open(indexes.front(), checks);
 }
 
-Catalog open_sharded_index(const ModelFile& index_model, const ShardedFormat& format, const OpenShard& open_shard) {
+Catalog open_sharded_index(const ModelFile& index_model, const ShardedFormat& format,
+                           const OpenShard& open_shard) {
   const std::filesystem::path& index_path = index_model.path;
   const std::string index_name = index_path.string();
   auto refuse = [&](const std::string& reason) {
@@ -94,17 +95,16 @@ Catalog open_sharded_index(const ModelFile& index_model, const ShardedFormat& fo
     for (const auto& tensor : part.tensors()) {
       const std::string name(tensor.name);
       if (auto [first, added] = shard_of.emplace(name, shard); !added)
-        throw refuse("tensor \"" + name + "\" of " + shard +
-                     " is also stored in another shard (" + first->second + ")");
+        throw refuse("tensor \"" + name + "\" of " + shard + " is also stored in another shard (" +
+                     first->second + ")");
       if (!expected.count(name))
-        spdlog::warn("{}: tensor \"{}\" is not listed in {}'s weight_map; mounted anyway", shard,
-                     tensor.name, index_path.filename().string());
+        spdlog::warn("{}: tensor \"{}\" is not listed in {}'s weight_map; mounted anyway", shard, tensor.name,
+                     index_path.filename().string());
       catalog.add(tensor);
     }
     for (const auto& name : expected)
       if (auto holder = shard_of.find(name); holder == shard_of.end() || holder->second != shard)
-        throw refuse("weight_map places tensor \"" + name + "\" in " + shard +
-                     ", which does not hold it");
+        throw refuse("weight_map places tensor \"" + name + "\" in " + shard + ", which does not hold it");
   }
   catalog.metadata["index"] = index.value("metadata", nlohmann::json::object());
   catalog.metadata["shards"] = std::move(shards);

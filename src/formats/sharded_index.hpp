@@ -12,8 +12,8 @@
 // warning (writers have been seen to leave buffers out).
 #include <filesystem>
 #include <functional>
-#include <string>
 #include <initializer_list>
+#include <string>
 #include <string_view>
 #include <vector>
 

@@ -3,18 +3,18 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
-#include <algorithm>
 #include <map>
 #include <ranges>
 
-#include "sharded_index.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
+#include "modelfs/present.hpp"
 #include "modelfs/unpickler.hpp"
 #include "modelfs/zip_archive.hpp"
-#include "modelfs/present.hpp"
+#include "sharded_index.hpp"
 #include "torch_objects.hpp"
 #include "torch_save.hpp"
 
@@ -69,8 +69,8 @@ void read_script_classes(const ZipArchive& zip, const std::string& prefix, WalkO
     try {
       text = std::string(present(zip.contents(member)).view());
     } catch (const ModelError& e) {
-      spdlog::warn("{}: TorchScript source not read, parameter/buffer kinds unknown: {}",
-                   options.file, e.what());
+      spdlog::warn("{}: TorchScript source not read, parameter/buffer kinds unknown: {}", options.file,
+                   e.what());
       continue;
     }
     std::string current;
@@ -120,9 +120,9 @@ Catalog open_zip(const ModelFile& model, const ZipArchive& zip) {
     if (zip.find(prefix + "model.json"))
       throw refuse("torchscript",
                    "a TorchScript archive from before torch 1.4 (" + prefix + "model.json and tensors/, no " +
-                       prefix + "data.pkl): that old layout is not supported, and torch itself no longer loads it");
-    throw refuse("ZIP archive", "holds no " + prefix +
-                                    "data.pkl: not a torch.save or TorchScript archive");
+                       prefix +
+                       "data.pkl): that old layout is not supported, and torch itself no longer loads it");
+    throw refuse("ZIP archive", "holds no " + prefix + "data.pkl: not a torch.save or TorchScript archive");
   }
   const bool script = zip.find(prefix + "constants.pkl") != nullptr;
   const std::string format = script ? "torchscript" : "pytorch";
@@ -132,7 +132,8 @@ Catalog open_zip(const ModelFile& model, const ZipArchive& zip) {
   options.source = file_name(model.path);
   options.collect_values = !script;
 
-  nlohmann::json info = {{"serialization", "zip"}, {"archive", prefix.substr(0, prefix.empty() ? 0 : prefix.size() - 1)}};
+  nlohmann::json info = {{"serialization", "zip"},
+                         {"archive", prefix.substr(0, prefix.empty() ? 0 : prefix.size() - 1)}};
   const ZipMember* version = zip.find(prefix + ".data/version");
   if (!version) version = zip.find(prefix + "version");
   if (version) {
@@ -165,8 +166,8 @@ Catalog open_zip(const ModelFile& model, const ZipArchive& zip) {
   nlohmann::json skipped = std::move(data.skipped_objects);
   if (script) {
     options.default_kind = "constant";
-    auto constants = walk_record(zip, *zip.find(prefix + "constants.pkl"), prefix + "constants/",
-                                 options, "constants", true);
+    auto constants = walk_record(zip, *zip.find(prefix + "constants.pkl"), prefix + "constants/", options,
+                                 "constants", true);
     for (const auto& t : constants.tensors) catalog.add(t);
     for (auto& name : constants.skipped_objects) skipped.push_back(name);
   }
@@ -229,7 +230,8 @@ Catalog open_legacy(const ModelFile& model) {
     if (!key->is_string()) throw fail(keys_at, "storage key list holds a non-string");
     auto id = ids.find(key->text);
     if (id == ids.end())
-      throw fail(position, "storage " + key->text + " is listed but no tensor refers to it, so its element size is unknown");
+      throw fail(position, "storage " + key->text +
+                               " is listed but no tensor refers to it, so its element size is unknown");
     if (bytes.size() - position < 8)
       throw fail(position, "storage " + key->text + ": element count runs past the end of the file");
     int64_t numel = 0;
@@ -281,7 +283,7 @@ constexpr int kMaxIndexJsonDepth = 64;
 constexpr std::string_view kIndexFormat = "pytorch index";
 
 const std::initializer_list<std::string_view> kIndexSuffixes = {".bin.index.json", ".pt.index.json",
-                                                                     ".pth.index.json"};
+                                                                ".pth.index.json"};
 const ShardedFormat kSharded{kIndexFormat, "pytorch", kMaxIndexJsonDepth};
 
 Catalog open_shard(const ModelFile& shard, const std::string&) {

@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "modelfs/present.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
+#include "modelfs/present.hpp"
 
 namespace modelfs::torch {
 namespace {
@@ -67,8 +67,11 @@ constexpr TypeEntry kTypes[] = {
 };
 
 StorageType from_entry(const TypeEntry& e) {
-  return {.dtype = e.as, .element_size = e.element_size, .torch_name = std::string(e.dtype),
-          .quantized = e.quantized, .packed = e.packed};
+  return {.dtype = e.as,
+          .element_size = e.element_size,
+          .torch_name = std::string(e.dtype),
+          .quantized = e.quantized,
+          .packed = e.packed};
 }
 
 // Looks up `torch.<name>` storage classes ("FloatStorage", ...) and dtypes
@@ -117,20 +120,29 @@ std::string hex_of_bigint(const std::string& le) {
 // The element key of a dict key or index, as a name component.
 std::string key_text(const Value* key) {
   switch (key->kind) {
-    case Kind::String: return key->text;
-    case Kind::Int: return std::to_string(key->integer);
-    case Kind::Bool: return key->boolean ? "True" : "False";
-    case Kind::None: return "None";
-    case Kind::Float: return nlohmann::json(key->real).dump();
-    case Kind::BigInt: return hex_of_bigint(key->text);
-    case Kind::Bytes: return key->text;
+    case Kind::String:
+      return key->text;
+    case Kind::Int:
+      return std::to_string(key->integer);
+    case Kind::Bool:
+      return key->boolean ? "True" : "False";
+    case Kind::None:
+      return "None";
+    case Kind::Float:
+      return nlohmann::json(key->real).dump();
+    case Kind::BigInt:
+      return hex_of_bigint(key->text);
+    case Kind::Bytes:
+      return key->text;
     case Kind::Tuple: {
       std::string out;
       for (const Value* item : key->items) out += (out.empty() ? "" : ",") + key_text(item);
       return "(" + out + ")";
     }
-    case Kind::Global: return key->qualified_name();
-    default: return "<" + key->qualified_name() + ">";
+    case Kind::Global:
+      return key->qualified_name();
+    default:
+      return "<" + key->qualified_name() + ">";
   }
 }
 
@@ -141,8 +153,7 @@ std::optional<StorageId> parse_storage_id(const Value& id, std::string* why) {
     if (why) *why = reason;
     return std::nullopt;
   };
-  if (!id.is_sequence() || id.items.size() < 5 || !id.items[0]->is_string() ||
-      id.items[0]->text != "storage")
+  if (!id.is_sequence() || id.items.size() < 5 || !id.items[0]->is_string() || id.items[0]->text != "storage")
     return refuse("persistent id is not a ('storage', type, key, location, numel) tuple");
   const Value* type = id.items[1];
   if (type->kind != Kind::Global || type->known != KnownGlobal::Storage)
@@ -190,20 +201,29 @@ nlohmann::json ObjectWalker::plain(const Value* v) {
   ++plain_nodes_;
   check_budget();
   switch (v->kind) {
-    case Kind::None: return nullptr;
-    case Kind::Bool: return v->boolean;
-    case Kind::Int: return v->integer;
-    case Kind::BigInt: return hex_of_bigint(v->text);
-    case Kind::Float: return v->real;
-    case Kind::String: return v->text;
-    case Kind::Bytes: return {{"bytes", v->text.size()}};
-    case Kind::Global: return v->qualified_name();
-    default: return nullptr;
+    case Kind::None:
+      return nullptr;
+    case Kind::Bool:
+      return v->boolean;
+    case Kind::Int:
+      return v->integer;
+    case Kind::BigInt:
+      return hex_of_bigint(v->text);
+    case Kind::Float:
+      return v->real;
+    case Kind::String:
+      return v->text;
+    case Kind::Bytes:
+      return {{"bytes", v->text.size()}};
+    case Kind::Global:
+      return v->qualified_name();
+    default:
+      return nullptr;
   }
 }
 
-std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const ObjectPath& path,
-                                                  uint32_t depth, const std::string& kind) {
+std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const ObjectPath& path, uint32_t depth,
+                                                  const std::string& kind) {
   if (depth > pickle::kMaxNesting)
     fail("the pickled object nests deeper than " + std::to_string(pickle::kMaxNesting) + " levels");
   check_budget();
@@ -212,7 +232,11 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const ObjectPa
   current_ = v;
 
   switch (v->kind) {
-    case Kind::List: case Kind::Tuple: case Kind::Set: case Kind::Dict: case Kind::Call:
+    case Kind::List:
+    case Kind::Tuple:
+    case Kind::Set:
+    case Kind::Dict:
+    case Kind::Call:
       break;
     case Kind::PersistentId:
       storage_only(v, path);
@@ -270,7 +294,9 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const ObjectPa
           search_only(value, path.child(name), depth + 1);
           continue;
         }
-        const std::string table_kind = name == "_parameters" ? "parameter" : name == "_buffers" ? "buffer" : "";
+        const std::string table_kind = name == "_parameters" ? "parameter"
+                                       : name == "_buffers"  ? "buffer"
+                                                             : "";
         for (const auto& [member_key, member] : value->entries)
           if (member->kind != Kind::None) add(member, key_text(member_key), table_kind);
       }
@@ -297,8 +323,7 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const ObjectPa
     if (v->state) search_state(v->state, path, depth + 1);  // a state_dict's _metadata
   } else if (v->kind == Kind::Call) {
     if (v->args && v->args->is_sequence()) {
-      for (size_t i = 0; i < v->args->items.size(); ++i)
-        add(v->args->items[i], std::to_string(i), "");
+      for (size_t i = 0; i < v->args->items.size(); ++i) add(v->args->items[i], std::to_string(i), "");
     } else if (v->args) {
       add(v->args, "args", "");
     }
@@ -310,9 +335,10 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const ObjectPa
   }
   path_stack_.pop_back();
 
-  const bool all_plain = std::all_of(children.begin(), children.end(),
-                                     [](const Child& c) { return c.plain.has_value(); });
-  walked_.emplace(v, Walked{path, first_tensor, tensors_.size(), all_plain && tensors_.size() == first_tensor});
+  const bool all_plain =
+      std::all_of(children.begin(), children.end(), [](const Child& c) { return c.plain.has_value(); });
+  walked_.emplace(v,
+                  Walked{path, first_tensor, tensors_.size(), all_plain && tensors_.size() == first_tensor});
   if (all_plain) {
     nlohmann::json out = keyed ? nlohmann::json::object() : nlohmann::json::array();
     if (v->kind == Kind::Call) out["object"] = class_name;
@@ -356,8 +382,10 @@ std::optional<nlohmann::json> ObjectWalker::revisit(const Value* v, const Object
   // The same tensors under this path: a module used twice is two prefixes
   // in a state_dict too. Copies share the bytes.
   if (tensors_.size() + (first.end_tensor - first.first_tensor) > max_names_)
-    fail("the pickled object names more tensors through structure shared in its memo than the "
-         "pickle has bytes (" + std::to_string(max_names_) + ")");
+    fail(
+        "the pickled object names more tensors through structure shared in its memo than the "
+        "pickle has bytes (" +
+        std::to_string(max_names_) + ")");
   tensors_.reserve(tensors_.size() + (first.end_tensor - first.first_tensor));
   for (size_t i = first.first_tensor; i < first.end_tensor; ++i) {
     TensorSpec copy = tensors_[i];
@@ -486,8 +514,8 @@ bool ObjectWalker::try_tensor(const Value* v, const ObjectPath& path, const std:
     }
     case KnownGlobal::RebuildNestedTensor:
       visit(arg(args, 0) ? arg(args, 0) : v->args, ObjectPath{name}.child("buffer"), depth + 1, kind);
-      spdlog::warn("{}: {}: nested tensor \"{}\" is served as its flat buffer {}.buffer",
-                   options_.file, options_.format, name, name);
+      spdlog::warn("{}: {}: nested tensor \"{}\" is served as its flat buffer {}.buffer", options_.file,
+                   options_.format, name, name);
       return true;
     case KnownGlobal::RebuildMetaTensorNoStorage:
     case KnownGlobal::RebuildWrapperSubclass:
@@ -510,9 +538,8 @@ StorageBytes ObjectWalker::storage_bytes(const StorageId& id) {
   const uint32_t element_size = id.type.untyped ? 1 : id.type.element_size;
   auto nbytes = checked_mul(id.numel, element_size);
   if (!nbytes || *nbytes > root.bytes.size())
-    fail("storage " + id.key + " holds " + std::to_string(root.bytes.size()) +
-         " bytes, fewer than its " + std::to_string(id.numel) + " elements of " +
-         std::to_string(element_size) + " bytes");
+    fail("storage " + id.key + " holds " + std::to_string(root.bytes.size()) + " bytes, fewer than its " +
+         std::to_string(id.numel) + " elements of " + std::to_string(element_size) + " bytes");
   StorageBytes out = root;
   if (id.view) {
     auto begin = checked_mul(id.view->first, element_size);
@@ -604,13 +631,13 @@ void ObjectWalker::storage_only(const Value* v, const ObjectPath& path) {
   std::string why;
   auto id = parse_storage_id(*v->items[0], &why);
   if (!id) {
-    spdlog::warn("{}: {}: persistent id at \"{}\" skipped: {}", options_.file, options_.format,
-                 path.name, why);
+    spdlog::warn("{}: {}: persistent id at \"{}\" skipped: {}", options_.file, options_.format, path.name,
+                 why);
     return;
   }
   if (id->type.packed || (options_.byte_swap && id->type.element_size > 1)) {
-    spdlog::warn("{}: {}: storage at \"{}\" skipped: packed or big-endian", options_.file,
-                 options_.format, path.name);
+    spdlog::warn("{}: {}: storage at \"{}\" skipped: packed or big-endian", options_.file, options_.format,
+                 path.name);
     return;
   }
   // A storage saved on its own: served as a 1-D tensor of its elements.

@@ -8,10 +8,10 @@
 // the object for metadata.json.
 #include <functional>
 #include <map>
-#include <unordered_map>
-#include <unordered_set>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -27,14 +27,14 @@ struct StorageType {
   uint32_t element_size = 1;
   std::string torch_name;  // "float32", "qint8", "complex32", ...
   bool quantized = false;
-  bool packed = false;     // several values per byte (quint4x2, float4_e2m1fn_x2, ...)
-  bool untyped = false;    // UntypedStorage: bytes, typed by the tensor
+  bool packed = false;   // several values per byte (quint4x2, float4_e2m1fn_x2, ...)
+  bool untyped = false;  // UntypedStorage: bytes, typed by the tensor
 };
 
 // The bytes of one storage, as the reader found them.
 struct StorageBytes {
-  ByteSpan bytes;                        // the whole record
-  std::optional<uint64_t> file_offset;   // absent for inflated or swapped bytes
+  ByteSpan bytes;                       // the whole record
+  std::optional<uint64_t> file_offset;  // absent for inflated or swapped bytes
 };
 
 // A storage reference taken apart: ('storage', type, key, location, numel[, view]).
@@ -51,9 +51,9 @@ struct StorageId {
 std::optional<StorageId> parse_storage_id(const pickle::Value& id, std::string* why);
 
 struct WalkOptions {
-  std::string file;    // for messages
-  std::string format;  // for messages and sidecars
-  std::string source;  // Catalog::files entry the bytes lie in
+  std::string file;            // for messages
+  std::string format;          // for messages and sidecars
+  std::string source;          // Catalog::files entry the bytes lie in
   bool pickle_in_file = true;  // values' offsets are file offsets (not an inflated record)
   bool byte_swap = false;      // storages are big-endian: swap into owned bytes
   bool collect_values = true;  // plain values into metadata "values"
@@ -104,11 +104,9 @@ class ObjectWalker {
   std::optional<nlohmann::json> revisit(const pickle::Value* v, const ObjectPath& path);
   std::optional<nlohmann::json> visit(const pickle::Value* v, const ObjectPath& path, uint32_t depth,
                                       const std::string& kind);
-  bool try_tensor(const pickle::Value* v, const ObjectPath& path, const std::string& kind,
-                  uint32_t depth);
+  bool try_tensor(const pickle::Value* v, const ObjectPath& path, const std::string& kind, uint32_t depth);
   void make_tensor(const pickle::Value* storage, const pickle::Value& args, size_t first,
-                   std::optional<StorageType> dtype_override, const std::string& path,
-                   nlohmann::json extras);
+                   std::optional<StorageType> dtype_override, const std::string& path, nlohmann::json extras);
   StorageBytes storage_bytes(const StorageId& id);
   void storage_only(const pickle::Value* v, const ObjectPath& path);
   void search_only(const pickle::Value* v, const ObjectPath& path, uint32_t depth);

@@ -21,7 +21,7 @@ inline constexpr uint64_t kMaxPickleBytes = uint64_t{1} << 31;
 
 struct SaveContents {
   std::vector<TensorSpec> tensors;
-  nlohmann::json values = nlohmann::json::object();           // plain values, by path
+  nlohmann::json values = nlohmann::json::object();          // plain values, by path
   nlohmann::json skipped_objects = nlohmann::json::array();  // globals not rebuilt
   int protocol = 0;                                          // of the pickle
 };
@@ -30,8 +30,8 @@ struct SaveContents {
 // a larger file (a PT2 archive's serialized_state_dict.pt, a use_pickle
 // payload): `options` say how to name and describe what it holds, the rest
 // is as for walk_record.
-SaveContents read_save(const ZipArchive& zip, torch::WalkOptions options,
-                       const std::string& name_prefix, bool in_file);
+SaveContents read_save(const ZipArchive& zip, torch::WalkOptions options, const std::string& name_prefix,
+                       bool in_file);
 
 // The pieces read_save is made of, which the TorchScript reader also walks
 // its constants.pkl with.
@@ -46,8 +46,7 @@ std::string archive_folder(const ZipArchive& zip);
 // Unpickles `member` and walks it, storages resolved in `storage_folder`.
 // `in_file`: the archive lies in the model file as is, so offsets are file
 // offsets (an inflated nested archive has none).
-SaveContents walk_record(const ZipArchive& zip, const ZipMember& member,
-                         const std::string& storage_folder, torch::WalkOptions options,
-                         const std::string& name_prefix, bool in_file);
+SaveContents walk_record(const ZipArchive& zip, const ZipMember& member, const std::string& storage_folder,
+                         torch::WalkOptions options, const std::string& name_prefix, bool in_file);
 
 }  // namespace modelfs::torch_save

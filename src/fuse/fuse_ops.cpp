@@ -11,11 +11,11 @@
 #include "fuse_server.hpp"
 
 #include "loop.hpp"
+#include "modelfs/json_text.hpp"
+#include "modelfs/remote.hpp"
 #include "prefetcher.hpp"
 #include "replies.hpp"
 #include "threads.hpp"
-#include "modelfs/json_text.hpp"
-#include "modelfs/remote.hpp"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
@@ -25,9 +25,9 @@
 #include <unistd.h>
 
 #include <array>
-#include <climits>
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -43,7 +43,7 @@ struct Context {
   const Tree* tree;
   uid_t uid;
   gid_t gid;
-  bool xattrs;  // serve user.modelfs.* (-o xattr)
+  bool xattrs;             // serve user.modelfs.* (-o xattr)
   Prefetcher* prefetcher;  // null: -o noprefetch
   // Set at INIT when the kernel can skip OPEN/RELEASE and OPENDIR/
   // RELEASEDIR: then the first open answers ENOSYS and the kernel stops
@@ -55,9 +55,7 @@ struct Context {
 
 // Requests only read it; INIT, the one writer, reaches it through its own
 // userdata pointer before any request is served.
-const Context& context(fuse_req_t req) {
-  return *static_cast<const Context*>(fuse_req_userdata(req));
-}
+const Context& context(fuse_req_t req) { return *static_cast<const Context*>(fuse_req_userdata(req)); }
 
 // What requests answer about nodes (replies.hpp), as this mount's owner.
 struct stat attributes_of(const Context& ctx, uint64_t ino, const Node& node) {
@@ -87,8 +85,7 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   auto& ctx = *static_cast<Context*>(userdata);
   // Splice sends each reply through a pipe, which costs more than one copy
   // from the mapping (docs/performance.md, "No splice"): writev of iovecs.
-  conn->want &= ~static_cast<unsigned>(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
-                                       FUSE_CAP_SPLICE_MOVE);
+  conn->want &= ~static_cast<unsigned>(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
   // Lookups and readdirs of different folders need no serialisation here.
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
   // ls -l on a big folder: names and attributes in one round trip.
@@ -169,19 +166,19 @@ void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_
       buffer = std::make_unique_for_overwrite<char[]>(size);
       capacity = size;
     }
-    const size_t used = fill_listing(
-        *ctx.tree, ino, *dir, offset, buffer.get(), size,
-        [&](char* at, size_t room, const ListingEntry& entry, const Node& node) {
-          if constexpr (Plus) {
-            // The kernel takes no lookup reference for "." and "..", and forget
-            // is a no-op here anyway: inodes live as long as the mount.
-            fuse_entry_param attributes = entry_of(ctx, entry.ino, node);
-            return fuse_add_direntry_plus(req, at, room, entry.name, &attributes, entry.next);
-          } else {
-            struct stat st = listing_attributes(entry.ino, node);
-            return fuse_add_direntry(req, at, room, entry.name, &st, entry.next);
-          }
-        });
+    const size_t used =
+        fill_listing(*ctx.tree, ino, *dir, offset, buffer.get(), size,
+                     [&](char* at, size_t room, const ListingEntry& entry, const Node& node) {
+                       if constexpr (Plus) {
+                         // The kernel takes no lookup reference for "." and "..", and forget
+                         // is a no-op here anyway: inodes live as long as the mount.
+                         fuse_entry_param attributes = entry_of(ctx, entry.ino, node);
+                         return fuse_add_direntry_plus(req, at, room, entry.name, &attributes, entry.next);
+                       } else {
+                         struct stat st = listing_attributes(entry.ino, node);
+                         return fuse_add_direntry(req, at, room, entry.name, &st, entry.next);
+                       }
+                     });
     fuse_reply_buf(req, buffer.get(), used);
   });
 }
@@ -192,8 +189,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     const Node* node = context(req).tree->node(ino);
     if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
     if (node->kind == NodeKind::Directory) return (void)fuse_reply_err(req, EISDIR);
-    if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))
-      return (void)fuse_reply_err(req, EROFS);
+    if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) return (void)fuse_reply_err(req, EROFS);
     fi->keep_cache = 1;  // pages read once stay valid: the bytes never change
     fi->noflush = 1;     // nothing to flush on close
     fuse_reply_open(req, fi);
@@ -207,9 +203,10 @@ void warn_failed_read(const Node& node, uint64_t offset, int error) {
   const int n = warnings.fetch_add(1, std::memory_order_relaxed);
   if (n >= kMaxWarnings) return;
   const std::string name = node.tensor ? std::string(node.tensor->name) : std::string("a document");
-  spdlog::warn("read of {} at offset {} failed ({}); the reader got EIO. Was the model file "
-               "truncated or changed under the mount?{}",
-               name, offset, std::strerror(error), n + 1 == kMaxWarnings ? " (further failures not logged)" : "");
+  spdlog::warn(
+      "read of {} at offset {} failed ({}); the reader got EIO. Was the model file "
+      "truncated or changed under the mount?{}",
+      name, offset, std::strerror(error), n + 1 == kMaxWarnings ? " (further failures not logged)" : "");
 }
 
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
@@ -388,8 +385,9 @@ int serve(const Tree& tree, fuse_args& args, const ServeOptions& options) {
   std::thread readahead;
   if (options.readahead_kb > 0) {
     try {
-      readahead = thread_without_exit_signals(
-          [mountpoint = options.mountpoint, kib = options.readahead_kb] { raise_readahead(mountpoint, kib); });
+      readahead = thread_without_exit_signals([mountpoint = options.mountpoint, kib = options.readahead_kb] {
+        raise_readahead(mountpoint, kib);
+      });
     } catch (const std::system_error& e) {
       spdlog::info("readahead left as it is: {}", e.what());
     }
@@ -399,8 +397,8 @@ int serve(const Tree& tree, fuse_args& args, const ServeOptions& options) {
   if (options.prefetch) ctx.prefetcher = &prefetcher.emplace(tree, options.mountpoint);
 
   // -s: libfuse's own single-threaded loop; otherwise loop.hpp's.
-  const int status = options.single_thread ? fuse_session_loop(session)
-                                           : serve_session(session, options.max_threads);
+  const int status =
+      options.single_thread ? fuse_session_loop(session) : serve_session(session, options.max_threads);
   fuse_session_unmount(session);
   prefetcher.reset();
   if (readahead.joinable()) readahead.join();

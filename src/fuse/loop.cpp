@@ -46,7 +46,7 @@ class Loop {
     bool done = false;
   };
   void work(Worker& self);
-  bool start_worker();   // these three under mutex_
+  bool start_worker();  // these three under mutex_
   void another_on_device();
   void end(int result);
 
@@ -57,10 +57,10 @@ class Loop {
   std::condition_variable wake_;  // room on the device, or serving ends
   unsigned allowed_ = 1;          // threads that may wait on the device
   unsigned on_device_ = 0;
-  unsigned idle_ = 0;             // waiting off the device
-  unsigned others_ = 0;           // requests other than READ since the last READ
+  unsigned idle_ = 0;    // waiting off the device
+  unsigned others_ = 0;  // requests other than READ since the last READ
   bool stopping_ = false;
-  std::list<Worker> workers_;     // a list: a Worker never moves
+  std::list<Worker> workers_;  // a list: a Worker never moves
   int error_ = 0;
 };
 

@@ -80,8 +80,7 @@ void Prefetcher::run() {
     const uint64_t from = std::max(queued->asked_end, queued->reader_end + kLeftToReader);
     const uint64_t to = queued->target_end;
     const Node* file = tree_.node(ino);
-    if (file == nullptr || file->kind != NodeKind::File || from >= std::min(to, file->size))
-      continue;
+    if (file == nullptr || file->kind != NodeKind::File || from >= std::min(to, file->size)) continue;
     lock.unlock();
     read_ahead(ino, from, std::min(to, file->size));
     lock.lock();

@@ -84,7 +84,7 @@ class Prefetcher {
   bool stopping_ = false;
   std::atomic<bool> disabled_{false};
   std::atomic<pid_t> thread_id_{-1};  // the thread's, as FUSE requests carry it
-  std::optional<dev_t> device_;  // the mount's, once the thread has seen it
+  std::optional<dev_t> device_;       // the mount's, once the thread has seen it
   std::thread thread_;
 };
 

@@ -48,7 +48,8 @@ inline ListingEntry listing_entry(uint64_t ino, const Node& dir, size_t index) {
   const off_t next = static_cast<off_t>(index + 1);
   if (index == 0) return {".", ino, next};
   if (index == 1) return {"..", dir.parent, next};
-  return {dir.children[index - 2].name.data(), dir.children[index - 2].ino, next};  // NUL-terminated (DirEntry)
+  return {dir.children[index - 2].name.data(), dir.children[index - 2].ino,
+          next};  // NUL-terminated (DirEntry)
 }
 
 // Adds the entries of folder `ino` from `offset` to a buffer of `size` bytes

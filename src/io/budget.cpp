@@ -22,7 +22,8 @@ std::string mib_down(uint64_t bytes) { return std::to_string(bytes >> 20) + " Mi
   current = nullptr;
   std::exception_ptr error;
   try {
-    error = std::make_exception_ptr(ModelError(std::string(file), std::string(format), std::nullopt, e.reason(what)));
+    error = std::make_exception_ptr(
+        ModelError(std::string(file), std::string(format), std::nullopt, e.reason(what)));
   } catch (...) {
     error = std::current_exception();
   }
@@ -50,8 +51,7 @@ void Budget::allocate(uint64_t bytes) {
   // One request larger than the whole limit is refused before it is made
   // (a length read from a file, reserved at once); not while an exception
   // unwinds, which would end the program.
-  if (bytes > limit_ && std::uncaught_exceptions() == 0)
-    throw BudgetExceeded(bytes, used_, limit_, fixed_);
+  if (bytes > limit_ && std::uncaught_exceptions() == 0) throw BudgetExceeded(bytes, used_, limit_, fixed_);
   note(bytes);
 }
 
@@ -71,8 +71,8 @@ void Budget::refuse_passed() const { throw BudgetExceeded(passed_by_, passed_at_
 
 std::string BudgetExceeded::reason(std::string_view what) const {
   return std::string(what) + " needs " + mib(bytes_) + ", past the model's memory budget of " + mib(limit_) +
-         (fixed_ ? " (-o max_parse_mb)" : " (64 MiB + 8 bytes per byte of metadata)") + " with " + mib_down(used_) +
-         " used; raise it with -o max_parse_mb=N";
+         (fixed_ ? " (-o max_parse_mb)" : " (64 MiB + 8 bytes per byte of metadata)") + " with " +
+         mib_down(used_) + " used; raise it with -o max_parse_mb=N";
 }
 
 Budget* current_budget() noexcept { return current; }

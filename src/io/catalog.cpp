@@ -10,8 +10,7 @@
 
 namespace modelfs {
 
-ByteSpan ByteSpan::mapped(std::shared_ptr<const MappedFile> file, uint64_t offset,
-                          uint64_t length) {
+ByteSpan ByteSpan::mapped(std::shared_ptr<const MappedFile> file, uint64_t offset, uint64_t length) {
   if (!file || !range_fits(offset, length, file->size()))
     throw std::out_of_range("ByteSpan::mapped: range outside the mapped file");
   ByteSpan span;

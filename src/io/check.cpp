@@ -33,8 +33,8 @@ void read_back(const Catalog& catalog, const Placed& range, std::vector<char>& b
     const ssize_t got = ::pread(range.file->fd(), buffer.data(), want, static_cast<off_t>(at));
     if (got <= 0)
       throw ModelError(range.file->display_name(), catalog.format, at,
-                       "tensor \"" + std::string(range.tensor->name) + "\" cannot be read: " +
-                           (got < 0 ? std::strerror(errno) : "the file ends here"));
+                       "tensor \"" + std::string(range.tensor->name) +
+                           "\" cannot be read: " + (got < 0 ? std::strerror(errno) : "the file ends here"));
     at += static_cast<uint64_t>(got);
     advance(static_cast<uint64_t>(got));
   }
@@ -74,8 +74,8 @@ void check_model(const Catalog& catalog, const IntegrityChecks& checks,
       Placed& prev = ranges.back();
       if (!catalog.tensors_may_share_bytes && cur.begin < prev.end)
         throw ModelError(cur.file->display_name(), catalog.format, cur.begin,
-                         "tensor \"" + std::string(cur.tensor->name) +
-                             "\" overlaps the bytes of \"" + std::string(prev.tensor->name) + "\"");
+                         "tensor \"" + std::string(cur.tensor->name) + "\" overlaps the bytes of \"" +
+                             std::string(prev.tensor->name) + "\"");
       if (cur.begin == prev.begin && cur.end == prev.end) {
         ++prev.tensors;
         continue;

@@ -8,8 +8,8 @@ namespace {
 
 // The text of message() (error.hpp), each NUL spelt as printable() spells
 // it; `bounded`, that of what(), with long names cut.
-std::string message_of(const std::string& file, const std::string& format,
-                       std::optional<uint64_t> offset, const std::string& reason, bool bounded) {
+std::string message_of(const std::string& file, const std::string& format, std::optional<uint64_t> offset,
+                       const std::string& reason, bool bounded) {
   std::string text = file + ": " + format + ": ";
   if (offset) text += "at byte " + std::to_string(*offset) + ": ";
   text += reason;

@@ -63,8 +63,9 @@ void run_guarded(void (*body)(void*), void* context) {
   sigjmp_buf* const outer = current_guard;
   if (sigsetjmp(guard, 0) != 0) {
     current_guard = outer;
-    throw ModelError("the model's mapping", "file", std::nullopt,
-                     "a read of it faulted (SIGBUS): the model file shrank, or its storage failed, under the mount");
+    throw ModelError(
+        "the model's mapping", "file", std::nullopt,
+        "a read of it faulted (SIGBUS): the model file shrank, or its storage failed, under the mount");
   }
   current_guard = &guard;
   std::atomic_signal_fence(std::memory_order_seq_cst);

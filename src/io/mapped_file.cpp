@@ -91,8 +91,9 @@ std::shared_ptr<const MappedFile> MappedFile::open_descriptor(int fd, const std:
   struct stat st {};
   if (::fstat(fd, &st) != 0) throw system_error(name.string(), "cannot stat");
   if (!S_ISREG(st.st_mode))
-    throw ModelError(name.string(), "file", std::nullopt, std::string("is ") + kind_of(st.st_mode) +
-                     ", not a regular file; modelfs reads only regular files");
+    throw ModelError(
+        name.string(), "file", std::nullopt,
+        std::string("is ") + kind_of(st.st_mode) + ", not a regular file; modelfs reads only regular files");
   // Opened non-blocking for a FIFO's sake; the file reads blocking from here on.
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0)

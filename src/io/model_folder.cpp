@@ -21,9 +21,7 @@ namespace modelfs {
 namespace fs = std::filesystem;
 namespace {
 
-bool is_dotdot_free(const fs::path& p) {
-  return std::find(p.begin(), p.end(), "..") == p.end();
-}
+bool is_dotdot_free(const fs::path& p) { return std::find(p.begin(), p.end(), "..") == p.end(); }
 
 fs::path resolved_folder(const fs::path& folder, const fs::path& named, const std::string& format) {
   std::error_code ec;
@@ -88,7 +86,8 @@ std::optional<fs::path> path_of(int fd) {
   for (;;) {
     const ssize_t n = ::readlink(link.c_str(), buffer.data(), buffer.size());
     if (n < 0) return std::nullopt;
-    if (static_cast<size_t>(n) < buffer.size()) return fs::path(std::string(buffer.data(), static_cast<size_t>(n)));
+    if (static_cast<size_t>(n) < buffer.size())
+      return fs::path(std::string(buffer.data(), static_cast<size_t>(n)));
     buffer.resize(buffer.size() * 2);
   }
 }
@@ -132,7 +131,8 @@ ModelFolder ModelFolder::of_file(const fs::path& model, const std::string& forma
   if (ec)
     throw ModelError(model.string(), format, std::nullopt,
                      "cannot resolve the model's folder: " + ec.message());
-  return ModelFolder(resolved_folder(absolute.parent_path(), model, format), model.parent_path(), false, format);
+  return ModelFolder(resolved_folder(absolute.parent_path(), model, format), model.parent_path(), false,
+                     format);
 }
 
 ModelFolder ModelFolder::at(const fs::path& folder, const std::string& format) {
@@ -201,8 +201,8 @@ ModelFolder::Opened ModelFolder::open_local(const std::string& name) const {
       return refuse(Problem::Unresolvable, "cannot be checked: /proc/self/fd: " + errno_text(error));
     }
     if (!holds(*real))
-      return refuse(Problem::Outside, "resolves to " + real->string() + ", outside the model's folder " +
-                                          folder_.string());
+      return refuse(Problem::Outside,
+                    "resolves to " + real->string() + ", outside the model's folder " + folder_.string());
   }
   if (bare) {
     fd.reset(::open(("/proc/self/fd/" + std::to_string(fd.get())).c_str(), kReadFlags));

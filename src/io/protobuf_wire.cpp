@@ -33,8 +33,7 @@ WireField read_field(std::span<const std::byte> bytes, uint64_t& pos, uint64_t b
     fail_at(context, key_at, "protobuf field number " + std::to_string(number) + " is invalid");
   if (type == 3 || type == 4)
     fail_at(context, key_at,
-            "field " + std::to_string(number) +
-                " is a protobuf group (wire type " + std::to_string(type) +
+            "field " + std::to_string(number) + " is a protobuf group (wire type " + std::to_string(type) +
                 "), which no field of this format uses");
   if (type != 0 && type != 1 && type != 2 && type != 5)
     fail_at(context, key_at,
@@ -56,8 +55,8 @@ WireField read_field(std::span<const std::byte> bytes, uint64_t& pos, uint64_t b
   if (length > bytes.size() - pos)
     fail_at(context, base + pos,
             "field " + std::to_string(number) + ": " +
-                (field.type == WireType::Length ? "length-delimited payload" : "fixed-width value") +
-                " of " + std::to_string(length) + " bytes runs past the end of its message (" +
+                (field.type == WireType::Length ? "length-delimited payload" : "fixed-width value") + " of " +
+                std::to_string(length) + " bytes runs past the end of its message (" +
                 std::to_string(bytes.size() - pos) + " bytes remain)");
   if (field.type != WireType::Length) field.value = read_fixed(bytes, pos, length);
   field.length = length;
@@ -73,8 +72,7 @@ uint64_t read_varint(std::span<const std::byte> bytes, uint64_t& pos, const Wire
   const uint64_t start = pos;
   uint64_t value = 0;
   for (int i = 0; i < kMaxVarintBytes; ++i) {
-    if (pos >= bytes.size())
-      fail_at(context, base + start, "varint runs past the end of its message");
+    if (pos >= bytes.size()) fail_at(context, base + start, "varint runs past the end of its message");
     const auto byte = std::to_integer<uint64_t>(bytes[pos++]);
     value |= (byte & 0x7F) << (7 * i);
     // The tenth byte may carry bit 63 only: anything more (a continuation
@@ -84,16 +82,14 @@ uint64_t read_varint(std::span<const std::byte> bytes, uint64_t& pos, const Wire
   fail_at(context, base + start, "varint overflows 64 bits");
 }
 
-void expect_type(const WireField& field, WireType type, std::string_view what,
-                 const WireContext& context) {
+void expect_type(const WireField& field, WireType type, std::string_view what, const WireContext& context) {
   if (field.type != type)
     fail_at(context, field.offset,
-            "field " + std::to_string(field.number) + " should " + std::string(what) +
-                " but has wire type " + std::to_string(static_cast<int>(field.type)));
+            "field " + std::to_string(field.number) + " should " + std::string(what) + " but has wire type " +
+                std::to_string(static_cast<int>(field.type)));
 }
 
-WireMessage::WireMessage(std::span<const std::byte> bytes, uint64_t offset,
-                         const WireContext* context)
+WireMessage::WireMessage(std::span<const std::byte> bytes, uint64_t offset, const WireContext* context)
     : chunks_{{bytes, offset}}, depth_(0), context_(context) {}
 
 WireMessage::WireMessage(std::vector<Chunk> chunks, int depth, const WireContext* context)
@@ -112,9 +108,7 @@ std::vector<WireField> WireMessage::fields() const {
   return out;
 }
 
-WireMessage WireMessage::child(const WireField& field) const {
-  return child(std::vector<WireField>{field});
-}
+WireMessage WireMessage::child(const WireField& field) const { return child(std::vector<WireField>{field}); }
 
 WireMessage WireMessage::child(const std::vector<WireField>& occurrences) const {
   const uint64_t at = occurrences.empty() ? offset() : occurrences.front().offset;

@@ -16,9 +16,9 @@ namespace {
 // Characters that change how a terminal shows what follows them.
 bool is_control(char32_t c) {
   return c < 0x20 || c == 0x7F || (c >= 0x80 && c <= 0x9F) ||  // C0, DEL, C1
-         c == 0x061C || c == 0x200E || c == 0x200F ||             // bidi marks
-         (c >= 0x202A && c <= 0x202E) ||                          // embeddings, overrides
-         (c >= 0x2066 && c <= 0x2069);                            // isolates
+         c == 0x061C || c == 0x200E || c == 0x200F ||          // bidi marks
+         (c >= 0x202A && c <= 0x202E) ||                       // embeddings, overrides
+         (c >= 0x2066 && c <= 0x2069);                         // isolates
 }
 
 void append_escape(std::string& out, const char* format, unsigned value) {
@@ -137,8 +137,10 @@ std::string bounded_message(std::string_view text) {
     const std::string_view piece = text.substr(start, end - start);
     // Only the whole is bounded past this size: a message's own words are
     // not quoted and stay as they are.
-    if (quoted) out += elided(piece, kLongestQuotedName);
-    else out += piece;
+    if (quoted)
+      out += elided(piece, kLongestQuotedName);
+    else
+      out += piece;
     if (end == text.size()) break;
     out += '"';
     quoted = !quoted;

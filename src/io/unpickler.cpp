@@ -28,18 +28,64 @@ std::string_view remap_module(std::string_view module) {
   return module;
 }
 
-constexpr std::string_view kDTypeNames[] = {
-    "float64", "double", "float32", "float", "float16", "half", "bfloat16", "int64", "long",
-    "int32", "int", "int16", "short", "int8", "uint8", "bool", "complex128", "cdouble",
-    "complex64", "cfloat", "complex32", "chalf", "qint8", "qint32", "quint8", "quint4x2",
-    "quint2x4", "float8_e5m2", "float8_e4m3fn", "float8_e5m2fnuz", "float8_e4m3fnuz",
-    "float8_e8m0fnu", "float4_e2m1fn_x2", "bits8", "bits16", "bits1x8", "bits2x4", "bits4x2",
-    "uint16", "uint32", "uint64", "uint1", "uint2", "uint3", "uint4", "uint5", "uint6", "uint7",
-    "int1", "int2", "int3", "int4", "int5", "int6", "int7"};
+constexpr std::string_view kDTypeNames[] = {"float64",
+                                            "double",
+                                            "float32",
+                                            "float",
+                                            "float16",
+                                            "half",
+                                            "bfloat16",
+                                            "int64",
+                                            "long",
+                                            "int32",
+                                            "int",
+                                            "int16",
+                                            "short",
+                                            "int8",
+                                            "uint8",
+                                            "bool",
+                                            "complex128",
+                                            "cdouble",
+                                            "complex64",
+                                            "cfloat",
+                                            "complex32",
+                                            "chalf",
+                                            "qint8",
+                                            "qint32",
+                                            "quint8",
+                                            "quint4x2",
+                                            "quint2x4",
+                                            "float8_e5m2",
+                                            "float8_e4m3fn",
+                                            "float8_e5m2fnuz",
+                                            "float8_e4m3fnuz",
+                                            "float8_e8m0fnu",
+                                            "float4_e2m1fn_x2",
+                                            "bits8",
+                                            "bits16",
+                                            "bits1x8",
+                                            "bits2x4",
+                                            "bits4x2",
+                                            "uint16",
+                                            "uint32",
+                                            "uint64",
+                                            "uint1",
+                                            "uint2",
+                                            "uint3",
+                                            "uint4",
+                                            "uint5",
+                                            "uint6",
+                                            "uint7",
+                                            "int1",
+                                            "int2",
+                                            "int3",
+                                            "int4",
+                                            "int5",
+                                            "int6",
+                                            "int7"};
 
-constexpr std::string_view kQSchemes[] = {"per_tensor_affine", "per_tensor_symmetric",
-                                          "per_channel_affine", "per_channel_symmetric",
-                                          "per_channel_affine_float_qparams"};
+constexpr std::string_view kQSchemes[] = {"per_tensor_affine", "per_tensor_symmetric", "per_channel_affine",
+                                          "per_channel_symmetric", "per_channel_affine_float_qparams"};
 
 struct NamedGlobal {
   std::string_view module;
@@ -73,10 +119,8 @@ constexpr NamedGlobal kNamedGlobals[] = {
     {"torch._utils", "_rebuild_nested_tensor", KnownGlobal::RebuildNestedTensor},
     {"torch._utils", "_rebuild_meta_tensor_no_storage", KnownGlobal::RebuildMetaTensorNoStorage},
     {"torch._utils", "_rebuild_wrapper_subclass", KnownGlobal::RebuildWrapperSubclass},
-    {"torch._utils", "_rebuild_device_tensor_from_numpy",
-     KnownGlobal::RebuildDeviceTensorFromNumpy},
-    {"torch._utils", "_rebuild_device_tensor_from_cpu_tensor",
-     KnownGlobal::RebuildDeviceTensorFromCpuTensor},
+    {"torch._utils", "_rebuild_device_tensor_from_numpy", KnownGlobal::RebuildDeviceTensorFromNumpy},
+    {"torch._utils", "_rebuild_device_tensor_from_cpu_tensor", KnownGlobal::RebuildDeviceTensorFromCpuTensor},
     {"torch._tensor", "_rebuild_from_type_v2", KnownGlobal::RebuildFromTypeV2},
     {"torch.jit._pickle", "build_intlist", KnownGlobal::JitPassThrough},
     {"torch.jit._pickle", "build_tensorlist", KnownGlobal::JitPassThrough},
@@ -104,16 +148,20 @@ KnownGlobal classify_global(std::string_view module, std::string_view name) {
 }
 
 // Python's name for each Kind, in the enum's order.
-constexpr std::string_view kKindNames[] = {"None", "bool", "int", "int", "float", "str", "bytes",
-                                           "list", "tuple", "set", "dict", "global", "object",
-                                           "persistent id"};
+constexpr std::string_view kKindNames[] = {"None", "bool",   "int",    "int",          "float",
+                                           "str",  "bytes",  "list",   "tuple",        "set",
+                                           "dict", "global", "object", "persistent id"};
 static_assert(std::size(kKindNames) == static_cast<size_t>(Kind::PersistentId) + 1);
 
 std::string kind_name(Kind kind) { return std::string(kKindNames[static_cast<size_t>(kind)]); }
 
 bool is_container(const Value* v) {
   switch (v->kind) {
-    case Kind::List: case Kind::Tuple: case Kind::Set: case Kind::Dict: case Kind::Call:
+    case Kind::List:
+    case Kind::Tuple:
+    case Kind::Set:
+    case Kind::Dict:
+    case Kind::Call:
     case Kind::PersistentId:
       return true;
     default:
@@ -161,8 +209,7 @@ std::optional<std::string> latin1_bytes(std::string_view utf8) {
 
 class Machine {
  public:
-  Machine(std::span<const std::byte> bytes, const std::string& file, const std::string& format,
-          uint64_t base)
+  Machine(std::span<const std::byte> bytes, const std::string& file, const std::string& format, uint64_t base)
       : in_(bytes, file, format, base),
         file_(file),
         format_(format),
@@ -197,8 +244,7 @@ class Machine {
   }
 
   Value* make(Kind kind) {
-    if (out_.values.size() >= kMaxValues)
-      fail("more than " + std::to_string(kMaxValues) + " values");
+    if (out_.values.size() >= kMaxValues) fail("more than " + std::to_string(kMaxValues) + " values");
     Value& v = out_.values.emplace_back();
     v.kind = kind;
     v.offset = base_ + op_at_;
@@ -239,8 +285,7 @@ class Machine {
   void nest(Value* container, const Value* child) {
     if (!is_container(child)) return;
     const uint32_t depth = child->depth + 1;
-    if (depth > kMaxNesting)
-      fail("values nest deeper than " + std::to_string(kMaxNesting) + " levels");
+    if (depth > kMaxNesting) fail("values nest deeper than " + std::to_string(kMaxNesting) + " levels");
     container->depth = std::max(container->depth, depth);
   }
 
@@ -296,8 +341,7 @@ class Machine {
         value |= ~uint64_t{0} << (8 * raw.size());
       return make_int(static_cast<int64_t>(value));
     }
-    return make_text(Kind::BigInt,
-                     std::string_view(reinterpret_cast<const char*>(raw.data()), raw.size()));
+    return make_text(Kind::BigInt, std::string_view(reinterpret_cast<const char*>(raw.data()), raw.size()));
   }
 
   std::string_view line(std::string_view what) {
@@ -317,9 +361,10 @@ class Machine {
     if (v->known == KnownGlobal::Unknown) {
       std::string qualified = v->module + "." + v->name;
       if (unknown_seen_.insert(qualified).second) {
-        spdlog::warn("{}: {}: pickle names {}, which modelfs does not know; it is never called, "
-                     "its arguments and state are only searched for tensors",
-                     file_, format_, qualified);
+        spdlog::warn(
+            "{}: {}: pickle names {}, which modelfs does not know; it is never called, "
+            "its arguments and state are only searched for tensors",
+            file_, format_, qualified);
         out_.unknown_globals.push_back(std::move(qualified));
       }
     }
@@ -438,15 +483,34 @@ class Machine {
         if (marks_.size() >= kMaxMarks) fail("more than " + std::to_string(kMaxMarks) + " open MARKs");
         marks_.push_back(stack_.size());
         break;
-      case '0': pop(); break;         // POP
-      case '1': pop_mark(); break;    // POP_MARK
-      case '2': push(top()); break;   // DUP
-      case 'N': push(make(Kind::None)); break;
-      case '\x88': case '\x89': push(make_bool(op == '\x88')); break;  // NEWTRUE / NEWFALSE
-      case 'K': push(make_int(in_.u8("BININT1"))); break;
-      case 'M': push(make_int(in_.u16("BININT2"))); break;
-      case 'J': push(make_int(in_.read_le<int32_t>("BININT"))); break;
-      case '\x8a': push(make_long(in_.take(in_.u8("LONG1 length"), "LONG1"))); break;
+      case '0':
+        pop();
+        break;  // POP
+      case '1':
+        pop_mark();
+        break;  // POP_MARK
+      case '2':
+        push(top());
+        break;  // DUP
+      case 'N':
+        push(make(Kind::None));
+        break;
+      case '\x88':
+      case '\x89':
+        push(make_bool(op == '\x88'));
+        break;  // NEWTRUE / NEWFALSE
+      case 'K':
+        push(make_int(in_.u8("BININT1")));
+        break;
+      case 'M':
+        push(make_int(in_.u16("BININT2")));
+        break;
+      case 'J':
+        push(make_int(in_.read_le<int32_t>("BININT")));
+        break;
+      case '\x8a':
+        push(make_long(in_.take(in_.u8("LONG1 length"), "LONG1")));
+        break;
       case '\x8b': {  // LONG4
         const int32_t n = in_.read_le<int32_t>("LONG4 length");
         if (n < 0) fail("LONG4 with negative length");
@@ -488,29 +552,63 @@ class Machine {
         push(v);
         break;
       }
-      case 'X': push(make_text(Kind::String, in_.take_string(in_.u32("BINUNICODE length"), "BINUNICODE"))); break;
-      case '\x8c': push(make_text(Kind::String, in_.take_string(in_.u8("SHORT_BINUNICODE length"), "SHORT_BINUNICODE"))); break;
-      case '\x8d': push(make_text(Kind::String, in_.take_string(in_.u64("BINUNICODE8 length"), "BINUNICODE8"))); break;
+      case 'X':
+        push(make_text(Kind::String, in_.take_string(in_.u32("BINUNICODE length"), "BINUNICODE")));
+        break;
+      case '\x8c':
+        push(make_text(Kind::String, in_.take_string(in_.u8("SHORT_BINUNICODE length"), "SHORT_BINUNICODE")));
+        break;
+      case '\x8d':
+        push(make_text(Kind::String, in_.take_string(in_.u64("BINUNICODE8 length"), "BINUNICODE8")));
+        break;
       case 'T': {  // BINSTRING (Python 2 str): read as text, as torch.load does
         const int32_t n = in_.read_le<int32_t>("BINSTRING length");
         if (n < 0) fail("BINSTRING with negative length");
         push(make_text(Kind::String, in_.take_string(static_cast<uint64_t>(n), "BINSTRING")));
         break;
       }
-      case 'U': push(make_text(Kind::String, in_.take_string(in_.u8("SHORT_BINSTRING length"), "SHORT_BINSTRING"))); break;
-      case 'B': push(make_text(Kind::Bytes, in_.take_string(in_.u32("BINBYTES length"), "BINBYTES"))); break;
-      case 'C': push(make_text(Kind::Bytes, in_.take_string(in_.u8("SHORT_BINBYTES length"), "SHORT_BINBYTES"))); break;
-      case '\x8e': push(make_text(Kind::Bytes, in_.take_string(in_.u64("BINBYTES8 length"), "BINBYTES8"))); break;
-      case '\x96': push(make_text(Kind::Bytes, in_.take_string(in_.u64("BYTEARRAY8 length"), "BYTEARRAY8"))); break;
-      case 'S': push(make_text(Kind::String, unquote(line("STRING")))); break;
-      case 'V': push(make_text(Kind::String, raw_unicode_escape(line("UNICODE")))); break;
-      case ')': push(make(Kind::Tuple)); break;
-      case ']': push(make(Kind::List)); break;
-      case '}': push(make(Kind::Dict)); break;
-      case '\x8f': push(make(Kind::Set)); break;
-      case 't': push(sequence(Kind::Tuple, pop_mark())); break;
-      case 'l': push(sequence(Kind::List, pop_mark())); break;
-      case '\x91': push(sequence(Kind::Set, pop_mark())); break;  // FROZENSET
+      case 'U':
+        push(make_text(Kind::String, in_.take_string(in_.u8("SHORT_BINSTRING length"), "SHORT_BINSTRING")));
+        break;
+      case 'B':
+        push(make_text(Kind::Bytes, in_.take_string(in_.u32("BINBYTES length"), "BINBYTES")));
+        break;
+      case 'C':
+        push(make_text(Kind::Bytes, in_.take_string(in_.u8("SHORT_BINBYTES length"), "SHORT_BINBYTES")));
+        break;
+      case '\x8e':
+        push(make_text(Kind::Bytes, in_.take_string(in_.u64("BINBYTES8 length"), "BINBYTES8")));
+        break;
+      case '\x96':
+        push(make_text(Kind::Bytes, in_.take_string(in_.u64("BYTEARRAY8 length"), "BYTEARRAY8")));
+        break;
+      case 'S':
+        push(make_text(Kind::String, unquote(line("STRING"))));
+        break;
+      case 'V':
+        push(make_text(Kind::String, raw_unicode_escape(line("UNICODE"))));
+        break;
+      case ')':
+        push(make(Kind::Tuple));
+        break;
+      case ']':
+        push(make(Kind::List));
+        break;
+      case '}':
+        push(make(Kind::Dict));
+        break;
+      case '\x8f':
+        push(make(Kind::Set));
+        break;
+      case 't':
+        push(sequence(Kind::Tuple, pop_mark()));
+        break;
+      case 'l':
+        push(sequence(Kind::List, pop_mark()));
+        break;
+      case '\x91':
+        push(sequence(Kind::Set, pop_mark()));
+        break;  // FROZENSET
       case '\x85':
       case '\x86':
       case '\x87': {  // TUPLE1..3
@@ -548,13 +646,27 @@ class Machine {
         if (dict) push(target);
         break;
       }
-      case 'p': memo_put(parse_unsigned(line("PUT"), "PUT")); break;
-      case 'q': memo_put(in_.u8("BINPUT index")); break;
-      case 'r': memo_put(in_.u32("LONG_BINPUT index")); break;
-      case '\x94': memo_put(next_memo_++); break;  // MEMOIZE
-      case 'g': push(memo_get(parse_unsigned(line("GET"), "GET"))); break;
-      case 'h': push(memo_get(in_.u8("BINGET index"))); break;
-      case 'j': push(memo_get(in_.u32("LONG_BINGET index"))); break;
+      case 'p':
+        memo_put(parse_unsigned(line("PUT"), "PUT"));
+        break;
+      case 'q':
+        memo_put(in_.u8("BINPUT index"));
+        break;
+      case 'r':
+        memo_put(in_.u32("LONG_BINPUT index"));
+        break;
+      case '\x94':
+        memo_put(next_memo_++);
+        break;  // MEMOIZE
+      case 'g':
+        push(memo_get(parse_unsigned(line("GET"), "GET")));
+        break;
+      case 'h':
+        push(memo_get(in_.u8("BINGET index")));
+        break;
+      case 'j':
+        push(memo_get(in_.u32("LONG_BINGET index")));
+        break;
       case 'c': {  // GLOBAL
         std::string module(line("GLOBAL module"));
         std::string name(line("GLOBAL name"));
@@ -607,11 +719,18 @@ class Machine {
         build(top(), state);
         break;
       }
-      case 'Q': push(sequence(Kind::PersistentId, {pop()})); break;  // BINPERSID
-      case 'P': push(sequence(Kind::PersistentId, {make_text(Kind::String, line("PERSID"))})); break;
-      case '\x82': case '\x83': case '\x84':
+      case 'Q':
+        push(sequence(Kind::PersistentId, {pop()}));
+        break;  // BINPERSID
+      case 'P':
+        push(sequence(Kind::PersistentId, {make_text(Kind::String, line("PERSID"))}));
+        break;
+      case '\x82':
+      case '\x83':
+      case '\x84':
         fail("extension registry codes (EXT1/2/4) are not supported");
-      case '\x97': case '\x98':
+      case '\x97':
+      case '\x98':
         fail("out-of-band buffers (NEXT_BUFFER/READONLY_BUFFER) are not supported");
       default: {
         char hex[8];
@@ -626,8 +745,7 @@ class Machine {
     if (!text.empty() && text.front() == '+') text.remove_prefix(1);
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (ec != std::errc() || end != text.data() + text.size() || text.empty())
-      fail(std::string(what) + " \"" + std::string(text.substr(0, 40)) +
-           "\" is not a 64-bit integer");
+      fail(std::string(what) + " \"" + std::string(text.substr(0, 40)) + "\" is not a 64-bit integer");
     return value;
   }
 
@@ -650,19 +768,28 @@ class Machine {
       }
       const char e = text[++i];
       switch (e) {
-        case 'n': out.push_back('\n'); break;
-        case 't': out.push_back('\t'); break;
-        case 'r': out.push_back('\r'); break;
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
         case 'x': {
           if (i + 2 >= text.size()) fail("STRING \\x escape cut short");
           unsigned value = 0;
-          auto [end, ec] = std::from_chars(text.data() + i + 1, text.data() + std::min(i + 3, text.size()), value, 16);
+          auto [end, ec] =
+              std::from_chars(text.data() + i + 1, text.data() + std::min(i + 3, text.size()), value, 16);
           if (ec != std::errc() || end != text.data() + i + 3) fail("bad \\x escape in STRING");
           out.push_back(static_cast<char>(value));
           i += 2;
           break;
         }
-        default: out.push_back(e); break;
+        default:
+          out.push_back(e);
+          break;
       }
     }
     return out;
@@ -672,14 +799,16 @@ class Machine {
   std::string raw_unicode_escape(std::string_view text) {
     std::string out;
     for (size_t i = 0; i < text.size(); ++i) {
-      const bool escape = text[i] == '\\' && i + 1 < text.size() && (text[i + 1] == 'u' || text[i + 1] == 'U');
+      const bool escape =
+          text[i] == '\\' && i + 1 < text.size() && (text[i + 1] == 'u' || text[i + 1] == 'U');
       if (!escape) {
         append_utf8(out, static_cast<unsigned char>(text[i]));
         continue;
       }
       const size_t digits = text[i + 1] == 'u' ? 4 : 8;
       uint32_t cp = 0;
-      auto [end, ec] = std::from_chars(text.data() + i + 2, text.data() + std::min(i + 2 + digits, text.size()), cp, 16);
+      auto [end, ec] =
+          std::from_chars(text.data() + i + 2, text.data() + std::min(i + 2 + digits, text.size()), cp, 16);
       if (ec != std::errc() || end != text.data() + i + 2 + digits || cp > 0x10FFFF)
         fail("bad escape in UNICODE");
       append_utf8(out, cp);
@@ -711,8 +840,8 @@ std::string Value::qualified_name() const {
   return "";
 }
 
-Pickle unpickle(std::span<const std::byte> bytes, const std::string& file,
-                const std::string& format, uint64_t base) {
+Pickle unpickle(std::span<const std::byte> bytes, const std::string& file, const std::string& format,
+                uint64_t base) {
   Pickle pickle = Machine(bytes, file, format, base).run();
   return pickle;
 }

@@ -59,7 +59,8 @@ std::string crc_mismatch(uLong computed, uint32_t recorded) {
 // The methods named in messages, in the order "libzip here reads" lists them.
 constexpr std::pair<uint16_t, const char*> kMethodNames[] = {
     {ZIP_CM_STORE, "stored"}, {ZIP_CM_DEFLATE, "deflate"}, {ZIP_CM_DEFLATE64, "deflate64"},
-    {ZIP_CM_BZIP2, "bzip2"}, {ZIP_CM_LZMA, "LZMA"}, {93, "zstd"}, {ZIP_CM_XZ, "xz"}};
+    {ZIP_CM_BZIP2, "bzip2"},  {ZIP_CM_LZMA, "LZMA"},       {93, "zstd"},
+    {ZIP_CM_XZ, "xz"}};
 
 std::string method_name(uint16_t method) {
   for (const auto& [number, name] : kMethodNames)
@@ -83,9 +84,7 @@ struct CloseZip {
 using ZipHandle = std::unique_ptr<zip_t, CloseZip>;
 using ZipFile = std::unique_ptr<zip_file_t, CloseZip>;
 
-std::string libzip_error(zip_error_t* error) {
-  return std::string("libzip: ") + zip_error_strerror(error);
-}
+std::string libzip_error(zip_error_t* error) { return std::string("libzip: ") + zip_error_strerror(error); }
 
 }  // namespace
 
@@ -141,8 +140,8 @@ ZipArchive ZipArchive::open(std::shared_ptr<const MappedFile> file, std::string 
   return open(std::move(file), 0, size, std::move(format));
 }
 
-ZipArchive ZipArchive::open(std::shared_ptr<const MappedFile> file, uint64_t offset,
-                            uint64_t length, std::string format) {
+ZipArchive ZipArchive::open(std::shared_ptr<const MappedFile> file, uint64_t offset, uint64_t length,
+                            std::string format) {
   ZipArchive archive;
   archive.file_ = std::move(file);
   archive.format_ = std::move(format);
@@ -204,8 +203,8 @@ void ZipArchive::read_directory() {
     locator.seek(end_at - kZip64LocatorBytes + 8);
     const uint64_t record_at = locator.u64("ZIP64 end record offset");
     if (record_at > end_at - kZip64LocatorBytes)
-      fail(end_at - kZip64LocatorBytes, "ZIP64 end record offset " + std::to_string(record_at) +
-                                            " lies outside the archive");
+      fail(end_at - kZip64LocatorBytes,
+           "ZIP64 end record offset " + std::to_string(record_at) + " lies outside the archive");
     ByteReader record(bytes, file_->display_name(), format_, base_);
     record.seek(record_at);
     if (record.u32("ZIP64 end record signature") != kZip64EndSignature)
@@ -227,14 +226,12 @@ void ZipArchive::read_directory() {
     fail(end_at, "central directory [" + std::to_string(directory_offset) + ", +" +
                      std::to_string(directory_size) + ") lies outside the archive");
   if (entries > kMaxZipMembers)
-    fail(end_at, std::to_string(entries) + " entries exceed the limit of " +
-                     std::to_string(kMaxZipMembers));
+    fail(end_at, std::to_string(entries) + " entries exceed the limit of " + std::to_string(kMaxZipMembers));
   if (entries > directory_size / kCentralHeaderBytes)
     fail(end_at, std::to_string(entries) + " entries cannot fit in a central directory of " +
                      std::to_string(directory_size) + " bytes");
 
-  ByteReader directory(bytes.first(directory_offset + directory_size), file_->display_name(),
-                       format_, base_);
+  ByteReader directory(bytes.first(directory_offset + directory_size), file_->display_name(), format_, base_);
   directory.seek(directory_offset);
   add_metadata_bytes(directory_size);
   members_.reserve(entries);
@@ -267,7 +264,8 @@ void ZipArchive::read_member(ByteReader& directory, uint64_t directory_offset) {
   member.uncompressed_size = uncompressed32;
   member.local_header_offset = local32;
   // ZIP64 extended information: only the saturated fields, in this order.
-  ByteReader fields(extra, file_->display_name(), format_, base_ + header_at + kCentralHeaderBytes + name_length);
+  ByteReader fields(extra, file_->display_name(), format_,
+                    base_ + header_at + kCentralHeaderBytes + name_length);
   while (fields.remaining() >= 4) {
     const uint16_t id = fields.u16("extra field id");
     const uint16_t size = fields.u16("extra field size");
@@ -298,17 +296,16 @@ void ZipArchive::read_member(ByteReader& directory, uint64_t directory_offset) {
   local.skip(22, "local header fields");
   const uint16_t local_name_length = local.u16("local name length");
   const uint16_t local_extra_length = local.u16("local extra length");
-  member.data_offset = member.local_header_offset + kLocalHeaderBytes + local_name_length +
-                       local_extra_length;
+  member.data_offset =
+      member.local_header_offset + kLocalHeaderBytes + local_name_length + local_extra_length;
   // Member data precedes the central directory.
   if (!range_fits(member.data_offset, member.compressed_size, directory_offset))
-    fail(member.local_header_offset,
-         quote() + std::to_string(member.compressed_size) + " bytes of data at offset " +
-             std::to_string(member.data_offset) + " run into the central directory or past the archive");
+    fail(member.local_header_offset, quote() + std::to_string(member.compressed_size) +
+                                         " bytes of data at offset " + std::to_string(member.data_offset) +
+                                         " run into the central directory or past the archive");
   if (member.stored() && member.compressed_size != member.uncompressed_size)
-    fail(header_at, quote() + "stored, but its compressed size " +
-                        std::to_string(member.compressed_size) + " differs from its size " +
-                        std::to_string(member.uncompressed_size));
+    fail(header_at, quote() + "stored, but its compressed size " + std::to_string(member.compressed_size) +
+                        " differs from its size " + std::to_string(member.uncompressed_size));
 
   if (!by_name_.emplace(member.name, members_.size()).second)
     fail(header_at, "member name " + member.name + " appears twice");
@@ -331,8 +328,8 @@ std::vector<IntegrityCheck> ZipArchive::crc_checks() const {
   auto archive = std::make_shared<const ZipArchive>(*this);
   std::vector<IntegrityCheck> checks;
   checks.reserve(members_.size() + 1);
-  checks.push_back({"ZIP directory read again by libzip", 0,
-                    [archive](const auto&) { archive->compare_with_libzip(); }});
+  checks.push_back(
+      {"ZIP directory read again by libzip", 0, [archive](const auto&) { archive->compare_with_libzip(); }});
   for (size_t index = 0; index < members_.size(); ++index)
     checks.push_back({"CRC-32 of " + members_[index].name, members_[index].uncompressed_size,
                       [archive, index](const auto& progress) { archive->check_crc(index, progress); }});
@@ -456,9 +453,9 @@ std::string ZipArchive::decompress(const ZipMember& member) const {
     if (n > 0) refuse("inflates to more bytes than its size");
   }
   // libzip does not say whether a short stream was cut or ended early.
-  const std::string short_stream = "inflates to " + std::to_string(produced) + " bytes, fewer than its size " +
-                                   std::to_string(size) + " (the data ends before the " +
-                                   method_name(member.method) + " stream does, or the stream ends early)";
+  const std::string short_stream =
+      "inflates to " + std::to_string(produced) + " bytes, fewer than its size " + std::to_string(size) +
+      " (the data ends before the " + method_name(member.method) + " stream does, or the stream ends early)";
   if (n < 0) {
     zip_error_t* failure = zip_file_get_error(file.get());
     const int code = zip_error_code_zip(failure);

@@ -28,11 +28,11 @@
 #include <ranges>
 #include <thread>
 
+#include "block_table.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
 #include "modelfs/remote.hpp"
 #include "modelfs/sha1.hpp"
-#include "block_table.hpp"
 
 namespace modelfs::remote {
 namespace {
@@ -97,10 +97,14 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
   value.remove_prefix(std::min(value.find_first_not_of(" \t"), value.size()));
   value = value.substr(0, value.find_last_not_of("\r\n ") + 1);
   if (value.size() > kMaxHeaderValue) return line.size();  // not one we could use
-  if (name == "etag") response->etag = value;
-  else if (name == "last-modified") response->last_modified = value;
-  else if (name == "content-range") response->content_range = value;
-  else if (name == "x-repo-commit") response->commit = value;
+  if (name == "etag")
+    response->etag = value;
+  else if (name == "last-modified")
+    response->last_modified = value;
+  else if (name == "content-range")
+    response->content_range = value;
+  else if (name == "x-repo-commit")
+    response->commit = value;
   return line.size();
 }
 
@@ -196,21 +200,26 @@ bool transient(const Response& r) {
   }
 }
 
-void back_off(int attempt) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(250) * (1 << attempt));
-}
+void back_off(int attempt) { std::this_thread::sleep_for(std::chrono::milliseconds(250) * (1 << attempt)); }
 
 // Why a request failed: libcurl's words, or the status's.
 std::string failure_text(const Response& r) {
   if (r.code != CURLE_OK && r.status < 400) return curl_easy_strerror(r.code);
   switch (r.status) {
-    case 401: return "HTTP 401 Unauthorized (credentials missing or refused)";
-    case 403: return "HTTP 403 Forbidden (credentials missing or refused)";
-    case 404: return "HTTP 404 Not Found";
-    case 410: return "HTTP 410 Gone";
-    case 412: return "HTTP 412 Precondition Failed: the object changed on the server since it was mounted";
-    case 416: return "HTTP 416 Range Not Satisfiable";
-    default: return "HTTP " + std::to_string(r.status);
+    case 401:
+      return "HTTP 401 Unauthorized (credentials missing or refused)";
+    case 403:
+      return "HTTP 403 Forbidden (credentials missing or refused)";
+    case 404:
+      return "HTTP 404 Not Found";
+    case 410:
+      return "HTTP 410 Gone";
+    case 412:
+      return "HTTP 412 Precondition Failed: the object changed on the server since it was mounted";
+    case 416:
+      return "HTTP 416 Range Not Satisfiable";
+    default:
+      return "HTTP " + std::to_string(r.status);
   }
 }
 
@@ -237,7 +246,7 @@ struct Identity {
   std::string etag;
   std::string last_modified;  // the validator only when there is no ETag
   std::string commit;         // the Hub's, when it pins the object
-  std::string url;  // pinned: redirects resolved, or the Hub's commit
+  std::string url;            // pinned: redirects resolved, or the Hub's commit
   timespec mtime{};
   // Sent with every range so that a server which honours it refuses (412)
   // rather than answers from another version: If-Match with a strong ETag,
@@ -316,11 +325,13 @@ Identity probe(const Target& target) {
     perform(c, target, target.url, "0-0", "", response, probe_body, &body);
     const long status = response.status;
     if (status == 206 && response.error == "sent more than was asked")
-      refuse(target, "the server sent more than the one byte asked for; it does not serve byte ranges "
-                     "as HTTP says");
+      refuse(target,
+             "the server sent more than the one byte asked for; it does not serve byte ranges "
+             "as HTTP says");
     if (status == 200 || response.error == "ignores Range")
-      refuse(target, "the server ignores Range requests (it answered 200 with the whole object to a "
-                     "request for one byte); modelfs mounts only from servers that serve byte ranges");
+      refuse(target,
+             "the server ignores Range requests (it answered 200 with the whole object to a "
+             "request for one byte); modelfs mounts only from servers that serve byte ranges");
     if (response.code == CURLE_OK && status == 206) {
       uint64_t first = 0, last = 0, total = 0;
       if (!parse_content_range(response.content_range, first, last, total) || first != 0 || last != 0)
@@ -331,7 +342,8 @@ Identity probe(const Target& target) {
       id.size = total;
       id.etag = response.etag;
       id.last_modified = response.last_modified;
-      if (!id.etag.empty() && !id.etag.starts_with("W/")) id.precondition = "If-Match: " + id.etag;
+      if (!id.etag.empty() && !id.etag.starts_with("W/"))
+        id.precondition = "If-Match: " + id.etag;
       else if (id.etag.empty() && !id.last_modified.empty())
         id.precondition = "If-Unmodified-Since: " + id.last_modified;
       char* effective = nullptr;
@@ -353,8 +365,9 @@ Identity probe(const Target& target) {
         }
       }
       if (id.commit.empty() && id.etag.empty() && id.last_modified.empty())
-        refuse(target, "the server names no version of the object (no ETag, no Last-Modified): modelfs could "
-                       "not tell its bytes from those of a changed object, and mounts only what it can pin");
+        refuse(target,
+               "the server names no version of the object (no ETag, no Last-Modified): modelfs could "
+               "not tell its bytes from those of a changed object, and mounts only what it can pin");
       return id;
     }
     if (response.code == CURLE_OK && status == 416)
@@ -412,9 +425,7 @@ class Blocks {
   void ensure(uint64_t offset, uint64_t length);
 
  private:
-  bool present(uint64_t block) const {
-    return __atomic_load_n(presence_ + block, __ATOMIC_ACQUIRE) != 0;
-  }
+  bool present(uint64_t block) const { return __atomic_load_n(presence_ + block, __ATOMIC_ACQUIRE) != 0; }
   void attach(MappedFile& file);
   uint64_t count_present();
   void fetch(uint64_t first_block, uint64_t blocks);
@@ -484,8 +495,8 @@ void Blocks::evict_older_than(uint64_t before, uint64_t limit) {
         continue;
       }
       const uint64_t length = std::min(kBlockBytes, id_.size - b * kBlockBytes);
-      if (::fallocate(data_fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(b * kBlockBytes),
-                      static_cast<off_t>(length)) != 0) {
+      if (::fallocate(data_fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                      static_cast<off_t>(b * kBlockBytes), static_cast<off_t>(length)) != 0) {
         // Not evicted (a file system without holes): the bytes are intact.
         __atomic_store_n(presence_ + b, 1, __ATOMIC_SEQ_CST);
         stop = true;
@@ -594,8 +605,8 @@ void Blocks::attach(MappedFile& file) {
   }
   Sha1 sha;
   // An object pinned by Last-Modified (no ETag) is keyed by it too.
-  const std::string version = id_.etag.empty() && !id_.last_modified.empty()
-                                  ? "last-modified " + id_.last_modified : id_.etag;
+  const std::string version =
+      id_.etag.empty() && !id_.last_modified.empty() ? "last-modified " + id_.last_modified : id_.etag;
   const std::string key_text = target_.display + "\n" + version + "\n" + std::to_string(id_.size);
   sha.update(std::as_bytes(std::span(key_text.data(), key_text.size())));
   const std::string key = sha.hex_digest();
@@ -616,7 +627,8 @@ void Blocks::attach(MappedFile& file) {
   if (::flock(presence_fd_, LOCK_EX) != 0) fail_cache("cannot lock");
   struct stat st {};
   bool ok = ::fstat(data_fd_, &st) == 0;
-  if (ok && static_cast<uint64_t>(st.st_size) != id_.size) ok = ::ftruncate(data_fd_, static_cast<off_t>(id_.size)) == 0;
+  if (ok && static_cast<uint64_t>(st.st_size) != id_.size)
+    ok = ::ftruncate(data_fd_, static_cast<off_t>(id_.size)) == 0;
   const int size_error = errno;
   if (ok && ::fstat(presence_fd_, &st) == 0 && static_cast<uint64_t>(st.st_size) != presence_bytes_)
     ok = ::ftruncate(presence_fd_, static_cast<off_t>(presence_bytes_)) == 0;
@@ -655,7 +667,8 @@ uint64_t Blocks::count_present() {
     const off_t data = ::lseek(presence_fd_, at, SEEK_DATA);
     if (data < 0) break;  // ENXIO: no data past `at`
     const off_t hole = ::lseek(presence_fd_, data, SEEK_HOLE);
-    const uint64_t end = hole < 0 ? presence_bytes_ : std::min<uint64_t>(presence_bytes_, static_cast<uint64_t>(hole));
+    const uint64_t end =
+        hole < 0 ? presence_bytes_ : std::min<uint64_t>(presence_bytes_, static_cast<uint64_t>(hole));
     for (uint64_t from = static_cast<uint64_t>(data); from < end;) {
       const ssize_t got = ::pread(presence_fd_, buffer.data(), std::min<uint64_t>(buffer.size(), end - from),
                                   static_cast<off_t>(from));
@@ -701,8 +714,10 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
   // for FUSE reads only (a parser reading a header in order is no reader
   // of the tensors after it).
   const uint64_t ahead =
-      sequential && in_read_scope ? std::min(kReadAheadBlocks, (offset + length - run_start_.load(std::memory_order_relaxed)) / kBlockBytes)
-                 : 0;
+      sequential && in_read_scope
+          ? std::min(kReadAheadBlocks,
+                     (offset + length - run_start_.load(std::memory_order_relaxed)) / kBlockBytes)
+          : 0;
   std::unique_lock guard(lock_);
   // The blocks last waited for: one that another thread's fetch left missing
   // fails this read too (its fetch took its tries), so waiting never adds a
@@ -718,7 +733,8 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
       if (entry.in_flight) {
         theirs.push_back(b);
       } else if (std::ranges::binary_search(awaited, b) ||
-                 (failed_first_ <= b && b <= failed_last_ && std::chrono::steady_clock::now() < failed_until_)) {
+                 (failed_first_ <= b && b <= failed_last_ &&
+                  std::chrono::steady_clock::now() < failed_until_)) {
         failed = b;
       } else {
         entry.in_flight = true;
@@ -740,7 +756,8 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
     }
     // A sequential reader will want the next blocks: fetched in the same request.
     if (ahead > 0 && mine.back() == last)
-      for (uint64_t b = last + 1; b < blocks_ && b <= last + ahead && !present(b) && !table_->at(b).in_flight; ++b) {
+      for (uint64_t b = last + 1; b < blocks_ && b <= last + ahead && !present(b) && !table_->at(b).in_flight;
+           ++b) {
         table_->at(b).in_flight = true;
         mine.push_back(b);
       }
@@ -807,8 +824,8 @@ size_t range_body(char* data, size_t size, size_t count, void* user) {
     return 0;
   }
   for (uint64_t done = 0; done < n;) {
-    const ssize_t wrote = ::pwrite(body->fd, data + done, n - done,
-                                   static_cast<off_t>(body->offset + body->received + done));
+    const ssize_t wrote =
+        ::pwrite(body->fd, data + done, n - done, static_cast<off_t>(body->offset + body->received + done));
     if (wrote < 0 && errno == EINTR) continue;
     if (wrote <= 0) {
       body->response->error = std::string("cannot write the cache file: ") + std::strerror(errno);
@@ -859,7 +876,8 @@ FetchProgress::~FetchProgress() {
 // sharing the cache.
 void Blocks::mark(uint64_t first_block, uint64_t blocks) {
   if (blocks == 0) return;
-  for (uint64_t b = first_block; b < first_block + blocks; ++b) __atomic_store_n(presence_ + b, 1, __ATOMIC_SEQ_CST);
+  for (uint64_t b = first_block; b < first_block + blocks; ++b)
+    __atomic_store_n(presence_ + b, 1, __ATOMIC_SEQ_CST);
   const uint64_t offset = first_block * kBlockBytes;
   const uint64_t length = std::min(blocks * kBlockBytes, id_.size - offset);
   cached_bytes.fetch_add(length);

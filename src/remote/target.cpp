@@ -3,8 +3,8 @@
 // the name to show. s3:// and hf:// are resolved through the environment
 // their own tools use (docs/remote.md).
 #include <algorithm>
-#include <charconv>
 #include <cctype>
+#include <charconv>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -35,8 +35,8 @@ std::string encode_path(std::string_view path, bool keep_slash) {
   static const char* hex = "0123456789ABCDEF";
   std::string out;
   for (unsigned char c : path) {
-    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-        c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+        c == '.' || c == '~' || (keep_slash && c == '/')) {
       out += static_cast<char>(c);
     } else {
       out += '%';
@@ -92,8 +92,9 @@ Target resolve_s3(std::string_view name) {
   while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
   // A custom endpoint (MinIO, a local server) is addressed path-style; AWS
   // itself by the bucket's virtual host.
-  t.url = endpoint.empty() ? "https://" + bucket + ".s3." + region + ".amazonaws.com/" + encode_path(key, true)
-                           : endpoint + "/" + encode_path(bucket, false) + "/" + encode_path(key, true);
+  t.url = endpoint.empty()
+              ? "https://" + bucket + ".s3." + region + ".amazonaws.com/" + encode_path(key, true)
+              : endpoint + "/" + encode_path(bucket, false) + "/" + encode_path(key, true);
   std::string id = env({"AWS_ACCESS_KEY_ID"});
   std::string secret = env({"AWS_SECRET_ACCESS_KEY"});
   std::string token = env({"AWS_SESSION_TOKEN"});
@@ -117,7 +118,8 @@ Target resolve_hub(std::string_view name) {
   // hf://OWNER/REPO[@REVISION][/PATH]
   std::string_view rest = name.substr(5);
   const auto first = rest.find('/');
-  if (first == std::string_view::npos || first == 0) refuse(name, "a Hub URL is hf://OWNER/REPO[@REVISION]/PATH");
+  if (first == std::string_view::npos || first == 0)
+    refuse(name, "a Hub URL is hf://OWNER/REPO[@REVISION]/PATH");
   const std::string owner(rest.substr(0, first));
   rest = rest.substr(first + 1);
   const auto second = rest.find('/');

@@ -28,9 +28,10 @@ std::optional<Size> safetensors_size(DType dtype, std::span<const uint64_t> shap
 
 // Why a view is left out past kViewBound.
 std::string past_view_bound(uint64_t view_bytes, uint64_t stored_bytes) {
-  return "a view of " + std::to_string(view_bytes) + " bytes in C order from " + std::to_string(stored_bytes) +
-         " stored (an expand() repeats them): past the bound on a view, " + std::to_string(kViewBound.floor) +
-         " bytes or " + std::to_string(kViewBound.growth) + " times what it stores";
+  return "a view of " + std::to_string(view_bytes) + " bytes in C order from " +
+         std::to_string(stored_bytes) + " stored (an expand() repeats them): past the bound on a view, " +
+         std::to_string(kViewBound.floor) + " bytes or " + std::to_string(kViewBound.growth) +
+         " times what it stores";
 }
 
 }  // namespace
@@ -82,8 +83,8 @@ void ExportPlan::add(const ExportInput& input) {
       part = *input.converted;
       part->offset = 0;
       dtype = *converted_code;
-      converted_.emplace_back(t.name, std::string(t.dtype_name()) + " as " +
-                                          std::string(dtype_name(input.converted_dtype)));
+      converted_.emplace_back(
+          t.name, std::string(t.dtype_name()) + " as " + std::string(dtype_name(input.converted_dtype)));
     }
   }
   if (!part) return leave_out(std::move(reason));
@@ -92,7 +93,7 @@ void ExportPlan::add(const ExportInput& input) {
 }
 
 std::optional<ExportFile> ExportPlan::file(std::string_view prefix, const ExportMetadata& metadata,
-                                          std::string& why_not) const {
+                                           std::string& why_not) const {
   ExportFile out;
   std::string& h = out.header;
   h.assign(8, ' ');  // the length, written last

@@ -131,8 +131,7 @@ void q2_k(const uint8_t* __restrict b, float* __restrict y) {
         const uint8_t sc = scales[is++];
         const float dl = d * static_cast<float>(sc & 0x0F);
         const float ml = dmin * static_cast<float>(sc >> 4);
-        for (int l = 0; l < 16; ++l)
-          *y++ = dl * static_cast<float>((q[16 * part + l] >> shift) & 3) - ml;
+        for (int l = 0; l < 16; ++l) *y++ = dl * static_cast<float>((q[16 * part + l] >> shift) & 3) - ml;
       }
     }
   }
@@ -466,8 +465,8 @@ void iq1_m(const uint8_t* __restrict b, float* __restrict y) {
   const uint8_t* qh = b + 32;
   uint16_t sc[4];
   for (int i = 0; i < 4; ++i) sc[i] = le16(b + 48 + 2 * i);
-  const auto d_bits = static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) |
-                                            (sc[3] & 0xF000));
+  const auto d_bits = static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
+                                            ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
   const float d = half_bits(d_bits);
   for (int ib = 0; ib < 8; ++ib, qs += 4, qh += 2) {
     const int shift = 6 * (ib % 2);
@@ -491,36 +490,18 @@ void row(const uint8_t* blocks, size_t count, float* out) {
 }
 
 #define MODELFS_CODEC(name, block_size, type_size) \
-  BlockCodec { #name, block_size, type_size, name, row<name, block_size, type_size> }
+  BlockCodec { #name, block_size, type_size, name, row < name, block_size, type_size> }
 
 constexpr std::array kCodecs{
-    MODELFS_CODEC(q4_0, 32, 18),
-    MODELFS_CODEC(q4_1, 32, 20),
-    MODELFS_CODEC(q5_0, 32, 22),
-    MODELFS_CODEC(q5_1, 32, 24),
-    MODELFS_CODEC(q8_0, 32, 34),
-    MODELFS_CODEC(q8_1, 32, 36),
-    MODELFS_CODEC(q2_k, 256, 84),
-    MODELFS_CODEC(q3_k, 256, 110),
-    MODELFS_CODEC(q4_k, 256, 144),
-    MODELFS_CODEC(q5_k, 256, 176),
-    MODELFS_CODEC(q6_k, 256, 210),
-    MODELFS_CODEC(q8_k, 256, 292),
-    MODELFS_CODEC(iq2_xxs, 256, 66),
-    MODELFS_CODEC(iq2_xs, 256, 74),
-    MODELFS_CODEC(iq2_s, 256, 82),
-    MODELFS_CODEC(iq3_xxs, 256, 98),
-    MODELFS_CODEC(iq3_s, 256, 110),
-    MODELFS_CODEC(iq1_s, 256, 50),
-    MODELFS_CODEC(iq1_m, 256, 56),
-    MODELFS_CODEC(iq4_nl, 32, 18),
-    MODELFS_CODEC(iq4_xs, 256, 136),
-    MODELFS_CODEC(tq1_0, 256, 54),
-    MODELFS_CODEC(tq2_0, 256, 66),
-    MODELFS_CODEC(mxfp4, 32, 17),
-    MODELFS_CODEC(nvfp4, 64, 36),
-    MODELFS_CODEC(q1_0, 128, 18),
-    MODELFS_CODEC(q2_0, 64, 18),
+    MODELFS_CODEC(q4_0, 32, 18),     MODELFS_CODEC(q4_1, 32, 20),    MODELFS_CODEC(q5_0, 32, 22),
+    MODELFS_CODEC(q5_1, 32, 24),     MODELFS_CODEC(q8_0, 32, 34),    MODELFS_CODEC(q8_1, 32, 36),
+    MODELFS_CODEC(q2_k, 256, 84),    MODELFS_CODEC(q3_k, 256, 110),  MODELFS_CODEC(q4_k, 256, 144),
+    MODELFS_CODEC(q5_k, 256, 176),   MODELFS_CODEC(q6_k, 256, 210),  MODELFS_CODEC(q8_k, 256, 292),
+    MODELFS_CODEC(iq2_xxs, 256, 66), MODELFS_CODEC(iq2_xs, 256, 74), MODELFS_CODEC(iq2_s, 256, 82),
+    MODELFS_CODEC(iq3_xxs, 256, 98), MODELFS_CODEC(iq3_s, 256, 110), MODELFS_CODEC(iq1_s, 256, 50),
+    MODELFS_CODEC(iq1_m, 256, 56),   MODELFS_CODEC(iq4_nl, 32, 18),  MODELFS_CODEC(iq4_xs, 256, 136),
+    MODELFS_CODEC(tq1_0, 256, 54),   MODELFS_CODEC(tq2_0, 256, 66),  MODELFS_CODEC(mxfp4, 32, 17),
+    MODELFS_CODEC(nvfp4, 64, 36),    MODELFS_CODEC(q1_0, 128, 18),   MODELFS_CODEC(q2_0, 64, 18),
 };
 
 #undef MODELFS_CODEC

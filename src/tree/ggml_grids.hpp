@@ -36,9 +36,8 @@ constexpr int8_t e2m1_doubled(uint8_t code) {
   return static_cast<int8_t>(code & 8 ? -doubled : doubled);
 }
 inline constexpr int8_t kMxfp4Doubled[16] = {
-    e2m1_doubled(0),  e2m1_doubled(1),  e2m1_doubled(2),  e2m1_doubled(3),
-    e2m1_doubled(4),  e2m1_doubled(5),  e2m1_doubled(6),  e2m1_doubled(7),
-    e2m1_doubled(8),  e2m1_doubled(9),  e2m1_doubled(10), e2m1_doubled(11),
+    e2m1_doubled(0),  e2m1_doubled(1),  e2m1_doubled(2),  e2m1_doubled(3), e2m1_doubled(4),  e2m1_doubled(5),
+    e2m1_doubled(6),  e2m1_doubled(7),  e2m1_doubled(8),  e2m1_doubled(9), e2m1_doubled(10), e2m1_doubled(11),
     e2m1_doubled(12), e2m1_doubled(13), e2m1_doubled(14), e2m1_doubled(15)};
 
 // Sign pattern `index` (0..127): bit j set = element j negative.
@@ -58,9 +57,9 @@ const int8_t* iq1s_grid(uint32_t index) noexcept;     // 8 values
 // The grids' codes, as tabulated (for the tests).
 struct GridCodes {
   std::span<const uint16_t> codes;
-  uint32_t bits_per_element;   // 2 or 3
-  uint32_t elements_per_row;   // 8 or 4
-  std::span<const int> levels; // the value of each code digit
+  uint32_t bits_per_element;    // 2 or 3
+  uint32_t elements_per_row;    // 8 or 4
+  std::span<const int> levels;  // the value of each code digit
 };
 GridCodes iq2xxs_codes() noexcept;
 GridCodes iq2xs_codes() noexcept;

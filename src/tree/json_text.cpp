@@ -12,30 +12,41 @@ namespace {
 template <typename Emit>
 void json_bytes_pieces(std::string_view bytes, Emit&& emit) {
   static constexpr char kHex[] = "0123456789abcdef";
-  auto plain = [](unsigned char c) {
-    return c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
-  };
+  auto plain = [](unsigned char c) { return c >= 0x20 && c < 0x80 && c != '"' && c != '\\'; };
   emit(std::string_view("\""));
   size_t i = 0;
   while (i < bytes.size()) {
     const auto c = static_cast<unsigned char>(bytes[i]);
     if (plain(c)) {
       // A run of plain ASCII, as one piece.
-      const size_t run =
-          std::find_if_not(bytes.begin() + i, bytes.end(), plain) - bytes.begin();
+      const size_t run = std::find_if_not(bytes.begin() + i, bytes.end(), plain) - bytes.begin();
       emit(bytes.substr(i, run - i));
       i = run;
       continue;
     }
     if (c < 0x80) {
       switch (c) {
-        case '"': emit(std::string_view("\\\"")); break;
-        case '\\': emit(std::string_view("\\\\")); break;
-        case '\b': emit(std::string_view("\\b")); break;
-        case '\f': emit(std::string_view("\\f")); break;
-        case '\n': emit(std::string_view("\\n")); break;
-        case '\r': emit(std::string_view("\\r")); break;
-        case '\t': emit(std::string_view("\\t")); break;
+        case '"':
+          emit(std::string_view("\\\""));
+          break;
+        case '\\':
+          emit(std::string_view("\\\\"));
+          break;
+        case '\b':
+          emit(std::string_view("\\b"));
+          break;
+        case '\f':
+          emit(std::string_view("\\f"));
+          break;
+        case '\n':
+          emit(std::string_view("\\n"));
+          break;
+        case '\r':
+          emit(std::string_view("\\r"));
+          break;
+        case '\t':
+          emit(std::string_view("\\t"));
+          break;
         default: {
           const char escape[] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
           emit(std::string_view(escape, sizeof escape));
@@ -62,8 +73,7 @@ std::string compact(const nlohmann::ordered_json& value) {
 
 bool is_list_of_containers(const nlohmann::ordered_json& value) {
   if (!value.is_array() || value.empty()) return false;
-  return std::all_of(value.begin(), value.end(),
-                     [](const auto& element) { return element.is_structured(); });
+  return std::all_of(value.begin(), value.end(), [](const auto& element) { return element.is_structured(); });
 }
 
 }  // namespace
@@ -72,9 +82,7 @@ void append_json_string(std::string& out, std::string_view text) {
   // Plain printable ASCII needs no escaping; anything else (quotes,
   // control characters, UTF-8, invalid bytes) goes through nlohmann so the
   // result is byte-identical to readable_json's.
-  auto needs_escape = [](unsigned char c) {
-    return c < 0x20 || c >= 0x7F || c == '"' || c == '\\';
-  };
+  auto needs_escape = [](unsigned char c) { return c < 0x20 || c >= 0x7F || c == '"' || c == '\\'; };
   if (std::ranges::any_of(text, needs_escape)) {
     out += compact(nlohmann::ordered_json(std::string(text)));
     return;

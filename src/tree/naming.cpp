@@ -36,16 +36,22 @@ std::string escape_component(std::string_view component) {
   out.reserve(component.size());
   for (char c : component) {
     switch (c) {
-      case '%': out += "%25"; break;
-      case '\0': out += "%00"; break;
-      case '/': out += "%2F"; break;
-      default: out += c;
+      case '%':
+        out += "%25";
+        break;
+      case '\0':
+        out += "%00";
+        break;
+      case '/':
+        out += "%2F";
+        break;
+      default:
+        out += c;
     }
   }
   if (out.size() > kMaxComponentBytes) {
     char hash[17];
-    std::snprintf(hash, sizeof hash, "%016llx",
-                  static_cast<unsigned long long>(fnv1a64(component)));
+    std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(fnv1a64(component)));
     out = out.substr(0, utf8_prefix(out, 200)) + "%%" + hash;
   }
   return out;

@@ -66,10 +66,9 @@ std::optional<NpyContent> npy_content(const Tensor& tensor) {
   }
 }
 
-std::string npy_header(std::string_view descr, std::span<const uint64_t> shape,
-                       bool fortran_order) {
-  std::string dict = "{'descr': '" + std::string(descr) + "', 'fortran_order': " +
-                     (fortran_order ? "True" : "False") + ", 'shape': (";
+std::string npy_header(std::string_view descr, std::span<const uint64_t> shape, bool fortran_order) {
+  std::string dict = "{'descr': '" + std::string(descr) +
+                     "', 'fortran_order': " + (fortran_order ? "True" : "False") + ", 'shape': (";
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i > 0) dict += ", ";
     dict += std::to_string(shape[i]);

@@ -73,7 +73,8 @@ class LookupConversion final : public ElementConversion {
   uint32_t value_size() const noexcept override { return value_size_; }
   void set(uint32_t code, uint32_t value_bits) { table_[code] = value_bits; }
 
-  void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t, std::byte* out) const override {
+  void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t,
+               std::byte* out) const override {
     const auto* bytes = reinterpret_cast<const uint8_t*>(stored);
     if (value_size_ == 4) {
       if (bits_ == 8) {
@@ -124,7 +125,8 @@ class BFloat16Conversion final : public ElementConversion {
  public:
   uint32_t stored_bits() const noexcept override { return 16; }
   uint32_t value_size() const noexcept override { return 4; }
-  void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t, std::byte* out) const override {
+  void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t,
+               std::byte* out) const override {
     const std::byte* in = stored + 2 * first;
     for (size_t i = 0; i < count; ++i) {
       const uint32_t bits = uint32_t{load<uint16_t>(in + 2 * i)} << 16;
@@ -136,9 +138,12 @@ class BFloat16Conversion final : public ElementConversion {
 // The stored integer q of a torch quantized tensor.
 inline int64_t quantized_at(const std::byte* stored, DType dtype, uint64_t element) {
   switch (dtype) {
-    case DType::Int8: return static_cast<int8_t>(std::to_integer<uint8_t>(stored[element]));
-    case DType::UInt8: return std::to_integer<uint8_t>(stored[element]);
-    default: return load<int32_t>(stored + 4 * element);
+    case DType::Int8:
+      return static_cast<int8_t>(std::to_integer<uint8_t>(stored[element]));
+    case DType::UInt8:
+      return std::to_integer<uint8_t>(stored[element]);
+    default:
+      return load<int32_t>(stored + 4 * element);
   }
 }
 
@@ -151,7 +156,8 @@ class PerTensorConversion final : public ElementConversion {
       : stored_(stored), scale_(static_cast<float>(p.scale)), zero_point_(p.zero_point) {}
   uint32_t stored_bits() const noexcept override { return quantized_bits(stored_); }
   uint32_t value_size() const noexcept override { return 4; }
-  void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t, std::byte* out) const override {
+  void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t,
+               std::byte* out) const override {
     for (size_t i = 0; i < count; ++i) {
       const int64_t q = quantized_at(stored, stored_, first + i);
       // q and the zero point are within 64 bits' reach of each other only
@@ -209,10 +215,14 @@ class PerChannelConversion final : public ElementConversion {
   float zero_point_of(uint64_t channel) const {
     const std::byte* at = p_.zero_points.data();
     switch (p_.zero_points_dtype) {
-      case DType::Int32: return static_cast<float>(load<int32_t>(at + 4 * channel));
-      case DType::Float32: return load<float>(at + 4 * channel);
-      case DType::Float64: return static_cast<float>(load<double>(at + 8 * channel));
-      default: return static_cast<float>(load<int64_t>(at + 8 * channel));
+      case DType::Int32:
+        return static_cast<float>(load<int32_t>(at + 4 * channel));
+      case DType::Float32:
+        return load<float>(at + 4 * channel);
+      case DType::Float64:
+        return static_cast<float>(load<double>(at + 8 * channel));
+      default:
+        return static_cast<float>(load<int64_t>(at + 8 * channel));
     }
   }
 
@@ -226,32 +236,47 @@ bool is_quantized_storage(DType dtype) {
 
 uint64_t bytes_of(DType dtype) {
   switch (dtype) {
-    case DType::Float64: case DType::Int64: return 8;
-    case DType::Float32: case DType::Int32: return 4;
-    default: return 0;
+    case DType::Float64:
+    case DType::Int64:
+      return 8;
+    case DType::Float32:
+    case DType::Int32:
+      return 4;
+    default:
+      return 0;
   }
 }
 
 std::shared_ptr<const ElementConversion> make_plain_conversion(DType stored) {
   switch (stored) {
-    case DType::BFloat16: return std::make_shared<BFloat16Conversion>();
-    case DType::Float8E4M3FN: return float_table(8, [](uint32_t c) { return small_float(c, 4, 3, 7, Specials::Fn); });
+    case DType::BFloat16:
+      return std::make_shared<BFloat16Conversion>();
+    case DType::Float8E4M3FN:
+      return float_table(8, [](uint32_t c) { return small_float(c, 4, 3, 7, Specials::Fn); });
     case DType::Float8E4M3FNUZ:
       return float_table(8, [](uint32_t c) { return small_float(c, 4, 3, 8, Specials::Fnuz); });
-    case DType::Float8E5M2: return float_table(8, [](uint32_t c) { return small_float(c, 5, 2, 15, Specials::Ieee); });
+    case DType::Float8E5M2:
+      return float_table(8, [](uint32_t c) { return small_float(c, 5, 2, 15, Specials::Ieee); });
     case DType::Float8E5M2FNUZ:
       return float_table(8, [](uint32_t c) { return small_float(c, 5, 2, 16, Specials::Fnuz); });
-    case DType::Float8E8M0FNU: return float_table(8, e8m0);
-    case DType::Float4E2M1: return float_table(4, [](uint32_t c) { return small_float(c, 2, 1, 1, Specials::Finite); });
+    case DType::Float8E8M0FNU:
+      return float_table(8, e8m0);
+    case DType::Float4E2M1:
+      return float_table(4, [](uint32_t c) { return small_float(c, 2, 1, 1, Specials::Finite); });
     case DType::Float6E2M3FN:
       return float_table(6, [](uint32_t c) { return small_float(c, 2, 3, 1, Specials::Finite); });
     case DType::Float6E3M2FN:
       return float_table(6, [](uint32_t c) { return small_float(c, 3, 2, 3, Specials::Finite); });
-    case DType::Int4: return integer_table(4, true);
-    case DType::UInt4: return integer_table(4, false);
-    case DType::Int2: return integer_table(2, true);
-    case DType::UInt2: return integer_table(2, false);
-    default: return nullptr;
+    case DType::Int4:
+      return integer_table(4, true);
+    case DType::UInt4:
+      return integer_table(4, false);
+    case DType::Int2:
+      return integer_table(2, true);
+    case DType::UInt2:
+      return integer_table(2, false);
+    default:
+      return nullptr;
   }
 }
 
@@ -261,7 +286,8 @@ class CopyConversion final : public ElementConversion {
   explicit CopyConversion(uint32_t size) : size_(size) {}
   uint32_t stored_bits() const noexcept override { return 8 * size_; }
   uint32_t value_size() const noexcept override { return size_; }
-  void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t, std::byte* out) const override {
+  void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t,
+               std::byte* out) const override {
     std::memcpy(out, stored + first * size_, count * size_);
   }
 
@@ -306,7 +332,8 @@ std::unique_ptr<ElementConversion> affine_conversion(DType stored, const PerChan
   return std::make_unique<PerChannelConversion>(stored, params);
 }
 
-std::unique_ptr<ElementView> ElementView::make(std::span<const std::byte> stored, std::span<const uint64_t> shape,
+std::unique_ptr<ElementView> ElementView::make(std::span<const std::byte> stored,
+                                               std::span<const uint64_t> shape,
                                                std::span<const int64_t> strides,
                                                std::shared_ptr<const ElementConversion> conversion) {
   if (!conversion || shape.size() != strides.size()) return nullptr;
@@ -474,7 +501,8 @@ ViewArena::ViewArena(size_t elements, size_t blocks) {
 }
 
 template <typename View>
-const View* ViewArena::place(std::vector<View>& reserved, std::deque<View>& more, std::unique_ptr<View> view) {
+const View* ViewArena::place(std::vector<View>& reserved, std::deque<View>& more,
+                             std::unique_ptr<View> view) {
   if (!view) return nullptr;
   if (reserved.size() < reserved.capacity()) return &reserved.emplace_back(std::move(*view));
   return &more.emplace_back(std::move(*view));

@@ -92,8 +92,7 @@ class ElementView final : public ComputedBytes {
   // would lie outside `stored`, a stride is negative, the sizes overflow or
   // the view would pass kViewBound (npy.hpp).
   // Shape and strides must outlive the view.
-  static std::unique_ptr<ElementView> make(std::span<const std::byte> stored,
-                                           std::span<const uint64_t> shape,
+  static std::unique_ptr<ElementView> make(std::span<const std::byte> stored, std::span<const uint64_t> shape,
                                            std::span<const int64_t> strides,
                                            std::shared_ptr<const ElementConversion> conversion);
   uint64_t size() const noexcept { return size_; }
@@ -131,7 +130,7 @@ class BlockView final : public ComputedBytes {
  private:
   BlockView() = default;
   const std::byte* base_ = nullptr;
-  uint64_t reach_ = 0;  // bytes from base_ the values are read from (ensure())
+  uint64_t reach_ = 0;           // bytes from base_ the values are read from (ensure())
   const void* codec_ = nullptr;  // const ggml::BlockCodec*
   uint64_t size_ = 0;
 };

@@ -5,7 +5,8 @@
 
 namespace modelfs {
 
-std::string sidecar_text(const Tensor& tensor, std::string_view format, const std::optional<NpyContent>& npy) {
+std::string sidecar_text(const Tensor& tensor, std::string_view format,
+                         const std::optional<NpyContent>& npy) {
   std::string out;
   out.reserve(256 + tensor.name.size() + tensor.extras_lines.size());
   out += "{\n  \"name\": ";

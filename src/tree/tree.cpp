@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "export.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
@@ -18,7 +19,6 @@
 #include "modelfs/naming.hpp"
 #include "modelfs/npy.hpp"
 #include "modelfs/sidecar.hpp"
-#include "export.hpp"
 #include "numeric_views.hpp"
 
 namespace modelfs {
@@ -259,8 +259,7 @@ class TreeBuilder {
   // one path cost n tries, not n^2 / 2.
   std::string free_name(uint64_t dir, const std::string& base, bool with_npy) {
     auto is_free = [&](const std::string& name) {
-      return !find(dir, name) && !find(dir, name + ".json") &&
-             (!with_npy || !find(dir, name + ".npy"));
+      return !find(dir, name) && !find(dir, name + ".json") && (!with_npy || !find(dir, name + ".npy"));
     };
     if (is_free(base)) return base;
     std::string key = std::to_string(dir) + (with_npy ? "+" : "-") + base;
@@ -272,8 +271,8 @@ class TreeBuilder {
     }
   }
 
-  uint64_t add_file(uint64_t dir, std::string_view name, FileRole role,
-                    std::initializer_list<Part> parts, const Tensor* tensor) {
+  uint64_t add_file(uint64_t dir, std::string_view name, FileRole role, std::initializer_list<Part> parts,
+                    const Tensor* tensor) {
     return add_file(dir, name, role, std::span(parts.begin(), parts.size()), tensor);
   }
 
@@ -372,9 +371,10 @@ class TreeBuilder {
   }
 
   // The view of `tensor`'s elements through `conversion`, in the arena.
-  std::optional<Part> element_view(const Tensor& tensor, std::shared_ptr<const ElementConversion> conversion) {
-    const ElementView* view =
-        arena().add(ElementView::make(tensor.bytes.span(), tensor.shape, tensor.strides, std::move(conversion)));
+  std::optional<Part> element_view(const Tensor& tensor,
+                                   std::shared_ptr<const ElementConversion> conversion) {
+    const ElementView* view = arena().add(
+        ElementView::make(tensor.bytes.span(), tensor.shape, tensor.strides, std::move(conversion)));
     return computed(view);
   }
 
@@ -395,15 +395,17 @@ class TreeBuilder {
     if (scheme.starts_with("per_tensor")) {
       const auto scale = q.find("scale");
       const auto zero_point = q.find("zero_point");
-      if (scale == q.end() || !scale->is_number() || zero_point == q.end() || !zero_point->is_number_integer())
+      if (scale == q.end() || !scale->is_number() || zero_point == q.end() ||
+          !zero_point->is_number_integer())
         return nullptr;
-      return affine_conversion(tensor.dtype, PerTensorAffine{scale->get<double>(), zero_point->get<int64_t>()});
+      return affine_conversion(tensor.dtype,
+                               PerTensorAffine{scale->get<double>(), zero_point->get<int64_t>()});
     }
     const auto axis = q.find("axis");
     const auto scales_name = q.find("scales");
     const auto zeros_name = q.find("zero_points");
-    if (axis == q.end() || !axis->is_number_integer() || scales_name == q.end() || !scales_name->is_string() ||
-        zeros_name == q.end() || !zeros_name->is_string())
+    if (axis == q.end() || !axis->is_number_integer() || scales_name == q.end() ||
+        !scales_name->is_string() || zeros_name == q.end() || !zeros_name->is_string())
       return nullptr;
     const int64_t a = axis->get<int64_t>();
     if (a < 0 || static_cast<uint64_t>(a) >= shape.size()) return nullptr;
@@ -515,7 +517,8 @@ class TreeBuilder {
   }
 
   void add_document(const std::string& relative_path, const std::string& content) {
-    add_document(relative_path, std::array{Part::held(std::as_bytes(std::span(content.data(), content.size())))});
+    add_document(relative_path,
+                 std::array{Part::held(std::as_bytes(std::span(content.data(), content.size())))});
   }
 
   void add_document(const std::string& relative_path, std::span<const Part> parts) {
@@ -687,8 +690,8 @@ void Tree::path(uint64_t ino, std::string& out) const {
   // Built from the leaf up, each name reversed, then the whole reversed once.
   for (; ino != kRootIno; ino = nodes_[ino - 1].parent) {
     const auto& siblings = nodes_[nodes_[ino - 1].parent - 1].children;
-    const auto entry = std::find_if(siblings.begin(), siblings.end(),
-                                    [ino](const DirEntry& e) { return e.ino == ino; });
+    const auto entry =
+        std::find_if(siblings.begin(), siblings.end(), [ino](const DirEntry& e) { return e.ino == ino; });
     if (entry == siblings.end()) return out.clear();
     if (!out.empty()) out += '/';
     out.append(entry->name.rbegin(), entry->name.rend());
@@ -720,8 +723,7 @@ namespace {
 // [offset, offset + length) of a printed file, as one iovec (none past its end).
 size_t slice_text(std::string_view text, uint64_t offset, uint64_t length, std::span<iovec> out) {
   if (offset >= text.size() || out.empty()) return 0;
-  out[0] = iovec{const_cast<char*>(text.data() + offset),
-                 std::min<uint64_t>(length, text.size() - offset)};
+  out[0] = iovec{const_cast<char*>(text.data() + offset), std::min<uint64_t>(length, text.size() - offset)};
   return 1;
 }
 

@@ -16,8 +16,8 @@ namespace {
 // Lengths around the block size (64 KiB of chars), in an order that puts a
 // long item between short ones, as a safetensors header with one long name
 // does.
-const std::vector<size_t> kLengths = {1,     70000, 1,     100,   1,      65535, 65536, 65537,
-                                      3,     0,     40000, 40000, 131072, 7,     65534, 2};
+const std::vector<size_t> kLengths = {1, 70000, 1,     100,   1,      65535, 65536, 65537,
+                                      3, 0,     40000, 40000, 131072, 7,     65534, 2};
 
 std::string text_of(size_t length, size_t seed) {
   std::string s(length, '\0');

@@ -71,7 +71,7 @@ TEST(Budget, HeapAllocationsAreChargedAsTheyAreMade) {
     auto half = std::make_unique<char[]>(512 << 10);
     EXPECT_GE(budget.used(), uint64_t{512} << 10);
     EXPECT_THROW(std::vector<char>(uint64_t{2} << 20), BudgetExceeded);
-    EXPECT_EQ(::operator new(uint64_t{2} << 20, std::nothrow), nullptr);
+    EXPECT_EQ(::operator new (uint64_t{2} << 20, std::nothrow), nullptr);
     EXPECT_FALSE(budget.passed());
     check_budget();  // nothing passed yet
     half.reset();
@@ -92,7 +92,8 @@ TEST(Budget, ARefusedAllocationBecomesAModelErrorNamingTheFile) {
   Budget budget(uint64_t{1} << 20);
   BudgetScope scope(budget);
   try {
-    within_budget("model.pt", "pytorch", "reading the model", [] { return std::string(2 << 20, 'x').size(); });
+    within_budget("model.pt", "pytorch", "reading the model",
+                  [] { return std::string(2 << 20, 'x').size(); });
     FAIL() << "allocated past the budget";
   } catch (const ModelError& e) {
     EXPECT_EQ(e.file(), "model.pt");

@@ -9,7 +9,7 @@ namespace modelfs {
 namespace {
 
 TensorSpec mapped_tensor(const std::string& name, std::shared_ptr<const MappedFile> file, uint64_t offset,
-                     uint64_t length) {
+                         uint64_t length) {
   TensorSpec t;
   t.name = name;
   t.dtype = DType::UInt8;
@@ -62,13 +62,13 @@ TEST(Check, IntegrityChecksRunAndTheirFaultsStopTheCheck) {
   int runs = 0;
   IntegrityChecks checks;
   checks.push_back({"first", 10, [&](const auto& progress) {
-                                        ++runs;
-                                        progress(10);
-                                      }});
+                      ++runs;
+                      progress(10);
+                    }});
   checks.push_back({"second", 5, [&](const auto&) {
-                                        ++runs;
-                                        throw ModelError("m.bin", "test", 7, "CRC-32 mismatch");
-                                      }});
+                      ++runs;
+                      throw ModelError("m.bin", "test", 7, "CRC-32 mismatch");
+                    }});
   EXPECT_THROW(check_model(catalog, checks, nullptr), ModelError);
   EXPECT_EQ(runs, 2);
 }

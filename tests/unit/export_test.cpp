@@ -55,8 +55,8 @@ TEST(Parts, WindowsAcrossManyTinyPartsAreWholeWithFewIovecs) {
   for (size_t slots : {1u, 2u, 7u, 1023u}) {
     std::vector<iovec> iov(slots);
     std::string scratch;
-    for (auto [from, length] : {std::pair<uint64_t, uint64_t>{0, offset}, {1, 4097}, {333, 17}, {offset - 3, 100},
-                                {offset, 10}}) {
+    for (auto [from, length] :
+         {std::pair<uint64_t, uint64_t>{0, offset}, {1, 4097}, {333, 17}, {offset - 3, 100}, {offset, 10}}) {
       const size_t n = slice_parts(parts, from, length, iov, scratch);
       ASSERT_LE(n, slots);
       EXPECT_EQ(gathered(std::span(iov.data(), n)), expected.substr(from, length)) << slots << " " << from;
@@ -90,7 +90,8 @@ TEST(Parts, FilesAreRangesOfTheTreesTable) {
   const auto parts = tree->parts(*whole);
   ASSERT_EQ(parts.size(), 4u);  // the header, then the three tensors
   EXPECT_EQ(parts[1].bytes, tree->parts(*tree->node(*tree->resolve("w0")))[0].bytes);
-  for (size_t i = 1; i < parts.size(); ++i) EXPECT_EQ(parts[i].offset, parts[i - 1].offset + parts[i - 1].size);
+  for (size_t i = 1; i < parts.size(); ++i)
+    EXPECT_EQ(parts[i].offset, parts[i - 1].offset + parts[i - 1].size);
 }
 
 // The header as the reference reader takes it: its length, then JSON
@@ -147,9 +148,13 @@ TEST(ExportHeader, ContiguousOffsetsPaddingDtypesViewsAndWhatIsLeftOut) {
   EXPECT_EQ(header["a"]["dtype"], "BF16");
   EXPECT_EQ(header["f4"]["dtype"], "F4");
   EXPECT_EQ(header["t"]["shape"], nlohmann::json({2, 3}));
-  EXPECT_EQ(file.substr(start), "abcdef" "ACEBDF" "\x12\x34");
+  EXPECT_EQ(file.substr(start),
+            "abcdef"
+            "ACEBDF"
+            "\x12\x34");
 
-  const auto report = nlohmann::json::parse(tree->content(*tree->node(*tree->resolve(".modelfs/export.json"))));
+  const auto report =
+      nlohmann::json::parse(tree->content(*tree->node(*tree->resolve(".modelfs/export.json"))));
   EXPECT_EQ(report["tensors"], 4);
   EXPECT_EQ(report["left_out"].size(), 3u);
   EXPECT_TRUE(report["left_out"].contains("s"));
@@ -181,8 +186,10 @@ TEST(ExportBound, AViewPastTheBoundIsLeftOutWithWhyAndHasNoNpy) {
   // 2^40 float32 from 4 bytes: 4 TiB in C order, past the floor and past
   // 1024 times what it stores. One at the floor is made (its .npy too).
   constexpr uint64_t kAtFloor = kViewBound.floor / 4;
-  auto tree = Tree::build(expanded_views({{"big", uint64_t{1} << 40}, {"floor", kAtFloor}, {"small", 3}}), {});
-  const auto report = nlohmann::json::parse(tree->content(*tree->node(*tree->resolve(".modelfs/export.json"))));
+  auto tree =
+      Tree::build(expanded_views({{"big", uint64_t{1} << 40}, {"floor", kAtFloor}, {"small", 3}}), {});
+  const auto report =
+      nlohmann::json::parse(tree->content(*tree->node(*tree->resolve(".modelfs/export.json"))));
   ASSERT_TRUE(report["left_out"].contains("big"));
   const std::string why = report["left_out"]["big"];
   EXPECT_NE(why.find("past the bound"), std::string::npos) << why;
@@ -228,9 +235,7 @@ TEST(ExportBound, AnExportWhoseSizeWouldPass2To64IsNotMadeAndSaysWhy) {
   // wrap. The .npy views are made; the export file is not, and export.json
   // says why.
   const auto path = std::filesystem::temp_directory_path() / ("modelfs-sparse-" + std::to_string(::getpid()));
-  {
-    std::ofstream(path).put('\0');
-  }
+  { std::ofstream(path).put('\0'); }
   std::filesystem::resize_file(path, uint64_t{1} << 43);
   std::shared_ptr<const MappedFile> mapped;
   try {
@@ -258,7 +263,8 @@ TEST(ExportBound, AnExportWhoseSizeWouldPass2To64IsNotMadeAndSaysWhy) {
   const uint64_t npy = tree->node(*tree->resolve("v7.npy"))->size;  // a header, then 2^53 bytes
   EXPECT_GT(npy, uint64_t{1} << 53);
   EXPECT_LT(npy, (uint64_t{1} << 53) + 4096);
-  const auto report = nlohmann::json::parse(tree->content(*tree->node(*tree->resolve(".modelfs/export.json"))));
+  const auto report =
+      nlohmann::json::parse(tree->content(*tree->node(*tree->resolve(".modelfs/export.json"))));
   EXPECT_NE(report["note"].get<std::string>().find("model.safetensors: not made, its size would pass 2^64"),
             std::string::npos)
       << report["note"];
@@ -274,7 +280,8 @@ TEST(ExportHeader, EmptyModelIsAValidFile) {
   const auto header = header_of(file, &start);
   EXPECT_EQ(start, file.size());
   // ONNX claims no framework's format.
-  EXPECT_EQ(header["__metadata__"], nlohmann::ordered_json({{"source", "m.onnx"}, {"source_format", "onnx"}}));
+  EXPECT_EQ(header["__metadata__"],
+            nlohmann::ordered_json({{"source", "m.onnx"}, {"source_format", "onnx"}}));
 }
 
 }  // namespace

@@ -52,7 +52,8 @@ TEST(FuseAttributes, FilesAre0444FoldersAre0555WithTheModelsTimesAndTheMountersI
     EXPECT_EQ(t.tv_sec, kMtime.tv_sec);
     EXPECT_EQ(t.tv_nsec, kMtime.tv_nsec);
   }
-  EXPECT_EQ(attributes_of(*tree, owner, *tree->resolve("a/y"), *tree->node(*tree->resolve("a/y"))).st_blocks, 2);
+  EXPECT_EQ(attributes_of(*tree, owner, *tree->resolve("a/y"), *tree->node(*tree->resolve("a/y"))).st_blocks,
+            2);
   EXPECT_EQ(attributes_of(*tree, owner, *tree->resolve("z"), *tree->node(*tree->resolve("z"))).st_blocks, 1);
 
   const uint64_t folder_ino = *tree->resolve("a");
@@ -98,8 +99,8 @@ struct Listed {
 
 // A listing from `offset` with entries of `entry_bytes` each into a buffer
 // of `size`, recorded as the callback is asked to write them.
-std::vector<Listed> listing(const Tree& tree, uint64_t ino, off_t offset, size_t size, size_t entry_bytes = 32,
-                            size_t* used = nullptr) {
+std::vector<Listed> listing(const Tree& tree, uint64_t ino, off_t offset, size_t size,
+                            size_t entry_bytes = 32, size_t* used = nullptr) {
   std::vector<Listed> out;
   std::vector<char> buffer(size);
   const size_t n = fill_listing(tree, ino, *tree.node(ino), offset, buffer.data(), size,

@@ -101,7 +101,8 @@ std::vector<BadFile> bad_files() {
   add("bad magic", Gguf(3, "GGUX").count(0).count(0), "not a GGUF file", 0);
   add("version 0", Gguf(0).count(0).count(0), "version 0 is not one", 4);
   add("future version", Gguf(4).count(0).count(0), "version 4 is not one", 4);
-  add("big-endian version", Gguf(0x03000000).count(0).count(0), "big-endian GGUF file (version 3 written big-endian)", 4);
+  add("big-endian version", Gguf(0x03000000).count(0).count(0),
+      "big-endian GGUF file (version 3 written big-endian)", 4);
   // "FUGG" with a little-endian version: GGUF's pre-release draft, not GGUF.
   add("reversed magic, little-endian version", Gguf(1, "FUGG").count(0).count(0),
       "not GGUF but a pre-release draft of it (magic \"FUGG\", version 1 little-endian", 0);
@@ -296,7 +297,15 @@ Gguf every_kv_file(uint32_t version) {
   g.key("f64", kF64).le<double>(-2.5);
   g.array("tokens", kString, 3).str("<s>").str("").str("\xe2\x96\x81the");
   g.array("scores", kF32, 2).le<float>(0.5f).le<float>(-1.0f);
-  g.array("nested", kArray, 2).u32(kI16).count(1).le<int16_t>(-1).u32(kArray).count(1).u32(kBool).count(1).u8(1);
+  g.array("nested", kArray, 2)
+      .u32(kI16)
+      .count(1)
+      .le<int16_t>(-1)
+      .u32(kArray)
+      .count(1)
+      .u32(kBool)
+      .count(1)
+      .u8(1);
   g.key("bad_utf8", kString).str("\xff\xfe");
   return g;
 }

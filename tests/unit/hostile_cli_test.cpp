@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Hostile input, round two: what reaches a person (messages, the --list
 // table, the log) and what a model may make modelfs open.
-#include <gtest/gtest.h>
 #include <fcntl.h>
-#include <sys/stat.h>
+#include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <fstream>
 #include <sstream>
@@ -133,8 +133,9 @@ TEST(HostileCli, MappedFileRefusesAFifoWithoutWaitingForAWriter) {
     MappedFile::open(fifo);  // before: blocked in open(2) until a writer came
     FAIL() << "a FIFO was opened";
   } catch (const ModelError& e) {
-    EXPECT_EQ(std::string(e.what()), fifo.string() + ": file: is a FIFO (named pipe), not a regular "
-                                                      "file; modelfs reads only regular files");
+    EXPECT_EQ(std::string(e.what()), fifo.string() +
+                                         ": file: is a FIFO (named pipe), not a regular "
+                                         "file; modelfs reads only regular files");
   }
   try {
     MappedFile::open(dir.path());

@@ -134,7 +134,8 @@ TEST_F(TruncatedMapping, GgmlBlockDequantizationThrows) {
 TEST_F(TruncatedMapping, HeldPartsStayIovecsIntoTheMappingAndTheCopiedRestThrows) {
   // Eight held parts of 4 KiB from the file's second half.
   std::vector<Part> held;
-  for (size_t i = 0; i < 8; ++i) held.push_back(Part::held(mapped().subspan(kFileBytes / 2 + 4096 * i, 4096)));
+  for (size_t i = 0; i < 8; ++i)
+    held.push_back(Part::held(mapped().subspan(kFileBytes / 2 + 4096 * i, 4096)));
   const auto parts = laid_out(held);
   truncate_to(kFileBytes / 2);
   // Iovecs enough: none copied, each points into the mapping; nothing of
@@ -150,7 +151,10 @@ TEST_F(TruncatedMapping, HeldPartsStayIovecsIntoTheMappingAndTheCopiedRestThrows
 TEST(MappedBytesGuard, AnExceptionFromTheBodyPassesThroughAndGuardsNest) {
   EXPECT_THROW(read_mapped([] { throw std::runtime_error("body"); }), std::runtime_error);
   int ran = 0;
-  read_mapped([&] { read_mapped([&] { ++ran; }); ++ran; });
+  read_mapped([&] {
+    read_mapped([&] { ++ran; });
+    ++ran;
+  });
   EXPECT_EQ(2, ran);
 }
 

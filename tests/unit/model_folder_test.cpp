@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Files a model names are opened once, inside its folder, and read from
 // what was opened (model_folder.hpp).
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -65,27 +65,33 @@ TEST(ModelFolder, OpensNamesInsideTheFolderAndRefusesTheRest) {
   const fs::path real = fs::canonical(model);
   EXPECT_EQ(folder.path(), real);
 
-  expect_refused(folder, {
-      {"", P::NotAName, "is empty"},
-      {std::string("b.bin\0x", 7), P::NotAName, "contains a NUL byte"},
-      {(model / "b.bin").string(), P::NotAName, "is absolute"},
-      {"../model/b.bin", P::NotAName, "contains \"..\""},
-      {"real/../b.bin", P::NotAName, "contains \"..\""},
-      {"link.bin", P::Outside, "resolves to " + fs::canonical(dir.path() / "outside" / "secret.bin").string() +
-                                   ", outside the model's folder " + real.string()},
-      {"linkdir/secret.bin", P::Outside, "outside the model's folder"},
-      {"absolute_out.bin", P::Outside, "outside the model's folder"},
-      {"missing.bin", P::Missing, "cannot be opened: No such file or directory"},
-      {"dangling.bin", P::Missing, "cannot be opened: No such file or directory"},
-      {"dangling_out.bin", P::Missing, "cannot be opened"},
-      {"loop1.bin", P::Unresolvable, "cannot be opened: Too many levels of symbolic links"},
-      // The folder itself, a folder in it, a FIFO (never waited on).
-      {".", P::NotAFile, "is a folder, not a regular file"},
-      {"real", P::NotAFile, "is a folder, not a regular file"},
-      {"pipe.bin", P::NotAFile, "is a FIFO (named pipe), not a regular file"},
-  });
-  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
-           {"b.bin", "b"}, {"./b.bin", "b"}, {"inside.bin", "a"}, {"real/a.bin", "a"}, {"absolute_in.bin", "a"}}) {
+  expect_refused(folder,
+                 {
+                     {"", P::NotAName, "is empty"},
+                     {std::string("b.bin\0x", 7), P::NotAName, "contains a NUL byte"},
+                     {(model / "b.bin").string(), P::NotAName, "is absolute"},
+                     {"../model/b.bin", P::NotAName, "contains \"..\""},
+                     {"real/../b.bin", P::NotAName, "contains \"..\""},
+                     {"link.bin", P::Outside,
+                      "resolves to " + fs::canonical(dir.path() / "outside" / "secret.bin").string() +
+                          ", outside the model's folder " + real.string()},
+                     {"linkdir/secret.bin", P::Outside, "outside the model's folder"},
+                     {"absolute_out.bin", P::Outside, "outside the model's folder"},
+                     {"missing.bin", P::Missing, "cannot be opened: No such file or directory"},
+                     {"dangling.bin", P::Missing, "cannot be opened: No such file or directory"},
+                     {"dangling_out.bin", P::Missing, "cannot be opened"},
+                     {"loop1.bin", P::Unresolvable, "cannot be opened: Too many levels of symbolic links"},
+                     // The folder itself, a folder in it, a FIFO (never waited on).
+                     {".", P::NotAFile, "is a folder, not a regular file"},
+                     {"real", P::NotAFile, "is a folder, not a regular file"},
+                     {"pipe.bin", P::NotAFile, "is a FIFO (named pipe), not a regular file"},
+                 });
+  for (const auto& [name, text] :
+       std::vector<std::pair<std::string, std::string>>{{"b.bin", "b"},
+                                                        {"./b.bin", "b"},
+                                                        {"inside.bin", "a"},
+                                                        {"real/a.bin", "a"},
+                                                        {"absolute_in.bin", "a"}}) {
     const auto opened = folder.open(name);
     ASSERT_TRUE(opened) << name << ": " << opened.reason;
     EXPECT_EQ(text_of(*opened.file), text) << name;
@@ -156,11 +162,11 @@ TEST(ModelFolder, AcceptsTheHubCacheBlobsOfItsOwnRepository) {
   EXPECT_EQ(text_of(*data.file), "shard");
   // Only files directly in blobs/ of this repository, or in the snapshot.
   expect_refused(folder, {
-      {"deeper.bin", P::Outside, "outside the model's folder"},
-      {"refs.bin", P::Outside, "outside the model's folder"},
-      {"sibling.bin", P::Outside, "outside the model's folder"},
-      {"other.bin", P::Outside, "outside the model's folder"},
-  });
+                             {"deeper.bin", P::Outside, "outside the model's folder"},
+                             {"refs.bin", P::Outside, "outside the model's folder"},
+                             {"sibling.bin", P::Outside, "outside the model's folder"},
+                             {"other.bin", P::Outside, "outside the model's folder"},
+                         });
   // A folder that merely looks like a snapshot gets no such exception.
   dir.write("plain/blobs/0a1b", "x");
   dir.write("plain/snapshots/rev/.keep", "");
@@ -189,8 +195,9 @@ TEST(MappedFile, OpenDescriptorChecksAndTakesTheDescriptor) {
     MappedFile::open_descriptor(pipe_fd, "pipe");
     FAIL() << "a FIFO was mapped";
   } catch (const ModelError& e) {
-    EXPECT_EQ(std::string(e.what()), "pipe: file: is a FIFO (named pipe), not a regular file; modelfs reads only "
-                                     "regular files");
+    EXPECT_EQ(std::string(e.what()),
+              "pipe: file: is a FIFO (named pipe), not a regular file; modelfs reads only "
+              "regular files");
   }
   // Refused, the descriptor is closed all the same.
   EXPECT_EQ(::fcntl(pipe_fd, F_GETFD), -1);

@@ -11,8 +11,7 @@ using Parts = std::vector<std::string>;
 TEST(Naming, SplitsAtDotsAndSlashes) {
   EXPECT_EQ(tensor_path_components("model.layers.0.weight", false),
             (Parts{"model", "layers", "0", "weight"}));
-  EXPECT_EQ(tensor_path_components("/conv1/Conv.weight", false),
-            (Parts{"%", "conv1", "Conv", "weight"}));
+  EXPECT_EQ(tensor_path_components("/conv1/Conv.weight", false), (Parts{"%", "conv1", "Conv", "weight"}));
   EXPECT_EQ(tensor_path_components("w", false), (Parts{"w"}));
 }
 

@@ -40,10 +40,10 @@ TEST(Npy, ScalarOneDimensionalAndFortranShapes) {
 
 TEST(Npy, EveryNumpyDtypeHasItsDescr) {
   const std::pair<DType, const char*> expected[] = {
-      {DType::Bool, "|b1"},      {DType::Int8, "|i1"},     {DType::Int16, "<i2"},
-      {DType::Int32, "<i4"},     {DType::Int64, "<i8"},    {DType::UInt8, "|u1"},
-      {DType::UInt16, "<u2"},    {DType::UInt32, "<u4"},   {DType::UInt64, "<u8"},
-      {DType::Float16, "<f2"},   {DType::Float32, "<f4"},  {DType::Float64, "<f8"},
+      {DType::Bool, "|b1"},      {DType::Int8, "|i1"},        {DType::Int16, "<i2"},
+      {DType::Int32, "<i4"},     {DType::Int64, "<i8"},       {DType::UInt8, "|u1"},
+      {DType::UInt16, "<u2"},    {DType::UInt32, "<u4"},      {DType::UInt64, "<u8"},
+      {DType::Float16, "<f2"},   {DType::Float32, "<f4"},     {DType::Float64, "<f8"},
       {DType::Complex64, "<c8"}, {DType::Complex128, "<c16"},
   };
   for (auto [dtype, descr] : expected) {
@@ -54,8 +54,8 @@ TEST(Npy, EveryNumpyDtypeHasItsDescr) {
     EXPECT_NE(h.find(std::string("'descr': '") + descr + "'"), std::string::npos);
     EXPECT_EQ(h.size() % 64, 0u);
   }
-  for (DType none : {DType::BFloat16, DType::Float8E4M3FN, DType::Float8E5M2, DType::Float4E2M1,
-                     DType::Int4, DType::String, DType::GgmlBlock})
+  for (DType none : {DType::BFloat16, DType::Float8E4M3FN, DType::Float8E5M2, DType::Float4E2M1, DType::Int4,
+                     DType::String, DType::GgmlBlock})
     EXPECT_FALSE(numpy_descr(none)) << dtype_name(none);
 }
 

@@ -46,7 +46,8 @@ void expect_ranges_match_whole(const ComputedBytes& view, uint64_t size) {
   std::vector<std::byte> whole(size);
   view.fill(0, whole);
   std::vector<std::pair<uint64_t, uint64_t>> ranges = {{0, 1}, {1, 1}, {3, 2}, {size - 1, 1}, {0, size}};
-  for (uint64_t at : {uint64_t{5}, uint64_t{127}, uint64_t{1023}, uint64_t{4095}, uint64_t{4097}, size / 2 + 3})
+  for (uint64_t at :
+       {uint64_t{5}, uint64_t{127}, uint64_t{1023}, uint64_t{4095}, uint64_t{4097}, size / 2 + 3})
     for (uint64_t length : {uint64_t{1}, uint64_t{3}, uint64_t{129}, uint64_t{4096}, uint64_t{5000}})
       if (at < size) ranges.push_back({at, std::min(length, size - at)});
   ranges.push_back({size > 7 ? size - 7 : 0, size > 7 ? 7 : size});  // the last partial block
@@ -75,7 +76,7 @@ TEST(NumericViews, BFloat16IsTheTopHalfOfAFloat32) {
   EXPECT_EQ(values[1], -2.0f);
   EXPECT_TRUE(std::isinf(values[2]));
   EXPECT_EQ(std::bit_cast<uint32_t>(values[3]), 0x7FC10000u);  // NaN payload kept
-  EXPECT_EQ(values[4], f(0x00010000u));                         // a subnormal
+  EXPECT_EQ(values[4], f(0x00010000u));                        // a subnormal
 }
 
 TEST(NumericViews, Float8ValuesFollowTheirDefinitions) {
@@ -166,7 +167,8 @@ TEST(NumericViews, StridedViewsConvertInCOrder) {
   for (uint64_t r : {0u, 1u, 399u})
     for (uint64_t c : {0u, 1u, 498u}) {
       const size_t at = 2 * (1 + r * 500 + c);
-      const uint32_t bits = (std::to_integer<uint32_t>(big[at]) << 16) | (std::to_integer<uint32_t>(big[at + 1]) << 24);
+      const uint32_t bits =
+          (std::to_integer<uint32_t>(big[at]) << 16) | (std::to_integer<uint32_t>(big[at + 1]) << 24);
       EXPECT_EQ(std::bit_cast<uint32_t>(values[r * 499 + c]), bits);
     }
   expect_ranges_match_whole(*slice, slice->size());
@@ -177,8 +179,8 @@ TEST(NumericViews, OddRangesEqualTheSliceOfTheWhole) {
   auto stored = random_bytes(3 * 10007, 11);
   std::vector<uint64_t> shape{10007};
   std::vector<int64_t> strides{1};
-  for (DType dtype : {DType::BFloat16, DType::Float8E4M3FN, DType::Float4E2M1, DType::Float6E3M2FN, DType::Int4,
-                      DType::UInt2}) {
+  for (DType dtype : {DType::BFloat16, DType::Float8E4M3FN, DType::Float4E2M1, DType::Float6E3M2FN,
+                      DType::Int4, DType::UInt2}) {
     SCOPED_TRACE(std::string(dtype_name(dtype)));
     auto view = ElementView::make(stored, shape, strides, plain_conversion(dtype));
     ASSERT_TRUE(view);
@@ -199,7 +201,7 @@ TEST(NumericViews, ViewsReachingPastTheirBytesAreRefused) {
   std::vector<uint64_t> odd{17};
   std::vector<int64_t> one{1};
   EXPECT_FALSE(ElementView::make(stored, odd, one, plain_conversion(DType::Int4)));  // 17 nibbles > 8 bytes
-  EXPECT_FALSE(BlockView::make(std::span(stored), "q8_0", 32));                     // 34 bytes needed
+  EXPECT_FALSE(BlockView::make(std::span(stored), "q8_0", 32));                      // 34 bytes needed
   std::vector<std::byte> block(34);
   EXPECT_FALSE(BlockView::make(block, "q8_0", 31));  // not whole blocks
   EXPECT_FALSE(BlockView::make(block, "q9_9", 64));  // no dequantization
@@ -211,8 +213,8 @@ TEST(NumericViews, TorchAffineDequantization) {
   auto stored = bytes_of({0x05, 0xFD, 0x7F, 0x80});  // 5, -3, 127, -128
   std::vector<uint64_t> shape{4};
   std::vector<int64_t> strides{1};
-  auto per_tensor = ElementView::make(stored, shape, strides,
-                                      affine_conversion(DType::Int8, PerTensorAffine{0.05, 3}));
+  auto per_tensor =
+      ElementView::make(stored, shape, strides, affine_conversion(DType::Int8, PerTensorAffine{0.05, 3}));
   ASSERT_TRUE(per_tensor);
   const float s = 0.05f;
   EXPECT_EQ(floats_of(*per_tensor, 16), (std::vector<float>{2 * s, -6 * s, 124 * s, -131 * s}));
@@ -226,8 +228,7 @@ TEST(NumericViews, TorchAffineDequantization) {
   std::vector<uint64_t> square{2, 2};
   std::vector<int64_t> square_strides{2, 1};
   const auto quants = bytes_of({3, 3, 10, 0});
-  auto per_channel = ElementView::make(quants, square, square_strides,
-                                       affine_conversion(DType::UInt8, p));
+  auto per_channel = ElementView::make(quants, square, square_strides, affine_conversion(DType::UInt8, p));
   ASSERT_TRUE(per_channel);
   EXPECT_EQ(floats_of(*per_channel, 16), (std::vector<float>{1.0f, 0.25f, 4.5f, -0.5f}));
   // Too few parameters for the channels: refused.
@@ -348,18 +349,27 @@ void expect_grid_follows_codes(const ggml::GridCodes& grid, size_t rows, const v
 }
 
 TEST(GgmlGrids, EachGridIsItsCodesLevels) {
-  expect_grid_follows_codes(ggml::iq2xxs_codes(), 256, [](uint32_t i) -> const void* { return ggml::iq2xxs_grid(i); });
-  expect_grid_follows_codes(ggml::iq2xs_codes(), 512, [](uint32_t i) -> const void* { return ggml::iq2xs_grid(i); });
-  expect_grid_follows_codes(ggml::iq2s_codes(), 1024, [](uint32_t i) -> const void* { return ggml::iq2s_grid(i); });
-  expect_grid_follows_codes(ggml::iq3xxs_codes(), 256, [](uint32_t i) -> const void* { return ggml::iq3xxs_grid(i); });
-  expect_grid_follows_codes(ggml::iq3s_codes(), 512, [](uint32_t i) -> const void* { return ggml::iq3s_grid(i); });
-  expect_grid_follows_codes(ggml::iq1s_codes(), 2048, [](uint32_t i) -> const void* { return ggml::iq1s_grid(i); });
+  expect_grid_follows_codes(ggml::iq2xxs_codes(), 256,
+                            [](uint32_t i) -> const void* { return ggml::iq2xxs_grid(i); });
+  expect_grid_follows_codes(ggml::iq2xs_codes(), 512,
+                            [](uint32_t i) -> const void* { return ggml::iq2xs_grid(i); });
+  expect_grid_follows_codes(ggml::iq2s_codes(), 1024,
+                            [](uint32_t i) -> const void* { return ggml::iq2s_grid(i); });
+  expect_grid_follows_codes(ggml::iq3xxs_codes(), 256,
+                            [](uint32_t i) -> const void* { return ggml::iq3xxs_grid(i); });
+  expect_grid_follows_codes(ggml::iq3s_codes(), 512,
+                            [](uint32_t i) -> const void* { return ggml::iq3s_grid(i); });
+  expect_grid_follows_codes(ggml::iq1s_codes(), 2048,
+                            [](uint32_t i) -> const void* { return ggml::iq1s_grid(i); });
 }
 
 TEST(GgmlGrids, RowsMatchGgmlsPublishedGrids) {
   // Rows as ggml-common.h prints them (element 0 in the lowest byte).
-  const uint64_t iq2xxs[][2] = {{0, 0x0808080808080808}, {1, 0x080808080808082b}, {2, 0x0808080808081919},
-                                {254, 0x2b2b2b0819190808}, {255, 0x2b2b2b1908081908}};
+  const uint64_t iq2xxs[][2] = {{0, 0x0808080808080808},
+                                {1, 0x080808080808082b},
+                                {2, 0x0808080808081919},
+                                {254, 0x2b2b2b0819190808},
+                                {255, 0x2b2b2b1908081908}};
   for (auto [i, v] : iq2xxs) EXPECT_EQ(row_bits(ggml::iq2xxs_grid(static_cast<uint32_t>(i)), 8), v) << i;
   const uint64_t iq2xs[] = {0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08,
                             0x0808080808082b2b, 0x0808080808190819, 0x0808080808191908, 0x080808080819192b,
@@ -370,13 +380,13 @@ TEST(GgmlGrids, RowsMatchGgmlsPublishedGrids) {
   for (uint32_t i = 0; i < std::size(iq2xs); ++i) EXPECT_EQ(row_bits(ggml::iq2xs_grid(i), 8), iq2xs[i]) << i;
   EXPECT_EQ(row_bits(ggml::iq2s_grid(1022), 8), 0x2b2b2b2b2b082b08u);
   EXPECT_EQ(row_bits(ggml::iq2s_grid(1023), 8), 0x2b2b2b2b2b2b2b2bu);
-  const uint64_t iq3xxs[] = {0x04040404, 0x04040414, 0x04040424, 0x04040c0c, 0x04040c1c, 0x04040c3e,
-                             0x04041404, 0x04041414, 0x04041c0c, 0x04042414, 0x04043e1c, 0x04043e2c,
-                             0x040c040c, 0x040c041c, 0x040c0c04, 0x040c0c14, 0x040c140c, 0x040c142c,
-                             0x040c1c04, 0x040c1c14, 0x040c240c, 0x040c2c24, 0x040c3e04, 0x04140404,
-                             0x04140414, 0x04140424, 0x04140c0c, 0x04141404, 0x04141414, 0x04141c0c,
-                             0x04141c1c, 0x04141c3e};
-  for (uint32_t i = 0; i < std::size(iq3xxs); ++i) EXPECT_EQ(row_bits(ggml::iq3xxs_grid(i), 4), iq3xxs[i]) << i;
+  const uint64_t iq3xxs[] = {
+      0x04040404, 0x04040414, 0x04040424, 0x04040c0c, 0x04040c1c, 0x04040c3e, 0x04041404, 0x04041414,
+      0x04041c0c, 0x04042414, 0x04043e1c, 0x04043e2c, 0x040c040c, 0x040c041c, 0x040c0c04, 0x040c0c14,
+      0x040c140c, 0x040c142c, 0x040c1c04, 0x040c1c14, 0x040c240c, 0x040c2c24, 0x040c3e04, 0x04140404,
+      0x04140414, 0x04140424, 0x04140c0c, 0x04141404, 0x04141414, 0x04141c0c, 0x04141c1c, 0x04141c3e};
+  for (uint32_t i = 0; i < std::size(iq3xxs); ++i)
+    EXPECT_EQ(row_bits(ggml::iq3xxs_grid(i), 4), iq3xxs[i]) << i;
   EXPECT_EQ(row_bits(ggml::iq3xxs_grid(255), 4), 0x3e341c04u);
   EXPECT_EQ(row_bits(ggml::iq3s_grid(510), 4), 0x0f0d0703u);
   EXPECT_EQ(row_bits(ggml::iq3s_grid(511), 4), 0x0f0f0101u);

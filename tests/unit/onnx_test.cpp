@@ -40,8 +40,8 @@ std::string entry(const std::string& key, const std::string& value) {
   return pb_bytes(1, key) + pb_bytes(2, value);
 }
 
-std::string external_tensor(const std::string& name, const std::string& location,
-                            const std::string& offset, const std::string& length) {
+std::string external_tensor(const std::string& name, const std::string& location, const std::string& offset,
+                            const std::string& length) {
   std::string data = pb_bytes(13, entry("location", location));
   if (!offset.empty()) data += pb_bytes(13, entry("offset", offset));
   if (!length.empty()) data += pb_bytes(13, entry("length", length));
@@ -120,7 +120,8 @@ TEST(Onnx, PackedFloatDataInPlaceVarintsDecoded) {
   EXPECT_EQ(catalog.tensors()[1].bytes.mapped_file(), nullptr);
   EXPECT_EQ(catalog.tensors()[1].bytes.view(), std::string("\xff\x05\x80", 3));
   EXPECT_FALSE(catalog.tensors()[1].source.offset);
-  EXPECT_EQ(catalog.tensors()[2].bytes.view(), std::string("\xff\xff\xff\xff\xff\xff\xff\xff\x02\0\0\0\0\0\0\0", 16));
+  EXPECT_EQ(catalog.tensors()[2].bytes.view(),
+            std::string("\xff\xff\xff\xff\xff\xff\xff\xff\x02\0\0\0\0\0\0\0", 16));
   EXPECT_EQ(catalog.tensors()[3].bytes.view(), std::string("\xff\xff\xff\xff", 4));
   EXPECT_EQ(catalog.tensors()[4].bytes.view(), floats({1.0f, 2.0f}));
 }
@@ -178,9 +179,9 @@ TEST(Onnx, HostileExternalLocationsRefused) {
     EXPECT_NE(e.reason().find(c.reason), std::string::npos) << c.location << ": " << e.what();
   }
   // The good case beside them, so the refusals are not for another reason.
-  EXPECT_EQ(open_bytes(dir, model(initializer(external_tensor("w", "ok.bin", "0", "16"))),
-                       "model/good.onnx")
-                .tensors().size(),
+  EXPECT_EQ(open_bytes(dir, model(initializer(external_tensor("w", "ok.bin", "0", "16"))), "model/good.onnx")
+                .tensors()
+                .size(),
             1u);
 }
 
@@ -199,16 +200,17 @@ TEST(Onnx, BadTensorsRefused) {
                  "int32_data holds 1 entries");
   expect_refused(dir, model(initializer(tensor("w", 7, {1}, pb_bytes(4, floats({1}))))),
                  "cannot store its data in float_data");
-  expect_refused(dir, model(initializer(tensor("w", 1, {1}, pb_bytes(9, floats({1})) + pb_bytes(4, floats({1}))))),
+  expect_refused(dir,
+                 model(initializer(tensor("w", 1, {1}, pb_bytes(9, floats({1})) + pb_bytes(4, floats({1}))))),
                  "data is stored in both");
   expect_refused(dir, model(initializer(tensor("w", 1, {2}, ""))), "has 2 elements but no data");
-  expect_refused(dir, model(initializer(tensor("w", 1, {1}, pb_bytes(3, pb_uint(1, 0)) + pb_bytes(9, "abcd")))),
+  expect_refused(dir,
+                 model(initializer(tensor("w", 1, {1}, pb_bytes(3, pb_uint(1, 0)) + pb_bytes(9, "abcd")))),
                  "segment");
   expect_refused(dir, model(initializer(tensor("w", 1, {1}, pb_uint(9, 4)))), "should hold a string");
   expect_refused(dir, model(initializer(tensor("w", 1, {3}, pb_bytes(4, floats({1})) + pb_fixed32(4, 0)))),
                  "float_data holds 2 entries but shape and data_type need 3");
-  expect_refused(dir, model(initializer(tensor("w", 1, {1}, pb_bytes(4, "abc")))),
-                 "is not whole elements");
+  expect_refused(dir, model(initializer(tensor("w", 1, {1}, pb_bytes(4, "abc")))), "is not whole elements");
   expect_refused(dir, model(initializer(tensor("w", 8, {1}, pb_bytes(9, "abc")))), "STRING");
   expect_refused(dir, pb_uint(1, 8) + pb_bytes(8, pb_uint(2, 13)), "no graph");
 }
@@ -218,10 +220,12 @@ TEST(Onnx, BadTensorsRefused) {
 TEST(Onnx, StringTensorsAreJsonLines) {
   TempDir dir;
   const std::string strings = pb_bytes(6, "cat") + pb_bytes(6, "") + pb_bytes(6, "caf\xc3\xa9") +
-                              pb_bytes(6, "q\"\\\n\x01") + pb_bytes(6, "\xff\xc3") + pb_bytes(6, "\xed\xb2\x80");
-  auto catalog = open_bytes(dir, model(initializer(tensor("labels", 8, {2, 3}, strings)) +
-                                       initializer(tensor("empty", 8, {0}, "")) +
-                                       initializer(tensor("blanks", 8, {2}, pb_bytes(6, "") + pb_bytes(6, "")))));
+                              pb_bytes(6, "q\"\\\n\x01") + pb_bytes(6, "\xff\xc3") +
+                              pb_bytes(6, "\xed\xb2\x80");
+  auto catalog =
+      open_bytes(dir, model(initializer(tensor("labels", 8, {2, 3}, strings)) +
+                            initializer(tensor("empty", 8, {0}, "")) +
+                            initializer(tensor("blanks", 8, {2}, pb_bytes(6, "") + pb_bytes(6, "")))));
   ASSERT_EQ(catalog.tensors().size(), 3u);
   const Tensor& t = catalog.tensors()[0];
   EXPECT_EQ(t.name, "labels");
@@ -291,8 +295,9 @@ TEST(Onnx, AttributeTensorsNamedByNodeAndAttribute) {
                                pb_bytes(5, pb_bytes(1, "value") + pb_uint(20, 4) + pb_bytes(5, value));
   const std::string fill = pb_bytes(1, "shape") + pb_bytes(2, "filled") + pb_bytes(4, "ConstantOfShape") +
                            pb_bytes(5, pb_bytes(1, "value") + pb_bytes(5, value));  // type left UNDEFINED
-  const std::string list = pb_bytes(3, "n") + pb_bytes(4, "Custom") +
-                           pb_bytes(5, pb_bytes(1, "ts") + pb_uint(20, 9) + pb_bytes(10, value) + pb_bytes(10, value));
+  const std::string list =
+      pb_bytes(3, "n") + pb_bytes(4, "Custom") +
+      pb_bytes(5, pb_bytes(1, "ts") + pb_uint(20, 9) + pb_bytes(10, value) + pb_bytes(10, value));
   auto catalog = open_bytes(dir, model(pb_bytes(1, constant) + pb_bytes(1, fill) + pb_bytes(1, list)));
   std::vector<std::string> names;
   for (const auto& t : catalog.tensors()) names.emplace_back(t.name);
@@ -314,14 +319,15 @@ TEST(Onnx, ConstantValueFormsAreTensors) {
   auto le64 = [](int64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); };
   TempDir dir;
   const std::string graph =
-      constant("f", attr("value_float", 1, pb_fixed32(2, 0x3fc00000))) +                  // 1.5
+      constant("f", attr("value_float", 1, pb_fixed32(2, 0x3fc00000))) +  // 1.5
       constant("fs", attr("value_floats", 6, pb_bytes(7, floats({1, 2})) + pb_fixed32(7, 0x40400000))) +
-      constant("i", attr("value_int", 2, pb_uint(3, UINT64_MAX))) +                        // -1
-      constant("is", attr("value_ints", 7, pb_bytes(8, pb_varint(5) + pb_varint(UINT64_MAX - 1)) + pb_uint(8, 9))) +
+      constant("i", attr("value_int", 2, pb_uint(3, UINT64_MAX))) +  // -1
+      constant("is",
+               attr("value_ints", 7, pb_bytes(8, pb_varint(5) + pb_varint(UINT64_MAX - 1)) + pb_uint(8, 9))) +
       constant("s", attr("value_string", 3, pb_bytes(4, "caf\xc3\xa9"))) +
       constant("ss", attr("value_strings", 8, pb_bytes(9, "a") + pb_bytes(9, "\xff"))) +
       constant("empty", attr("value_floats", 7, "")) +  // onnx's helper marks an empty list INTS
-      constant("i0", attr("value_int", 2, ""));          // absent: proto's default, 0
+      constant("i0", attr("value_int", 2, ""));         // absent: proto's default, 0
   auto catalog = open_bytes(dir, model(graph));
   ASSERT_EQ(catalog.tensors().size(), 8u);
   auto expect = [&](size_t i, const std::string& name, DType dtype, std::vector<uint64_t> shape,
@@ -348,7 +354,8 @@ TEST(Onnx, ConstantValueFormsAreTensors) {
   EXPECT_EQ(catalog.tensors()[1].extras()["storage"], "value_floats");
   EXPECT_EQ(catalog.tensors()[1].extras()["onnx_data_type"], "FLOAT");
 
-  expect_refused(dir, model(constant("x", attr("value_floats", 6, pb_bytes(7, "abc")))), "packed floats of odd length");
+  expect_refused(dir, model(constant("x", attr("value_floats", 6, pb_bytes(7, "abc")))),
+                 "packed floats of odd length");
   expect_refused(dir, model(constant("x", attr("value_float", 1, pb_uint(2, 1)))), "f is not a float");
   expect_refused(dir, model(constant("x", attr("value_ints", 7, pb_fixed32(8, 1)))), "ints has wire type 5");
   expect_refused(dir, model(constant("x", attr("value_ints", 7, pb_bytes(8, "\x80")))), "");
@@ -365,8 +372,8 @@ TEST(Onnx, Detection) {
   EXPECT_FALSE(probe(pb_uint(1, 8)));     // ir_version alone
   EXPECT_FALSE(probe(pb_uint(1, 5000) + pb_bytes(7, "")));
   EXPECT_FALSE(probe(pb_bytes(7, "") + pb_uint(1, 8)));  // ir_version not first
-  EXPECT_FALSE(probe(pb_uint(1, 8) + pb_uint(7, 1)));     // graph with the wrong wire type
-  EXPECT_FALSE(probe(pb_uint(1, 8) + pb_uint(99, 1)));    // not a ModelProto field
+  EXPECT_FALSE(probe(pb_uint(1, 8) + pb_uint(7, 1)));    // graph with the wrong wire type
+  EXPECT_FALSE(probe(pb_uint(1, 8) + pb_uint(99, 1)));   // not a ModelProto field
   EXPECT_FALSE(probe("\x08\x01hello, world"));
   EXPECT_FALSE(probe(test::safetensors_bytes(std::string(256, ' ') + "{}", "")));
   // Other formats still reach their readers or their "not supported" message.

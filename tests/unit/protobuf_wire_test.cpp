@@ -84,8 +84,8 @@ TEST(ProtobufWire, EveryWireTypeAndWherePayloadsLie) {
 TEST(ProtobufWire, UnknownFieldsAreSkippedByWireType) {
   // Field numbers nobody reads, of every wire type, around a known one.
   const std::string bytes = pb_uint(900, UINT64_MAX) + pb_bytes(901, std::string(300, 'x')) +
-                            pb_fixed32(902, 7) + pb_key(903, 1) + std::string(8, '\0') +
-                            pb_bytes(8, "name") + pb_uint(536870911, 1);
+                            pb_fixed32(902, 7) + pb_key(903, 1) + std::string(8, '\0') + pb_bytes(8, "name") +
+                            pb_uint(536870911, 1);
   WireMessage message(as_bytes(bytes), 0, &kContext);
   std::string name;
   int seen = 0;
@@ -151,8 +151,8 @@ TEST(ProtobufWire, ChildOfAScalarRefused) {
 
 TEST(ProtobufWire, RepeatedOccurrencesOfAMessageMerge) {
   // Two occurrences of field 7: their fields read as one message, in order.
-  const std::string bytes = pb_bytes(7, pb_uint(1, 10) + pb_bytes(2, "a")) + pb_uint(3, 0) +
-                            pb_bytes(7, pb_uint(1, 20));
+  const std::string bytes =
+      pb_bytes(7, pb_uint(1, 10) + pb_bytes(2, "a")) + pb_uint(3, 0) + pb_bytes(7, pb_uint(1, 20));
   WireMessage message(as_bytes(bytes), 0, &kContext);
   std::vector<WireField> occurrences;
   for (const auto& f : message.fields())

@@ -16,13 +16,15 @@ using test::zip_bytes;
 
 const std::string kFloats = "\x00\x00\x80\x3f\x00\x00\x00\x40\x00\x00\x40\x40\x00\x00\x80\x40"s;  // 1 2 3 4
 
-std::string entry(const std::string& dtype = "7", const std::string& sizes = R"([{"as_int": 2}, {"as_int": 2}])",
+std::string entry(const std::string& dtype = "7",
+                  const std::string& sizes = R"([{"as_int": 2}, {"as_int": 2}])",
                   const std::string& strides = R"([{"as_int": 2}, {"as_int": 1}])",
                   const std::string& offset = R"({"as_int": 0})", const std::string& path = "weight_0") {
   return R"({"config": {"w": {"path_name": ")" + path + R"(", "is_param": true, "use_pickle": false,
-      "tensor_meta": {"dtype": )" + dtype + R"(, "sizes": )" + sizes + R"(, "requires_grad": false,
-      "device": {"type": "cpu", "index": null}, "strides": )" + strides +
-         R"(, "storage_offset": )" + offset + R"(, "layout": 7}}}})";
+      "tensor_meta": {"dtype": )" +
+         dtype + R"(, "sizes": )" + sizes + R"(, "requires_grad": false,
+      "device": {"type": "cpu", "index": null}, "strides": )" +
+         strides + R"(, "storage_offset": )" + offset + R"(, "layout": 7}}}})";
 }
 
 std::string layered(const std::string& config, const std::string& payload = kFloats) {
@@ -64,24 +66,40 @@ TEST(Pt2, RawPayloadIsServedInPlace) {
 
 TEST(Pt2, ViewWithOffsetAndStridesCoversItsSpan) {
   TempDir dir;
-  auto catalog = open_model(dir.write("model.pt2", layered(entry("7", R"([{"as_int": 2}])",
-                                                                  R"([{"as_int": 2}])", R"({"as_int": 1})"))));
+  auto catalog = open_model(dir.write(
+      "model.pt2", layered(entry("7", R"([{"as_int": 2}])", R"([{"as_int": 2}])", R"({"as_int": 1})"))));
   const Tensor& t = catalog.tensors()[0];
   EXPECT_EQ(t.bytes.view(), kFloats.substr(4, 12));
   EXPECT_EQ(test::vec(t.strides), (std::vector<int64_t>{2}));
 }
 
 TEST(Pt2, EveryDtypeCodeHasItsCanonicalName) {
-  const std::vector<std::pair<int, std::string>> codes = {
-      {1, "uint8"}, {2, "int8"}, {3, "int16"}, {4, "int32"}, {5, "int64"}, {6, "float16"},
-      {7, "float32"}, {8, "float64"}, {9, "uint32"}, {10, "complex64"}, {11, "complex128"},
-      {12, "bool"}, {13, "bfloat16"}, {28, "uint16"}, {29, "float8_e4m3fn"}, {30, "float8_e5m2"},
-      {31, "float8_e4m3fnuz"}, {32, "float8_e5m2fnuz"}, {33, "float8_e8m0fnu"}, {34, "uint32"},
-      {35, "uint64"}};
+  const std::vector<std::pair<int, std::string>> codes = {{1, "uint8"},
+                                                          {2, "int8"},
+                                                          {3, "int16"},
+                                                          {4, "int32"},
+                                                          {5, "int64"},
+                                                          {6, "float16"},
+                                                          {7, "float32"},
+                                                          {8, "float64"},
+                                                          {9, "uint32"},
+                                                          {10, "complex64"},
+                                                          {11, "complex128"},
+                                                          {12, "bool"},
+                                                          {13, "bfloat16"},
+                                                          {28, "uint16"},
+                                                          {29, "float8_e4m3fn"},
+                                                          {30, "float8_e5m2"},
+                                                          {31, "float8_e4m3fnuz"},
+                                                          {32, "float8_e5m2fnuz"},
+                                                          {33, "float8_e8m0fnu"},
+                                                          {34, "uint32"},
+                                                          {35, "uint64"}};
   TempDir dir;
   for (const auto& [code, name] : codes) {
-    auto catalog = open_model(dir.write("model.pt2", layered(entry(std::to_string(code), R"([{"as_int": 1}])",
-                                                                    R"([{"as_int": 1}])"), std::string(16, '\0'))));
+    auto catalog = open_model(dir.write(
+        "model.pt2", layered(entry(std::to_string(code), R"([{"as_int": 1}])", R"([{"as_int": 1}])"),
+                             std::string(16, '\0'))));
     EXPECT_EQ(catalog.tensors()[0].dtype_name(), name) << code;
   }
   auto complex32 = open_model(dir.write("model.pt2", layered(entry("9", "[]", "[]"))));
@@ -96,13 +114,16 @@ TEST(Pt2, BadPayloadConfigsAreRefusedWithTheirReason) {
   };
   expect(layered(entry("21")), "dtype code 21 is not a ScalarType");
   expect(layered(entry("0")), "dtype code 0");
-  expect(layered(entry("7", R"([{"as_expr": {"expr_str": "s0", "hint": {"as_int": 4}}}])", R"([{"as_int": 1}])")),
+  expect(layered(
+             entry("7", R"([{"as_expr": {"expr_str": "s0", "hint": {"as_int": 4}}}])", R"([{"as_int": 1}])")),
          "symbolic (as_expr \"s0\")");
   expect(layered(entry("7", R"([{"as_int": 2}])", R"([{"as_expr": {"expr_str": "s1"}}])")), "symbolic");
-  expect(layered(entry("7", R"([{"as_int": 4}])", R"([{"as_int": 1}])", R"({"as_int": 1})")), "runs past its payload");
-  expect(layered(entry("7", R"([{"as_int": 2}])", R"([{"as_int": 4}])")), "runs past its payload");
-  expect(layered(entry("7", R"([{"as_int": 2}])", R"([{"as_int": 1}])", R"({"as_int": 4611686018427387904})")),
+  expect(layered(entry("7", R"([{"as_int": 4}])", R"([{"as_int": 1}])", R"({"as_int": 1})")),
          "runs past its payload");
+  expect(layered(entry("7", R"([{"as_int": 2}])", R"([{"as_int": 4}])")), "runs past its payload");
+  expect(
+      layered(entry("7", R"([{"as_int": 2}])", R"([{"as_int": 1}])", R"({"as_int": 4611686018427387904})")),
+      "runs past its payload");
   expect(layered(entry("7", R"([{"as_int": 2}])", R"([{"as_int": -1}])")), "not a non-negative integer");
   expect(layered(entry("7", R"([{"as_int": 2}])", "[]")), "one rank");
   expect(layered(entry("7", R"([{"as_int": 1}])", R"([{"as_int": 1}])", R"({"as_int": 0})", "weight_7")),
@@ -114,13 +135,14 @@ TEST(Pt2, BadPayloadConfigsAreRefusedWithTheirReason) {
 
 // A torch.save archive of {'w': a 2x2 float32 tensor holding kFloats}.
 std::string nested_save() {
-  auto u = [](const std::string& text) {
-    return "X"s + static_cast<char>(text.size()) + "\0\0\0"s + text;
-  };
+  auto u = [](const std::string& text) { return "X"s + static_cast<char>(text.size()) + "\0\0\0"s + text; };
   const std::string pickle = "\x80\x02}("s + u("w") + "ctorch._utils\n_rebuild_tensor_v2\n((" + u("storage") +
-                             "ctorch\nFloatStorage\n" + u("0") + u("cpu") + "K\x04tQK\x00(K\x02K\x02t(K\x02K\x01t"
-                             "\x89" "ccollections\nOrderedDict\n)RtRu."s;
-  return zip_bytes({{"archive/data.pkl", pickle, 0}, {"archive/data/0", kFloats, 0}, {"archive/version", "3\n", 0}});
+                             "ctorch\nFloatStorage\n" + u("0") + u("cpu") +
+                             "K\x04tQK\x00(K\x02K\x02t(K\x02K\x01t"
+                             "\x89"
+                             "ccollections\nOrderedDict\n)RtRu."s;
+  return zip_bytes(
+      {{"archive/data.pkl", pickle, 0}, {"archive/data/0", kFloats, 0}, {"archive/version", "3\n", 0}});
 }
 
 // torch 2.1-2.2's torch._export.save: every member named serialized_<field>.json,
@@ -157,16 +179,18 @@ TEST(Pt2, FlatJsonNamedTorchSaveAndNullUnionsOfTorch21) {
   // A member that holds JSON after all stays a document; the archive is none.
   std::vector<std::string> documents;
   for (const auto& d : catalog.documents) documents.push_back(d.path);
-  EXPECT_EQ(documents, (std::vector<std::string>{"serialized_exported_program.json", "serialized_constants.json"}));
-  EXPECT_EQ(catalog.metadata["models"]["model"]["not_mounted"], nlohmann::json::array({"serialized_constants.json"}));
+  EXPECT_EQ(documents,
+            (std::vector<std::string>{"serialized_exported_program.json", "serialized_constants.json"}));
+  EXPECT_EQ(catalog.metadata["models"]["model"]["not_mounted"],
+            nlohmann::json::array({"serialized_constants.json"}));
 }
 
 TEST(Pt2, UnionsWithTwoVariantsSetAreNotReadAsOne) {
   const std::string program = R"({"graph_module": {"signature": {"input_specs": [
       {"user_input": {"arg": {"name": "x"}}, "parameter": {"arg": {"name": "p"}, "parameter_name": "w"}}]}}})";
   TempDir dir;
-  auto catalog = open_model(dir.write("model.pt2", zip_bytes({{"serialized_exported_program.json", program, 0}},
-                                                              {false, false, 0})));
+  auto catalog = open_model(dir.write(
+      "model.pt2", zip_bytes({{"serialized_exported_program.json", program, 0}}, {false, false, 0})));
   EXPECT_EQ(catalog.metadata["models"]["model"]["signature"]["inputs"], nlohmann::json::array());
 }
 
@@ -175,13 +199,15 @@ TEST(Pt2, ArchiveLevelRefusals) {
   EXPECT_NE(refusal(zip_bytes({{"m/archive_format", "onnx", 0}, {"m/models/model.json", "{}", 0}}))
                 .find("not a PT2 archive"),
             std::string::npos);
-  EXPECT_NE(refusal(zip_bytes({{"m/archive_format", "pt2", 0}, {"m/archive_version", "3", 0},
+  EXPECT_NE(refusal(zip_bytes({{"m/archive_format", "pt2", 0},
+                               {"m/archive_version", "3", 0},
                                {"m/models/model.json", "{}", 0}}))
                 .find("archive_version"),
             std::string::npos);
   EXPECT_NE(refusal(zip_bytes({{"m/archive_format", "pt2", 0}, {"m/extra/x", "y", 0}})).find("no model"),
             std::string::npos);
-  EXPECT_NE(refusal(zip_bytes({{"m/archive_format", "pt2", 0}, {"m/byteorder", "big", 0},
+  EXPECT_NE(refusal(zip_bytes({{"m/archive_format", "pt2", 0},
+                               {"m/byteorder", "big", 0},
                                {"m/models/model.json", "{}", 0}}))
                 .find("little-endian"),
             std::string::npos);

@@ -35,8 +35,7 @@ struct BadFile {
 
 std::string deep_nesting(int depth) {
   return "{\"a\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4],\"x\":" +
-         std::string(static_cast<size_t>(depth), '[') + std::string(static_cast<size_t>(depth), ']') +
-         "}}";
+         std::string(static_cast<size_t>(depth), '[') + std::string(static_cast<size_t>(depth), ']') + "}}";
 }
 
 std::vector<BadFile> bad_files() {
@@ -71,12 +70,11 @@ std::vector<BadFile> bad_files() {
       {"three offsets",
        safetensors_bytes(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}})", four),
        "array of two integers", 9},
-      {"missing shape", safetensors_bytes(R"({"t":{"dtype":"F32","data_offsets":[0,4]}})", four),
-       "\"shape\"", 9},
+      {"missing shape", safetensors_bytes(R"({"t":{"dtype":"F32","data_offsets":[0,4]}})", four), "\"shape\"",
+       9},
       {"entry not an object", safetensors_bytes(R"({"t":[1]})", ""), "not an object", 9},
       {"hole before the first tensor",
-       safetensors_bytes(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-                         std::string(8, '\0')),
+       safetensors_bytes(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", std::string(8, '\0')),
        "gap of 4", 9},
       {"overlapping tensors",
        safetensors_bytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
@@ -90,36 +88,31 @@ std::vector<BadFile> bad_files() {
                          four),
        "end before they begin", std::nullopt},
       {"element count overflows",
-       safetensors_bytes(
-           R"({"t":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}})", four),
-       "overflows", 9},
-      {"byte size overflows",
-       safetensors_bytes(R"({"t":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,4]}})",
+       safetensors_bytes(R"({"t":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}})",
                          four),
        "overflows", 9},
+      {"byte size overflows",
+       safetensors_bytes(R"({"t":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,4]}})", four),
+       "overflows", 9},
       {"size does not match shape",
-       safetensors_bytes(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", four),
-       "need 8", 9},
+       safetensors_bytes(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", four), "need 8", 9},
       {"sub-byte count not whole bytes",
        safetensors_bytes(R"({"t":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})", "\0\0"),
        "do not fill whole bytes", 9},
       {"trailing bytes after the data",
-       safetensors_bytes(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
-                         std::string(6, '\0')),
+       safetensors_bytes(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", std::string(6, '\0')),
        "2 bytes after the last tensor", std::nullopt},
       {"data past the end of the file",
        safetensors_bytes(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", four),
        "past the end of the file", std::nullopt},
-      {"metadata value not a string",
-       safetensors_bytes(R"({"__metadata__":{"epoch":3}})", ""), "not a string", 9},
-      {"metadata not an object", safetensors_bytes(R"({"__metadata__":"x"})", ""),
-       "not an object", 9},
+      {"metadata value not a string", safetensors_bytes(R"({"__metadata__":{"epoch":3}})", ""),
+       "not a string", 9},
+      {"metadata not an object", safetensors_bytes(R"({"__metadata__":"x"})", ""), "not an object", 9},
       // null means no metadata; no other non-object does.
       {"metadata a number", safetensors_bytes(R"({"__metadata__":0})", ""), "not an object", 9},
       {"metadata false", safetensors_bytes(R"({"__metadata__":false})", ""), "not an object", 9},
       {"metadata an array", safetensors_bytes(R"({"__metadata__":[]})", ""), "not an object", 9},
-      {"metadata an empty string", safetensors_bytes(R"({"__metadata__":""})", ""),
-       "not an object", 9},
+      {"metadata an empty string", safetensors_bytes(R"({"__metadata__":""})", ""), "not an object", 9},
       {"metadata null, then again", safetensors_bytes(R"({"__metadata__":null,"__metadata__":{}})", ""),
        "duplicate JSON key \"__metadata__\"", 8},
       {"duplicate tensor name",
@@ -135,23 +128,18 @@ std::vector<BadFile> bad_files() {
                          R"("m.10":{"dtype":"U8","shape":[1],"data_offsets":[4,5]}})",
                          "\1\2\3\4\5"),
        "duplicate JSON key \"m.10\"", std::nullopt},
-      {"nesting too deep", safetensors_bytes(deep_nesting(100000), four), "nests deeper",
-       std::nullopt},
+      {"nesting too deep", safetensors_bytes(deep_nesting(100000), four), "nests deeper", std::nullopt},
       // The header is read as a stream, not a DOM; these pin the rules a
       // DOM read gave.
       {"field given twice in an entry",
-       safetensors_bytes(R"({"t":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
-                         four),
+       safetensors_bytes(R"({"t":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})", four),
        "duplicate JSON key \"dtype\"", std::nullopt},
       {"key given twice inside an unknown field",
-       safetensors_bytes(
-           R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":{"k":1,"k":2}}})", four),
+       safetensors_bytes(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":{"k":1,"k":2}}})", four),
        "duplicate JSON key \"k\"", std::nullopt},
-      {"__metadata__ given twice",
-       safetensors_bytes(R"({"__metadata__":{},"__metadata__":{}})", ""),
+      {"__metadata__ given twice", safetensors_bytes(R"({"__metadata__":{},"__metadata__":{}})", ""),
        "duplicate JSON key \"__metadata__\"", std::nullopt},
-      {"metadata key given twice",
-       safetensors_bytes(R"({"__metadata__":{"a":"1","a":"2"}})", ""),
+      {"metadata key given twice", safetensors_bytes(R"({"__metadata__":{"a":"1","a":"2"}})", ""),
        "duplicate JSON key \"a\"", std::nullopt},
       {"the first bad entry in key order is the one reported",
        safetensors_bytes(R"({"b":{"dtype":"F128","shape":[1],"data_offsets":[0,4]},)"
@@ -159,8 +147,8 @@ std::vector<BadFile> bad_files() {
                          four),
        "tensor \"a\": missing or non-array \"shape\"", 8 + 55},
       {"a syntax error wins over a bad entry before it",
-       safetensors_bytes(R"({"t":{"dtype":"F128","shape":[1],"data_offsets":[0,4]},)", four),
-       "invalid JSON", std::nullopt},
+       safetensors_bytes(R"({"t":{"dtype":"F128","shape":[1],"data_offsets":[0,4]},)", four), "invalid JSON",
+       std::nullopt},
       {"an offset that is a string",
        safetensors_bytes(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":["0",4]}})", four),
        "data_offsets holds \"0\", not a non-negative integer", 9},
@@ -170,8 +158,7 @@ std::vector<BadFile> bad_files() {
       {"dtype not a string",
        safetensors_bytes(R"({"t":{"dtype":32,"shape":[1],"data_offsets":[0,4]}})", four),
        "missing or non-string \"dtype\"", 9},
-      {"metadata value an array",
-       safetensors_bytes(R"({"__metadata__":{"a":"x","b":[1]}})", ""),
+      {"metadata value an array", safetensors_bytes(R"({"__metadata__":{"a":"x","b":[1]}})", ""),
        "__metadata__ value of \"b\" is a array, not a string", 9},
   };
 }
@@ -242,25 +229,36 @@ TEST(Safetensors, EveryDtypeOfTheFormat) {
     uint64_t bytes;
   };
   const Case cases[] = {
-      {"BOOL", "bool", 3, 3},          {"F4", "float4_e2m1", 4, 2},
-      {"F6_E2M3", "float6_e2m3fn", 4, 3}, {"F6_E3M2", "float6_e3m2fn", 4, 3},
-      {"U8", "uint8", 3, 3},           {"I8", "int8", 3, 3},
-      {"F8_E5M2", "float8_e5m2", 3, 3}, {"F8_E4M3", "float8_e4m3fn", 3, 3},
-      {"F8_E8M0", "float8_e8m0fnu", 3, 3}, {"F8_E4M3FNUZ", "float8_e4m3fnuz", 3, 3},
-      {"F8_E5M2FNUZ", "float8_e5m2fnuz", 3, 3}, {"I16", "int16", 3, 6},
-      {"U16", "uint16", 3, 6},         {"F16", "float16", 3, 6},
-      {"BF16", "bfloat16", 3, 6},      {"I32", "int32", 3, 12},
-      {"U32", "uint32", 3, 12},        {"F32", "float32", 3, 12},
-      {"C64", "complex64", 3, 24},     {"F64", "float64", 3, 24},
-      {"I64", "int64", 3, 24},         {"U64", "uint64", 3, 24},
+      {"BOOL", "bool", 3, 3},
+      {"F4", "float4_e2m1", 4, 2},
+      {"F6_E2M3", "float6_e2m3fn", 4, 3},
+      {"F6_E3M2", "float6_e3m2fn", 4, 3},
+      {"U8", "uint8", 3, 3},
+      {"I8", "int8", 3, 3},
+      {"F8_E5M2", "float8_e5m2", 3, 3},
+      {"F8_E4M3", "float8_e4m3fn", 3, 3},
+      {"F8_E8M0", "float8_e8m0fnu", 3, 3},
+      {"F8_E4M3FNUZ", "float8_e4m3fnuz", 3, 3},
+      {"F8_E5M2FNUZ", "float8_e5m2fnuz", 3, 3},
+      {"I16", "int16", 3, 6},
+      {"U16", "uint16", 3, 6},
+      {"F16", "float16", 3, 6},
+      {"BF16", "bfloat16", 3, 6},
+      {"I32", "int32", 3, 12},
+      {"U32", "uint32", 3, 12},
+      {"F32", "float32", 3, 12},
+      {"C64", "complex64", 3, 24},
+      {"F64", "float64", 3, 24},
+      {"I64", "int64", 3, 24},
+      {"U64", "uint64", 3, 24},
   };
   std::string header = "{";
   std::string data;
   for (const auto& c : cases) {
     if (header.size() > 1) header += ",";
     header += "\"t_" + std::string(c.code) + "\":{\"dtype\":\"" + c.code + "\",\"shape\":[" +
-              std::to_string(c.count) + "],\"data_offsets\":[" + std::to_string(data.size()) +
-              "," + std::to_string(data.size() + c.bytes) + "]}";
+              std::to_string(c.count) + "],\"data_offsets\":[" + std::to_string(data.size()) + "," +
+              std::to_string(data.size() + c.bytes) + "]}";
     for (uint64_t i = 0; i < c.bytes; ++i) data += static_cast<char>(data.size() * 7 + 1);
   }
   header += "}";
@@ -283,12 +281,11 @@ TEST(Safetensors, EveryDtypeOfTheFormat) {
 }
 
 TEST(Safetensors, ScalarsEmptyTensorsMetadataAndPadding) {
-  const std::string header =
-      R"({"__metadata__":{"format":"pt","note":"ünï"},)"
-      R"("scalar":{"dtype":"I64","shape":[],"data_offsets":[0,8]},)"
-      R"("empty":{"dtype":"F32","shape":[0,3],"data_offsets":[8,8]},)"
-      R"("m":{"dtype":"F16","shape":[2,3],"data_offsets":[8,20],"extra":"ignored"}})"
-      "        ";
+  const std::string header = R"({"__metadata__":{"format":"pt","note":"ünï"},)"
+                             R"("scalar":{"dtype":"I64","shape":[],"data_offsets":[0,8]},)"
+                             R"("empty":{"dtype":"F32","shape":[0,3],"data_offsets":[8,8]},)"
+                             R"("m":{"dtype":"F16","shape":[2,3],"data_offsets":[8,20],"extra":"ignored"}})"
+                             "        ";
   TempDir dir;
   auto catalog = open_bytes(dir, safetensors_bytes(header, std::string(20, '\x11')));
   ASSERT_EQ(catalog.tensors().size(), 3u);
@@ -309,8 +306,7 @@ TEST(Safetensors, ScalarsEmptyTensorsMetadataAndPadding) {
 // reads the field as an Option, so null is no metadata.
 TEST(Safetensors, NullMetadataIsNoMetadata) {
   TempDir dir;
-  const std::string header =
-      R"({"__metadata__":null,"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  const std::string header = R"({"__metadata__":null,"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   auto file = parse_bytes(dir, safetensors_bytes(header, std::string("\1\2\3\4\5\6\7\10", 8)));
   ASSERT_EQ(file.tensors.size(), 1u);
   EXPECT_EQ(file.tensors[0].name, "w");
@@ -332,10 +328,9 @@ TEST(SafetensorsSharded, MergesShardsByTheIndex) {
             safetensors_bytes(R"({"a.w":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}})", "\1\2"));
   dir.write("model-00002-of-00002.safetensors",
             safetensors_bytes(R"({"b.w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", "\3"));
-  auto index = dir.write("model.safetensors.index.json",
-                         R"({"metadata":{"total_size":3},"weight_map":{)"
-                         R"("a.w":"model-00001-of-00002.safetensors",)"
-                         R"("b.w":"model-00002-of-00002.safetensors"}})");
+  auto index = dir.write("model.safetensors.index.json", R"({"metadata":{"total_size":3},"weight_map":{)"
+                                                         R"("a.w":"model-00001-of-00002.safetensors",)"
+                                                         R"("b.w":"model-00002-of-00002.safetensors"}})");
   for (const auto& input : {dir.path(), index}) {
     auto catalog = open_model(input);
     ASSERT_EQ(catalog.tensors().size(), 2u);
@@ -367,10 +362,9 @@ TEST(SafetensorsSharded, RefusesInconsistentIndexes) {
     TempDir dir;
     dir.write("s1.safetensors",
               safetensors_bytes(R"({"a.w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", "\1"));
-    dir.write("s2.safetensors",
-              safetensors_bytes(R"({"a.w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
-                                R"("x":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
-                                "\1\2"));
+    dir.write("s2.safetensors", safetensors_bytes(R"({"a.w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
+                                                  R"("x":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
+                                                  "\1\2"));
     dir.write("model.safetensors.index.json", "{\"weight_map\":" + c.weight_map + "}");
     try {
       open_model(dir.path());

@@ -40,11 +40,14 @@ TEST(JsonBytes, WellFormedUtf8KeptOtherBytesAsLoneSurrogates) {
   EXPECT_EQ(text("plain ascii ~"), "\"plain ascii ~\"");
   EXPECT_EQ(text("\"\\\b\f\n\r\t\x01\x1f\x7f"), "\"\\\"\\\\\\b\\f\\n\\r\\t\\u0001\\u001f\x7f\"");
   EXPECT_EQ(text(std::string("a\0b", 3)), "\"a\\u0000b\"");
-  EXPECT_EQ(text("caf\xc3\xa9 \xe6\xa8\xa1 \xf0\x9f\x98\x80"), "\"caf\xc3\xa9 \xe6\xa8\xa1 \xf0\x9f\x98\x80\"");
+  EXPECT_EQ(text("caf\xc3\xa9 \xe6\xa8\xa1 \xf0\x9f\x98\x80"),
+            "\"caf\xc3\xa9 \xe6\xa8\xa1 \xf0\x9f\x98\x80\"");
   // Not UTF-8: a lone byte, a cut sequence, an overlong form, a surrogate,
   // past U+10FFFF; each byte that is no part of a character escaped alone.
   EXPECT_EQ(text("\xff"), "\"\\udcff\"");
-  EXPECT_EQ(text("\xe2\x82" "A"), "\"\\udce2\\udc82A\"");
+  EXPECT_EQ(text("\xe2\x82"
+                 "A"),
+            "\"\\udce2\\udc82A\"");
   EXPECT_EQ(text("\xc0\xaf"), "\"\\udcc0\\udcaf\"");
   EXPECT_EQ(text("\xed\xa0\x80"), "\"\\udced\\udca0\\udc80\"");
   EXPECT_EQ(text("\xf4\x90\x80\x80"), "\"\\udcf4\\udc90\\udc80\\udc80\"");
@@ -64,12 +67,13 @@ TEST(Sidecar, CarriesTheContractFieldsInOrder) {
   EXPECT_EQ(json["format"], "safetensors");
   EXPECT_EQ(json["source"]["file"], "model-00001-of-00002.safetensors");
   EXPECT_EQ(json["source"]["offset"], 1234);
-  EXPECT_EQ(nlohmann::json(json["npy"]), nlohmann::json({{"dtype", "float32"}, {"from", "bfloat16"}, {"exact", true}}));
+  EXPECT_EQ(nlohmann::json(json["npy"]),
+            nlohmann::json({{"dtype", "float32"}, {"from", "bfloat16"}, {"exact", true}}));
   EXPECT_EQ(json["kind"], "parameter");
   std::vector<std::string> keys;
   for (auto& [key, value] : json.items()) keys.push_back(key);
-  EXPECT_EQ(keys, (std::vector<std::string>{"name", "dtype", "shape", "strides", "nbytes", "byte_order", "npy",
-                                            "format", "source", "kind"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"name", "dtype", "shape", "strides", "nbytes", "byte_order",
+                                            "npy", "format", "source", "kind"}));
   EXPECT_EQ(text.back(), '\n');
   // One key a line between the braces, as readable_json prints an object.
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), static_cast<long>(keys.size() + 2));
@@ -121,8 +125,10 @@ TEST(Sidecar, AnyNameAndExtrasPrintAsTheJsonTheySay) {
   cases.push_back(unicode);
   auto extras = sample_tensor();
   extras.dtype = DType::Float32;
-  extras.extras = {{"requires_grad", true}, {"quantization", {{"scale", 0.5}, {"zero_point", 3}}},
-                   {"ggml_type", 12}, {"note", "ü"}};
+  extras.extras = {{"requires_grad", true},
+                   {"quantization", {{"scale", 0.5}, {"zero_point", 3}}},
+                   {"ggml_type", 12},
+                   {"note", "ü"}};
   cases.push_back(extras);
   for (const auto& spec : cases) {
     SCOPED_TRACE(spec.name);
@@ -143,7 +149,8 @@ TEST(Sidecar, AnyNameAndExtrasPrintAsTheJsonTheySay) {
 // parameters are).
 TEST(Sidecar, ExtrasParseBackAsGiven) {
   auto spec = sample_tensor();
-  spec.extras = {{"quantization", {{"qscheme", "per_tensor_affine"}, {"scale", 0.25}}}, {"torch_dtype", "qint8"}};
+  spec.extras = {{"quantization", {{"qscheme", "per_tensor_affine"}, {"scale", 0.25}}},
+                 {"torch_dtype", "qint8"}};
   Catalog catalog;
   EXPECT_EQ(catalog.add(spec).extras(), spec.extras);
   spec.extras = nullptr;

@@ -44,18 +44,19 @@ std::string storage_of(size_t bytes) {
 
 TEST(StridedView, EveryRangeEqualsTheElementByElementGather) {
   const std::vector<View> views = {
-      {{3, 4}, {1, 3}, 4},         // a transpose
-      {{2, 3}, {8, 2}, 2},         // every other column of some rows
-      {{5, 7}, {0, 1}, 4},         // expand() of one row
-      {{1000}, {0}, 8},            // expand() of one element
-      {{2, 3, 4}, {40, 1, 7}, 1},  // permuted
-      {{4, 1, 3}, {3, 99, 12}, 4}, // a dimension of one with any stride
+      {{3, 4}, {1, 3}, 4},          // a transpose
+      {{2, 3}, {8, 2}, 2},          // every other column of some rows
+      {{5, 7}, {0, 1}, 4},          // expand() of one row
+      {{1000}, {0}, 8},             // expand() of one element
+      {{2, 3, 4}, {40, 1, 7}, 1},   // permuted
+      {{4, 1, 3}, {3, 99, 12}, 4},  // a dimension of one with any stride
   };
   for (const auto& v : views) {
     uint64_t last = 0;
     for (size_t d = 0; d < v.shape.size(); ++d) last += (v.shape[d] - 1) * v.strides[d];
     const std::string storage = storage_of((last + 1) * v.element_size);
-    auto gather = ElementView::make(std::as_bytes(std::span(storage)), v.shape, v.strides, copy_conversion(v.element_size));
+    auto gather = ElementView::make(std::as_bytes(std::span(storage)), v.shape, v.strides,
+                                    copy_conversion(v.element_size));
     ASSERT_TRUE(gather);
     const std::string want = oracle(storage, v);
     ASSERT_EQ(gather->size(), want.size());
@@ -74,11 +75,14 @@ TEST(StridedView, AViewReachingPastItsBytesOrBackwardsIsRefused) {
   const std::string storage = storage_of(20);  // five float32 elements
   const auto bytes = std::as_bytes(std::span(storage));
   const std::vector<uint64_t> shape = {2, 2};
-  EXPECT_TRUE(ElementView::make(bytes, shape, std::vector<int64_t>{3, 1}, copy_conversion(4)));   // last element 4
-  EXPECT_FALSE(ElementView::make(bytes, shape, std::vector<int64_t>{4, 1}, copy_conversion(4)));  // last element 5
+  EXPECT_TRUE(
+      ElementView::make(bytes, shape, std::vector<int64_t>{3, 1}, copy_conversion(4)));  // last element 4
+  EXPECT_FALSE(
+      ElementView::make(bytes, shape, std::vector<int64_t>{4, 1}, copy_conversion(4)));  // last element 5
   EXPECT_FALSE(ElementView::make(bytes, shape, std::vector<int64_t>{-1, 1}, copy_conversion(4)));
   const std::vector<uint64_t> huge = {uint64_t{1} << 62, 8};
-  EXPECT_FALSE(ElementView::make(bytes, huge, std::vector<int64_t>{0, 0}, copy_conversion(4)));  // size overflows
+  EXPECT_FALSE(
+      ElementView::make(bytes, huge, std::vector<int64_t>{0, 0}, copy_conversion(4)));  // size overflows
 }
 
 TEST(StridedView, AnEmptyViewIsEmpty) {

@@ -25,30 +25,39 @@ TEST(TerminalText, ControlCharactersAreEscaped) {
   EXPECT_EQ(printable(std::string("a\0b", 3)), "a\\x00b");
   EXPECT_EQ(printable("tab\there\x7f"), "tab\\x09here\\x7f");
   // C1 controls, as UTF-8 (U+009B is a one-character CSI on some terminals).
-  EXPECT_EQ(printable("x\xc2\x9b" "2J"), "x\\u{009b}2J");
+  EXPECT_EQ(printable("x\xc2\x9b"
+                      "2J"),
+            "x\\u{009b}2J");
 }
 
 TEST(TerminalText, BidirectionalControlsAreEscaped) {
   // U+202E (right-to-left override) would show "txt.exe" as "exe.txt".
-  EXPECT_EQ(printable("a\xe2\x80\xae" "b"), "a\\u{202e}b");
-  EXPECT_EQ(printable("\xe2\x81\xa6" "x" "\xe2\x81\xa9"), "\\u{2066}x\\u{2069}");
+  EXPECT_EQ(printable("a\xe2\x80\xae"
+                      "b"),
+            "a\\u{202e}b");
+  EXPECT_EQ(printable("\xe2\x81\xa6"
+                      "x"
+                      "\xe2\x81\xa9"),
+            "\\u{2066}x\\u{2069}");
   EXPECT_EQ(printable("\xe2\x80\x8f"), "\\u{200f}");
 }
 
 TEST(TerminalText, MalformedUtf8IsEscapedByteByByte) {
-  EXPECT_EQ(printable("\x9b"), "\\x9b");                 // a lone continuation byte
-  EXPECT_EQ(printable("\xc0\xaf"), "\\xc0\\xaf");        // an overlong '/'
-  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate
+  EXPECT_EQ(printable("\x9b"), "\\x9b");                             // a lone continuation byte
+  EXPECT_EQ(printable("\xc0\xaf"), "\\xc0\\xaf");                    // an overlong '/'
+  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");           // a surrogate
   EXPECT_EQ(printable("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");  // past U+10FFFF
-  EXPECT_EQ(printable("ok\xe6\x9d"), "ok\\xe6\\x9d");    // cut short at the end
-  EXPECT_EQ(printable("\xe6\x9d" "a"), "\\xe6\\x9da");   // cut short by a character
+  EXPECT_EQ(printable("ok\xe6\x9d"), "ok\\xe6\\x9d");                // cut short at the end
+  EXPECT_EQ(printable("\xe6\x9d"
+                      "a"),
+            "\\xe6\\x9da");  // cut short by a character
 }
 
 TEST(TerminalText, DisplayWidthCountsColumns) {
   EXPECT_EQ(display_width("weight"), 6u);
-  EXPECT_EQ(display_width("βάρος"), 5u);  // two-byte characters, one column each
-  EXPECT_EQ(display_width("权重"), 4u);   // wide characters, two columns each
-  EXPECT_EQ(display_width("e\xcc\x81"), 1u);  // e and a combining acute accent
+  EXPECT_EQ(display_width("βάρος"), 5u);             // two-byte characters, one column each
+  EXPECT_EQ(display_width("权重"), 4u);              // wide characters, two columns each
+  EXPECT_EQ(display_width("e\xcc\x81"), 1u);         // e and a combining acute accent
   EXPECT_EQ(display_width(printable("a\x1b")), 5u);  // "a\x1b" as printed
 }
 
@@ -77,7 +86,8 @@ TEST(TerminalText, BoundedMessageCutsLongQuotedNamesAndTheWhole) {
   const std::string plain = "m.safetensors: safetensors: at byte 8: tensor \"w\" has bad offsets";
   EXPECT_EQ(bounded_message(plain), plain);
   const std::string name(20 << 20, 'n');
-  const std::string message = bounded_message("m: safetensors: tensor \"" + name + "\" data_offsets run past the data");
+  const std::string message =
+      bounded_message("m: safetensors: tensor \"" + name + "\" data_offsets run past the data");
   EXPECT_LE(message.size(), kLongestQuotedName + 80);
   EXPECT_TRUE(message.starts_with("m: safetensors: tensor \"nnn"));
   EXPECT_TRUE(message.ends_with("nnn\" data_offsets run past the data"));
@@ -104,14 +114,16 @@ TEST(TerminalText, ModelErrorsPrintLongNamesCutAndKeepThemWhole) {
   EXPECT_NE(line.find(" bytes cut]"), std::string::npos) << line;
   EXPECT_EQ(error.reason(), reason);
   const std::string whole = error.message();
-  EXPECT_EQ(whole.size(), std::string("m.safetensors: safetensors: at byte 8: ").size() + reason.size() + 3 * (20 << 20));
+  EXPECT_EQ(whole.size(),
+            std::string("m.safetensors: safetensors: at byte 8: ").size() + reason.size() + 3 * (20 << 20));
   EXPECT_TRUE(whole.ends_with("\\x00tail\" data_offsets [0, 8] run past the data"));
 }
 
 TEST(TerminalText, JsonForTerminalEscapesWhatJsonLeavesRaw) {
   const nlohmann::json doc = {{"k\u202e", "a\u2066b\u200f\u061c\xc2\x85\xc2\x9b\x7f\u200e\u2069c\nd"}};
   const std::string text = json_for_terminal(doc.dump(2));
-  for (const char* raw : {"\u202e", "\u2066", "\u200f", "\u061c", "\xc2\x85", "\xc2\x9b", "\x7f", "\u200e", "\u2069"})
+  for (const char* raw :
+       {"\u202e", "\u2066", "\u200f", "\u061c", "\xc2\x85", "\xc2\x9b", "\x7f", "\u200e", "\u2069"})
     EXPECT_EQ(text.find(raw), std::string::npos) << text;
   EXPECT_NE(text.find("\\u202e"), std::string::npos) << text;
   EXPECT_NE(text.find("\\u007f"), std::string::npos) << text;

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "test_files.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <stdexcept>
-#include <algorithm>
 
 namespace modelfs::test {
 
@@ -85,7 +85,9 @@ std::string zip_bytes(const std::vector<ZipEntry>& entries, const ZipLayout& lay
   std::string directory;
   for (const auto& e : entries) {
     const uint64_t size = e.data.size();
-    const std::string stored = e.payload ? *e.payload : e.method == 8 ? deflate_stored_blocks(e.data) : e.data;
+    const std::string stored = e.payload       ? *e.payload
+                               : e.method == 8 ? deflate_stored_blocks(e.data)
+                                               : e.data;
     const uint64_t offset = out.size();
     const uint32_t crc = e.crc ? *e.crc : crc32_of(e.data);
     const uint16_t flags = layout.data_descriptors ? 0x0808 : 0x0800;

@@ -41,9 +41,9 @@ std::string safetensors_bytes(const std::string& header, const std::string& data
 // Hand-made protobuf wire bytes (docs/formats.md, "Protobuf wire format").
 std::string pb_varint(uint64_t value);
 std::string pb_key(uint32_t number, int wire_type);
-std::string pb_uint(uint32_t number, uint64_t value);                 // wire type 0
-std::string pb_bytes(uint32_t number, const std::string& payload);   // wire type 2
-std::string pb_fixed32(uint32_t number, uint32_t value);             // wire type 5
+std::string pb_uint(uint32_t number, uint64_t value);               // wire type 0
+std::string pb_bytes(uint32_t number, const std::string& payload);  // wire type 2
+std::string pb_fixed32(uint32_t number, uint32_t value);            // wire type 5
 
 }  // namespace modelfs::test
 
@@ -54,7 +54,7 @@ namespace modelfs::test {
 // member, 'FB' alignment padding, and optionally every ZIP64 record.
 struct ZipEntry {
   std::string name;
-  std::string data;    // the member's content
+  std::string data;     // the member's content
   uint16_t method = 0;  // 8: written as a deflate stream of stored blocks
   // When set, written as the member's bytes instead (a real or broken
   // deflate stream), with `data` still giving the sizes and the CRC.

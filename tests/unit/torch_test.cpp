@@ -33,19 +33,19 @@ std::string state_pickle(const std::string& key, int numel, int offset, std::vec
     for (int x : v) out += x < 0 ? "J"s + u32le(static_cast<uint32_t>(x)) : "K"s + static_cast<char>(x);
     return out + "t";
   };
-  return "\x80\x02}("s + u("w") + "ctorch._utils\n_rebuild_tensor_v2\n((" + u("storage") +
-         "ctorch\n" + storage + "\n" + u(key) + u("cpu") + "K"s + static_cast<char>(numel) +
-         (legacy_view_slot ? "N" : "") + "tQK"s + static_cast<char>(offset) + ints(size) +
-         ints(stride) + "\x89" "ccollections\nOrderedDict\n)RtRu."s;
+  return "\x80\x02}("s + u("w") + "ctorch._utils\n_rebuild_tensor_v2\n((" + u("storage") + "ctorch\n" +
+         storage + "\n" + u(key) + u("cpu") + "K"s + static_cast<char>(numel) +
+         (legacy_view_slot ? "N" : "") + "tQK"s + static_cast<char>(offset) + ints(size) + ints(stride) +
+         "\x89"
+         "ccollections\nOrderedDict\n)RtRu."s;
 }
 
 const std::string kFloats = "\x00\x00\x80\x3f\x00\x00\x00\x40\x00\x00\x40\x40\x00\x00\x80\x40"s;  // 1 2 3 4
 
 std::string archive(const std::string& pickle, const std::string& storage = kFloats,
                     std::vector<test::ZipEntry> extra = {}, uint16_t method = 0) {
-  std::vector<test::ZipEntry> entries = {{"model/data.pkl", pickle, method},
-                                         {"model/data/0", storage, method},
-                                         {"model/version", "3\n", 0}};
+  std::vector<test::ZipEntry> entries = {
+      {"model/data.pkl", pickle, method}, {"model/data/0", storage, method}, {"model/version", "3\n", 0}};
   for (auto& e : extra) entries.push_back(e);
   return zip_bytes(entries);
 }
@@ -137,10 +137,10 @@ TEST(TorchSave, ArchiveLevelRefusals) {
   EXPECT_NE(refusal(archive(pickle, kFloats, {{"model/archive_format", "pt2", 0}})).find("pt2: "),
             std::string::npos);
   EXPECT_NE(refusal(zip_bytes({{"x/readme.txt", "hi", 0}})).find("no x/data.pkl"), std::string::npos);
-  EXPECT_NE(refusal(zip_bytes({{"x/data.pkl", pickle, 0}, {"x/data/0", kFloats, 0},
-                               {"x/version", "11\n", 0}}))
-                .find("archive version"),
-            std::string::npos);
+  EXPECT_NE(
+      refusal(zip_bytes({{"x/data.pkl", pickle, 0}, {"x/data/0", kFloats, 0}, {"x/version", "11\n", 0}}))
+          .find("archive version"),
+      std::string::npos);
   EXPECT_NE(refusal(archive(pickle, kFloats, {{"model/byteorder", "middle", 0}})).find("byteorder"),
             std::string::npos);
 }
@@ -149,8 +149,8 @@ TEST(TorchSave, BigEndianStoragesAreSwappedIntoOwnedBytes) {
   TempDir dir;
   std::string big = kFloats;
   for (size_t i = 0; i < big.size(); i += 4) std::reverse(big.begin() + i, big.begin() + i + 4);
-  auto catalog = open_bytes(dir, archive(state_pickle("0", 4, 0, {4}, {1}), big,
-                                         {{"model/byteorder", "big", 0}}));
+  auto catalog =
+      open_bytes(dir, archive(state_pickle("0", 4, 0, {4}, {1}), big, {{"model/byteorder", "big", 0}}));
   const Tensor& t = catalog.tensors()[0];
   EXPECT_EQ(t.bytes.view(), kFloats);
   EXPECT_EQ(t.bytes.mapped_file(), nullptr);
@@ -168,8 +168,7 @@ TEST(TorchSave, DeflatedRecordsAreInflated) {
 TEST(TorchScript, ConstantsArchiveIsTorchScript) {
   TempDir dir;
   auto catalog = open_bytes(
-      dir, archive(state_pickle("0", 4, 0, {4}, {1}), kFloats,
-                   {{"model/constants.pkl", "\x80\x02)."s, 0}}));
+      dir, archive(state_pickle("0", 4, 0, {4}, {1}), kFloats, {{"model/constants.pkl", "\x80\x02)."s, 0}}));
   EXPECT_EQ(catalog.format, "torchscript");
   EXPECT_EQ(catalog.tensors().size(), 1u);
 }
@@ -216,10 +215,14 @@ namespace {
 TEST(TorchSave, CyclicObjectsEndTheWalkInsteadOfRecursing) {
   TempDir dir;
   // A list holding itself.
-  auto selfish = open_bytes(dir, archive("\x80\x02]q\x00h\x00" "a."s));
+  auto selfish = open_bytes(dir, archive("\x80\x02]q\x00h\x00"
+                                         "a."s));
   EXPECT_TRUE(selfish.tensors().empty());
   // A subclass rebuild whose argument list later receives the rebuild itself.
-  auto loop = open_bytes(dir, archive("\x80\x02]q\x00" "ctorch._tensor\n_rebuild_from_type_v2\n(NNh\x00Nt" "Rq\x01h\x00h\x01" "a0."s));
+  auto loop = open_bytes(dir, archive("\x80\x02]q\x00"
+                                      "ctorch._tensor\n_rebuild_from_type_v2\n(NNh\x00Nt"
+                                      "Rq\x01h\x00h\x01"
+                                      "a0."s));
   EXPECT_TRUE(loop.tensors().empty());
 }
 
@@ -243,7 +246,10 @@ TEST(TorchSave, DeeplyNestedParametersAreBounded) {
   // Parameter(Parameter(...(None)...)) two thousand deep, built inside out.
   for (int i = 0; i < 2000; ++i) pickle += "ctorch._utils\n_rebuild_parameter\n"s;
   pickle += "N"s;
-  for (int i = 0; i < 2000; ++i) pickle += "\x89" "ccollections\nOrderedDict\n)R\x87R"s;
+  for (int i = 0; i < 2000; ++i)
+    pickle +=
+        "\x89"
+        "ccollections\nOrderedDict\n)R\x87R"s;
   pickle += "."s;
   EXPECT_NE(refusal(archive(pickle)), "<accepted>");
 }
@@ -258,8 +264,8 @@ namespace {
 // the storage counts bytes, offset/size/stride count elements of `dtype`.
 std::string v3_pickle(const std::string& dtype, int nbytes, int offset, int numel) {
   return "\x80\x02}("s + u("w") + "ctorch._utils\n_rebuild_tensor_v3\n((" + u("storage") +
-         "ctorch.storage\nUntypedStorage\n" + u("0") + u("cpu") + "K"s + static_cast<char>(nbytes) +
-         "tQK"s + static_cast<char>(offset) + "K"s + static_cast<char>(numel) + "\x85K\x01\x85\x89" +
+         "ctorch.storage\nUntypedStorage\n" + u("0") + u("cpu") + "K"s + static_cast<char>(nbytes) + "tQK"s +
+         static_cast<char>(offset) + "K"s + static_cast<char>(numel) + "\x85K\x01\x85\x89" +
          "ccollections\nOrderedDict\n)Rctorch\n" + dtype + "\ntRu."s;
 }
 

@@ -11,8 +11,7 @@
 namespace modelfs {
 namespace {
 
-TensorSpec tensor(const std::string& name, DType dtype = DType::Float32,
-              std::vector<uint64_t> shape = {2}) {
+TensorSpec tensor(const std::string& name, DType dtype = DType::Float32, std::vector<uint64_t> shape = {2}) {
   TensorSpec t;
   t.name = name;
   t.dtype = dtype;
@@ -77,11 +76,9 @@ TEST(Tree, PathOfEveryNodeResolvesToIt) {
 
 TEST(Tree, SplitsNamesIntoFoldersWithSidecarsAndNpyViews) {
   auto tree = build({tensor("model.layers.0.weight"), tensor("model.layers.0.bias")});
-  EXPECT_EQ(tree->tensor_paths(), (std::vector<std::string>{"model/layers/0/weight",
-                                                            "model/layers/0/bias"}));
-  for (const char* path : {"model/layers/0/weight", "model/layers/0/weight.json",
-                           "model/layers/0/weight.npy", ".modelfs/index.json",
-                           ".modelfs/metadata.json"})
+  EXPECT_EQ(tree->tensor_paths(), (std::vector<std::string>{"model/layers/0/weight", "model/layers/0/bias"}));
+  for (const char* path : {"model/layers/0/weight", "model/layers/0/weight.json", "model/layers/0/weight.npy",
+                           ".modelfs/index.json", ".modelfs/metadata.json"})
     EXPECT_TRUE(tree->resolve(path)) << path;
   auto folder = tree->node(*tree->resolve("model/layers/0"));
   EXPECT_EQ(folder->kind, NodeKind::Directory);
@@ -218,8 +215,8 @@ TEST(Tree, ClashesResolveAlikeInSmallAndBigFolders) {
 TEST(Tree, NamesOnOnePathTakeSuffixesInOrder) {
   auto tree = build({tensor("x.a.b"), tensor("x/a.b"), tensor("x.a.b~2"), tensor("x.a/b"), tensor("x/a/b"),
                      tensor("x.a.b~1"), tensor("x/a/b~3")});
-  EXPECT_EQ(tree->tensor_paths(), (std::vector<std::string>{"x/a/b", "x/a/b~1", "x/a/b~2", "x/a/b~3", "x/a/b~4",
-                                                            "x/a/b~1~1", "x/a/b~3~1"}));
+  EXPECT_EQ(tree->tensor_paths(), (std::vector<std::string>{"x/a/b", "x/a/b~1", "x/a/b~2", "x/a/b~3",
+                                                            "x/a/b~4", "x/a/b~1~1", "x/a/b~3~1"}));
   expect_index_matches_tree(*tree);
 }
 
@@ -247,8 +244,7 @@ TEST(Tree, ThousandsOfNamesOnOnePathGetSuffixesInOrder) {
 // Tensors out of name order revisit folders made long before.
 TEST(Tree, FoldersAreSharedByTensorsFarApart) {
   auto tree = build({tensor("a.p.w"), tensor("b.p.w"), tensor("a.p.b"), tensor("a.q.w"), tensor("b.p.b")});
-  EXPECT_EQ(tree->tensor_paths(),
-            (std::vector<std::string>{"a/p/w", "b/p/w", "a/p/b", "a/q/w", "b/p/b"}));
+  EXPECT_EQ(tree->tensor_paths(), (std::vector<std::string>{"a/p/w", "b/p/w", "a/p/b", "a/q/w", "b/p/b"}));
   EXPECT_EQ(tree->node(*tree->resolve("a/p"))->children.size(), 6u);  // w, b and their sidecars, .npy
   EXPECT_EQ(tree->node(*tree->resolve("a"))->children.size(), 2u);
 }
@@ -282,7 +278,8 @@ TEST(Tree, IndexIsTheJsonObjectPrintedReadably) {
   expected["tensors"] = nlohmann::ordered_json::array();
   for (size_t i = 0; i < tree->tensors().size(); ++i) {
     const auto& t = tree->tensors()[i];
-    expected["tensors"].push_back({{"name", t.name}, {"path", tree->tensor_paths()[i]},
+    expected["tensors"].push_back({{"name", t.name},
+                                   {"path", tree->tensor_paths()[i]},
                                    {"dtype", t.dtype_name()},
                                    {"shape", std::vector<uint64_t>(t.shape.begin(), t.shape.end())},
                                    {"nbytes", t.bytes.size()}});
@@ -290,8 +287,8 @@ TEST(Tree, IndexIsTheJsonObjectPrintedReadably) {
   EXPECT_EQ(content(*tree, ".modelfs/index.json"), readable_json(expected));
   expect_index_matches_tree(*tree);
   auto empty = build({});
-  nlohmann::ordered_json none = {{"format", "safetensors"}, {"files", {"m.safetensors"}},
-                                 {"tensors", nlohmann::ordered_json::array()}};
+  nlohmann::ordered_json none = {
+      {"format", "safetensors"}, {"files", {"m.safetensors"}}, {"tensors", nlohmann::ordered_json::array()}};
   EXPECT_EQ(content(*empty, ".modelfs/index.json"), readable_json(none));
   expect_index_matches_tree(*empty);
 }
@@ -318,8 +315,8 @@ TEST(Tree, SlicesSpanTheNpyHeaderAndTheData) {
 // the catalog's, whose bytes it serves.
 TEST(Tree, SidecarsSayTheTensorAndItsExtras) {
   std::vector<TensorSpec> tensors = {tensor("plain"), tensor("extra")};
-  tensors[1].extras = {{"requires_grad", true}, {"storage", {{"key", "3"}, {"offset", 0}}},
-                       {"note", "é \"q\""}};
+  tensors[1].extras = {
+      {"requires_grad", true}, {"storage", {{"key", "3"}, {"offset", 0}}}, {"note", "é \"q\""}};
   auto tree = build(tensors);
   for (size_t i = 0; i < tensors.size(); ++i) {
     SCOPED_TRACE(tensors[i].name);
@@ -332,7 +329,8 @@ TEST(Tree, SidecarsSayTheTensorAndItsExtras) {
     EXPECT_EQ(json["shape"], nlohmann::json({2}));
     EXPECT_EQ(json["nbytes"], 8);
     EXPECT_EQ(json["numpy"], "<f4");
-    EXPECT_EQ(nlohmann::json(json["npy"]), nlohmann::json({{"dtype", "float32"}, {"from", "float32"}, {"exact", true}}));
+    EXPECT_EQ(nlohmann::json(json["npy"]),
+              nlohmann::json({{"dtype", "float32"}, {"from", "float32"}, {"exact", true}}));
     EXPECT_EQ(nlohmann::json(json["source"]), nlohmann::json({{"file", "m.safetensors"}, {"offset", 0}}));
     std::vector<std::string> keys;
     for (const auto& [key, value] : json.items()) keys.push_back(key);

@@ -45,16 +45,15 @@ const std::string P2 = "\x80\x02"s;
 
 TEST(Unpickler, IntegersOfEveryWidth) {
   auto p = load(P2 + "(K\x07M\xff\xffJ\xfe\xff\xff\xff\x8a\x01\xff\x8a\x00\x8a\x08"s +
-                "\x00\x00\x00\x00\x00\x00\x00\x80"s + "\x8b"s + u32le(2) +
-                "\x00\x01t."s);
+                "\x00\x00\x00\x00\x00\x00\x00\x80"s + "\x8b"s + u32le(2) + "\x00\x01t."s);
   ASSERT_EQ(p.root->kind, Kind::Tuple);
   const auto& v = p.root->items;
   ASSERT_EQ(v.size(), 7u);
   EXPECT_EQ(v[0]->integer, 7);
   EXPECT_EQ(v[1]->integer, 65535);  // BININT2 is unsigned
   EXPECT_EQ(v[2]->integer, -2);
-  EXPECT_EQ(v[3]->integer, -1);  // LONG1 is two's complement
-  EXPECT_EQ(v[4]->integer, 0);   // zero-length LONG1
+  EXPECT_EQ(v[3]->integer, -1);         // LONG1 is two's complement
+  EXPECT_EQ(v[4]->integer, 0);          // zero-length LONG1
   EXPECT_EQ(v[5]->integer, INT64_MIN);  // eight-byte LONG1 still fits
   EXPECT_EQ(v[6]->integer, 256);
   EXPECT_EQ(p.protocol, 2);
@@ -83,9 +82,11 @@ TEST(Unpickler, FloatsBoolsNone) {
 }
 
 TEST(Unpickler, StringsAndBytes) {
-  auto p = load("\x80\x04("s + unicode("h\xc3\xa9"s) + "\x8c\x02"s "ab\x8d"s + u64le(3) + "xyz" +
-                "B" + u32le(2) + "\x00\x01"s + "C\x01z\x8e"s + u64le(1) + "q\x96"s + u64le(0) +
-                "U\x02py"s + "T" + u32le(1) + "s" + "t.");
+  auto p = load("\x80\x04("s + unicode("h\xc3\xa9"s) +
+                "\x8c\x02"s
+                "ab\x8d"s +
+                u64le(3) + "xyz" + "B" + u32le(2) + "\x00\x01"s + "C\x01z\x8e"s + u64le(1) + "q\x96"s +
+                u64le(0) + "U\x02py"s + "T" + u32le(1) + "s" + "t.");
   const auto& v = p.root->items;
   ASSERT_EQ(v.size(), 9u);
   EXPECT_EQ(v[8]->text, "s");
@@ -103,8 +104,8 @@ TEST(Unpickler, StringsAndBytes) {
 
 TEST(Unpickler, ContainersMarksAndTuples) {
   // {'a': [1, 2], 'b': (), 'c': (9,), 'd': (1, 2)}
-  auto p = load(P2 + "}(" + unicode("a") + "]K\x01\x61K\x02\x61"s + unicode("b") + ")" +
-                unicode("c") + "K\x09\x85"s + unicode("d") + "K\x01K\x02\x86u"s + ".");
+  auto p = load(P2 + "}(" + unicode("a") + "]K\x01\x61K\x02\x61"s + unicode("b") + ")" + unicode("c") +
+                "K\x09\x85"s + unicode("d") + "K\x01K\x02\x86u"s + ".");
   ASSERT_EQ(p.root->kind, Kind::Dict);
   ASSERT_EQ(p.root->entries.size(), 4u);
   EXPECT_EQ(p.root->entries[0].first->text, "a");
@@ -117,7 +118,7 @@ TEST(Unpickler, ContainersMarksAndTuples) {
 }
 
 TEST(Unpickler, AppendsSetItemsAndSmallTuples) {
-  auto p = load(P2 + "](K\x01K\x02K\x03"s + "e" + "." );
+  auto p = load(P2 + "](K\x01K\x02K\x03"s + "e" + ".");
   ASSERT_EQ(p.root->kind, Kind::List);
   EXPECT_EQ(p.root->items.size(), 3u);
 
@@ -149,8 +150,10 @@ TEST(Unpickler, MemoSharesTheSameValue) {
 
 TEST(Unpickler, Protocol4FrameStackGlobalMemoize) {
   // pickle.dumps(collections.OrderedDict(a=1), protocol=4)
-  const std::string body = "\x8c\x0b"s "collections\x94\x8c\x0bOrderedDict\x94\x93\x94)R\x94\x8c\x01"s
-                           "a\x94K\x01s."s;
+  const std::string body =
+      "\x8c\x0b"s
+      "collections\x94\x8c\x0bOrderedDict\x94\x93\x94)R\x94\x8c\x01"s
+      "a\x94K\x01s."s;
   auto p = load("\x80\x04\x95"s + u64le(body.size()) + body);
   ASSERT_EQ(p.root->kind, Kind::Dict);
   ASSERT_EQ(p.root->entries.size(), 1u);
@@ -169,11 +172,15 @@ TEST(Unpickler, KnownGlobalsFoldIntoPlainValues) {
   ASSERT_EQ(bytes.root->kind, Kind::Bytes);
   EXPECT_EQ(bytes.root->text, "\xff\x00"s);
 
-  auto dict = load(P2 + "ccollections\nOrderedDict\n]K\x01K\x02\x86"s "a\x85R."s);
+  auto dict = load(P2 +
+                   "ccollections\nOrderedDict\n]K\x01K\x02\x86"s
+                   "a\x85R."s);
   ASSERT_EQ(dict.root->kind, Kind::Dict);
   EXPECT_EQ(dict.root->entries.size(), 1u);
 
-  auto py2 = load(P2 + "c__builtin__\nset\n](K\x01K\x02"s "e\x85R."s);
+  auto py2 = load(P2 +
+                  "c__builtin__\nset\n](K\x01K\x02"s
+                  "e\x85R."s);
   EXPECT_EQ(py2.root->kind, Kind::Set);
 }
 
@@ -203,16 +210,16 @@ TEST(Unpickler, CopiesFromValueToValueAreBounded) {
   std::string dict = "}(";
   for (int i = 0; i < 4096; ++i) dict += "K\x01K\x02"s;
   dict += "u";
-  for (const auto& [source, global] : {std::pair{text, "c_codecs\nencode\n"s},
-                                       std::pair{dict, "ccollections\nOrderedDict\n"s}}) {
+  for (const auto& [source, global] :
+       {std::pair{text, "c_codecs\nencode\n"s}, std::pair{dict, "ccollections\nOrderedDict\n"s}}) {
     EXPECT_EQ(refusal(copies(source, global, 100)), "<accepted>");
     EXPECT_NE(refusal(copies(source, global, 1100)).find("bytes from value to value"), std::string::npos);
   }
 }
 
 TEST(Unpickler, PersistentIdsAreRecorded) {
-  auto p = load(P2 + "(" + unicode("storage") + "ctorch\nFloatStorage\n" + unicode("0") +
-                unicode("cpu") + "K\x04tQ."s);
+  auto p = load(P2 + "(" + unicode("storage") + "ctorch\nFloatStorage\n" + unicode("0") + unicode("cpu") +
+                "K\x04tQ."s);
   ASSERT_EQ(p.root->kind, Kind::PersistentId);
   const Value* id = p.root->items[0];
   ASSERT_EQ(id->kind, Kind::Tuple);
@@ -244,7 +251,11 @@ TEST(Unpickler, UnknownGlobalsBecomeOpaqueObjectsWithState) {
   ASSERT_NE(ns->state, nullptr);
   EXPECT_EQ(ns->state->entries[0].second->real, 0.5);
   EXPECT_EQ(p.unknown_globals, (std::vector<std::string>{"os.system", "argparse.Namespace"}));
-  auto stacked = load("\x80\x04\x8c\x08"s "builtins\x8c\x04"s "eval\x93"s + unicode("1") + "\x85R."s);
+  auto stacked = load(
+      "\x80\x04\x8c\x08"s
+      "builtins\x8c\x04"s
+      "eval\x93"s +
+      unicode("1") + "\x85R."s);
   EXPECT_EQ(stacked.root->qualified_name(), "builtins.eval");
 }
 
@@ -255,7 +266,9 @@ TEST(Unpickler, TorchScriptObjectsAndJitHelpers) {
   ASSERT_NE(p.root->state, nullptr);
   EXPECT_TRUE(p.unknown_globals.empty());
 
-  auto list = load(P2 + "ctorch.jit._pickle\nbuild_intlist\n](K\x01K\x02"s "e\x85R."s);
+  auto list = load(P2 +
+                   "ctorch.jit._pickle\nbuild_intlist\n](K\x01K\x02"s
+                   "e\x85R."s);
   ASSERT_EQ(list.root->kind, Kind::List);
   EXPECT_EQ(list.root->items.size(), 2u);
 }
@@ -291,16 +304,16 @@ TEST(Unpickler, NestingDepthIsLimited) {
 }
 
 TEST(Unpickler, MalformedStreamsAreRefused) {
-  EXPECT_NE(refusal(P2 + "a."), "<accepted>");                // stack underflow
-  EXPECT_NE(refusal(P2 + "t."), "<accepted>");                // no mark
-  EXPECT_NE(refusal(P2 + "."), "<accepted>");                 // STOP on empty stack
-  EXPECT_NE(refusal(P2 + "(K\x01u."s), "<accepted>");          // SETITEMS on nothing
+  EXPECT_NE(refusal(P2 + "a."), "<accepted>");                   // stack underflow
+  EXPECT_NE(refusal(P2 + "t."), "<accepted>");                   // no mark
+  EXPECT_NE(refusal(P2 + "."), "<accepted>");                    // STOP on empty stack
+  EXPECT_NE(refusal(P2 + "(K\x01u."s), "<accepted>");            // SETITEMS on nothing
   EXPECT_NE(refusal(P2 + "K\x01(K\x01K\x02u."s), "<accepted>");  // SETITEMS on an int
-  EXPECT_NE(refusal(P2 + "\x82\x01."s), "<accepted>");         // EXT1
-  EXPECT_NE(refusal(P2 + "\x97."s), "<accepted>");             // NEXT_BUFFER
-  EXPECT_NE(refusal(P2 + "\xff."s), "<accepted>");             // unknown opcode
-  EXPECT_NE(refusal("\x80\x06N."s), "<accepted>");             // protocol 6
-  EXPECT_NE(refusal(P2 + "cos\nsystem"), "<accepted>");       // GLOBAL without newline
+  EXPECT_NE(refusal(P2 + "\x82\x01."s), "<accepted>");           // EXT1
+  EXPECT_NE(refusal(P2 + "\x97."s), "<accepted>");               // NEXT_BUFFER
+  EXPECT_NE(refusal(P2 + "\xff."s), "<accepted>");               // unknown opcode
+  EXPECT_NE(refusal("\x80\x06N."s), "<accepted>");               // protocol 6
+  EXPECT_NE(refusal(P2 + "cos\nsystem"), "<accepted>");          // GLOBAL without newline
   EXPECT_NE(refusal(P2 + "X" + u32le(0xFFFFFFF0) + "ab."), "<accepted>");
   EXPECT_NE(refusal(P2 + "\x8d"s + u64le(~uint64_t{0}) + "."), "<accepted>");
   EXPECT_NE(refusal("(I99999999999999999999\nl."), "<accepted>");
@@ -311,7 +324,8 @@ TEST(Unpickler, EveryTruncationIsRefused) {
                             "ctorch._utils\n_rebuild_tensor_v2\n((" + unicode("storage") +
                             "ctorch\nFloatStorage\n" + unicode("0") + unicode("cpu") +
                             "K\x06tQK\x00K\x02K\x03\x86K\x03K\x01\x86\x89h\x00)Rtq\x02Ru"s +
-                            "G\x3f\xf0\x00\x00\x00\x00\x00\x00"s "0.";
+                            "G\x3f\xf0\x00\x00\x00\x00\x00\x00"s
+                            "0.";
   auto p = load(whole);
   ASSERT_EQ(p.root->kind, Kind::Dict);
   EXPECT_EQ(p.end, whole.size());

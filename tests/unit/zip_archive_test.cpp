@@ -19,9 +19,9 @@ namespace modelfs {
 namespace {
 
 using test::TempDir;
+using test::zip_bytes;
 using test::ZipEntry;
 using test::ZipLayout;
-using test::zip_bytes;
 
 ZipArchive open_bytes(const TempDir& dir, const std::string& bytes) {
   return ZipArchive::open(MappedFile::open(dir.write("a.zip", bytes)), "ZIP archive");
@@ -181,8 +181,7 @@ TEST(ZipArchive, NestedArchiveReadInPlace) {
   TempDir dir;
   const std::string inner = zip_bytes(kEntries);
   const std::string outer_bytes =
-      zip_bytes({{"serialized_exported_program.json", "{}", 0},
-                 {"serialized_state_dict.pt", inner, 0}},
+      zip_bytes({{"serialized_exported_program.json", "{}", 0}, {"serialized_state_dict.pt", inner, 0}},
                 {false, false, 0});
   auto outer = open_bytes(dir, outer_bytes);
   const ZipMember* member = outer.find("serialized_state_dict.pt");
@@ -284,8 +283,9 @@ TEST(ZipArchive, InflatedMembersTogetherAreBoundByTheBudget) {
   TempDir dir;
   const std::string content = compressible_text();  // 50 000 bytes
   const std::string stream = zlib_deflate(content);
-  auto zip = open_bytes(dir, zip_bytes({{"m/a", content, 8, stream}, {"m/b", content, 8, stream},
-                                        {"m/c", content, 8, stream}}));
+  auto zip = open_bytes(
+      dir,
+      zip_bytes({{"m/a", content, 8, stream}, {"m/b", content, 8, stream}, {"m/c", content, 8, stream}}));
   Budget budget(120'000);  // room for two members, not three
   BudgetScope scope(budget);
   const ByteSpan a = zip.contents(*zip.find("m/a"));
@@ -322,8 +322,9 @@ void expect_check_fails(const ZipArchive& zip, const std::string& why_part) {
 
 // An archive written by libzip (an independent writer): `compressed` members
 // with `method`, `stored` ones stored.
-std::string libzip_written(const TempDir& dir, const std::vector<std::pair<std::string, std::string>>& compressed,
-                           int method, const std::vector<std::pair<std::string, std::string>>& stored = {}) {
+std::string libzip_written(const TempDir& dir,
+                           const std::vector<std::pair<std::string, std::string>>& compressed, int method,
+                           const std::vector<std::pair<std::string, std::string>>& stored = {}) {
   const auto path = dir.path() / "written.zip";
   int error = 0;
   zip_t* za = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &error);
@@ -432,7 +433,8 @@ TEST(ZipArchive, CheckReadsEveryLayoutAgainThroughLibzip) {
 TEST(ZipArchive, CheckFindsWhatLibzipReadsDifferently) {
   TempDir dir;
   // A stored member whose bytes do not match the directory's CRC-32.
-  expect_check_fails(open_bytes(dir, zip_bytes({{"m/a", "abcd", 0, std::nullopt, 0x12345678u}})), "CRC-32 is");
+  expect_check_fails(open_bytes(dir, zip_bytes({{"m/a", "abcd", 0, std::nullopt, 0x12345678u}})),
+                     "CRC-32 is");
   // A local header naming another member than the directory does: our
   // reader takes names from the directory alone; ZIP_CHECKCONS compares.
   std::string bytes = zip_bytes({{"m/a", "abcd", 0}, {"m/b", "efgh", 0}}, {false, false, 0});

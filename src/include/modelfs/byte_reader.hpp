@@ -4,14 +4,14 @@
 // past the end throws ModelError naming the file, format and offset, so a
 // binary parser reads like the format's spec and cannot overrun. Every
 // take first ensures its bytes (a remote model's blocks are fetched then).
+#include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <bit>
 #include <cstring>
-#include <type_traits>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
@@ -23,8 +23,7 @@ namespace modelfs {
 class ByteReader {
  public:
   // `base` is the offset of bytes[0] in the file, for messages.
-  ByteReader(std::span<const std::byte> bytes, std::string file, std::string format,
-             uint64_t base = 0)
+  ByteReader(std::span<const std::byte> bytes, std::string file, std::string format, uint64_t base = 0)
       : bytes_(bytes), file_(std::move(file)), format_(std::move(format)), base_(base) {}
 
   uint64_t position() const noexcept { return pos_; }

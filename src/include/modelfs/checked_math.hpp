@@ -21,7 +21,8 @@ namespace modelfs {
 // turns it into a ModelError, or into a refusal of its own.
 class SizeOverflow : public std::overflow_error {
  public:
-  explicit SizeOverflow(const std::string& what = "a size computed from the model's numbers does not fit 64 bits")
+  explicit SizeOverflow(
+      const std::string& what = "a size computed from the model's numbers does not fit 64 bits")
       : std::overflow_error(what) {}
 };
 
@@ -63,7 +64,8 @@ class Checked {
   // Division by zero, and T's minimum over -1, are overflows too.
   constexpr Checked& operator/=(Checked other) noexcept {
     ok_ = ok_ && other.ok_ && other.value_ != 0 &&
-          !(std::is_signed_v<T> && value_ == std::numeric_limits<T>::min() && other.value_ == static_cast<T>(-1));
+          !(std::is_signed_v<T> && value_ == std::numeric_limits<T>::min() &&
+            other.value_ == static_cast<T>(-1));
     if (ok_) value_ /= other.value_;
     return *this;
   }

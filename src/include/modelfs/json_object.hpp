@@ -23,7 +23,8 @@ class ObjectFiller {
   // `object` becomes an object if it is null; it must not be otherwise
   // changed while the filler lives.
   explicit ObjectFiller(Json& object)
-      : items_((object.is_null() ? object = Json::object() : object).template get_ref<typename Json::object_t&>()),
+      : items_((object.is_null() ? object = Json::object() : object)
+                   .template get_ref<typename Json::object_t&>()),
         places_(0, Hash{&items_}, Equal{&items_}) {
     places_.reserve(items_.size());
     for (size_t i = 0; i < items_.size(); ++i) places_.insert(i);

@@ -76,12 +76,13 @@ class ModelFolder {
   const std::filesystem::path& hub_blobs() const noexcept { return hub_blobs_; }
 
  private:
-  ModelFolder(std::filesystem::path folder, std::filesystem::path named, bool remote, const std::string& format);
+  ModelFolder(std::filesystem::path folder, std::filesystem::path named, bool remote,
+              const std::string& format);
   Opened open_local(const std::string& name) const;
   bool holds(const std::filesystem::path& real) const;
-  std::filesystem::path folder_;  // realpath'd, or a URL
-  std::filesystem::path named_;   // the folder as the user named it, for messages
-  bool remote_;                   // folder_ is a URL
+  std::filesystem::path folder_;     // realpath'd, or a URL
+  std::filesystem::path named_;      // the folder as the user named it, for messages
+  bool remote_;                      // folder_ is a URL
   std::filesystem::path hub_blobs_;  // the hub cache repository's blobs/, or empty
   // What names are resolved beneath: the folder, or the hub repository
   // holding it, with the way from there down to the folder.

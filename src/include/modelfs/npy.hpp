@@ -44,7 +44,6 @@ inline constexpr ViewBound kViewBound{uint64_t{1} << 30, 1024};
 std::optional<NpyContent> npy_content(const Tensor& tensor);
 
 // Version 1.0 when the header fits a u16 length, 2.0 otherwise.
-std::string npy_header(std::string_view descr, std::span<const uint64_t> shape,
-                       bool fortran_order);
+std::string npy_header(std::string_view descr, std::span<const uint64_t> shape, bool fortran_order);
 
 }  // namespace modelfs

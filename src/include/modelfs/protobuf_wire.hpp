@@ -35,9 +35,9 @@ enum class WireType : uint8_t { Varint = 0, Fixed64 = 1, Length = 2, Fixed32 = 5
 struct WireField {
   uint32_t number = 0;
   WireType type = WireType::Varint;
-  uint64_t value = 0;   // the varint, or the fixed-width value (LE)
-  uint64_t offset = 0;  // payload's file offset
-  uint64_t length = 0;  // payload bytes (the varint's own bytes for type 0)
+  uint64_t value = 0;                  // the varint, or the fixed-width value (LE)
+  uint64_t offset = 0;                 // payload's file offset
+  uint64_t length = 0;                 // payload bytes (the varint's own bytes for type 0)
   std::span<const std::byte> payload;  // those bytes
 };
 
@@ -55,8 +55,7 @@ uint64_t read_varint(std::span<const std::byte> bytes, uint64_t& pos, const Wire
 
 // Throws ModelError "field N should <what> but has wire type T" unless
 // `field` has wire type `type`.
-void expect_type(const WireField& field, WireType type, std::string_view what,
-                 const WireContext& context);
+void expect_type(const WireField& field, WireType type, std::string_view what, const WireContext& context);
 
 // A message: one or more encoded chunks read in order. A non-repeated
 // message field that occurs several times is the merge of its occurrences,

@@ -29,12 +29,12 @@ std::string display_url(std::string_view url);
 // What a request needs: the http(s) URL, how to authenticate, and the name
 // to show. Secrets live only here and in the requests libcurl makes.
 struct Target {
-  std::string url;      // http(s), what is requested first
-  std::string display;  // for messages (display_url of what the user named)
-  std::string sigv4;    // CURLOPT_AWS_SIGV4 provider string, or empty
-  std::string userpwd;  // the SigV4 key pair, secret
+  std::string url;                   // http(s), what is requested first
+  std::string display;               // for messages (display_url of what the user named)
+  std::string sigv4;                 // CURLOPT_AWS_SIGV4 provider string, or empty
+  std::string userpwd;               // the SigV4 key pair, secret
   std::vector<std::string> headers;  // secret headers (a token)
-  std::string hub_repo_rev;  // "OWNER/REPO@REV" of an hf:// URL, for pinning its commit
+  std::string hub_repo_rev;          // "OWNER/REPO@REV" of an hf:// URL, for pinning its commit
 };
 
 // Resolves a URL as the user gave it (hf:// and s3:// through their

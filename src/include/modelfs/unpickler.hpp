@@ -32,12 +32,12 @@
 
 namespace modelfs::pickle {
 
-inline constexpr uint64_t kMaxValues = 50'000'000;     // values built from one pickle
+inline constexpr uint64_t kMaxValues = 50'000'000;      // values built from one pickle
 inline constexpr uint64_t kMaxStackDepth = 10'000'000;  // values on the stack at once
 inline constexpr uint64_t kMaxMemoEntries = 10'000'000;
-inline constexpr uint64_t kMaxMarks = 100'000;          // open MARKs at once
-inline constexpr uint32_t kMaxNesting = 1'000;          // containers inside containers
-inline constexpr uint64_t kMaxLongBytes = 1'024;        // LONG1/LONG4 integers
+inline constexpr uint64_t kMaxMarks = 100'000;    // open MARKs at once
+inline constexpr uint32_t kMaxNesting = 1'000;    // containers inside containers
+inline constexpr uint64_t kMaxLongBytes = 1'024;  // LONG1/LONG4 integers
 // Copied from value to value, in all (OrderedDict(d), bytearray(s), ...):
 // this much, plus this many bytes for each byte of the pickle.
 inline constexpr uint64_t kMaxCopiedBytes = 64ULL << 20;
@@ -92,8 +92,8 @@ enum class KnownGlobal : uint8_t {
   RebuildDeviceTensorFromNumpy,
   RebuildDeviceTensorFromCpuTensor,
   RebuildFromTypeV2,
-  LoadFromBytes,   // torch.storage._load_from_bytes: a legacy blob inside
-  JitPassThrough,  // torch.jit._pickle build_*list / restore_type_tag: value = args[0]
+  LoadFromBytes,     // torch.storage._load_from_bytes: a legacy blob inside
+  JitPassThrough,    // torch.jit._pickle build_*list / restore_type_tag: value = args[0]
   TorchScriptClass,  // __torch__.*: a TorchScript module or class object
 };
 
@@ -102,9 +102,9 @@ struct Value {
   bool boolean = false;
   int64_t integer = 0;
   double real = 0;
-  std::string text;    // String, Bytes, BigInt
-  std::string module;  // Global
-  std::string name;    // Global
+  std::string text;                          // String, Bytes, BigInt
+  std::string module;                        // Global
+  std::string name;                          // Global
   KnownGlobal known = KnownGlobal::Unknown;  // Global
   // List, Tuple, Set: the elements. Call: items appended to the object.
   // PersistentId: the id.
@@ -157,9 +157,7 @@ class ValueStore {
 
   // Enough of an iterator for range-for over the values in order.
   struct const_iterator {
-    const Value& operator*() const {
-      return store->chunks_[index / kChunkValues][index % kChunkValues];
-    }
+    const Value& operator*() const { return store->chunks_[index / kChunkValues][index % kChunkValues]; }
     const Value* operator->() const { return &**this; }
     const_iterator& operator++() {
       ++index;
@@ -174,7 +172,6 @@ class ValueStore {
   const_iterator end() const { return {this, size_}; }
 
  private:
-
   std::vector<std::unique_ptr<Value[]>> chunks_;
   size_t size_ = 0;
 };
@@ -194,7 +191,7 @@ struct Pickle {
 // `format` and `base` (file offset of bytes[0]) are for messages; ModelError
 // on any malformed, truncated or over-limit input. Unknown globals are
 // logged with spdlog::warn.
-Pickle unpickle(std::span<const std::byte> bytes, const std::string& file,
-                const std::string& format, uint64_t base = 0);
+Pickle unpickle(std::span<const std::byte> bytes, const std::string& file, const std::string& format,
+                uint64_t base = 0);
 
 }  // namespace modelfs::pickle

@@ -79,9 +79,7 @@ class ZipArchive {
   std::vector<IntegrityCheck> crc_checks() const;
 
   // Offset of a stored member's data in the mapped file.
-  uint64_t file_offset(const ZipMember& member) const noexcept {
-    return base_ + member.data_offset;
-  }
+  uint64_t file_offset(const ZipMember& member) const noexcept { return base_ + member.data_offset; }
 
  private:
   ZipArchive() = default;

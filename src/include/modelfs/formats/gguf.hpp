@@ -65,16 +65,16 @@ namespace modelfs::gguf {
 inline constexpr uint32_t kMinVersion = 1;
 inline constexpr uint32_t kMaxVersion = 3;
 inline constexpr uint64_t kDefaultAlignment = 32;
-inline constexpr uint32_t kMaxDims = 4;            // GGML_MAX_DIMS
-inline constexpr uint64_t kMaxNameBytes = 65535;   // keys and tensor names
-inline constexpr int kMaxArrayDepth = 8;           // arrays of arrays of ...
+inline constexpr uint32_t kMaxDims = 4;           // GGML_MAX_DIMS
+inline constexpr uint64_t kMaxNameBytes = 65535;  // keys and tensor names
+inline constexpr int kMaxArrayDepth = 8;          // arrays of arrays of ...
 
 // One ggml tensor type (docs/formats.md, "ggml types").
 struct GgmlType {
   uint32_t id;
-  std::string_view name;  // lowercase ggml name: "f32", "q4_k", ...
-  uint32_t block_size;    // elements per block
-  uint32_t type_size;     // bytes per block
+  std::string_view name;       // lowercase ggml name: "f32", "q4_k", ...
+  uint32_t block_size;         // elements per block
+  uint32_t type_size;          // bytes per block
   std::optional<DType> plain;  // the canonical dtype of an unblocked type
 };
 
@@ -87,7 +87,7 @@ std::span<const GgmlType> ggml_types() noexcept;
 struct File {
   uint32_t version = 0;
   uint64_t alignment = kDefaultAlignment;
-  uint64_t data_offset = 0;  // where the data section starts in the file
+  uint64_t data_offset = 0;         // where the data section starts in the file
   std::vector<TensorSpec> tensors;  // in tensor-info order
   nlohmann::json kv = nlohmann::json::object();
   nlohmann::json kv_types = nlohmann::json::object();

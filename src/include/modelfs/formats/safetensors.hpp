@@ -27,7 +27,7 @@ inline constexpr int kMaxJsonDepth = 64;                  // tensors sit at dept
 
 // What one .safetensors file holds.
 struct File {
-  std::vector<TensorSpec> tensors;  // ordered by data offset
+  std::vector<TensorSpec> tensors;                     // ordered by data offset
   nlohmann::json metadata = nlohmann::json::object();  // "__metadata__"
 };
 
