@@ -26,20 +26,6 @@ struct ModelFile {
   }
 };
 
-// One entry per format modelfs reads. Adding a format is adding a reader
-// and one entry in the table of src/formats/detect.cpp. A reader of files
-// has probe_file and open_file; a reader of folders (a sharded checkpoint,
-// a split set) has probe_folder and open_folder; the others are null.
-struct FormatReader {
-  std::string_view name;
-  // True when the first bytes of a file (up to 4 KiB) are this format's.
-  bool (*probe_file)(std::span<const std::byte> head);
-  Catalog (*open_file)(const ModelFile& model);
-  // True when a folder is a model of this format.
-  bool (*probe_folder)(const std::filesystem::path& folder);
-  Catalog (*open_folder)(const std::filesystem::path& folder, IntegrityChecks* checks);
-};
-
 // Opens MODEL, a file or a folder. Throws ModelError naming the file, the
 // format, the offset and the reason when it is not a model modelfs can read.
 // With `checks`, the format's integrity checks are added there (for

@@ -1,56 +1,69 @@
 // SPDX-License-Identifier: Apache-2.0
-// Format detection and dispatch: the only place that knows every reader.
+// Format detection and dispatch over the registry of readers (registry.cpp).
 #include <algorithm>
 #include <array>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <system_error>
+#include <vector>
 
 #include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
-#include "modelfs/formats/gguf.hpp"
-#include "modelfs/formats/onnx.hpp"
-#include "modelfs/formats/pt2.hpp"
-#include "modelfs/formats/safetensors.hpp"
-#include "modelfs/formats/torch.hpp"
 #include "modelfs/remote.hpp"
+#include "registry.hpp"
 
 namespace modelfs {
 namespace {
 
-// torch.save, TorchScript and PT2 archives share the ZIP container; which
-// one a file is shows only in its central directory, past the probed head,
-// so the ZIP is opened once here and handed to the reader it belongs to.
-Catalog open_zip_container(const ModelFile& model) {
-  const ZipArchive zip = ZipArchive::open(model.mapped, "ZIP archive");
-  if (pt2::is_pt2_archive(zip)) return pt2::open_archive(model, zip);
-  return torch::open_zip(model, zip);
+// "a, b or c", each name once, in order.
+std::string one_of(std::span<const std::string_view> names) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i)
+    out.append(i == 0 ? "" : i + 1 == names.size() ? " or " : ", ").append(names[i]);
+  return out;
 }
 
-const std::array kReaders{
-    FormatReader{"safetensors", safetensors::probe_file, safetensors::open_file, safetensors::probe_folder,
-                 safetensors::open_folder},
-    // Before the safetensors index, whose probe takes any weight_map JSON;
-    // this one takes only those whose shards are torch.save files.
-    FormatReader{"pytorch index", torch::probe_index_file, torch::open_index_file, nullptr, nullptr},
-    FormatReader{"safetensors index", safetensors::probe_index_file, safetensors::open_index_file, nullptr,
-                 nullptr},
-    FormatReader{"gguf", gguf::probe_file, gguf::open_file, gguf::probe_folder, gguf::open_folder},
-    // torch.save, TorchScript and PT2 (open_zip_container above).
-    FormatReader{"pytorch", torch::probe_zip, open_zip_container, nullptr, nullptr},
-    FormatReader{"pytorch legacy", torch::probe_legacy, torch::open_legacy, nullptr, nullptr},
-    FormatReader{"pytorch sharded", nullptr, nullptr, torch::probe_folder, torch::open_folder},
-    // ONNX has no magic: probed last, by a bounded trial parse of its first
-    // fields, so that every format with a magic is recognised before it.
-    FormatReader{"onnx", onnx::probe_file, onnx::open_file, nullptr, nullptr},
-};
+template <typename Field>
+std::vector<std::string_view> distinct(Field field) {
+  std::vector<std::string_view> out;
+  for (const auto& reader : format_readers())
+    if (const std::string_view value = reader.*field;
+        !value.empty() && std::find(out.begin(), out.end(), value) == out.end())
+      out.push_back(value);
+  return out;
+}
+
+constexpr std::string_view kZipMagic = "PK\x03\x04";
+constexpr std::string_view kEmptyZipMagic = "PK\x05\x06";
+
+bool is_zip(std::span<const std::byte> head) {
+  const std::string_view text(reinterpret_cast<const char*>(head.data()), head.size());
+  return text.starts_with(kZipMagic) || text.starts_with(kEmptyZipMagic);
+}
+
+// A ZIP is opened once and offered to the archive readers in order; which
+// one it is shows only in its central directory, past the probed head.
+std::optional<Catalog> open_archive(const ModelFile& model) {
+  const ZipArchive zip = within_budget(model.path.string(), "ZIP archive", "reading the model",
+                                       [&] { return ZipArchive::open(model.mapped, "ZIP archive"); });
+  for (const auto& reader : format_readers())
+    if (reader.probe_archive && reader.probe_archive(zip))
+      return within_budget(model.path.string(), reader.name, "reading the model",
+                           [&] { return reader.open_archive(model, zip); });
+  return std::nullopt;
+}
 
 Catalog open_file(const ModelFile& file);
 
 // The index names tried in a remote folder, which cannot be listed.
-constexpr std::array kRemoteIndexNames{"model.safetensors.index.json", "pytorch_model.bin.index.json",
-                                       "diffusion_pytorch_model.safetensors.index.json"};
+std::vector<std::string_view> remote_index_names() {
+  std::vector<std::string_view> out;
+  for (const auto& reader : format_readers())
+    out.insert(out.end(), reader.remote_index_names.begin(), reader.remote_index_names.end());
+  return out;
+}
 
 bool is_missing(const ModelError& e) {
   // A folder's URL is a 404, or (a server that lists no folders) a 403.
@@ -66,8 +79,8 @@ Catalog open_remote(const std::string& url, IntegrityChecks* checks) {
   const bool hub_root = url.starts_with("hf://") && std::count(url.begin() + 5, url.end(), '/') < 2;
   // The first of the index files the folder has.
   auto open_an_index = [&]() -> std::optional<Catalog> {
-    for (const char* name : kRemoteIndexNames) {
-      const std::string index = folder + "/" + name;
+    for (const std::string_view name : remote_index_names()) {
+      const std::string index = folder + "/" + std::string(name);
       try {
         return open_file(ModelFile{remote::display_url(index), MappedFile::open(index), checks});
       } catch (const ModelError& e) {
@@ -86,10 +99,12 @@ Catalog open_remote(const std::string& url, IntegrityChecks* checks) {
     }
   }
   if (auto catalog = open_an_index()) return std::move(*catalog);
+  std::string names;
+  for (const std::string_view name : remote_index_names())
+    names.append(names.empty() ? "" : ", ").append(name);
   throw ModelError(remote::display_url(url), "folder", std::nullopt,
-                   "holds none of the index files modelfs looks for in a remote folder (" +
-                       std::string(kRemoteIndexNames[0]) + ", " + kRemoteIndexNames[1] + ", " +
-                       kRemoteIndexNames[2] + "); name a model file instead");
+                   "holds none of the index files modelfs looks for in a remote folder (" + names +
+                       "); name a model file instead");
 }
 
 Catalog open_detected(const std::filesystem::path& model, IntegrityChecks* checks) {
@@ -101,14 +116,13 @@ Catalog open_detected(const std::filesystem::path& model, IntegrityChecks* check
                      "cannot open: " + (ec ? ec.message() : std::string("No such file or directory")));
 
   if (std::filesystem::is_directory(status)) {
-    for (const auto& reader : kReaders)
+    for (const auto& reader : format_readers())
       if (reader.probe_folder && reader.probe_folder(model))
         return within_budget(model.string(), reader.name, "reading the model",
                              [&] { return reader.open_folder(model, checks); });
     throw ModelError(model.string(), "folder", std::nullopt,
-                     "holds no model modelfs can mount as a whole (looked for "
-                     "*.safetensors.index.json, *.bin.index.json and *-00001-of-NNNNN.gguf); "
-                     "name a model file instead");
+                     "holds no model modelfs can mount as a whole (looked for " +
+                         one_of(distinct(&FormatReader::folder_holds)) + "); name a model file instead");
   }
 
   return open_file(ModelFile::open(model, checks));
@@ -117,13 +131,20 @@ Catalog open_detected(const std::filesystem::path& model, IntegrityChecks* check
 Catalog open_file(const ModelFile& file) {
   auto head = file.mapped->bytes().first(std::min<uint64_t>(file.mapped->size(), 4096));
   file.mapped->ensure(0, head.size());
-  for (const auto& reader : kReaders)
+  bool zip_tried = false;
+  for (const auto& reader : format_readers()) {
     if (reader.probe_file && reader.probe_file(head))
       return within_budget(file.path.string(), reader.name, "reading the model",
                            [&] { return reader.open_file(file); });
+    // Archives are tried where the first archive reader stands in the order.
+    if (reader.probe_archive && is_zip(head) && !zip_tried) {
+      zip_tried = true;
+      if (auto catalog = open_archive(file)) return std::move(*catalog);
+    }
+  }
   throw ModelError(file.path.string(), "unknown", 0,
                    "not a model file modelfs recognises (" + std::to_string(file.mapped->size()) +
-                       " bytes; expected safetensors, GGUF, ONNX or a PyTorch file)");
+                       " bytes; expected " + one_of(distinct(&FormatReader::family)) + ")");
 }
 
 }  // namespace

@@ -7,7 +7,8 @@
 // checkpoints of these. Tensors are named by their path from the pickled root
 // (docs/design.md, "Tensor names") and served from the mapping.
 // PT2 archives (torch.export) share the ZIP container: detection opens the
-// ZIP and hands it to the PT2 reader (formats/pt2.hpp) or to open_zip. Both
+// ZIP once and offers it to the archive readers in registry order, PT2
+// (formats/pt2.hpp) before this one's open_zip, which takes any other. Both
 // read torch.save archives through src/formats/torch_save.hpp.
 #include <filesystem>
 #include <span>

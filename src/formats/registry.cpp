@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: Apache-2.0
+// The one list of format readers. Adding a format: its reader's files, its
+// entry here (ARCHITECTURE.md, "Adding a format").
+#include "registry.hpp"
+
+#include <array>
+
+#include "modelfs/formats/gguf.hpp"
+#include "modelfs/formats/onnx.hpp"
+#include "modelfs/formats/pt2.hpp"
+#include "modelfs/formats/safetensors.hpp"
+#include "modelfs/formats/torch.hpp"
+
+namespace modelfs {
+namespace {
+
+constexpr std::array<std::string_view, 2> kSafetensorsRemoteIndexes{
+    "model.safetensors.index.json", "diffusion_pytorch_model.safetensors.index.json"};
+constexpr std::array<std::string_view, 1> kTorchRemoteIndexes{"pytorch_model.bin.index.json"};
+
+// Any ZIP no reader before it claimed: the torch reader then says why it is
+// not a PyTorch archive either.
+bool any_archive(const ZipArchive&) { return true; }
+
+const std::array kReaders{
+    FormatReader{.name = "safetensors",
+                 .family = "safetensors",
+                 .probe_file = safetensors::probe_file,
+                 .open_file = safetensors::open_file,
+                 .probe_folder = safetensors::probe_folder,
+                 .open_folder = safetensors::open_folder,
+                 .folder_holds = "*.safetensors.index.json",
+                 .remote_index_names = kSafetensorsRemoteIndexes},
+    // Before the safetensors index, whose probe takes any weight_map JSON;
+    // this one takes only those whose shards are torch.save files.
+    FormatReader{.name = "pytorch index",
+                 .family = "PyTorch",
+                 .probe_file = torch::probe_index_file,
+                 .open_file = torch::open_index_file},
+    FormatReader{.name = "safetensors index",
+                 .family = "safetensors",
+                 .probe_file = safetensors::probe_index_file,
+                 .open_file = safetensors::open_index_file},
+    FormatReader{.name = "gguf",
+                 .family = "GGUF",
+                 .probe_file = gguf::probe_file,
+                 .open_file = gguf::open_file,
+                 .probe_folder = gguf::probe_folder,
+                 .open_folder = gguf::open_folder,
+                 .folder_holds = "*-00001-of-NNNNN.gguf"},
+    FormatReader{.name = "pt2", .family = "PyTorch", .probe_archive = pt2::is_pt2_archive,
+                 .open_archive = pt2::open_archive},
+    // torch.save and TorchScript archives; the archive reader of last resort.
+    FormatReader{.name = "pytorch", .family = "PyTorch", .probe_archive = any_archive,
+                 .open_archive = torch::open_zip},
+    FormatReader{.name = "pytorch legacy",
+                 .family = "PyTorch",
+                 .probe_file = torch::probe_legacy,
+                 .open_file = torch::open_legacy},
+    FormatReader{.name = "pytorch sharded",
+                 .family = "PyTorch",
+                 .probe_folder = torch::probe_folder,
+                 .open_folder = torch::open_folder,
+                 .folder_holds = "*.bin.index.json",
+                 .remote_index_names = kTorchRemoteIndexes},
+    // ONNX has no magic: probed last, by a bounded trial parse of its first
+    // fields, so that every format with a magic is recognised before it.
+    FormatReader{.name = "onnx", .family = "ONNX", .probe_file = onnx::probe_file, .open_file = onnx::open_file},
+};
+
+}  // namespace
+
+std::span<const FormatReader> format_readers() noexcept { return kReaders; }
+
+}  // namespace modelfs
