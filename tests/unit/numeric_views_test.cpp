@@ -264,7 +264,9 @@ TEST(GgmlTypes, EveryIdAndNameMapsToOneEntry) {
     }
   }
   for (uint32_t id = 0; id < 1024; ++id)
-    if (!ids.contains(id)) EXPECT_EQ(ggml_type(id), nullptr) << id;
+    if (!ids.contains(id)) {
+      EXPECT_EQ(ggml_type(id), nullptr) << id;
+    }
   EXPECT_EQ(ggml_type_named("q9_9"), nullptr);
   EXPECT_EQ(ids.size(), 35u);
 }
