@@ -63,12 +63,12 @@ void fill(const View& view, FuzzedDataProvider& in) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
   if (in.ConsumeBool()) {
-    const auto codecs = modelfs::ggml::block_codecs();
+    const auto codecs = modelfs::ggml_types();
     const auto& codec = codecs[in.ConsumeIntegralInRange<size_t>(0, codecs.size() - 1)];
     const uint64_t numel = in.ConsumeBool() ? codec.block_size * in.ConsumeIntegralInRange<uint64_t>(0, 8)
                                             : in.ConsumeIntegral<uint64_t>();
     const auto stored = in.ConsumeRemainingBytes<std::byte>();
-    if (auto view = modelfs::BlockView::make(stored, codec.name, numel)) fill(*view, in);
+    if (auto view = modelfs::BlockView::make(stored, codec, numel)) fill(*view, in);
     return 0;
   }
   const size_t rank = in.ConsumeIntegralInRange<size_t>(0, 6);

@@ -27,21 +27,21 @@ uint64_t dimension(FuzzedDataProvider& in) {
   return in.ConsumeBool() ? in.ConsumeIntegralInRange<uint64_t>(0, 6) : in.ConsumeIntegral<uint64_t>();
 }
 
-// A torch quantized tensor's extras (what npy.cpp reads), sometimes wrong.
-nlohmann::json quantization(FuzzedDataProvider& in, const std::vector<std::string>& names) {
-  constexpr const char* kSchemes[] = {"per_tensor_affine", "per_channel_affine",
-                                      "per_channel_affine_float_qparams", "per_tensor_symmetric", "other"};
-  constexpr const char* kTypes[] = {"qint8", "quint8", "qint32", "float"};
-  nlohmann::json q;
-  q["qscheme"] = kSchemes[in.ConsumeIntegralInRange(0, 4)];
-  q["scale"] = in.ConsumeFloatingPoint<double>();
-  q["zero_point"] = in.ConsumeIntegral<int64_t>();
-  q["axis"] = in.ConsumeIntegralInRange<int64_t>(-1, 4);
+// A torch quantized tensor's quantization (what the views read), sometimes
+// wrong.
+modelfs::BasicQuantization<std::string> quantization(FuzzedDataProvider& in,
+                                                     const std::vector<std::string>& names) {
+  modelfs::BasicQuantization<std::string> q;
+  q.scheme = static_cast<modelfs::QScheme>(in.ConsumeIntegralInRange<uint8_t>(
+      0, static_cast<uint8_t>(modelfs::QScheme::PerChannelAffineFloatQParams)));
+  if (in.ConsumeBool()) q.scale = in.ConsumeFloatingPoint<double>();
+  if (in.ConsumeBool()) q.zero_point = in.ConsumeIntegral<int64_t>();
+  if (in.ConsumeBool()) q.axis = in.ConsumeIntegralInRange<int64_t>(-1, 4);
   if (!names.empty()) {
-    q["scales"] = names[in.ConsumeIntegralInRange<size_t>(0, names.size() - 1)];
-    q["zero_points"] = names[in.ConsumeIntegralInRange<size_t>(0, names.size() - 1)];
+    q.scales = names[in.ConsumeIntegralInRange<size_t>(0, names.size() - 1)];
+    q.zero_points = names[in.ConsumeIntegralInRange<size_t>(0, names.size() - 1)];
   }
-  return {{"quantization", q}, {"torch_dtype", kTypes[in.ConsumeIntegralInRange(0, 3)]}};
+  return q;
 }
 
 modelfs::TensorSpec tensor(FuzzedDataProvider& in, const std::vector<std::string>& names) {
@@ -49,10 +49,9 @@ modelfs::TensorSpec tensor(FuzzedDataProvider& in, const std::vector<std::string
   t.name = in.ConsumeRandomLengthString(300);
   t.dtype = static_cast<DType>(in.ConsumeIntegralInRange<uint8_t>(0, static_cast<uint8_t>(DType::GgmlBlock)));
   if (t.dtype == DType::GgmlBlock) {
-    const auto codecs = modelfs::ggml::block_codecs();
-    t.block_type = in.ConsumeBool()
-                       ? std::string(codecs[in.ConsumeIntegralInRange<size_t>(0, codecs.size() - 1)].name)
-                       : in.ConsumeRandomLengthString(16);
+    // Any entry of the table, a plain type's or one without kernels too.
+    const auto types = modelfs::ggml_types();
+    t.ggml = in.ConsumeBool() ? &types[in.ConsumeIntegralInRange<size_t>(0, types.size() - 1)] : nullptr;
   }
   t.shape.resize(in.ConsumeIntegralInRange<size_t>(0, 5));
   for (auto& d : t.shape) d = dimension(in);
@@ -65,7 +64,7 @@ modelfs::TensorSpec tensor(FuzzedDataProvider& in, const std::vector<std::string
   }
   t.bytes = modelfs::ByteSpan::owned(in.ConsumeRandomLengthString(4096));
   t.source = {"m", in.ConsumeBool() ? std::optional<uint64_t>(in.ConsumeIntegral<uint64_t>()) : std::nullopt};
-  if (in.ConsumeIntegralInRange(0, 7) == 0) t.extras = quantization(in, names);
+  if (in.ConsumeIntegralInRange(0, 7) == 0) t.quantization = quantization(in, names);
   return t;
 }
 

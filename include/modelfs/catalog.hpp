@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -64,19 +65,39 @@ struct TensorSource {
   std::optional<uint64_t> offset;  // absent when the bytes were decoded
 };
 
+// How a torch quantized tensor's stored integers q become its values:
+// (q - zero_point) x scale, per tensor or per channel along `axis`, whose
+// scales and zero points are the catalog's tensors of those names. What the
+// file gave, unchecked: the views check it against the tensor. `Text` is
+// std::string in a TensorSpec, a view into the catalog's stores in a Tensor.
+template <typename Text>
+struct BasicQuantization {
+  QScheme scheme = QScheme::PerTensorAffine;
+  std::optional<double> scale;        // per tensor
+  std::optional<int64_t> zero_point;  // per tensor
+  std::optional<int64_t> axis;        // per channel
+  Text scales;                        // per channel: the tensor's name
+  Text zero_points;                   // per channel: the tensor's name
+};
+using Quantization = BasicQuantization<std::string_view>;
+
 // What a reader knows of a tensor as it appends it to a catalog
 // (Catalog::add). Its strings, vectors and JSON live only until then: the
 // catalog keeps a compact copy in its own stores.
 struct TensorSpec {
   std::string name;  // as the format stores it, unsplit
   DType dtype = DType::Float32;
-  std::string block_type;        // ggml type name when dtype is GgmlBlock
+  // The ggml type (GGUF tensors, plain types too; always when dtype is
+  // GgmlBlock, where a type without kernels has no .npy).
+  const GgmlType* ggml = nullptr;
   std::vector<uint64_t> shape;   // outermost first; empty for a scalar
   std::vector<int64_t> strides;  // in elements, as torch counts them
   ByteSpan bytes;                // exactly what the raw file serves
   TensorSource source;
+  std::optional<BasicQuantization<std::string>> quantization;  // a torch quantized tensor
   // Format extras for the sidecar (null: none), each key one of the
-  // reader's own: never one of the sidecar's fixed keys.
+  // reader's own: never one of the sidecar's fixed keys (sidecar_keys.hpp), nor
+  // a key the typed fields above print under.
   nlohmann::json extras;
 };
 
@@ -85,7 +106,7 @@ struct TensorSpec {
 struct Tensor {
   std::string_view name;  // as the format stores it, unsplit
   DType dtype = DType::Float32;
-  std::string_view block_type;  // ggml type name when dtype is GgmlBlock
+  const GgmlType* ggml = nullptr;  // as TensorSpec::ggml
   std::span<const uint64_t> shape;
   std::span<const int64_t> strides;
   ByteSpan bytes;
@@ -93,13 +114,17 @@ struct Tensor {
     std::string_view file;
     std::optional<uint64_t> offset;
   } source;
+  const Quantization* quantization = nullptr;  // a torch quantized tensor's, in the catalog's stores
   // The sidecar's lines for the format extras, as printed once by the
-  // catalog: ",\n  \"key\": value" each; empty for none.
+  // catalog: ",\n  \"key\": value" each, in key order; empty for none.
   std::string_view extras_lines;
 
-  // The extras parsed again (null: none): for the few users that need a
-  // value (a quantized tensor's parameters), not for printing.
+  // The sidecar's extras as JSON (null: none), the typed fields' among
+  // them: for listing them, not for printing a sidecar.
   nlohmann::json extras() const;
+  // What the typed fields (ggml, quantization) print in the sidecar, among
+  // the extras: an object, empty for none.
+  nlohmann::json typed_extras() const;
   // "float32", ..., or the ggml block type name.
   std::string_view dtype_name() const;
   // Strides are exactly those of a C-order (row-major) array of `shape`.
@@ -132,6 +157,18 @@ struct IntegrityCheck {
 };
 using IntegrityChecks = std::vector<IntegrityCheck>;
 
+// What the export file (.modelfs/model.safetensors) needs to know of a
+// model beyond its tensors, said by the reader that knows it.
+struct ExportHints {
+  // What `__metadata__`'s "format" says the tensors are laid out as (what
+  // transformers reads: "pt" for a PyTorch checkpoint); none where claiming
+  // a layout would mislead a loader (a format's own names and layouts).
+  std::optional<std::string> checkpoint_format;
+  // Models held side by side, each under a tensor-name prefix: (name,
+  // prefix), each also exported to a file of its own.
+  std::vector<std::pair<std::string, std::string>> models;
+};
+
 class Catalog {
  public:
   std::string format;  // "safetensors", ...
@@ -146,6 +183,7 @@ class Catalog {
   // Formats whose tensors may share bytes (tied weights, views of one
   // storage) set this; elsewhere overlapping tensors are a fault.
   bool tensors_may_share_bytes = false;
+  ExportHints export_hints;
 
   // Appends a tensor, copying what it names into the catalog's stores
   // (charged to the current budget).
@@ -166,6 +204,7 @@ class Catalog {
   std::unordered_set<std::string_view> interned_;
   BlockStore<uint64_t> shapes_;
   BlockStore<int64_t> strides_;
+  BlockStore<Quantization> quantizations_;
 };
 
 }  // namespace modelfs

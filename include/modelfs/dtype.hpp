@@ -2,8 +2,10 @@
 #pragma once
 // Element types, under the canonical lowercase names of the sidecar contract
 // (docs/design.md, "The sidecar"). Each format maps its own type codes onto these.
+#include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 
 namespace modelfs {
@@ -41,7 +43,7 @@ enum class DType : uint8_t {
   // in json_text.hpp: lossless for any bytes), so its size is that text's.
   String,
   // A ggml block-quantized type: the element size is per block, and the
-  // tensor carries the ggml type's name (see Tensor::block_type).
+  // tensor points at its ggml type (see Tensor::ggml).
   GgmlBlock,
 };
 
@@ -55,5 +57,44 @@ std::optional<std::string_view> numpy_descr(DType dtype) noexcept;
 // format has the type, and its inverse.
 std::optional<std::string_view> safetensors_dtype(DType dtype) noexcept;
 std::optional<DType> dtype_from_safetensors(std::string_view code) noexcept;
+
+// A torch quantized tensor's scheme (torch.qscheme).
+enum class QScheme : uint8_t {
+  PerTensorAffine,
+  PerTensorSymmetric,
+  PerChannelAffine,
+  PerChannelSymmetric,
+  PerChannelAffineFloatQParams,
+};
+// Torch's name of the scheme ("per_tensor_affine", ...), and its inverse.
+std::string_view qscheme_name(QScheme scheme) noexcept;
+std::optional<QScheme> qscheme_from_name(std::string_view name) noexcept;
+// Per tensor: one scale and zero point; per channel: tensors of them.
+bool qscheme_per_tensor(QScheme scheme) noexcept;
+
+// One ggml tensor type (docs/formats.md, "ggml types"): the GGUF reader
+// takes its sizes, the views its kernels. A kernel reads exactly
+// `type_size` bytes a block and writes exactly `block_size` floats a block;
+// any bytes are valid input (a hostile block dequantizes to some values,
+// never to a fault).
+struct GgmlType {
+  uint32_t id;
+  std::string_view name;       // lowercase ggml name: "f32", "q4_k", ...
+  uint32_t block_size;         // elements per block
+  uint32_t type_size;          // bytes per block
+  std::optional<DType> plain;  // the canonical dtype of an unblocked type
+  // One block into its block_size float32 values; null for a plain type.
+  void (*dequantize)(const uint8_t* block, float* out);
+  // `count` consecutive blocks, the block kernel inlined in the loop.
+  void (*dequantize_row)(const uint8_t* blocks, size_t count, float* out);
+};
+
+// The type with this id, or null for an unknown or removed id. The table is
+// defined beside the kernels it names (src/tree/ggml_dequant.cpp).
+const GgmlType* ggml_type(uint32_t id) noexcept;
+// The type of this lowercase ggml name, or null.
+const GgmlType* ggml_type_named(std::string_view name) noexcept;
+// Every type of the table, by id.
+std::span<const GgmlType> ggml_types() noexcept;
 
 }  // namespace modelfs

@@ -34,47 +34,6 @@ constexpr std::string_view kMagic = "GGUF";
 // (never adopted) would mark big-endian files so. Neither is GGUF.
 constexpr std::string_view kReversedMagic = "FUGG";
 
-// docs/formats.md, "ggml types". Ids missing here were removed from ggml (or never used
-// in files) and are refused.
-constexpr GgmlType kGgmlTypes[] = {
-    {0, "f32", 1, 4, DType::Float32},
-    {1, "f16", 1, 2, DType::Float16},
-    {2, "q4_0", 32, 18, std::nullopt},
-    {3, "q4_1", 32, 20, std::nullopt},
-    {6, "q5_0", 32, 22, std::nullopt},
-    {7, "q5_1", 32, 24, std::nullopt},
-    {8, "q8_0", 32, 34, std::nullopt},
-    // ggml's struct; gguf-py says 40 (docs/formats.md, "Open questions").
-    {9, "q8_1", 32, 36, std::nullopt},
-    {10, "q2_k", 256, 84, std::nullopt},
-    {11, "q3_k", 256, 110, std::nullopt},
-    {12, "q4_k", 256, 144, std::nullopt},
-    {13, "q5_k", 256, 176, std::nullopt},
-    {14, "q6_k", 256, 210, std::nullopt},
-    {15, "q8_k", 256, 292, std::nullopt},
-    {16, "iq2_xxs", 256, 66, std::nullopt},
-    {17, "iq2_xs", 256, 74, std::nullopt},
-    {18, "iq3_xxs", 256, 98, std::nullopt},
-    {19, "iq1_s", 256, 50, std::nullopt},
-    {20, "iq4_nl", 32, 18, std::nullopt},
-    {21, "iq3_s", 256, 110, std::nullopt},
-    {22, "iq2_s", 256, 82, std::nullopt},
-    {23, "iq4_xs", 256, 136, std::nullopt},
-    {24, "i8", 1, 1, DType::Int8},
-    {25, "i16", 1, 2, DType::Int16},
-    {26, "i32", 1, 4, DType::Int32},
-    {27, "i64", 1, 8, DType::Int64},
-    {28, "f64", 1, 8, DType::Float64},
-    {29, "iq1_m", 256, 56, std::nullopt},
-    {30, "bf16", 1, 2, DType::BFloat16},
-    {34, "tq1_0", 256, 54, std::nullopt},
-    {35, "tq2_0", 256, 66, std::nullopt},
-    {39, "mxfp4", 32, 17, std::nullopt},
-    {40, "nvfp4", 64, 36, std::nullopt},
-    {41, "q1_0", 128, 18, std::nullopt},
-    {42, "q2_0", 64, 18, std::nullopt},
-};
-
 struct RemovedType {
   uint32_t id;
   std::string_view name;
@@ -392,20 +351,12 @@ class Parser {
       if (!nbytes || !checked_numel(t.shape)) fail(dims_at, quote + "byte size of the dimensions overflows");
       info.nbytes = *nbytes;
 
-      if (type->plain) {
-        t.dtype = *type->plain;
-      } else {
-        t.dtype = DType::GgmlBlock;
-        t.block_type = type->name;
-      }
+      t.dtype = type->plain.value_or(DType::GgmlBlock);
+      t.ggml = type;
       auto strides = contiguous_strides(t.shape);
       if (!strides)
         fail(dims_at, quote + "the strides of the shape pass 2^63 (numpy and torch refuse such a shape)");
       t.strides = std::move(*strides);
-      t.extras["ggml_type"] = type->id;
-      t.extras["ggml_type_name"] = type->name;
-      t.extras["block_size"] = type->block_size;
-      t.extras["type_size"] = type->type_size;
       infos.push_back(std::move(info));
     }
     return infos;
@@ -624,14 +575,6 @@ std::vector<std::filesystem::path> split_sets_in(const std::filesystem::path& fo
 }
 
 }  // namespace
-
-const GgmlType* ggml_type(uint32_t id) noexcept {
-  for (const auto& type : kGgmlTypes)
-    if (type.id == id) return &type;
-  return nullptr;
-}
-
-std::span<const GgmlType> ggml_types() noexcept { return kGgmlTypes; }
 
 nlohmann::json File::header_json() const {
   return {{"version", version},

@@ -268,6 +268,7 @@ class ArchiveReader {
   void read_aoti(Model& model);
   void apply_kinds(size_t first_tensor, const Model& model);
   void read_extras(const std::string& folder);
+  void set_export_hints();
 
   std::shared_ptr<const MappedFile> file_;
   IntegrityChecks* checks_;
@@ -740,6 +741,22 @@ void ArchiveReader::read_flat() {
   read_extras("extra_files/");
 }
 
+// A PT2 archive's tensors are torch's: the export says "pt" of them, as of
+// a torch checkpoint's. Each model named under a prefix (metadata
+// "models.<name>.prefix") also gets a file of its own.
+void ArchiveReader::set_export_hints() {
+  ExportHints& hints = catalog_.export_hints;
+  hints.checkpoint_format = "pt";
+  const auto models = catalog_.metadata.find("models");
+  if (models == catalog_.metadata.end() || !models->is_object()) return;
+  for (const auto& [name, info] : models->items()) {
+    if (!info.is_object()) continue;
+    const auto prefix = info.find("prefix");
+    if (prefix != info.end() && prefix->is_string() && !prefix->get_ref<const std::string&>().empty())
+      hints.models.emplace_back(name, prefix->get<std::string>());
+  }
+}
+
 Catalog ArchiveReader::read() {
   catalog_.format = std::string(kFormat);
   catalog_.mtime = file_->mtime();
@@ -749,6 +766,7 @@ Catalog ArchiveReader::read() {
   else
     read_layered();
   if (!skipped_.empty()) catalog_.metadata["skipped_objects"] = skipped_;
+  set_export_hints();
   catalog_.tensors_may_share_bytes = true;  // deduplicated storages, tied weights, views
   for (const auto& t : tensors_) catalog_.add(t);
   if (checks_)

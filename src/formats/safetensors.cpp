@@ -153,6 +153,13 @@ Catalog open_file(const ModelFile& model) {
   catalog.mtime = model.mapped->mtime();
   catalog.files.push_back(name);
   for (const auto& t : file.tensors) catalog.add(t);
+  // The file says what its tensors are laid out as itself; the export says
+  // the same.
+  if (file.metadata.is_object()) {
+    const auto format = file.metadata.find("format");
+    if (format != file.metadata.end() && format->is_string())
+      catalog.export_hints.checkpoint_format = format->get<std::string>();
+  }
   catalog.metadata["__metadata__"] = std::move(file.metadata);
   return catalog;
 }

@@ -435,27 +435,37 @@ bool ObjectWalker::try_tensor(const Value* v, const ObjectPath& path, const std:
       nlohmann::json extras = extras_for(arg(args, 5));
       if (!q || !q->is_sequence() || q->items.empty() || q->items[0]->kind != Kind::Global)
         return skip("quantizer parameters are not (qscheme, ...)");
-      const std::string scheme = q->items[0]->name;
-      nlohmann::json quant = {{"qscheme", scheme}};
-      if (scheme == "per_tensor_affine" || scheme == "per_tensor_symmetric") {
+      const auto scheme = qscheme_from_name(q->items[0]->name);
+      if (!scheme) {
+        // Parameters of a scheme we do not know mean nothing to us; the
+        // stored integers are still the file's.
+        spdlog::warn(
+            "{}: {}: tensor \"{}\": quantizer scheme is none of torch's: served as its stored integers",
+            options_.file, options_.format, name);
+        make_tensor(arg(args, 0), args, 1, std::nullopt, name, extras);
+        return true;
+      }
+      BasicQuantization<std::string> quant;
+      quant.scheme = *scheme;
+      if (qscheme_per_tensor(*scheme)) {
         const Value* scale = arg(*q, 1);
         const Value* zero = arg(*q, 2);
-        if (scale && scale->kind == Kind::Float) quant["scale"] = scale->real;
-        if (zero && zero->kind == Kind::Int) quant["zero_point"] = zero->integer;
+        if (scale && scale->kind == Kind::Float) quant.scale = scale->real;
+        if (zero && zero->kind == Kind::Int) quant.zero_point = zero->integer;
       } else {
         // Per-channel scales and zero points are tensors of their own.
-        if (auto axis = int_of(arg(*q, 3))) quant["axis"] = *axis;
-        quant["scales"] = name + ".q_per_channel_scales";
-        quant["zero_points"] = name + ".q_per_channel_zero_points";
+        quant.axis = int_of(arg(*q, 3));
+        quant.scales = name + ".q_per_channel_scales";
+        quant.zero_points = name + ".q_per_channel_zero_points";
         auto tensor_at = [&](const Value* p, const std::string& p_name) {
           return p && p->kind == Kind::Call && try_tensor(p, ObjectPath{p_name}, "", depth + 1);
         };
-        if (!tensor_at(arg(*q, 1), name + ".q_per_channel_scales") ||
-            !tensor_at(arg(*q, 2), name + ".q_per_channel_zero_points"))
+        if (!tensor_at(arg(*q, 1), quant.scales) || !tensor_at(arg(*q, 2), quant.zero_points))
           return skip("per-channel quantizer parameters are not tensors");
       }
-      extras["quantization"] = quant;
+      const size_t before = tensors_.size();
       make_tensor(arg(args, 0), args, 1, std::nullopt, name, extras);
+      if (tensors_.size() > before) tensors_.back().quantization = std::move(quant);
       return true;
     }
     case KnownGlobal::RebuildParameter:

@@ -7,6 +7,7 @@
 #include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/json_text.hpp"
+#include "modelfs/sidecar_keys.hpp"
 
 namespace modelfs {
 
@@ -40,31 +41,57 @@ ByteSpan ByteSpan::subspan(uint64_t offset, uint64_t length) const {
 }
 
 std::string_view Tensor::dtype_name() const {
-  if (dtype == DType::GgmlBlock) return block_type;
+  if (dtype == DType::GgmlBlock) return ggml != nullptr ? ggml->name : modelfs::dtype_name(dtype);
   return modelfs::dtype_name(dtype);
 }
 
+nlohmann::json Tensor::typed_extras() const {
+  nlohmann::json out = nlohmann::json::object();
+  if (ggml != nullptr) {
+    out["ggml_type"] = ggml->id;
+    out["ggml_type_name"] = ggml->name;
+    out["block_size"] = ggml->block_size;
+    out["type_size"] = ggml->type_size;
+  }
+  if (quantization) {
+    const Quantization& q = *quantization;
+    nlohmann::json& j = out["quantization"] = {{"qscheme", qscheme_name(q.scheme)}};
+    if (q.scale) j["scale"] = *q.scale;
+    if (q.zero_point) j["zero_point"] = *q.zero_point;
+    if (q.axis) j["axis"] = *q.axis;
+    if (!qscheme_per_tensor(q.scheme)) {
+      j["scales"] = q.scales;
+      j["zero_points"] = q.zero_points;
+    }
+  }
+  return out;
+}
+
 nlohmann::json Tensor::extras() const {
-  if (extras_lines.empty()) return nullptr;
-  // The lines are ",\n  \"key\": value" each: an object once the first
-  // comma is a brace.
-  std::string text = "{";
-  text.append(extras_lines.substr(1));
-  text += "}";
-  return nlohmann::json::parse(text);
+  nlohmann::json out = typed_extras();
+  if (!extras_lines.empty()) {
+    // The lines are ",\n  \"key\": value" each: an object once the first
+    // comma is a brace.
+    std::string text = "{";
+    text.append(extras_lines.substr(1));
+    text += "}";
+    out.update(nlohmann::json::parse(text));
+  }
+  if (out.empty()) return nullptr;
+  return out;
 }
 
 namespace {
 
 // The sidecar's lines for `extras`, one key a line after "source".
-std::string extras_lines(const nlohmann::json& extras) {
-  static constexpr std::string_view kFixedKeys[] = {"name",       "dtype", "shape", "strides", "nbytes",
-                                                    "byte_order", "numpy", "npy",   "format",  "source"};
+std::string extras_lines(const nlohmann::json& extras, const nlohmann::json& typed) {
   std::string out;
   if (!extras.is_object()) return out;
   for (const auto& [key, value] : extras.items()) {
-    for (auto fixed : kFixedKeys)
+    for (auto fixed : kSidecarKeys)
       if (key == fixed) throw std::logic_error("a reader's extra reuses the sidecar key \"" + key + "\"");
+    if (typed.contains(key))
+      throw std::logic_error("a reader's extra reuses the key \"" + key + "\" of a typed field");
     out += ",\n  ";
     append_json_string(out, key);
     out += ": ";
@@ -77,22 +104,33 @@ std::string extras_lines(const nlohmann::json& extras) {
 
 const Tensor& Catalog::add(const TensorSpec& spec) {
   // A view of the spec, copied into the stores as another catalog's tensor is.
-  const std::string lines = extras_lines(spec.extras);
-  return add(Tensor{.name = spec.name,
-                    .dtype = spec.dtype,
-                    .block_type = spec.block_type,
-                    .shape = spec.shape,
-                    .strides = spec.strides,
-                    .bytes = spec.bytes,
-                    .source = {spec.source.file, spec.source.offset},
-                    .extras_lines = lines});
+  std::optional<Quantization> quantization;
+  if (const auto& q = spec.quantization)
+    quantization = Quantization{q->scheme, q->scale, q->zero_point, q->axis, q->scales, q->zero_points};
+  Tensor view{.name = spec.name,
+              .dtype = spec.dtype,
+              .ggml = spec.ggml,
+              .shape = spec.shape,
+              .strides = spec.strides,
+              .bytes = spec.bytes,
+              .source = {spec.source.file, spec.source.offset},
+              .quantization = quantization ? &*quantization : nullptr,
+              .extras_lines = {}};
+  const std::string lines = extras_lines(spec.extras, view.typed_extras());
+  view.extras_lines = lines;
+  return add(view);
 }
 
 const Tensor& Catalog::add(const Tensor& tensor) {
   check_budget();
   Tensor t = tensor;
   t.name = texts_.add(tensor.name);
-  t.block_type = intern(tensor.block_type);
+  if (tensor.quantization) {
+    Quantization q = *tensor.quantization;
+    q.scales = intern(q.scales);
+    q.zero_points = intern(q.zero_points);
+    t.quantization = quantizations_.add(std::span(&q, 1)).data();
+  }
   t.shape = shapes_.add(tensor.shape);
   t.strides = strides_.add(tensor.strides);
   t.source.file = intern(tensor.source.file);

@@ -54,6 +54,19 @@ const DTypeInfo& info(DType dtype) noexcept {
   return kTypes.back();
 }
 
+struct QSchemeInfo {
+  QScheme scheme;
+  std::string_view name;
+};
+
+constexpr QSchemeInfo kQSchemes[] = {
+    {QScheme::PerTensorAffine, "per_tensor_affine"},
+    {QScheme::PerTensorSymmetric, "per_tensor_symmetric"},
+    {QScheme::PerChannelAffine, "per_channel_affine"},
+    {QScheme::PerChannelSymmetric, "per_channel_symmetric"},
+    {QScheme::PerChannelAffineFloatQParams, "per_channel_affine_float_qparams"},
+};
+
 }  // namespace
 
 std::string_view dtype_name(DType dtype) noexcept { return info(dtype).name; }
@@ -76,6 +89,22 @@ std::optional<DType> dtype_from_safetensors(std::string_view code) noexcept {
   for (const auto& entry : kTypes)
     if (!entry.safetensors.empty() && entry.safetensors == code) return entry.dtype;
   return std::nullopt;
+}
+
+std::string_view qscheme_name(QScheme scheme) noexcept {
+  for (const auto& entry : kQSchemes)
+    if (entry.scheme == scheme) return entry.name;
+  return {};
+}
+
+std::optional<QScheme> qscheme_from_name(std::string_view name) noexcept {
+  for (const auto& entry : kQSchemes)
+    if (entry.name == name) return entry.scheme;
+  return std::nullopt;
+}
+
+bool qscheme_per_tensor(QScheme scheme) noexcept {
+  return scheme == QScheme::PerTensorAffine || scheme == QScheme::PerTensorSymmetric;
 }
 
 }  // namespace modelfs

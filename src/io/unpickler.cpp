@@ -14,6 +14,7 @@
 
 #include "modelfs/budget.hpp"
 #include "modelfs/byte_reader.hpp"
+#include "modelfs/dtype.hpp"
 #include "modelfs/error.hpp"
 
 namespace modelfs::pickle {
@@ -84,9 +85,6 @@ constexpr std::string_view kDTypeNames[] = {"float64",
                                             "int6",
                                             "int7"};
 
-constexpr std::string_view kQSchemes[] = {"per_tensor_affine", "per_tensor_symmetric", "per_channel_affine",
-                                          "per_channel_symmetric", "per_channel_affine_float_qparams"};
-
 struct NamedGlobal {
   std::string_view module;
   std::string_view name;
@@ -136,7 +134,7 @@ KnownGlobal classify_global(std::string_view module, std::string_view name) {
   if (module == "__torch__" || module.starts_with("__torch__.")) return KnownGlobal::TorchScriptClass;
   if (module == "torch") {
     if (std::ranges::find(kDTypeNames, name) != std::end(kDTypeNames)) return KnownGlobal::DType;
-    if (std::ranges::find(kQSchemes, name) != std::end(kQSchemes)) return KnownGlobal::QScheme;
+    if (qscheme_from_name(name)) return KnownGlobal::QScheme;
   }
   if ((module == "torch" || module == "torch.cuda") && name.ends_with("Storage") && name.size() > 7)
     return KnownGlobal::Storage;

@@ -163,33 +163,9 @@ std::string ExportPlan::report(std::string_view file_note) const {
 
 ExportMetadata export_metadata(const Catalog& catalog) {
   ExportMetadata out;
-  // What transformers expects of a PyTorch checkpoint; a safetensors source
-  // says what it is itself; ONNX and GGUF keep their own names and layouts
-  // (ggml's dimension order), so claiming one would mislead a loader.
-  if (catalog.format == "pytorch" || catalog.format == "torchscript" || catalog.format == "pt2") {
-    out.emplace_back("format", "pt");
-  } else if (catalog.format == "safetensors") {
-    const auto own = catalog.metadata.find(kMetadataKey);
-    if (own != catalog.metadata.end() && own->is_object()) {
-      const auto format = own->find("format");
-      if (format != own->end() && format->is_string()) out.emplace_back("format", format->get<std::string>());
-    }
-  }
+  if (const auto& format = catalog.export_hints.checkpoint_format) out.emplace_back("format", *format);
   out.emplace_back("source", catalog.files.empty() ? std::string() : catalog.files.front());
   out.emplace_back("source_format", catalog.format);
-  return out;
-}
-
-std::vector<std::pair<std::string, std::string>> export_models(const Catalog& catalog) {
-  std::vector<std::pair<std::string, std::string>> out;
-  const auto models = catalog.metadata.find("models");
-  if (catalog.format != "pt2" || models == catalog.metadata.end() || !models->is_object()) return out;
-  for (const auto& [name, info] : models->items()) {
-    if (!info.is_object()) continue;
-    const auto prefix = info.find("prefix");
-    if (prefix != info.end() && prefix->is_string() && !prefix->get_ref<const std::string&>().empty())
-      out.emplace_back(name, prefix->get<std::string>());
-  }
   return out;
 }
 

@@ -87,13 +87,9 @@ class ExportPlan {
   std::unordered_set<std::string> keys_;  // names as the header prints them
 };
 
-// The export's __metadata__ for `catalog`: "format" ("pt" for the torch
-// formats, the source's own for safetensors, none for the others), then
-// the source file's name and format.
+// The export's __metadata__ for `catalog`: "format" where the reader gave
+// one (ExportHints::checkpoint_format), then the source file's name and
+// format.
 ExportMetadata export_metadata(const Catalog& catalog);
-
-// The prefix of each model of a PT2 archive with several (metadata
-// "models.<name>.prefix"), by name; empty for every other model.
-std::vector<std::pair<std::string, std::string>> export_models(const Catalog& catalog);
 
 }  // namespace modelfs

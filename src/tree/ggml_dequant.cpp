@@ -384,21 +384,33 @@ void iq2_xs(const uint8_t* __restrict b, float* __restrict y) {
   }
 }
 
+// The eight 32-element groups of an iq2_s / iq3_s block: d, then grid
+// indices (kIndexBytes a group), and at their offsets the high index bits
+// (a byte a group), the sign bytes (4 a group) and the scales; `group`
+// writes one group's values from them.
+template <int kIndexBytes, int kSignsAt, int kHighAt, int kScalesAt, typename Group>
+inline void grid_groups(const uint8_t* __restrict b, float* __restrict y, Group group) {
+  const float d = half_at(b);
+  const uint8_t* qs = b + 2;
+  const uint8_t* signs = b + kSignsAt;
+  const uint8_t* qh = b + kHighAt;
+  const uint8_t* scales = b + kScalesAt;
+  for (int ib = 0; ib < 8; ++ib, qs += kIndexBytes, signs += 4, y += 32)
+    group(d, ib, qs, qh[ib], signs, scales, y);
+}
+
 // iq2_s: d | 32 low grid-index bytes | 32 sign bytes | 8 bytes of two
 // high index bits per row | 8 scale bytes; a 1024-point grid.
 void iq2_s(const uint8_t* __restrict b, float* __restrict y) {
-  const float d = half_at(b);
-  const uint8_t* qs = b + 2;
-  const uint8_t* signs = b + 34;
-  const uint8_t* qh = b + 66;
-  const uint8_t* scales = b + 74;
-  for (int ib = 0; ib < 8; ++ib, qs += 4, signs += 4) {
-    const auto db = nibble_scales(d, scales[ib]);
-    for (int l = 0; l < 4; ++l, y += 8) {
-      const int index = qs[l] | ((qh[ib] << (8 - 2 * l)) & 0x300);
-      signed_row(y, db[l / 2], iq2s_grid(index), signs[l], 8);
-    }
-  }
+  grid_groups<4, 34, 66, 74>(b, y,
+                             [](float d, int ib, const uint8_t* qs, int qh, const uint8_t* signs,
+                                const uint8_t* scales, float* out) {
+                               const auto db = nibble_scales(d, scales[ib]);
+                               for (int l = 0; l < 4; ++l, out += 8) {
+                                 const int index = qs[l] | ((qh << (8 - 2 * l)) & 0x300);
+                                 signed_row(out, db[l / 2], iq2s_grid(index), signs[l], 8);
+                               }
+                             });
 }
 
 // iq3_xxs: d | 64 grid-index bytes (rows of 4 from a 256-point grid) | 8 x
@@ -423,19 +435,17 @@ void iq3_xxs(const uint8_t* __restrict b, float* __restrict y) {
 // bytes | 4 scale bytes (a nibble per 32 elements); 512-point grid of
 // rows of 4; value = d*(1 + 2s) * grid * sign.
 void iq3_s(const uint8_t* __restrict b, float* __restrict y) {
-  const float d = half_at(b);
-  const uint8_t* qs = b + 2;
-  const uint8_t* qh = b + 66;
-  const uint8_t* signs = b + 74;
-  const uint8_t* scales = b + 106;
-  for (int ib = 0; ib < 8; ++ib, qs += 8, signs += 4) {
-    const int s = ib % 2 == 0 ? (scales[ib / 2] & 0x0F) : (scales[ib / 2] >> 4);
-    const float db = d * static_cast<float>(1 + 2 * s);
-    for (int l = 0; l < 4; ++l, y += 8) {
-      signed_row(y, db, iq3s_grid(qs[2 * l] | ((qh[ib] << (8 - 2 * l)) & 256)), signs[l], 4);
-      signed_row(y + 4, db, iq3s_grid(qs[2 * l + 1] | ((qh[ib] << (7 - 2 * l)) & 256)), signs[l], 4, 4);
-    }
-  }
+  grid_groups<8, 74, 66, 106>(
+      b, y,
+      [](float d, int ib, const uint8_t* qs, int qh, const uint8_t* signs, const uint8_t* scales,
+         float* out) {
+        const int s = ib % 2 == 0 ? (scales[ib / 2] & 0x0F) : (scales[ib / 2] >> 4);
+        const float db = d * static_cast<float>(1 + 2 * s);
+        for (int l = 0; l < 4; ++l, out += 8) {
+          signed_row(out, db, iq3s_grid(qs[2 * l] | ((qh << (8 - 2 * l)) & 256)), signs[l], 4);
+          signed_row(out + 4, db, iq3s_grid(qs[2 * l + 1] | ((qh << (7 - 2 * l)) & 256)), signs[l], 4, 4);
+        }
+      });
 }
 
 // iq1_s: d | 32 low index bytes | 8 u16 (four 3-bit high index parts, a
@@ -484,38 +494,80 @@ void iq1_m(const uint8_t* __restrict b, float* __restrict y) {
   }
 }
 
-template <BlockKernel kernel, uint32_t kBlockSize, uint32_t kTypeSize>
+template <void (*kernel)(const uint8_t*, float*), uint32_t kBlockSize, uint32_t kTypeSize>
 void row(const uint8_t* blocks, size_t count, float* out) {
   for (size_t i = 0; i < count; ++i) kernel(blocks + i * kTypeSize, out + i * kBlockSize);
 }
 
-#define MODELFS_CODEC(name, block_size, type_size) \
-  BlockCodec { #name, block_size, type_size, name, row < name, block_size, type_size> }
+// docs/formats.md, "ggml types". Ids missing here were removed from ggml (or
+// never used in files) and are refused.
+#define MODELFS_PLAIN(id, name, type_size, dtype) \
+  GgmlType { id, #name, 1, type_size, DType::dtype, nullptr, nullptr }
+#define MODELFS_BLOCK(id, name, block_size, type_size) \
+  GgmlType { id, #name, block_size, type_size, std::nullopt, name, row<name, block_size, type_size> }
 
-constexpr std::array kCodecs{
-    MODELFS_CODEC(q4_0, 32, 18),     MODELFS_CODEC(q4_1, 32, 20),    MODELFS_CODEC(q5_0, 32, 22),
-    MODELFS_CODEC(q5_1, 32, 24),     MODELFS_CODEC(q8_0, 32, 34),    MODELFS_CODEC(q8_1, 32, 36),
-    MODELFS_CODEC(q2_k, 256, 84),    MODELFS_CODEC(q3_k, 256, 110),  MODELFS_CODEC(q4_k, 256, 144),
-    MODELFS_CODEC(q5_k, 256, 176),   MODELFS_CODEC(q6_k, 256, 210),  MODELFS_CODEC(q8_k, 256, 292),
-    MODELFS_CODEC(iq2_xxs, 256, 66), MODELFS_CODEC(iq2_xs, 256, 74), MODELFS_CODEC(iq2_s, 256, 82),
-    MODELFS_CODEC(iq3_xxs, 256, 98), MODELFS_CODEC(iq3_s, 256, 110), MODELFS_CODEC(iq1_s, 256, 50),
-    MODELFS_CODEC(iq1_m, 256, 56),   MODELFS_CODEC(iq4_nl, 32, 18),  MODELFS_CODEC(iq4_xs, 256, 136),
-    MODELFS_CODEC(tq1_0, 256, 54),   MODELFS_CODEC(tq2_0, 256, 66),  MODELFS_CODEC(mxfp4, 32, 17),
-    MODELFS_CODEC(nvfp4, 64, 36),    MODELFS_CODEC(q1_0, 128, 18),   MODELFS_CODEC(q2_0, 64, 18),
+constexpr GgmlType kTypes[] = {
+    MODELFS_PLAIN(0, f32, 4, Float32),
+    MODELFS_PLAIN(1, f16, 2, Float16),
+    MODELFS_BLOCK(2, q4_0, 32, 18),
+    MODELFS_BLOCK(3, q4_1, 32, 20),
+    MODELFS_BLOCK(6, q5_0, 32, 22),
+    MODELFS_BLOCK(7, q5_1, 32, 24),
+    MODELFS_BLOCK(8, q8_0, 32, 34),
+    // ggml's struct; gguf-py says 40 (docs/formats.md, "Open questions").
+    MODELFS_BLOCK(9, q8_1, 32, 36),
+    MODELFS_BLOCK(10, q2_k, 256, 84),
+    MODELFS_BLOCK(11, q3_k, 256, 110),
+    MODELFS_BLOCK(12, q4_k, 256, 144),
+    MODELFS_BLOCK(13, q5_k, 256, 176),
+    MODELFS_BLOCK(14, q6_k, 256, 210),
+    MODELFS_BLOCK(15, q8_k, 256, 292),
+    MODELFS_BLOCK(16, iq2_xxs, 256, 66),
+    MODELFS_BLOCK(17, iq2_xs, 256, 74),
+    MODELFS_BLOCK(18, iq3_xxs, 256, 98),
+    MODELFS_BLOCK(19, iq1_s, 256, 50),
+    MODELFS_BLOCK(20, iq4_nl, 32, 18),
+    MODELFS_BLOCK(21, iq3_s, 256, 110),
+    MODELFS_BLOCK(22, iq2_s, 256, 82),
+    MODELFS_BLOCK(23, iq4_xs, 256, 136),
+    MODELFS_PLAIN(24, i8, 1, Int8),
+    MODELFS_PLAIN(25, i16, 2, Int16),
+    MODELFS_PLAIN(26, i32, 4, Int32),
+    MODELFS_PLAIN(27, i64, 8, Int64),
+    MODELFS_PLAIN(28, f64, 8, Float64),
+    MODELFS_BLOCK(29, iq1_m, 256, 56),
+    MODELFS_PLAIN(30, bf16, 2, BFloat16),
+    MODELFS_BLOCK(34, tq1_0, 256, 54),
+    MODELFS_BLOCK(35, tq2_0, 256, 66),
+    MODELFS_BLOCK(39, mxfp4, 32, 17),
+    MODELFS_BLOCK(40, nvfp4, 64, 36),
+    MODELFS_BLOCK(41, q1_0, 128, 18),
+    MODELFS_BLOCK(42, q2_0, 64, 18),
 };
 
-#undef MODELFS_CODEC
+#undef MODELFS_PLAIN
+#undef MODELFS_BLOCK
 
 }  // namespace
 
 float half_to_float(uint16_t bits) noexcept { return half_bits(bits); }
 
-const BlockCodec* block_codec(std::string_view name) noexcept {
-  for (const auto& codec : kCodecs)
-    if (codec.name == name) return &codec;
+}  // namespace modelfs::ggml
+
+namespace modelfs {
+
+const GgmlType* ggml_type(uint32_t id) noexcept {
+  for (const auto& type : ggml::kTypes)
+    if (type.id == id) return &type;
   return nullptr;
 }
 
-std::span<const BlockCodec> block_codecs() noexcept { return kCodecs; }
+const GgmlType* ggml_type_named(std::string_view name) noexcept {
+  for (const auto& type : ggml::kTypes)
+    if (type.name == name) return &type;
+  return nullptr;
+}
 
-}  // namespace modelfs::ggml
+std::span<const GgmlType> ggml_types() noexcept { return ggml::kTypes; }
+
+}  // namespace modelfs

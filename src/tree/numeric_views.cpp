@@ -247,37 +247,42 @@ uint64_t bytes_of(DType dtype) {
   }
 }
 
-std::shared_ptr<const ElementConversion> make_plain_conversion(DType stored) {
-  switch (stored) {
-    case DType::BFloat16:
-      return std::make_shared<BFloat16Conversion>();
-    case DType::Float8E4M3FN:
-      return float_table(8, [](uint32_t c) { return small_float(c, 4, 3, 7, Specials::Fn); });
-    case DType::Float8E4M3FNUZ:
-      return float_table(8, [](uint32_t c) { return small_float(c, 4, 3, 8, Specials::Fnuz); });
-    case DType::Float8E5M2:
-      return float_table(8, [](uint32_t c) { return small_float(c, 5, 2, 15, Specials::Ieee); });
-    case DType::Float8E5M2FNUZ:
-      return float_table(8, [](uint32_t c) { return small_float(c, 5, 2, 16, Specials::Fnuz); });
-    case DType::Float8E8M0FNU:
-      return float_table(8, e8m0);
-    case DType::Float4E2M1:
-      return float_table(4, [](uint32_t c) { return small_float(c, 2, 1, 1, Specials::Finite); });
-    case DType::Float6E2M3FN:
-      return float_table(6, [](uint32_t c) { return small_float(c, 2, 3, 1, Specials::Finite); });
-    case DType::Float6E3M2FN:
-      return float_table(6, [](uint32_t c) { return small_float(c, 3, 2, 3, Specials::Finite); });
-    case DType::Int4:
-      return integer_table(4, true);
-    case DType::UInt4:
-      return integer_table(4, false);
-    case DType::Int2:
-      return integer_table(2, true);
-    case DType::UInt2:
-      return integer_table(2, false);
-    default:
-      return nullptr;
-  }
+// The plain dtypes numpy lacks: the numpy type each one's .npy holds, and
+// how a stored element becomes one value of it.
+struct Widening {
+  DType stored;
+  DType npy;
+  std::unique_ptr<ElementConversion> (*make)();
+};
+
+constexpr Widening kWidenings[] = {
+    {DType::BFloat16, DType::Float32,
+     []() -> std::unique_ptr<ElementConversion> { return std::make_unique<BFloat16Conversion>(); }},
+    {DType::Float8E4M3FN, DType::Float32,
+     [] { return float_table(8, [](uint32_t c) { return small_float(c, 4, 3, 7, Specials::Fn); }); }},
+    {DType::Float8E4M3FNUZ, DType::Float32,
+     [] { return float_table(8, [](uint32_t c) { return small_float(c, 4, 3, 8, Specials::Fnuz); }); }},
+    {DType::Float8E5M2, DType::Float32,
+     [] { return float_table(8, [](uint32_t c) { return small_float(c, 5, 2, 15, Specials::Ieee); }); }},
+    {DType::Float8E5M2FNUZ, DType::Float32,
+     [] { return float_table(8, [](uint32_t c) { return small_float(c, 5, 2, 16, Specials::Fnuz); }); }},
+    {DType::Float8E8M0FNU, DType::Float32, [] { return float_table(8, e8m0); }},
+    {DType::Float4E2M1, DType::Float32,
+     [] { return float_table(4, [](uint32_t c) { return small_float(c, 2, 1, 1, Specials::Finite); }); }},
+    {DType::Float6E2M3FN, DType::Float32,
+     [] { return float_table(6, [](uint32_t c) { return small_float(c, 2, 3, 1, Specials::Finite); }); }},
+    {DType::Float6E3M2FN, DType::Float32,
+     [] { return float_table(6, [](uint32_t c) { return small_float(c, 3, 2, 3, Specials::Finite); }); }},
+    {DType::Int4, DType::Int8, [] { return integer_table(4, true); }},
+    {DType::UInt4, DType::UInt8, [] { return integer_table(4, false); }},
+    {DType::Int2, DType::Int8, [] { return integer_table(2, true); }},
+    {DType::UInt2, DType::UInt8, [] { return integer_table(2, false); }},
+};
+
+const Widening* widening(DType stored) {
+  for (const auto& w : kWidenings)
+    if (w.stored == stored) return &w;
+  return nullptr;
 }
 
 // A strided view's elements as stored, gathered into C order.
@@ -302,12 +307,17 @@ std::shared_ptr<const ElementConversion> copy_conversion(uint32_t element_size) 
   return std::make_shared<CopyConversion>(element_size);
 }
 
+std::optional<DType> widened_type(DType stored) {
+  if (const Widening* w = widening(stored)) return w->npy;
+  return std::nullopt;
+}
+
 std::shared_ptr<const ElementConversion> plain_conversion(DType stored) {
   // One per dtype, made once (thread-safe static initialisation).
   static const auto conversions = [] {
     std::array<std::shared_ptr<const ElementConversion>, 256> made;
     for (uint32_t d = 0; d <= static_cast<uint32_t>(DType::GgmlBlock); ++d)
-      made[d] = make_plain_conversion(static_cast<DType>(d));
+      if (const Widening* w = widening(static_cast<DType>(d))) made[d] = w->make();
     return made;
   }();
   return conversions[static_cast<uint8_t>(stored)];
@@ -445,10 +455,11 @@ void ElementView::fill(uint64_t offset, std::span<std::byte> out) const {
   }
 }
 
-std::unique_ptr<BlockView> BlockView::make(std::span<const std::byte> stored, std::string_view block_type,
+std::unique_ptr<BlockView> BlockView::make(std::span<const std::byte> stored, const GgmlType& type,
                                            uint64_t numel) {
-  const ggml::BlockCodec* codec = ggml::block_codec(block_type);
-  if (codec == nullptr || numel % codec->block_size != 0) return nullptr;
+  const GgmlType* codec = &type;
+  if (codec->dequantize == nullptr || codec->dequantize_row == nullptr || numel % codec->block_size != 0)
+    return nullptr;
   const Size bytes = Size(numel / codec->block_size) * codec->type_size;
   const Size size = Size(numel) * 4;
   if (!bytes.ok() || !size.ok() || bytes.value() > stored.size()) return nullptr;
@@ -456,7 +467,7 @@ std::unique_ptr<BlockView> BlockView::make(std::span<const std::byte> stored, st
   std::unique_ptr<BlockView> view(new BlockView());
   view->base_ = stored.data();
   view->reach_ = bytes.value();
-  view->codec_ = codec;
+  view->type_ = codec;
   view->size_ = size.value();
   return view;
 }
@@ -466,7 +477,7 @@ void BlockView::ensure(uint64_t, uint64_t) const {
 }
 
 void BlockView::fill(uint64_t offset, std::span<std::byte> out) const {
-  const auto* codec = static_cast<const ggml::BlockCodec*>(codec_);
+  const GgmlType* codec = type_;
   const uint64_t block_bytes = uint64_t{codec->block_size} * 4;  // of float32 values
   const auto* base = reinterpret_cast<const uint8_t*>(base_);
   alignas(16) float values[256];

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -53,6 +54,9 @@ class ElementConversion {
   virtual void ensure() const {}
 };
 
+// The numpy type the .npy of a plain dtype numpy lacks holds (float32;
+// int8 or uint8 for the sub-byte integers), or none.
+std::optional<DType> widened_type(DType stored);
 // The conversion of a plain dtype numpy lacks (bfloat16, float8/6/4,
 // int4/2, uint4/2), or null: one per dtype, made on first use and shared by
 // every view (a model of 100 000 float8 tensors needs one 1 KiB table).
@@ -116,11 +120,11 @@ class ElementView final : public ComputedBytes {
 
 class BlockView final : public ComputedBytes {
  public:
-  // The float32 values of `numel` elements of ggml block type `block_type`
-  // stored in `stored`; null when modelfs has no dequantization for the
-  // type, numel is not a whole number of blocks, the blocks do not fit or
-  // the view would pass kViewBound (npy.hpp).
-  static std::unique_ptr<BlockView> make(std::span<const std::byte> stored, std::string_view block_type,
+  // The float32 values of `numel` elements of ggml type `type` stored in
+  // `stored`; null when the type has no kernels, numel is not a whole
+  // number of blocks, the blocks do not fit or the view would pass
+  // kViewBound (npy.hpp).
+  static std::unique_ptr<BlockView> make(std::span<const std::byte> stored, const GgmlType& type,
                                          uint64_t numel);
   uint64_t size() const noexcept { return size_; }
   void ensure(uint64_t offset, uint64_t length) const override;
@@ -130,8 +134,8 @@ class BlockView final : public ComputedBytes {
  private:
   BlockView() = default;
   const std::byte* base_ = nullptr;
-  uint64_t reach_ = 0;           // bytes from base_ the values are read from (ensure())
-  const void* codec_ = nullptr;  // const ggml::BlockCodec*
+  uint64_t reach_ = 0;  // bytes from base_ the values are read from (ensure())
+  const GgmlType* type_ = nullptr;
   uint64_t size_ = 0;
 };
 

@@ -332,7 +332,7 @@ class TreeBuilder {
       if (tensor.dtype == DType::GgmlBlock) {
         const auto numel = checked_numel(tensor.shape);
         if (numel && tensor.is_c_contiguous())
-          view = computed(arena().add(BlockView::make(tensor.bytes.span(), tensor.block_type, *numel)));
+          view = computed(arena().add(BlockView::make(tensor.bytes.span(), *tensor.ggml, *numel)));
       } else if (out.content->exact) {
         view = element_view(tensor, plain_conversion(tensor.dtype));
       } else {
@@ -383,34 +383,22 @@ class TreeBuilder {
     return element_view(tensor, copy_conversion(dtype_bits(tensor.dtype) / 8));
   }
 
-  // The dequantization of a torch quantized tensor from its sidecar's
-  // "quantization" extras (npy_content has checked their shape); per
-  // channel, the scales and zero points are the catalog's tensors they
-  // name. Null when they do not fit the tensor.
+  // The dequantization of a torch quantized tensor from its quantization
+  // (npy_content has checked its storage type); per channel, the scales and
+  // zero points are the catalog's tensors it names. Null when they do not
+  // fit the tensor.
   std::unique_ptr<ElementConversion> quantized_conversion(const Tensor& tensor) {
     const auto shape = tensor.shape;
-    const nlohmann::json extras = tensor.extras();
-    const auto& q = extras["quantization"];
-    const auto& scheme = q["qscheme"].get_ref<const std::string&>();
-    if (scheme.starts_with("per_tensor")) {
-      const auto scale = q.find("scale");
-      const auto zero_point = q.find("zero_point");
-      if (scale == q.end() || !scale->is_number() || zero_point == q.end() ||
-          !zero_point->is_number_integer())
-        return nullptr;
-      return affine_conversion(tensor.dtype,
-                               PerTensorAffine{scale->get<double>(), zero_point->get<int64_t>()});
+    const Quantization& q = *tensor.quantization;
+    if (qscheme_per_tensor(q.scheme)) {
+      if (!q.scale || !q.zero_point) return nullptr;
+      return affine_conversion(tensor.dtype, PerTensorAffine{*q.scale, *q.zero_point});
     }
-    const auto axis = q.find("axis");
-    const auto scales_name = q.find("scales");
-    const auto zeros_name = q.find("zero_points");
-    if (axis == q.end() || !axis->is_number_integer() || scales_name == q.end() ||
-        !scales_name->is_string() || zeros_name == q.end() || !zeros_name->is_string())
-      return nullptr;
-    const int64_t a = axis->get<int64_t>();
+    if (!q.axis) return nullptr;
+    const int64_t a = *q.axis;
     if (a < 0 || static_cast<uint64_t>(a) >= shape.size()) return nullptr;
-    const Tensor* scales = catalog_tensor(scales_name->get_ref<const std::string&>());
-    const Tensor* zeros = catalog_tensor(zeros_name->get_ref<const std::string&>());
+    const Tensor* scales = catalog_tensor(q.scales);
+    const Tensor* zeros = catalog_tensor(q.zero_points);
     const uint64_t channels = shape[static_cast<size_t>(a)];
     auto one_per_channel = [channels](const Tensor* t) {
       return t != nullptr && t->shape.size() == 1 && t->shape[0] == channels && t->is_c_contiguous();
@@ -421,7 +409,7 @@ class TreeBuilder {
     p.scales_dtype = scales->dtype;
     p.zero_points = zeros->bytes.span();
     p.zero_points_dtype = zeros->dtype;
-    p.float_qparams = scheme == "per_channel_affine_float_qparams";
+    p.float_qparams = q.scheme == QScheme::PerChannelAffineFloatQParams;
     p.channels = channels;
     auto inner = checked_numel(shape.subspan(static_cast<size_t>(a) + 1));
     if (!inner) return nullptr;
@@ -460,7 +448,7 @@ class TreeBuilder {
   }
 
   // The catalog's tensor of that name (the first, where names repeat).
-  const Tensor* catalog_tensor(const std::string& name) {
+  const Tensor* catalog_tensor(std::string_view name) {
     if (!catalog_names_) {
       catalog_names_ = std::make_unique<std::unordered_map<std::string_view, const Tensor*>>();
       for (const auto& t : tree_.catalog_.tensors()) catalog_names_->emplace(t.name, &t);
@@ -561,7 +549,7 @@ class TreeBuilder {
     add("model.safetensors", "");
     // Each model's file is a pass over every tensor: an archive naming
     // thousands of models gets the whole model's file alone.
-    const auto models = export_models(catalog);
+    const auto& models = catalog.export_hints.models;
     if (models.size() <= kMaxModelFiles)
       for (const auto& [name, prefix] : models) add("models/" + name + ".safetensors", prefix);
     else

@@ -571,3 +571,27 @@ def test_sharded_bin_checkpoint_folder_and_index(tmp):
     (folder / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": weight_map}))
     result = run_modelfs("--list", folder)
     assert result.returncode == 2 and "missing.weight" in result.stderr
+
+
+def test_quantized_tensor_of_an_unknown_scheme_is_its_stored_integers(tmp):
+    x = torch.randn(4, 6)
+    q = torch.quantize_per_tensor(x, 0.05, 3, torch.qint8)
+    torch.save({"q": q, "plain": x}, tmp / "q.pt")
+    # The same archive with the qscheme global renamed to one torch lacks
+    # (same length: the pickle stays well formed).
+    with zipfile.ZipFile(tmp / "q.pt") as good, zipfile.ZipFile(tmp / "odd.pt", "w") as odd:
+        for info in good.infolist():
+            data = good.read(info)
+            if info.filename.endswith("/data.pkl"):
+                assert data.count(b"\nper_tensor_affine\n") == 1
+                data = data.replace(b"\nper_tensor_affine\n", b"\nper_tensor_affinX\n")
+            odd.writestr(info, data)
+    with mounted(tmp / "odd.pt") as mnt:
+        paths, _ = index_paths(mnt)
+        assert (paths["q"]).read_bytes() == q.int_repr().numpy().tobytes()
+        meta = sidecar(paths["q"])
+        assert meta["dtype"] == "int8" and meta["torch_dtype"] == "qint8"
+        assert "quantization" not in meta
+        npy = np.load(str(paths["q"]) + ".npy")
+        assert npy.dtype == np.int8 and npy.tolist() == q.int_repr().tolist()
+        check_tensor(paths["plain"], "plain", x)

@@ -111,6 +111,7 @@ TEST(ExportHeader, ContiguousOffsetsPaddingDtypesViewsAndWhatIsLeftOut) {
   Catalog catalog;
   catalog.format = "pytorch";
   catalog.files = {"m.pt"};
+  catalog.export_hints.checkpoint_format = "pt";  // as the torch reader says
   auto add = [&](std::string name, DType dtype, std::vector<uint64_t> shape, std::vector<int64_t> strides,
                  std::string bytes) {
     TensorSpec t;

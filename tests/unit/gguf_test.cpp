@@ -353,7 +353,7 @@ TEST_P(GgufVersions, EveryKeyValueTypeTyped) {
 
 TEST_P(GgufVersions, EveryGgmlTypeAsATensor) {
   Gguf g(GetParam());
-  const auto types = gguf::ggml_types();
+  const auto types = ggml_types();
   g.count(types.size()).count(1).key("general.alignment", kU32).u32(64);
   std::vector<uint64_t> offsets;
   uint64_t offset = 0;
@@ -386,11 +386,10 @@ TEST_P(GgufVersions, EveryGgmlTypeAsATensor) {
       EXPECT_EQ(type.type_size * 8, dtype_bits(*type.plain));
     } else {
       EXPECT_EQ(t.dtype, DType::GgmlBlock);
-      EXPECT_EQ(t.block_type, type.name);
     }
-    EXPECT_EQ(t.extras["ggml_type"], type.id);
-    EXPECT_EQ(t.extras["block_size"], type.block_size);
-    EXPECT_EQ(t.extras["type_size"], type.type_size);
+    // Every tensor points at its type's entry (the sidecar prints its id,
+    // name and sizes from it).
+    EXPECT_EQ(t.ggml, &type);
     // The bytes are the mapping itself, never a copy.
     EXPECT_EQ(t.bytes.mapped_file(), mapped.get());
     EXPECT_EQ(t.bytes.data(), mapped->data() + data_start + offsets[i]);
@@ -403,17 +402,17 @@ INSTANTIATE_TEST_SUITE_P(Versions, GgufVersions, ::testing::Values(1u, 2u, 3u));
 
 TEST(Gguf, TypeTableNamesAreUniqueAndCanonicalForPlainTypes) {
   std::set<std::string_view> names;
-  for (const auto& type : gguf::ggml_types()) {
+  for (const auto& type : ggml_types()) {
     EXPECT_TRUE(names.insert(type.name).second) << type.name;
-    EXPECT_EQ(gguf::ggml_type(type.id), &type);
+    EXPECT_EQ(ggml_type(type.id), &type);
     EXPECT_GT(type.block_size, 0u);
   }
-  EXPECT_EQ(gguf::ggml_type(12)->name, "q4_k");
-  EXPECT_EQ(gguf::ggml_type(23)->name, "iq4_xs");
-  EXPECT_EQ(gguf::ggml_type(39)->name, "mxfp4");
-  EXPECT_EQ(*gguf::ggml_type(30)->plain, DType::BFloat16);
-  EXPECT_EQ(gguf::ggml_type(4), nullptr);
-  EXPECT_EQ(gguf::ggml_type(43), nullptr);
+  EXPECT_EQ(ggml_type(12)->name, "q4_k");
+  EXPECT_EQ(ggml_type(23)->name, "iq4_xs");
+  EXPECT_EQ(ggml_type(39)->name, "mxfp4");
+  EXPECT_EQ(*ggml_type(30)->plain, DType::BFloat16);
+  EXPECT_EQ(ggml_type(4), nullptr);
+  EXPECT_EQ(ggml_type(43), nullptr);
 }
 
 TEST(Gguf, EmptyTensorsOverlapNothingAndGapsAreAllowed) {

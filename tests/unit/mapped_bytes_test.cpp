@@ -123,7 +123,7 @@ TEST_F(TruncatedMapping, TransposedViewGatherThrows) {
 TEST_F(TruncatedMapping, GgmlBlockDequantizationThrows) {
   // q8_0: 34-byte blocks of 32 values; whatever the bytes, they decode.
   const uint64_t blocks = kFileBytes / 34;
-  auto view = BlockView::make(mapped(), "q8_0", blocks * 32);
+  auto view = BlockView::make(mapped(), *ggml_type_named("q8_0"), blocks * 32);
   ASSERT_TRUE(view);
   const auto parts = laid_out({Part{nullptr, view.get(), view->size()}});
   EXPECT_EQ(8192u, read(parts, 0, 8192, 2).size());

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <set>
 
 #include "../../src/tree/ggml_dequant.hpp"
 #include "../../src/tree/ggml_grids.hpp"
@@ -18,6 +19,10 @@
 
 namespace modelfs {
 namespace {
+
+// A ggml block type without kernels: what a block type modelfs cannot
+// dequantize looks like to the views.
+constexpr GgmlType kNoKernels{99, "q9_9", 32, 18, std::nullopt, nullptr, nullptr};
 
 std::vector<std::byte> bytes_of(std::initializer_list<int> values) {
   std::vector<std::byte> out;
@@ -201,11 +206,11 @@ TEST(NumericViews, ViewsReachingPastTheirBytesAreRefused) {
   std::vector<uint64_t> odd{17};
   std::vector<int64_t> one{1};
   EXPECT_FALSE(ElementView::make(stored, odd, one, plain_conversion(DType::Int4)));  // 17 nibbles > 8 bytes
-  EXPECT_FALSE(BlockView::make(std::span(stored), "q8_0", 32));                      // 34 bytes needed
+  EXPECT_FALSE(BlockView::make(std::span(stored), *ggml_type_named("q8_0"), 32));    // 34 bytes needed
   std::vector<std::byte> block(34);
-  EXPECT_FALSE(BlockView::make(block, "q8_0", 31));  // not whole blocks
-  EXPECT_FALSE(BlockView::make(block, "q9_9", 64));  // no dequantization
-  EXPECT_TRUE(BlockView::make(block, "q8_0", 32));
+  EXPECT_FALSE(BlockView::make(block, *ggml_type_named("q8_0"), 31));  // not whole blocks
+  EXPECT_FALSE(BlockView::make(block, kNoKernels, 64));                // no dequantization
+  EXPECT_TRUE(BlockView::make(block, *ggml_type_named("q8_0"), 32));
 }
 
 TEST(NumericViews, TorchAffineDequantization) {
@@ -238,18 +243,32 @@ TEST(NumericViews, TorchAffineDequantization) {
 
 // ---- ggml
 
-TEST(GgmlDequant, CodecsAgreeWithTheGgufTypeTable) {
-  for (const auto& codec : ggml::block_codecs()) {
-    SCOPED_TRACE(std::string(codec.name));
-    bool found = false;
-    for (const auto& type : gguf::ggml_types()) {
-      if (type.name != codec.name) continue;
-      found = true;
-      EXPECT_EQ(type.block_size, codec.block_size);
-      EXPECT_EQ(type.type_size, codec.type_size);
+// One table of ggml types: every id and every name maps to one entry, the
+// block types (and only they) have kernels, the plain types are one element
+// of their dtype.
+TEST(GgmlTypes, EveryIdAndNameMapsToOneEntry) {
+  std::set<uint32_t> ids;
+  for (const auto& type : ggml_types()) {
+    SCOPED_TRACE(std::string(type.name));
+    EXPECT_TRUE(ids.insert(type.id).second);
+    EXPECT_EQ(ggml_type(type.id), &type);
+    EXPECT_EQ(ggml_type_named(type.name), &type);
+    EXPECT_EQ(type.plain.has_value(), type.dequantize == nullptr);
+    EXPECT_EQ(type.dequantize == nullptr, type.dequantize_row == nullptr);
+    if (type.plain) {
+      EXPECT_EQ(type.block_size, 1u);
+      EXPECT_EQ(type.type_size * 8, dtype_bits(*type.plain));
+    } else {
+      EXPECT_GE(type.block_size, 32u);
+      EXPECT_LE(type.block_size, 256u);  // what BlockView's buffer holds
     }
-    EXPECT_TRUE(found);
   }
+  for (uint32_t id = 0; id < 1024; ++id)
+    if (!ids.contains(id)) {
+      EXPECT_EQ(ggml_type(id), nullptr) << id;
+    }
+  EXPECT_EQ(ggml_type_named("q9_9"), nullptr);
+  EXPECT_EQ(ids.size(), 35u);
 }
 
 TEST(GgmlDequant, HalfToFloatIsExact) {
@@ -269,14 +288,14 @@ TEST(GgmlDequant, LegacyBlocksByHand) {
   q8[0] = std::byte{0x00};
   q8[1] = std::byte{0x38};
   for (int j = 0; j < 32; ++j) q8[2 + j] = static_cast<std::byte>(j - 16);
-  auto view = BlockView::make(q8, "q8_0", 32);
+  auto view = BlockView::make(q8, *ggml_type_named("q8_0"), 32);
   auto values = floats_of(*view, 128);
   for (int j = 0; j < 32; ++j) EXPECT_EQ(values[j], 0.5f * static_cast<float>(j - 16));
   // q4_0: d = 1, byte j = (hi << 4) | lo: element j = lo - 8, j + 16 = hi - 8.
   std::vector<std::byte> q4(18);
   q4[1] = std::byte{0x3C};
   for (int j = 0; j < 16; ++j) q4[2 + j] = static_cast<std::byte>(((15 - j) << 4) | j);
-  auto v4 = floats_of(*BlockView::make(q4, "q4_0", 32), 128);
+  auto v4 = floats_of(*BlockView::make(q4, *ggml_type_named("q4_0"), 32), 128);
   for (int j = 0; j < 16; ++j) {
     EXPECT_EQ(v4[j], static_cast<float>(j - 8));
     EXPECT_EQ(v4[j + 16], static_cast<float>(7 - j));
@@ -285,21 +304,22 @@ TEST(GgmlDequant, LegacyBlocksByHand) {
   // 255 -> 2^127 x doubled value (infinity for |value| > 1).
   std::vector<std::byte> mx(17);
   mx[1] = std::byte{0x72};  // element 0 code 2 (doubled 2), element 16 code 7 (doubled 12)
-  auto low = floats_of(*BlockView::make(mx, "mxfp4", 32), 128);
+  auto low = floats_of(*BlockView::make(mx, *ggml_type_named("mxfp4"), 32), 128);
   EXPECT_EQ(low[0], std::ldexp(1.0f, -127));
   EXPECT_EQ(low[16], 12 * std::ldexp(1.0f, -128));
   mx[0] = std::byte{0xFF};
-  auto high = floats_of(*BlockView::make(mx, "mxfp4", 32), 128);
+  auto high = floats_of(*BlockView::make(mx, *ggml_type_named("mxfp4"), 32), 128);
   EXPECT_TRUE(std::isinf(high[0]));
   EXPECT_EQ(high[1], 0.0f);
 }
 
 TEST(GgmlDequant, EveryTypeReadsAtOddRangesAsWhole) {
-  for (const auto& codec : ggml::block_codecs()) {
+  for (const auto& codec : ggml_types()) {
+    if (codec.plain) continue;
     SCOPED_TRACE(std::string(codec.name));
     const uint64_t blocks = 37;
     auto stored = random_bytes(blocks * codec.type_size, codec.type_size);
-    auto view = BlockView::make(stored, codec.name, blocks * codec.block_size);
+    auto view = BlockView::make(stored, codec, blocks * codec.block_size);
     ASSERT_TRUE(view);
     EXPECT_EQ(view->size(), blocks * codec.block_size * 4);
     expect_ranges_match_whole(*view, view->size());
@@ -417,10 +437,10 @@ TEST(NumericTree, ConvertedNpyHasAFloat32HeaderAndTheSidecarSaysSo) {
   catalog.files = {"m"};
   catalog.add(tensor_of("bf", DType::BFloat16, {2}, std::string("\x80\x3f\x00\xc0", 4)));
   TensorSpec q = tensor_of("q", DType::GgmlBlock, {32}, std::string(34, '\0'));
-  q.block_type = "q8_0";
+  q.ggml = ggml_type_named("q8_0");
   catalog.add(q);
   TensorSpec nv = tensor_of("nv", DType::GgmlBlock, {64}, std::string(36, '\0'));
-  nv.block_type = "q9_9";  // no dequantization
+  nv.ggml = &kNoKernels;  // no dequantization
   catalog.add(nv);
   catalog.add(tensor_of("f", DType::Float32, {1}, std::string(4, '\0')));
   auto tree = Tree::build(std::move(catalog), {});

@@ -167,5 +167,78 @@ TEST(Sidecar, AnExtraReusingAFixedKeyIsRefused) {
   EXPECT_THROW(catalog.add(clash), std::logic_error);
 }
 
+// Torch's qscheme names and the enum are one table: each name comes back
+// as its scheme, and nothing else is a scheme.
+TEST(QSchemes, NamesRoundTrip) {
+  const std::pair<QScheme, std::string_view> torch_names[] = {
+      {QScheme::PerTensorAffine, "per_tensor_affine"},
+      {QScheme::PerTensorSymmetric, "per_tensor_symmetric"},
+      {QScheme::PerChannelAffine, "per_channel_affine"},
+      {QScheme::PerChannelSymmetric, "per_channel_symmetric"},
+      {QScheme::PerChannelAffineFloatQParams, "per_channel_affine_float_qparams"},
+  };
+  for (const auto& [scheme, name] : torch_names) {
+    EXPECT_EQ(qscheme_name(scheme), name);
+    EXPECT_EQ(qscheme_from_name(name), scheme);
+    EXPECT_EQ(qscheme_per_tensor(scheme), name.starts_with("per_tensor"));
+  }
+  EXPECT_FALSE(qscheme_from_name("per_tensor"));
+  EXPECT_FALSE(qscheme_from_name(""));
+  EXPECT_FALSE(qscheme_from_name("PER_TENSOR_AFFINE"));
+}
+
+// The typed fields print what the same values given as JSON extras print,
+// byte for byte, each among the reader's extras at its key's place.
+TEST(Sidecar, TypedFieldsPrintAsTheirJsonWould) {
+  auto typed = sample_tensor();
+  typed.extras["requires_grad"] = true;
+  typed.extras["device"] = "cuda:0";
+  typed.extras["torch_dtype"] = "qint8";
+  auto untyped = typed;
+  typed.quantization = BasicQuantization<std::string>{};
+  typed.quantization->scheme = QScheme::PerChannelAffineFloatQParams;
+  typed.quantization->axis = 1;
+  typed.quantization->scales = "w.q_per_channel_scales";
+  typed.quantization->zero_points = "w.q_per_channel_zero_points";
+  untyped.extras["quantization"] = {{"qscheme", "per_channel_affine_float_qparams"},
+                                    {"axis", 1},
+                                    {"scales", "w.q_per_channel_scales"},
+                                    {"zero_points", "w.q_per_channel_zero_points"}};
+  EXPECT_EQ(sidecar_of(typed, "pytorch"), sidecar_of(untyped, "pytorch"));
+
+  typed.quantization = BasicQuantization<std::string>{};
+  typed.quantization->scheme = QScheme::PerTensorAffine;
+  typed.quantization->scale = 0.05;
+  typed.quantization->zero_point = -3;
+  untyped.extras["quantization"] = {{"qscheme", "per_tensor_affine"}, {"scale", 0.05}, {"zero_point", -3}};
+  EXPECT_EQ(sidecar_of(typed, "pytorch"), sidecar_of(untyped, "pytorch"));
+  Catalog catalog;
+  EXPECT_EQ(catalog.add(typed).extras(), untyped.extras);
+
+  // A ggml type: its id, name and sizes, before and after other keys.
+  for (const char* other : {"a", "c", "h", "z"}) {
+    auto gguf = sample_tensor();
+    gguf.extras = {{other, 1}};
+    auto plain = gguf;
+    gguf.dtype = DType::GgmlBlock;
+    gguf.ggml = ggml_type(12);
+    plain.dtype = DType::GgmlBlock;
+    plain.extras.update(
+        {{"ggml_type", 12}, {"ggml_type_name", "q4_k"}, {"block_size", 256}, {"type_size", 144}});
+    const std::string text = sidecar_of(gguf, "gguf");
+    // The untyped tensor has no type to name: its dtype line differs.
+    std::string expected = sidecar_of(plain, "gguf");
+    const std::string block = "\"dtype\": \"block\"";
+    ASSERT_NE(expected.find(block), std::string::npos);
+    expected.replace(expected.find(block), block.size(), "\"dtype\": \"q4_k\"");
+    EXPECT_EQ(text, expected) << other;
+  }
+
+  // A reader's extra may not take a typed field's key.
+  auto clash = typed;
+  clash.extras["quantization"] = 1;
+  EXPECT_THROW(catalog.add(clash), std::logic_error);
+}
+
 }  // namespace
 }  // namespace modelfs

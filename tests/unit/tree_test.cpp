@@ -91,7 +91,9 @@ TEST(Tree, SplitsNamesIntoFoldersWithSidecarsAndNpyViews) {
 
 TEST(Tree, NoNpyWhereModelfsCannotConvertTheType) {
   TensorSpec w = tensor("w", DType::GgmlBlock, {64});
-  w.block_type = "q9_9";  // a block type modelfs has no dequantization for
+  // A block type modelfs has no dequantization for.
+  static constexpr GgmlType kNoKernels{99, "q9_9", 32, 18, std::nullopt, nullptr, nullptr};
+  w.ggml = &kNoKernels;
   w.bytes = ByteSpan::owned(std::string(36, 'x'));
   auto tree = build({w, tensor("b", DType::BFloat16)});
   EXPECT_TRUE(tree->resolve("w"));

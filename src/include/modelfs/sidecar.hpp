@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The JSON sidecar beside every tensor file (docs/design.md, "The sidecar"):
-// name, dtype, shape, strides, nbytes, byte_order, numpy, npy (what the
-// .npy holds: {"dtype", "from", "exact"}), format, source, then the
-// format's extras. Keys keep this order so `cat P.json` reads well, one
-// key a line (as json_text.hpp's readable_json prints).
+// the fixed keys (sidecar_keys.hpp; "npy" says what the .npy holds:
+// {"dtype", "from", "exact"}), then the extras in key order, the typed
+// fields' (the ggml type, a torch quantization) among the reader's. Keys
+// keep this order so `cat P.json` reads well, one key a line (as
+// json_text.hpp's readable_json prints).
 #include <optional>
 #include <string>
 #include <string_view>

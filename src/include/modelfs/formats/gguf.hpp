@@ -29,12 +29,13 @@
 //
 // What a tensor becomes: shape = ne reversed (outermost first). Plain types
 // (f32 f16 bf16 f64 i8 i16 i32 i64) get their canonical dtype; block types
-// get DType::GgmlBlock with block_type = the lowercase ggml name ("q4_k").
+// get DType::GgmlBlock; every tensor points at its ggml type (GgmlType in
+// dtype.hpp, the one table of ggml types).
 // `strides` are C-order element strides for every type: for a block type
 // they locate an element logically, and since every row (ne[0] elements) is
 // a whole number of blocks, row r starts at byte r x ne[0] / block_size x
-// type_size. Sidecar extras: ggml_type (id), ggml_type_name, block_size,
-// type_size.
+// type_size. The sidecar prints the type's ggml_type (id), ggml_type_name,
+// block_size, type_size.
 //
 // Metadata (.modelfs/metadata.json): "gguf" {version, alignment,
 // tensor_count, kv_count, data_offset}; "kv" {key: value} with numbers as
@@ -68,20 +69,6 @@ inline constexpr uint64_t kDefaultAlignment = 32;
 inline constexpr uint32_t kMaxDims = 4;           // GGML_MAX_DIMS
 inline constexpr uint64_t kMaxNameBytes = 65535;  // keys and tensor names
 inline constexpr int kMaxArrayDepth = 8;          // arrays of arrays of ...
-
-// One ggml tensor type (docs/formats.md, "ggml types").
-struct GgmlType {
-  uint32_t id;
-  std::string_view name;       // lowercase ggml name: "f32", "q4_k", ...
-  uint32_t block_size;         // elements per block
-  uint32_t type_size;          // bytes per block
-  std::optional<DType> plain;  // the canonical dtype of an unblocked type
-};
-
-// The type with this id, or null for an unknown or removed id.
-const GgmlType* ggml_type(uint32_t id) noexcept;
-// Every type of the table, by id.
-std::span<const GgmlType> ggml_types() noexcept;
 
 // What one .gguf file holds.
 struct File {
