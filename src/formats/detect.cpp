@@ -10,6 +10,7 @@
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
 #include "modelfs/formats/gguf.hpp"
+#include "modelfs/formats/numpy.hpp"
 #include "modelfs/formats/onnx.hpp"
 #include "modelfs/formats/pt2.hpp"
 #include "modelfs/formats/safetensors.hpp"
@@ -19,11 +20,12 @@
 namespace modelfs {
 namespace {
 
-// torch.save, TorchScript and PT2 archives share the ZIP container; which
+// torch.save, TorchScript, PT2 archives and .npz share the ZIP container; which
 // one a file is shows only in its central directory, past the probed head,
 // so the ZIP is opened once here and handed to the reader it belongs to.
 Catalog open_zip_container(const ModelFile& model) {
   const ZipArchive zip = ZipArchive::open(model.mapped, "ZIP archive");
+  if (numpy::is_npz_archive(zip)) return numpy::open_npz(model, zip);
   if (pt2::is_pt2_archive(zip)) return pt2::open_archive(model, zip);
   return torch::open_zip(model, zip);
 }
@@ -41,6 +43,7 @@ const std::array kReaders{
     FormatReader{"pytorch", torch::probe_zip, open_zip_container, nullptr, nullptr},
     FormatReader{"pytorch legacy", torch::probe_legacy, torch::open_legacy, nullptr, nullptr},
     FormatReader{"pytorch sharded", nullptr, nullptr, torch::probe_folder, torch::open_folder},
+    FormatReader{"npy", numpy::probe_file, numpy::open_file, nullptr, nullptr},
     // ONNX has no magic: probed last, by a bounded trial parse of its first
     // fields, so that every format with a magic is recognised before it.
     FormatReader{"onnx", onnx::probe_file, onnx::open_file, nullptr, nullptr},
@@ -123,7 +126,7 @@ Catalog open_file(const ModelFile& file) {
                            [&] { return reader.open_file(file); });
   throw ModelError(file.path.string(), "unknown", 0,
                    "not a model file modelfs recognises (" + std::to_string(file.mapped->size()) +
-                       " bytes; expected safetensors, GGUF, ONNX or a PyTorch file)");
+                       " bytes; expected safetensors, GGUF, ONNX, NumPy or a PyTorch file)");
 }
 
 }  // namespace

@@ -85,7 +85,8 @@ const Tensor& Catalog::add(const TensorSpec& spec) {
                     .strides = spec.strides,
                     .bytes = spec.bytes,
                     .source = {spec.source.file, spec.source.offset},
-                    .extras_lines = lines});
+                    .extras_lines = lines,
+                    .encoded = spec.encoded});
 }
 
 const Tensor& Catalog::add(const Tensor& tensor) {

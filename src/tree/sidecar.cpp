@@ -17,7 +17,7 @@ std::string sidecar_text(const Tensor& tensor, std::string_view format,
   append_json_array(out, tensor.shape);
   out += ",\n  \"strides\": ";
   append_json_array(out, tensor.strides);
-  out += ",\n  \"nbytes\": " + std::to_string(tensor.bytes.size());
+  out += ",\n  \"nbytes\": " + std::to_string(tensor.nbytes());
   out += ",\n  \"byte_order\": \"little\"";
   if (auto descr = numpy_descr(tensor.dtype)) {
     out += ",\n  \"numpy\": ";
