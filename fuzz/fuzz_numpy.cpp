@@ -10,6 +10,7 @@
 
 #include "fuzz_input.hpp"
 #include "modelfs/budget.hpp"
+#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
 #include "modelfs/formats/numpy.hpp"
