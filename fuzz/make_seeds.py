@@ -68,6 +68,15 @@ SEEDS = {
                                 lambda d: hc.gguf_long_name_past_end(d, name_bytes=60_000)),
     "onnx_long_name_bad_tensor": (("fuzz_onnx", "fuzz_open_model"),
                                   lambda d: hc.onnx_long_name_bad_tensor(d, name_bytes=60_000)),
+    "npy_header_lies": (("fuzz_numpy", "fuzz_open_model"), hc.npy_header_lies),
+    "npy_shape_overflow": (("fuzz_numpy", "fuzz_open_model"), hc.npy_shape_overflow),
+    "npz_100k_members": (("fuzz_numpy", "fuzz_zip", "fuzz_open_model"),
+                         lambda d: hc.npz_many_members(d, count=200)),
+    "npz_deflate_bomb": (("fuzz_numpy", "fuzz_zip", "fuzz_open_model"),
+                         lambda d: hc.npz_deflate_bomb(d, size=MiB)),
+    "npz_member_short_stream": (("fuzz_numpy", "fuzz_zip", "fuzz_open_model"), hc.npz_member_short_stream),
+    "npy_deep_header": (("fuzz_numpy", "fuzz_open_model"), lambda d: hc.npy_deep_header(d, depth=30_000)),
+    "npy_odd_header": (("fuzz_numpy", "fuzz_open_model"), hc.npy_odd_header),
 }
 # The unpickler is given the pickles inside the torch cases.
 PICKLE_TARGET = "fuzz_unpickler"

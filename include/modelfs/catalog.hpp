@@ -81,6 +81,21 @@ struct BasicQuantization {
 };
 using Quantization = BasicQuantization<std::string_view>;
 
+// A tensor whose bytes are stored encoded (a deflated .npz member): its
+// `bytes` are the encoded stream (a range of the mapping), and its raw
+// file is `size` bytes from `decoded_offset` of what the stream decodes
+// to. The tree decodes what each read asks for (src/tree/inflate_view.hpp);
+// nothing is decoded whole.
+struct Encoded {
+  enum class Method : uint8_t { Deflate };  // raw deflate (ZIP method 8)
+  Method method = Method::Deflate;
+  uint64_t decoded_offset = 0;
+  uint64_t size = 0;
+  // What the whole stream decodes to: a stream that yields more or less is
+  // a fault of the read that reaches its end.
+  uint64_t decoded_size = 0;
+};
+
 // What a reader knows of a tensor as it appends it to a catalog
 // (Catalog::add). Its strings, vectors and JSON live only until then: the
 // catalog keeps a compact copy in its own stores.
@@ -99,6 +114,9 @@ struct TensorSpec {
   // reader's own: never one of the sidecar's fixed keys (sidecar_keys.hpp), nor
   // a key the typed fields above print under.
   nlohmann::json extras;
+  // Set when the bytes are stored encoded; `bytes` is then the encoded
+  // stream (where it lies), and nbytes() the decoded size.
+  std::optional<Encoded> encoded;
 };
 
 // A tensor of a catalog: views into the catalog's stores, valid while the
@@ -118,7 +136,11 @@ struct Tensor {
   // The sidecar's lines for the format extras, as printed once by the
   // catalog: ",\n  \"key\": value" each, in key order; empty for none.
   std::string_view extras_lines;
+  std::optional<Encoded> encoded;  // as TensorSpec::encoded
 
+  // Bytes of the raw file: the stored bytes' size, or the decoded size of
+  // an encoded tensor.
+  uint64_t nbytes() const noexcept { return encoded ? encoded->size : bytes.size(); }
   // The sidecar's extras as JSON (null: none), the typed fields' among
   // them: for listing them, not for printing a sidecar.
   nlohmann::json extras() const;

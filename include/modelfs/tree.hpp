@@ -190,6 +190,8 @@ class Tree {
   // .npy views (one arena, numeric_views.hpp).
   TextStore texts_;
   std::shared_ptr<const void> views_;
+  // The raw files of encoded tensors, inflated per read (inflate_view.hpp).
+  std::vector<std::unique_ptr<const ComputedBytes>> decoded_views_;
   // Bytes the tree made and files point into: .npy headers (one per dtype
   // and shape) and the documents it printed. Node-based and deque storage:
   // adding one never moves another.

@@ -125,11 +125,11 @@ void print_table(const Catalog& catalog, std::ostream& out) {
     // tables.
     std::string dtype(t.dtype_name());
     rows.push_back({fit_width(printable(t.name), kNameColumns), dtype, shape_text(t),
-                    std::to_string(t.bytes.size()), human_bytes(t.bytes.size())});
+                    std::to_string(t.nbytes()), human_bytes(t.nbytes())});
     auto& [count, bytes] = per_dtype[std::move(dtype)];
     ++count;
-    bytes += t.bytes.size();
-    total += t.bytes.size();
+    bytes += t.nbytes();
+    total += t.nbytes();
   }
   // Columns on the terminal, not bytes: a name in Cyrillic or Chinese
   // takes fewer columns than bytes, and the table stays aligned.
@@ -179,7 +179,7 @@ void print_json(const Catalog& catalog, std::ostream& out) {
     list.push_back({{"name", t.name},
                     {"dtype", t.dtype_name()},
                     {"shape", std::vector<uint64_t>(t.shape.begin(), t.shape.end())},
-                    {"nbytes", t.bytes.size()},
+                    {"nbytes", t.nbytes()},
                     {"source", source}});
     // Format extras (GGUF: ggml_type, block_size, type_size ...), as in the sidecar.
     const nlohmann::json extras = t.extras();
@@ -191,7 +191,7 @@ void print_json(const Catalog& catalog, std::ostream& out) {
 
 void print_info(const Catalog& catalog, bool json, std::ostream& out) {
   uint64_t total = 0;
-  for (const auto& t : catalog.tensors()) total += t.bytes.size();
+  for (const auto& t : catalog.tensors()) total += t.nbytes();
   if (json) {
     nlohmann::ordered_json doc;
     doc["format"] = catalog.format;

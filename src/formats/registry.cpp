@@ -6,6 +6,7 @@
 #include <array>
 
 #include "modelfs/formats/gguf.hpp"
+#include "modelfs/formats/numpy.hpp"
 #include "modelfs/formats/onnx.hpp"
 #include "modelfs/formats/pt2.hpp"
 #include "modelfs/formats/safetensors.hpp"
@@ -48,10 +49,18 @@ const std::array kReaders{
                  .probe_folder = gguf::probe_folder,
                  .open_folder = gguf::open_folder,
                  .folder_holds = "*-00001-of-NNNNN.gguf"},
-    FormatReader{.name = "pt2", .family = "PyTorch", .probe_archive = pt2::is_pt2_archive,
+    FormatReader{.name = "npz",
+                 .family = "NumPy",
+                 .probe_archive = numpy::is_npz_archive,
+                 .open_archive = numpy::open_npz},
+    FormatReader{.name = "pt2",
+                 .family = "PyTorch",
+                 .probe_archive = pt2::is_pt2_archive,
                  .open_archive = pt2::open_archive},
     // torch.save and TorchScript archives; the archive reader of last resort.
-    FormatReader{.name = "pytorch", .family = "PyTorch", .probe_archive = any_archive,
+    FormatReader{.name = "pytorch",
+                 .family = "PyTorch",
+                 .probe_archive = any_archive,
                  .open_archive = torch::open_zip},
     FormatReader{.name = "pytorch legacy",
                  .family = "PyTorch",
@@ -63,9 +72,12 @@ const std::array kReaders{
                  .open_folder = torch::open_folder,
                  .folder_holds = "*.bin.index.json",
                  .remote_index_names = kTorchRemoteIndexes},
+    FormatReader{
+        .name = "npy", .family = "NumPy", .probe_file = numpy::probe_file, .open_file = numpy::open_file},
     // ONNX has no magic: probed last, by a bounded trial parse of its first
     // fields, so that every format with a magic is recognised before it.
-    FormatReader{.name = "onnx", .family = "ONNX", .probe_file = onnx::probe_file, .open_file = onnx::open_file},
+    FormatReader{
+        .name = "onnx", .family = "ONNX", .probe_file = onnx::probe_file, .open_file = onnx::open_file},
 };
 
 }  // namespace

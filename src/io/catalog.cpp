@@ -115,7 +115,8 @@ const Tensor& Catalog::add(const TensorSpec& spec) {
               .bytes = spec.bytes,
               .source = {spec.source.file, spec.source.offset},
               .quantization = quantization ? &*quantization : nullptr,
-              .extras_lines = {}};
+              .extras_lines = {},
+              .encoded = spec.encoded};
   const std::string lines = extras_lines(spec.extras, view.typed_extras());
   view.extras_lines = lines;
   return add(view);

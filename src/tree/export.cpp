@@ -58,9 +58,9 @@ void ExportPlan::add(const ExportInput& input) {
     reason = "its " + std::string(t.dtype_name()) + " elements do not fill whole bytes";
   } else if (!size->ok()) {
     reason = "its size in bytes passes 2^64";
-  } else if (!kViewBound.allows(size->value(), t.bytes.size())) {
+  } else if (!kViewBound.allows(size->value(), t.nbytes())) {
     // The .npy follows the same bound: neither is made.
-    reason = past_view_bound(size->value(), t.bytes.size());
+    reason = past_view_bound(size->value(), t.nbytes());
   } else if (input.c_order && input.c_order->size == size->value()) {
     // Stored in C order, or a strided view (a transpose, an expand, a
     // column) gathered into C order on each read.

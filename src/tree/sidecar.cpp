@@ -62,7 +62,7 @@ std::string sidecar_text(const Tensor& tensor, std::string_view format,
   append_key(out, SidecarKey::Strides);
   append_json_array(out, tensor.strides);
   append_key(out, SidecarKey::NBytes);
-  out += std::to_string(tensor.bytes.size());
+  out += std::to_string(tensor.nbytes());
   append_key(out, SidecarKey::ByteOrder);
   out += "\"little\"";
   if (auto descr = numpy_descr(tensor.dtype)) {

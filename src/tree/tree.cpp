@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "export.hpp"
+#include "inflate_view.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
@@ -123,7 +124,7 @@ void append_index_line(std::string& out, const Tensor& tensor, std::string_view 
   append_json_string(out, tensor.dtype_name());
   out += ",\"shape\":";
   append_json_array(out, tensor.shape);
-  out += ",\"nbytes\":" + std::to_string(tensor.bytes.size());
+  out += ",\"nbytes\":" + std::to_string(tensor.nbytes());
   out += last ? "}\n  ]" : "},\n";
 }
 
@@ -321,10 +322,23 @@ class TreeBuilder {
   // order; else the view's elements gathered into C order on each read;
   // else (a type numpy lacks, a quantized type) the values converted on
   // each read (numeric_views.hpp).
-  NpyBody npy_body(const Tensor& tensor) {
+  NpyBody npy_body(const Tensor& tensor, const std::optional<Part>& decoded) {
     NpyBody out;
     out.content = npy_content(tensor);
     if (!out.content) return out;
+    if (tensor.encoded) {
+      // The decoded bytes in C or Fortran order, as stored; nothing else is
+      // gathered from a stream that is decoded per read.
+      if (decoded && out.content->exact && out.content->dtype == tensor.dtype &&
+          (tensor.is_c_contiguous() || tensor.is_f_contiguous())) {
+        out.body = decoded;
+        out.descr = *numpy_descr(tensor.dtype);
+        out.fortran = !tensor.is_c_contiguous();
+      } else {
+        out.content.reset();
+      }
+      return out;
+    }
     out.dequantized = !out.content->exact;
     const bool stored = out.content->exact && out.content->dtype == tensor.dtype;
     if (!stored) {
@@ -440,7 +454,8 @@ class TreeBuilder {
   // .npy's gather of a strided view, or (a Fortran-order or sub-byte-free
   // view the .npy serves as stored) a gather made here; none where the
   // strides reach outside the bytes or elements are smaller than a byte.
-  std::optional<Part> c_order(const Tensor& tensor, const NpyBody& npy) {
+  std::optional<Part> c_order(const Tensor& tensor, const NpyBody& npy, const std::optional<Part>& decoded) {
+    if (tensor.encoded) return tensor.is_c_contiguous() ? decoded : std::nullopt;
     if (tensor.is_c_contiguous()) return Part::held(tensor.bytes.span());
     if (npy.body && npy.body->computed != nullptr && !npy.converted) return npy.body;
     if (dtype_bits(tensor.dtype) % 8 != 0) return std::nullopt;
@@ -459,14 +474,15 @@ class TreeBuilder {
 
   void add_tensor(const Tensor& tensor, const std::vector<std::string>& parts, uint64_t dir) {
     check_budget();
-    const NpyBody npy = npy_body(tensor);
+    const std::optional<Part> decoded = decoded_part(tensor);
+    const NpyBody npy = npy_body(tensor, decoded);
     tree_.npy_.push_back(npy.content);
     const std::string name = free_name(dir, parts.back(), npy.body.has_value());
 
-    const Part stored = Part::held(tensor.bytes.span());
+    const Part stored = decoded ? *decoded : Part::held(tensor.bytes.span());
     tree_.tensor_files_.push_back(add_file(dir, name, FileRole::TensorData, {stored}, &tensor));
     export_.add({.tensor = &tensor,
-                 .c_order = c_order(tensor, npy),
+                 .c_order = c_order(tensor, npy, decoded),
                  .dequantized = npy.dequantized,
                  .converted = npy.converted ? npy.body : std::nullopt,
                  .converted_dtype = npy.content ? npy.content->dtype : DType::Float32});
@@ -484,7 +500,7 @@ class TreeBuilder {
     if (npy.body)
       add_file(dir, name + ".npy", FileRole::NpyView,
                {shared_npy_header(npy_header(npy.descr, tensor.shape, npy.fortran)), *npy.body}, &tensor);
-    tree_.total_bytes_ = (Size(tree_.total_bytes_) + tensor.bytes.size()).value();
+    tree_.total_bytes_ = (Size(tree_.total_bytes_) + tensor.nbytes()).value();
 
     // index.json's line for this tensor, printed only to be measured.
     std::string& path = scratch_path_;
@@ -495,6 +511,17 @@ class TreeBuilder {
     const bool last = tree_.tensor_files_.size() == tree_.catalog_.tensors().size();
     append_index_line(scratch_line_, tensor, path, last);
     index_size_ += scratch_line_.size();
+  }
+
+  // An encoded tensor's raw bytes, decoded for each read; none for a
+  // tensor stored as it is.
+  std::optional<Part> decoded_part(const Tensor& tensor) {
+    if (!tensor.encoded) return std::nullopt;
+    const auto& catalog = tree_.catalog_;
+    auto view = std::make_unique<InflateView>(tensor, std::string(tensor.source.file), catalog.format);
+    const Part part{nullptr, view.get(), view->size()};
+    tree_.decoded_views_.push_back(std::move(view));
+    return part;
   }
 
   // Tensors of one dtype and shape share one .npy header: a model's layers

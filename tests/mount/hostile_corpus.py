@@ -611,6 +611,97 @@ def split_member_links_out(folder):
     return paths[0]
 
 
+def _npy(header_text, data=b"", version=1):
+    """An .npy of `header_text` padded to 64 with a final newline, then `data`."""
+    text = header_text.encode("latin-1")
+    fixed = 10 if version == 1 else 12
+    text += b" " * (-(fixed + len(text) + 1) % 64) + b"\n"
+    length = struct.pack("<H" if version == 1 else "<I", len(text))
+    return b"\x93NUMPY" + bytes([version, 0]) + length + text + data
+
+
+def npy_header_lies(folder):
+    """An .npy whose 2.0 header length (1 MiB) runs far past its 200 bytes."""
+    blob = bytearray(_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", bytes(12), 2))
+    blob[8:12] = struct.pack("<I", 1 << 20)
+    path = folder / "header_lies.npy"
+    path.write_bytes(bytes(blob))
+    return path
+
+
+def npy_shape_overflow(folder):
+    """An .npy whose shape's element count passes 2^64 (and each dimension 2^62)."""
+    path = folder / "shape_overflow.npy"
+    path.write_bytes(_npy("{'descr': '<f8', 'fortran_order': False, 'shape': (%d, %d, 16), }"
+                          % (1 << 62, 1 << 62), bytes(64)))
+    return path
+
+
+NPZ_MEMBERS = 100_000
+
+
+def npz_many_members(folder, count=NPZ_MEMBERS):
+    """An .npz of 100 000 one-byte uint8 arrays (stored, ~15 MB): the
+    directory, the catalog and the tree of each, within the budget."""
+    body = _npy("{'descr': '|u1', 'fortran_order': False, 'shape': (1,), }", b"\x07")
+    return write_zip(folder / "many.npz", [Member(f"m{i}.npy", body) for i in range(count)])
+
+
+NPZ_BOMB_BYTES = 256 << 20
+
+
+def npz_deflate_bomb(folder, size=NPZ_BOMB_BYTES):
+    """An .npz whose one deflated member is a float32 array of 256 MiB of
+    zeros (260 KB on disk): mounted without inflating it, read in parts."""
+    header = _npy("{'descr': '<f4', 'fortran_order': False, 'shape': (%d,), }" % (size // 4))
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    head = c.compress(header) + c.flush(zlib.Z_FULL_FLUSH)
+    chunks, _ = deflated_zeros(size, chunk=min(size, MiB))
+    member = Member("w.npy", deflate_chunks=[head] + chunks, size=len(header) + size,
+                    crc=_crc_after(header, size))
+    return write_zip(folder / "bomb.npz", [member])
+
+
+def _crc_after(header, zeros):
+    """CRC-32 of `header` and then `zeros` zero bytes (a multiple of 1 MiB or less)."""
+    crc, block = zlib.crc32(header), bytes(min(zeros, MiB))
+    for _ in range(zeros // len(block)):
+        crc = zlib.crc32(block, crc)
+    return crc
+
+
+def npz_member_short_stream(folder):
+    """An .npz whose deflated member's header and directory say 4 MB of
+    float32 but whose stream ends after 1 KiB: reads past it fail (EIO)."""
+    numel = 1 << 20
+    header = _npy("{'descr': '<f4', 'fortran_order': False, 'shape': (%d,), }" % numel)
+    short = header + bytes(1024)
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    stream = c.compress(short) + c.flush(zlib.Z_FINISH)
+    member = Member("w.npy", deflate_chunks=[stream], size=len(header) + 4 * numel,
+                    crc=zlib.crc32(short))
+    return write_zip(folder / "short_stream.npz", [member])
+
+
+def npy_deep_header(folder, depth=100_000):
+    """An .npy whose descr is 100 000 nested lists (a 2.0 header)."""
+    path = folder / "deep.npy"
+    path.write_bytes(_npy("{'descr': " + "[" * depth + "]" * depth + ", 'fortran_order': False, "
+                          "'shape': (1,), }", bytes(4), 2))
+    return path
+
+
+def npy_odd_header(folder):
+    """An .npy whose header is 60 000 bytes of every byte value, braces and
+    quotes among them, in a 1.0 header."""
+    odd = bytes(range(256)) * 234
+    text = b"{'descr': '" + odd + b"', }"
+    text += b" " * (-(10 + len(text) + 1) % 64) + b"\n"
+    path = folder / "odd.npy"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text)
+    return path
+
+
 CASES = {
     "long_name": (long_name, False),
     "shared_pickle_dict": (shared_pickle_dict, True),
@@ -648,6 +739,13 @@ CASES = {
     "memo_repeated_string": (memo_repeated_string, False),
     "memo_repeated_tuple_key": (memo_repeated_tuple_key, False),
     "gguf_many_tensors": (gguf_many_tensors, False),
+    "npy_header_lies": (npy_header_lies, False),
+    "npy_shape_overflow": (npy_shape_overflow, False),
+    "npz_100k_members": (npz_many_members, False),
+    "npz_deflate_bomb": (npz_deflate_bomb, False),
+    "npz_member_short_stream": (npz_member_short_stream, False),
+    "npy_deep_header": (npy_deep_header, False),
+    "npy_odd_header": (npy_odd_header, False),
 }
 
 
