@@ -397,3 +397,28 @@ def test_bash_completion_offers_both_commands(tmp):
     assert complete("modelfs --diff a.safetensors ", tmp) == ["a.safetensors", "m.safetensors", "mnt"]
     assert complete("modelfs --diff --atol 1e-3 ", tmp) == ["a.safetensors", "m.safetensors", "mnt"]
     assert complete("modelfs --diff a.safetensors a.safetensors ", tmp) == []
+
+
+def test_stats_and_diff_of_a_url(tmp):
+    """A remote model (nginx of the tests' own) is read through its block
+    cache like a local one."""
+    from remote_servers import Nginx
+    www = tmp / "www"
+    www.mkdir()
+    x = np.random.default_rng(11).standard_normal((64, 64)).astype(np.float32)
+    st.write(www / "a.safetensors", {"x": x, "y": x[:2] * 2})
+    cut = ((x[:2] * 2).view(np.uint32) & 0xFFFF0000).view(np.float32)
+    local = st.write(tmp / "b.safetensors", {"x": x, "y": st.Raw("BF16", [2, 64], bf16_bytes(cut))})
+    server = Nginx(tmp / "nginx", www)
+    try:
+        url = f"{server.url}/a.safetensors"
+        cache = f"cache_dir={tmp / 'cache'}"
+        result = run_modelfs("--stats", "--json", "-o", cache, url)
+        assert result.returncode == 0, result.stderr
+        check_stats(json.loads(result.stdout), {"x": ("float32", x), "y": ("float32", x[:2] * 2)})
+        result = run_modelfs("--diff", "--json", "-o", cache, url, local)
+        rows = {r["name"]: r for r in json.loads(result.stdout)["tensors"]}
+        assert rows["x"]["status"] == "identical"
+        check_numbers(rows["y"], x[:2] * 2, cut)
+    finally:
+        server.stop()
