@@ -100,7 +100,7 @@ bool parse_options(CommandLine& line) {
 bool options_consistent(const Options& options) {
   const std::pair<bool, const char*> faults[] = {
       {options.json && !options.query() && !options.stats && !options.diff,
-       "--json goes with --list, --info, --check, --stats or --diff"},
+       "--json goes with --list, --info or --check (or --stats, --diff)"},
       {options.list + options.info + options.check + options.stats + options.diff > 1,
        "--list, --info, --check, --stats and --diff are separate commands; give one"},
       {!options.diff && (options.atol != nullptr || options.rtol != nullptr || !options.renames->empty()),
