@@ -45,6 +45,19 @@ int query_command(const Options& options, Budget& budget);
 // written, or exists) or 2 (the model cannot be read).
 int export_command(const Options& options, Budget& budget);
 
+// `modelfs --stats [--json] MODEL` (stats.cpp): per tensor, in file order,
+// its element count and, over its finite values as its .npy holds them,
+// min, max, mean and population std, with counts of NaN, infinities and
+// zeros; then the whole model's. Returns 0, 1 (usage) or 2.
+int stats_command(const Options& options, Budget& budget);
+
+// `modelfs --diff [--json] [--atol X] [--rtol Y] [--rename s/A/B/]... A B`
+// (diff.cpp): the tensors of A and B matched by name, each identical,
+// equal, close, different, mismatch, only_a or only_b, with its error
+// figures. Returns 0 (all identical, equal or close), 1 (others, or a usage
+// error) or 2 (a model cannot be read).
+int diff_command(const Options& options, Budget& budget);
+
 // `modelfs [options] MODEL MOUNTPOINT`: checks the mountpoint and FUSE,
 // builds the tree within `budget`, mounts it and serves until unmounted.
 int mount_command(CommandLine& line, Budget& budget);

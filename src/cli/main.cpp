@@ -69,6 +69,11 @@ int run(int argc, char** argv) {
   if (options.remote_timeout > 0) cache.timeout_seconds = static_cast<unsigned>(options.remote_timeout);
   modelfs::remote::set_cache_options(cache);
   if (modelfs::remote::is_url(options.model)) modelfs::remote::hide_url_secrets(argc, argv, options.model);
+  if (options.diff && options.mountpoint != nullptr && modelfs::remote::is_url(options.mountpoint))
+    modelfs::remote::hide_url_secrets(argc, argv, options.mountpoint);
+
+  if (options.stats) return stats_command(options, budget);
+  if (options.diff) return diff_command(options, budget);
 
   if (options.export_out != nullptr) return export_command(options, budget);
   return options.query() ? query_command(options, budget) : mount_command(line, budget);

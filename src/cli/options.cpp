@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <string_view>
 #include <utility>
 
 #include "modelfs/version.hpp"
@@ -16,6 +17,9 @@ namespace {
 
 #define MODELFS_OPT(templ, field, value) \
   fuse_opt { templ, offsetof(Options, field), value }
+
+// Options the processor takes (repeatable ones).
+constexpr int kKeyRename = 1;
 
 const fuse_opt kOptions[] = {
     MODELFS_OPT("--list", list, 1),
@@ -36,6 +40,14 @@ const fuse_opt kOptions[] = {
     MODELFS_OPT("--export=%s", export_out, 0),
     MODELFS_OPT("export=float32", export_float32, 1),
     MODELFS_OPT("--force", force, 1),
+    MODELFS_OPT("--stats", stats, 1),
+    MODELFS_OPT("--diff", diff, 1),
+    MODELFS_OPT("--atol %s", atol, 0),
+    MODELFS_OPT("--atol=%s", atol, 0),
+    MODELFS_OPT("--rtol %s", rtol, 0),
+    MODELFS_OPT("--rtol=%s", rtol, 0),
+    FUSE_OPT_KEY("--rename %s", kKeyRename),
+    FUSE_OPT_KEY("--rename=%s", kKeyRename),
     MODELFS_OPT("-h", show_help, 1),
     MODELFS_OPT("--help", show_help, 1),
     MODELFS_OPT("-V", show_version, 1),
@@ -50,6 +62,13 @@ const fuse_opt kOptions[] = {
 // for fuse_parse_cmdline, as does every other option.
 int option_processor(void* data, const char* arg, int key, fuse_args*) {
   auto& config = *static_cast<Options*>(data);
+  if (key == kKeyRename) {
+    // fuse_opt hands "--rename=VALUE", or "--rename" and the next argument
+    // joined.
+    const std::string_view option = arg;
+    config.renames->emplace_back(option.substr(option.starts_with("--rename=") ? 9 : 8));
+    return 0;
+  }
   if (key != FUSE_OPT_KEY_NONOPT) return 1;
   if (config.positional++ == 0) {
     config.model = ::strdup(arg);
@@ -69,6 +88,8 @@ CommandLine::~CommandLine() {
   std::free(options.export_out);
   std::free(options.cache_dir);
   std::free(options.cache_max);
+  std::free(options.atol);
+  std::free(options.rtol);
   std::free(fuse.mountpoint);
 }
 
@@ -78,13 +99,17 @@ bool parse_options(CommandLine& line) {
 
 bool options_consistent(const Options& options) {
   const std::pair<bool, const char*> faults[] = {
-      {options.json && !options.query(), "--json goes with --list, --info or --check"},
-      {options.list + options.info + options.check > 1,
-       "--list, --info and --check are separate commands; give one"},
+      {options.json && !options.query() && !options.stats && !options.diff,
+       "--json goes with --list, --info or --check (or --stats, --diff)"},
+      {options.list + options.info + options.check + options.stats + options.diff > 1,
+       "--list, --info, --check, --stats and --diff are separate commands; give one"},
+      {!options.diff && (options.atol != nullptr || options.rtol != nullptr || !options.renames->empty()),
+       "--atol, --rtol and --rename go with --diff"},
       {options.max_parse_mb < 0, "-o max_parse_mb must be a positive number of MiB"},
       {options.remote_timeout < 0, "-o remote_timeout takes a number of seconds"},
       {options.force && options.export_out == nullptr, "--force goes with --export"},
-      {options.export_out != nullptr && (options.query() || options.json || options.positional > 1),
+      {options.export_out != nullptr &&
+           (options.query() || options.stats || options.diff || options.json || options.positional > 1),
        "--export takes only OUT and MODEL: modelfs --export OUT.safetensors MODEL"},
   };
   for (const auto& [fault, message] : faults) {
@@ -101,6 +126,8 @@ void print_usage(const char* program) {
             << "       " << program << " --list [--json] MODEL\n"
             << "       " << program << " --info [--json] MODEL\n"
             << "       " << program << " --check [--json] MODEL\n"
+            << "       " << program << " --stats [--json] MODEL\n"
+            << "       " << program << " --diff [--json] [--atol X] [--rtol Y] [--rename s/A/B/]... A B\n"
             << "       " << program << " --export OUT.safetensors [--force] MODEL\n"
             << "       " << program << " -u MOUNTPOINT\n"
             << "       " << program << " --version | --help\n"
@@ -116,10 +143,20 @@ void print_usage(const char* program) {
             << "modelfs options:\n"
             << "    --list                 print the tensor table (name, dtype, shape, bytes)\n"
             << "    --info                 print the model's format, files, size and metadata\n"
-            << "    --json                 with --list, --info or --check: print JSON\n"
+            << "    --json                 with --list, --info, --check, --stats or --diff:\n"
+            << "                           print JSON\n"
             << "    --check                verify the whole model without mounting: every\n"
             << "                           offset and length, every byte readable, overlaps,\n"
             << "                           the format's checksums; exit 0, or 2 at the first fault\n"
+            << "    --stats                per tensor: count, min, max, mean, std of the finite\n"
+            << "                           values (as its .npy holds them), NaN, inf and zeros\n"
+            << "    --diff                 compare models A and B (any formats) tensor by tensor:\n"
+            << "                           identical, equal, close, different, mismatch (shape),\n"
+            << "                           only_a, only_b; exit 0 when all are identical, equal\n"
+            << "                           or close, 1 otherwise, 2 when a model cannot be read\n"
+            << "    --atol X, --rtol Y     with --diff: close is |a-b| <= X + Y*|b| (default 0)\n"
+            << "    --rename s/A/B/[g]     with --diff, repeatable: rewrite A's tensor names\n"
+            << "                           (a regular expression; \\1 and & in B) before matching\n"
             << "    --export OUT           write the model as one safetensors file (the mount's\n"
             << "                           .modelfs/model.safetensors) to OUT without mounting\n"
             << "    --force                with --export: replace OUT if it exists\n"

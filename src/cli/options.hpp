@@ -6,6 +6,9 @@
 #include <fuse_lowlevel.h>
 #include <fuse_opt.h>
 
+#include <string>
+#include <vector>
+
 namespace modelfs::cli {
 
 inline constexpr int kExitOk = 0;
@@ -44,13 +47,22 @@ struct Options {
   char* export_out = nullptr;  // --export OUT
   int export_float32 = 0;      // -o export=float32
   int force = 0;               // --force: --export may replace OUT
+  int stats = 0;               // --stats MODEL
+  int diff = 0;                // --diff A B (B is `mountpoint`)
+  char* atol = nullptr;        // --atol X, with --diff
+  char* rtol = nullptr;        // --rtol Y, with --diff
+  // --rename s/A/B/, repeatable, in order (the command line's own vector:
+  // fuse_opt fills fields by offset, so this struct holds only a pointer).
+  std::vector<std::string>* renames = nullptr;
 
   bool query() const { return list || info || check; }
 };
 
 // The arguments and what both parsers allocate from them, freed together.
 struct CommandLine {
-  CommandLine(int argc, char** argv) : program(argv[0]), args(FUSE_ARGS_INIT(argc, argv)) {}
+  CommandLine(int argc, char** argv) : program(argv[0]), args(FUSE_ARGS_INIT(argc, argv)) {
+    options.renames = &renames;
+  }
   ~CommandLine();
   CommandLine(const CommandLine&) = delete;
   CommandLine& operator=(const CommandLine&) = delete;
@@ -58,6 +70,7 @@ struct CommandLine {
   const char* program;
   fuse_args args;
   Options options;
+  std::vector<std::string> renames;
   fuse_cmdline_opts fuse{};  // filled by fuse_parse_cmdline, for a mount
 };
 
