@@ -177,7 +177,7 @@ int diff_command(const Options& options, Budget& budget) {
       to_compare.push_back(i);
     }
     uint64_t total_bytes = 0;
-    for (const size_t i : to_compare) total_bytes += pairs[i].a->tensor->bytes.size() * 2;
+    for (const size_t i : to_compare) total_bytes += pairs[i].a->tensor->nbytes() * 2;
     std::atomic<uint64_t> done{0};
     ProgressBar bar(::isatty(STDERR_FILENO) != 0, "diff");
     run_pool(
@@ -191,7 +191,7 @@ int diff_command(const Options& options, Budget& budget) {
             p.status = Status::Identical;
             p.compared = true;
           }
-          done += ta.bytes.size() * 2;
+          done += ta.nbytes() * 2;
         },
         [&] { bar.update(done, total_bytes); });
 
