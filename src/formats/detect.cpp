@@ -115,8 +115,7 @@ Catalog open_detected(const std::filesystem::path& model, IntegrityChecks* check
 }
 
 Catalog open_file(const ModelFile& file) {
-  auto head = file.mapped->bytes().first(std::min<uint64_t>(file.mapped->size(), 4096));
-  file.mapped->ensure(0, head.size());
+  const auto head = file.mapped->read(0, std::min<uint64_t>(file.mapped->size(), 4096));
   for (const auto& reader : kReaders)
     if (reader.probe_file && reader.probe_file(head))
       return within_budget(file.path.string(), reader.name, "reading the model",
