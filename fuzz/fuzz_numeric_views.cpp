@@ -16,6 +16,11 @@
 
 namespace {
 
+// Bytes in memory as the catalog holds them (a ByteSpan, which the views take).
+modelfs::ByteSpan in_memory(std::span<const std::byte> bytes) {
+  return modelfs::ByteSpan::owned(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+}
+
 using modelfs::DType;
 
 // Small numbers mostly (what a real view has), any 64-bit number sometimes.
@@ -68,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const uint64_t numel = in.ConsumeBool() ? codec.block_size * in.ConsumeIntegralInRange<uint64_t>(0, 8)
                                             : in.ConsumeIntegral<uint64_t>();
     const auto stored = in.ConsumeRemainingBytes<std::byte>();
-    if (auto view = modelfs::BlockView::make(stored, codec, numel)) fill(*view, in);
+    if (auto view = modelfs::BlockView::make(in_memory(stored), codec, numel)) fill(*view, in);
     return 0;
   }
   const size_t rank = in.ConsumeIntegralInRange<size_t>(0, 6);
@@ -80,6 +85,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (in.ConsumeIntegralInRange(0, 15) == 0) strides.push_back(1);
   auto converted = conversion(in);
   const auto stored = in.ConsumeBytes<std::byte>(in.ConsumeIntegralInRange<size_t>(0, 1 << 16));
-  if (auto view = modelfs::ElementView::make(stored, shape, strides, std::move(converted))) fill(*view, in);
+  if (auto view = modelfs::ElementView::make(in_memory(stored), shape, strides, std::move(converted)))
+    fill(*view, in);
   return 0;
 }

@@ -24,12 +24,13 @@ int main(int argc, char** argv) {
       std::cout << "] " << tensor.source.file << " "
                 << (tensor.source.offset ? std::to_string(*tensor.source.offset) : "-") << " "
                 << tensor.bytes.size();
-      // The bytes themselves, mapped from the model file.
-      const size_t shown = std::min<uint64_t>(tensor.bytes.size(), 4);
+      // The bytes themselves, mapped from the model file (span() makes them
+      // present: a remote model's are fetched).
+      const auto head = tensor.bytes.subspan(0, std::min<uint64_t>(tensor.bytes.size(), 4)).span();
       std::cout << " ";
-      for (size_t i = 0; i < shown; ++i) {
+      for (std::byte b : head) {
         char hex[3];
-        std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned>(tensor.bytes.data()[i]));
+        std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned>(b));
         std::cout << hex;
       }
       std::cout << "\n";

@@ -32,7 +32,9 @@
 namespace modelfs {
 
 // Bytes that stay valid as long as the span (or a copy) lives: `owner` keeps
-// the mapping or buffer they point into alive.
+// the mapping or buffer they point into alive. What hands out the bytes
+// themselves (span(), view()) makes them present first, so a remote model's
+// unfetched range is never read as the zeros of its sparse cache file.
 class ByteSpan {
  public:
   ByteSpan() = default;
@@ -42,15 +44,24 @@ class ByteSpan {
   // Bytes modelfs made itself (sidecars, .npy headers, decoded fields).
   static ByteSpan owned(std::string bytes);
 
+  // Where the bytes lie, not made present: an address to compare or to
+  // hand on, not to read (span() and view() read).
   const std::byte* data() const noexcept { return data_; }
   uint64_t size() const noexcept { return size_; }
-  std::span<const std::byte> span() const noexcept { return {data_, size_}; }
-  std::string_view view() const noexcept { return {reinterpret_cast<const char*>(data_), size_}; }
+  // The bytes, present (MappedFile::read: a remote model's blocks are
+  // fetched, or ModelError).
+  std::span<const std::byte> span() const;
+  std::string_view view() const {
+    const auto bytes = span();
+    return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+  }
   // Bytes [offset, offset + length) of these, sharing their owner; throws
   // std::out_of_range when the range does not fit (a bug, never a bad file).
   ByteSpan subspan(uint64_t offset, uint64_t length) const;
   // The mapped file these bytes lie in, or null for owned bytes.
   const MappedFile* mapped_file() const noexcept { return file_; }
+  // Where they start in that file (0 for owned bytes).
+  uint64_t file_offset() const noexcept;
 
  private:
   std::shared_ptr<const void> owner_;

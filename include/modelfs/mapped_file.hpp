@@ -8,9 +8,10 @@
 // A remote model (a URL) is mapped the same way, from a sparse local cache
 // file whose blocks are fetched when first needed. Nothing may read the
 // mapping before ensure() has made the range present: ensure() is the one
-// chokepoint (a no-op for local files), called by ByteReader, the protobuf
-// reader, the tree's read path, --check and the few readers that take bytes
-// of the mapping directly (ARCHITECTURE.md, "Remote models").
+// chokepoint (a no-op for local files). Readers and views never call it:
+// they take bytes through read() (here, ByteSpan::read, ByteReader), which
+// bounds-checks the range and makes it present before handing it out, so
+// none can forget (ARCHITECTURE.md, "Remote models").
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +30,16 @@ class Blocks;
 
 class MappedFile {
  public:
+  // What makes a sparse mapping's missing bytes present: a remote model's
+  // block cache (src/remote).
+  class Fetcher {
+   public:
+    virtual ~Fetcher() = default;
+    // Makes [offset, offset + length) present (clamped to the file), or
+    // throws ModelError.
+    virtual void make_present(uint64_t offset, uint64_t length) = 0;
+  };
+
   // Opens and maps `path`. Throws ModelError (format "file") when the file
   // cannot be opened, is not a regular file, or cannot be mapped. Never
   // blocks on a FIFO: the open is non-blocking and the type checked before
@@ -51,8 +62,15 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
   ~MappedFile();
 
-  std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
-  const std::byte* data() const noexcept { return data_; }
+  // Bytes [offset, offset + length) of the file, present: bounds-checked
+  // (ModelError past the end, naming the file) and, for a remote model,
+  // fetched first (ModelError when they cannot be had).
+  std::span<const std::byte> read(uint64_t offset, uint64_t length) const;
+  // The whole mapping, not made present: only for the cursors that make
+  // present what they hand out (ByteReader, the protobuf and ZIP readers)
+  // and the tree's held parts, which its read path makes present.
+  std::span<const std::byte> unchecked_bytes() const noexcept { return {data_, size_}; }
+  const std::byte* unchecked_data() const noexcept { return data_; }
   uint64_t size() const noexcept { return size_; }
   // The name used in messages and sidecars: the path as the user gave it.
   std::string display_name() const { return path_.string(); }
@@ -64,7 +82,7 @@ class MappedFile {
   // ModelError when they cannot be had: a read fails with EIO); for a local
   // file, nothing. The range is clamped to the file.
   void ensure(uint64_t offset, uint64_t length) const {
-    if (remote_ != nullptr) fetch_missing(offset, length);
+    if (fetcher_ != nullptr) fetcher_->make_present(offset, length);
   }
   // The same for bytes known only by address: those that lie in a remote
   // mapping are ensured, any others (local mappings, buffers) are left be.
@@ -75,15 +93,16 @@ class MappedFile {
 
  private:
   friend class remote::Blocks;
+  friend struct MappedFileTesting;  // a sparse file with a fetcher of its own (tests/unit)
   MappedFile() = default;
   // Maps size_ bytes of fd_ (nothing when 0).
   void map();
-  void fetch_missing(uint64_t offset, uint64_t length) const;
   static void ensure_at_slow(const std::byte* at, uint64_t length);
   static void register_remote(const MappedFile* file);
   static void unregister_remote(const MappedFile* file);
   static inline std::atomic<int> remote_mappings_{0};
   std::shared_ptr<remote::Blocks> remote_;
+  Fetcher* fetcher_ = nullptr;  // a remote model's: remote_
   std::filesystem::path path_;
   int fd_ = -1;
   const std::byte* data_ = nullptr;

@@ -69,32 +69,40 @@ struct DirEntry {
 // view's elements gathered into C order, for instance. Sizes are fixed at
 // build; a read costs in proportion to the range it asks for.
 //
-// The tree's read path (slice_parts) calls ensure() and then fill() under
+// The tree's read path (slice_parts) calls prepare() and then fill() under
 // the mapped-bytes guard (src/include/modelfs/mapped_bytes.hpp), so a model
 // file shrunk under the mount fails the read instead of the process: fill()
-// must read only what ensure() made present and, while it reads a mapping,
+// must read only what prepare() made present and, while it reads a mapping,
 // hold only trivially destructible objects (a fault leaves by longjmp).
 class ComputedBytes {
  public:
   virtual ~ComputedBytes() = default;
-  // Makes present the mapped bytes a fill of [offset, offset + length)
-  // reads: a remote model's blocks (MappedFile::ensure; throws ModelError
-  // when they cannot be had). Nothing for bytes already in memory.
-  virtual void ensure(uint64_t /*offset*/, uint64_t /*length*/) const {}
+  // Does what a fill of [offset, offset + length) needs outside the guard:
+  // makes present the mapped bytes it reads, taking them through their
+  // source (ByteSpan::span(): a remote model's blocks; ModelError when they
+  // cannot be had). Nothing for bytes already in memory.
+  virtual void prepare(uint64_t /*offset*/, uint64_t /*length*/) const {}
   // Writes bytes [offset, offset + out.size()) of the part into `out`; the
   // range lies within the part.
   virtual void fill(uint64_t offset, std::span<std::byte> out) const = 0;
 };
 
 // A part of a file's content: bytes held in memory (a range of a mapping,
-// text the tree printed) or bytes computed for each read.
+// text the tree printed) or bytes computed for each read. Held bytes of a
+// mapping keep their file, through which the read path makes them present.
 struct Part {
   const std::byte* bytes = nullptr;         // held, or
   const ComputedBytes* computed = nullptr;  // computed (then `bytes` is null)
   uint64_t size = 0;
-  uint64_t offset = 0;  // where it starts in its file (the tree sets it)
+  uint64_t offset = 0;                 // where it starts in its file (the tree sets it)
+  const MappedFile* source = nullptr;  // the mapping `bytes` lie in; null: bytes in memory
 
+  // Bytes the tree made (a header, a printed document).
   static Part held(std::span<const std::byte> span) { return {span.data(), nullptr, span.size()}; }
+  // A catalog's bytes (a tensor's range of its mapping), kept with their file.
+  static Part held(const ByteSpan& span) {
+    return {span.data(), nullptr, span.size(), 0, span.mapped_file()};
+  }
 };
 
 // The parts of [offset, offset + length) of a content made of `parts` (each
@@ -104,9 +112,12 @@ struct Part {
 // holds the rest copied into `scratch` (FUSE takes a short read for the end
 // of the file). The copy and the scratch are bounded by `length`; `scratch`
 // must outlive the iovecs and `out` must hold at least one. Returns how many
-// were written. Every byte it computes or copies is read under the
-// mapped-bytes guard: a mapping that faults (its file shrank) throws
-// ModelError, and the iovecs into held bytes are read only by the caller.
+// were written. It is where a read makes mapped bytes present: held bytes
+// through their part's file (MappedFile::read), computed ones through the
+// part's prepare(), both before any iovec points at them. Every byte it
+// computes or copies is read under the mapped-bytes guard: a mapping that
+// faults (its file shrank) throws ModelError, and the iovecs into held
+// bytes are read only by the caller.
 size_t slice_parts(std::span<const Part> parts, uint64_t offset, uint64_t length, std::span<iovec> out,
                    std::string& scratch);
 
@@ -147,6 +158,12 @@ class Tree {
   // which must outlive the iovecs. Returns how many were written.
   size_t read(const Node& file, uint64_t offset, uint64_t length, std::span<iovec> out,
               std::string& scratch) const;
+  // A front end's read: read(), then `reply` given the iovecs, which it
+  // must have copied or sent by the time it returns. A remote model's blocks
+  // the read made present stay in the cache until then (none evicted under
+  // the reply). Returns what `reply` returns.
+  int serve(const Node& file, uint64_t offset, uint64_t length, std::span<iovec> out, std::string& scratch,
+            const std::function<int(std::span<const iovec>)>& reply) const;
   // A file's parts, in order.
   std::span<const Part> parts(const Node& file) const noexcept {
     return std::span(parts_).subspan(file.first_part, file.part_count);

@@ -129,8 +129,7 @@ Catalog open_detected(const std::filesystem::path& model, IntegrityChecks* check
 }
 
 Catalog open_file(const ModelFile& file) {
-  auto head = file.mapped->bytes().first(std::min<uint64_t>(file.mapped->size(), 4096));
-  file.mapped->ensure(0, head.size());
+  const auto head = file.mapped->read(0, std::min<uint64_t>(file.mapped->size(), 4096));
   bool zip_tried = false;
   for (const auto& reader : format_readers()) {
     if (reader.probe_file && reader.probe_file(head))

@@ -105,9 +105,7 @@ struct TensorInfo {
 class Parser {
  public:
   Parser(std::shared_ptr<const MappedFile> file, const std::string& name)
-      : file_(std::move(file)),
-        name_(name),
-        reader_(file_->bytes(), file_->display_name(), std::string(kFormat)) {}
+      : file_(std::move(file)), name_(name), reader_(*file_, std::string(kFormat)) {}
 
   File parse() {
     read_header();

@@ -24,14 +24,6 @@ constexpr uint16_t kEncryptedFlags = 0x0001 | 0x0040;  // ZIP bits 0 (encrypted)
 constexpr uint64_t kMaxDeflateRatio = 1032;            // deflate's most: 258 bytes per 2 bits, and a bit
 constexpr size_t kMaxFieldDepth = 32;                  // nested structured fields, only skipped
 
-// The one way this reader reads a mapping: `length` bytes at `offset`,
-// made present first (a remote model's blocks). The caller has checked the
-// range against the file.
-std::span<const std::byte> present(const MappedFile& file, uint64_t offset, uint64_t length) {
-  file.ensure(offset, length);
-  return file.bytes().subspan(offset, length);
-}
-
 [[noreturn]] void fail(const Where& where, uint64_t offset, const std::string& reason) {
   throw ModelError(where.file, where.format, where.base + offset, where.prefix + reason);
 }
@@ -263,7 +255,7 @@ class HeadInflater {
       if (zs_.avail_in == 0) {
         if (in == compressed) break;
         const uint64_t n = std::min<uint64_t>(compressed - in, 64 * 1024);
-        zs_.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(present(file, offset + in, n).data()));
+        zs_.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(file.read(offset + in, n).data()));
         zs_.avail_in = static_cast<uInt>(n);
         in += n;
       }
@@ -403,7 +395,7 @@ Catalog open_file(const ModelFile& model) {
   const std::string name = model.path.filename().string();
   const Where where{file.display_name(), std::string(kNpyFormat), 0, ""};
   auto read = [&](uint64_t length) {
-    const auto bytes = present(file, 0, std::min(length, file.size()));
+    const auto bytes = file.read(0, std::min(length, file.size()));
     return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   };
   bool structured = false;
@@ -451,7 +443,7 @@ bool is_npz_archive(const ZipArchive& zip) {
   if (first.flags & kEncryptedFlags) return false;
   if (first.stored()) {
     if (first.compressed_size < kMagic.size()) return false;
-    const auto bytes = present(*zip.file(), zip.file_offset(first), kMagic.size());
+    const auto bytes = zip.file()->read(zip.file_offset(first), kMagic.size());
     return probe_file(bytes);
   }
   if (first.method != ZipArchive::kDeflated) return false;
@@ -496,7 +488,7 @@ Catalog open_npz(const ModelFile& model, const ZipArchive& zip) {
     auto read = [&](uint64_t length) {
       length = std::min(length, m.uncompressed_size);
       if (deflated) return inflater.head(file, at, m.compressed_size, length, where);
-      const auto bytes = present(file, at, length);
+      const auto bytes = file.read(at, length);
       return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
     };
     {

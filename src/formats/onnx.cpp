@@ -216,7 +216,7 @@ class Reader {
     catalog_.mtime = model_->mtime();
     catalog_.files.push_back(model_name_);
 
-    WireMessage model(model_->bytes(), 0, &context_);
+    WireMessage model(model_->unchecked_bytes(), 0, &context_);
     Fields fields(model);
     auto& meta = catalog_.metadata;
     if (const auto* f = fields.last(model_field::kIrVersion)) meta["ir_version"] = varint(*f);
@@ -520,10 +520,10 @@ class Reader {
         for (const auto& f : fields.every(kFloats)) {
           if (f.type == WireType::Length) {
             if (f.length % 4 != 0) fail(f.offset, "attribute \"" + name + "\": packed floats of odd length");
-            MappedFile::ensure_at(f.payload.data(), f.payload.size());
+            const auto packed = payload_bytes(f);
             for (uint64_t at = 0; at < f.length; at += 4) {
               uint32_t bits = 0;
-              std::memcpy(&bits, f.payload.data() + at, 4);
+              std::memcpy(&bits, packed.data() + at, 4);
               value.push_back(static_cast<double>(std::bit_cast<float>(bits)));
             }
           } else {
@@ -604,8 +604,8 @@ class Reader {
         for (const auto& f : fields.every(kFloats)) {
           if (f.type == WireType::Length) {
             if (f.length % 4 != 0) fail(f.offset, quote + "packed floats of odd length");
-            MappedFile::ensure_at(f.payload.data(), f.payload.size());
-            bytes.append(reinterpret_cast<const char*>(f.payload.data()), f.payload.size());
+            const auto packed = payload_bytes(f);
+            bytes.append(reinterpret_cast<const char*>(packed.data()), packed.size());
           } else if (f.type == WireType::Fixed32) {
             append_le(bytes, f.value, 4);
           } else {
@@ -629,8 +629,7 @@ class Reader {
             ++entries;
             continue;
           }
-          MappedFile::ensure_at(f.payload.data(), f.payload.size());  // counted before decoded
-          for (std::byte b : f.payload) entries += std::to_integer<uint8_t>(b) < 0x80;
+          for (std::byte b : payload_bytes(f)) entries += std::to_integer<uint8_t>(b) < 0x80;
         }
         if (entries > kMaxConstantListBytes / 8)
           fail(at, quote + std::to_string(entries) + " integers take more than the " +
@@ -954,8 +953,8 @@ class Reader {
                      " entries but shape and data_type need " + std::to_string(nbytes / entry_bytes));
       out.reserve(nbytes);
       for (const auto& f : occurrences) {
-        MappedFile::ensure_at(f.payload.data(), f.payload.size());
-        out.append(reinterpret_cast<const char*>(f.payload.data()), f.payload.size());
+        const auto raw = payload_bytes(f);
+        out.append(reinterpret_cast<const char*>(raw.data()), raw.size());
       }
     } else {
       // Stop collecting once there are more entries than the tensor holds,
@@ -1041,8 +1040,7 @@ class Reader {
                             constexpr uint64_t kChunk = 1 << 20;
                             for (uint64_t done = 0; done < length; done += kChunk) {
                               const uint64_t n = std::min(kChunk, length - done);
-                              file->ensure(from + done, n);
-                              sha.update(file->bytes().subspan(from + done, n));
+                              sha.update(file->read(from + done, n));
                               if (report) progress(n);
                             }
                             return sha.hex_digest();

@@ -20,7 +20,6 @@
 #include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/present.hpp"
 #include "torch_objects.hpp"
 #include "torch_save.hpp"
 
@@ -287,7 +286,7 @@ std::string ArchiveReader::text_of(const ZipMember& member, uint64_t limit) cons
   if (member.uncompressed_size > limit)
     fail(offset_of(member), member.name + " is " + std::to_string(member.uncompressed_size) +
                                 " bytes, over the limit of " + std::to_string(limit) + " for it");
-  return std::string(present(zip_.contents(member)).view());
+  return std::string(zip_.contents(member).view());
 }
 
 json ArchiveReader::json_of(const ZipMember& member) const {
@@ -313,7 +312,7 @@ void ArchiveReader::add_save_tensors(torch_save::SaveContents contents, const st
 // The member's bytes begin as a ZIP archive does (a nested torch.save).
 bool ArchiveReader::holds_zip(const ZipMember& member) const {
   if (member.uncompressed_size < 4) return false;
-  return present(zip_.contents(member).subspan(0, 4)).view() == std::string_view("PK\x03\x04", 4);
+  return zip_.contents(member).subspan(0, 4).view() == std::string_view("PK\x03\x04", 4);
 }
 
 // A torch.save archive stored as `member`: read in place when stored,

@@ -21,7 +21,7 @@ class Parser {
       : file_(std::move(file)), name_(name) {}
 
   File parse() {
-    ByteReader reader(file_->bytes(), file_->display_name(), std::string(kFormat));
+    ByteReader reader(*file_, std::string(kFormat));
     if (file_->size() < 8)
       fail(0, "file is " + std::to_string(file_->size()) + " bytes, too short for the 8-byte header length");
     const uint64_t n = reader.u64("header length");

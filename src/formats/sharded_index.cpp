@@ -54,8 +54,8 @@ Catalog open_sharded_index(const ModelFile& index_model, const ShardedFormat& fo
     return ModelError(index_name, std::string(format.index), std::nullopt, reason);
   };
   const auto& index_file = index_model.mapped;
-  index_file->ensure(0, index_file->size());
-  const std::string_view text(reinterpret_cast<const char*>(index_file->data()), index_file->size());
+  const auto bytes = index_file->read(0, index_file->size());
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   nlohmann::json index = parse_json_limited(text, index_name, format.index, 0, format.max_json_depth);
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
     throw refuse("no \"weight_map\" object mapping tensor names to shard files");

@@ -11,7 +11,6 @@
 
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/present.hpp"
 #include "modelfs/unpickler.hpp"
 #include "modelfs/zip_archive.hpp"
 #include "sharded_index.hpp"
@@ -70,7 +69,7 @@ void read_script_classes(const ZipArchive& zip, const std::string& prefix, WalkO
     std::ranges::replace(module, '/', '.');
     std::string text;
     try {
-      text = std::string(present(zip.contents(member)).view());
+      text = std::string(zip.contents(member).view());
     } catch (const ModelError& e) {
       spdlog::warn("{}: TorchScript source not read, parameter/buffer kinds unknown: {}", options.file,
                    e.what());
@@ -140,7 +139,7 @@ Catalog open_zip(const ModelFile& model, const ZipArchive& zip) {
   const ZipMember* version = zip.find(prefix + ".data/version");
   if (!version) version = zip.find(prefix + "version");
   if (version) {
-    const std::string text = trimmed(present(zip.contents(*version)).view());
+    const std::string text = trimmed(zip.contents(*version).view());
     int value = 0;
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (ec != std::errc() || end != text.data() + text.size() || value < 1 || value > kMaxArchiveVersion)
@@ -149,7 +148,7 @@ Catalog open_zip(const ModelFile& model, const ZipArchive& zip) {
     info["version"] = value;
   }
   if (const ZipMember* order = zip.find(prefix + "byteorder")) {
-    const std::string text = trimmed(present(zip.contents(*order)).view());
+    const std::string text = trimmed(zip.contents(*order).view());
     if (text != "little" && text != "big")
       throw refuse(format, "byteorder record says \"" + text.substr(0, 20) + "\", not little or big");
     options.byte_swap = text == "big";
@@ -187,7 +186,9 @@ Catalog open_legacy(const ModelFile& model) {
   const auto& file = model.mapped;
   const std::string display = file->display_name();
   const std::string format = "pytorch";
-  const auto bytes = file->bytes();
+  // Not made present here: the unpickler's cursor makes present what it
+  // reads, and the counts below are read through file->read.
+  const auto bytes = file->unchecked_bytes();
   uint64_t position = 0;
   auto fail = [&](uint64_t at, const std::string& reason) {
     return ModelError(display, "legacy torch.save", at, reason);
@@ -239,8 +240,7 @@ Catalog open_legacy(const ModelFile& model) {
     if (bytes.size() - position < 8)
       throw fail(position, "storage " + key->text + ": element count runs past the end of the file");
     int64_t numel = 0;
-    file->ensure(position, 8);
-    std::memcpy(&numel, bytes.data() + position, 8);
+    std::memcpy(&numel, file->read(position, 8).data(), 8);
     if (numel < 0 || static_cast<uint64_t>(numel) != id->second.numel)
       throw fail(position, "storage " + key->text + " holds " + std::to_string(numel) +
                                " elements, but the object says " + std::to_string(id->second.numel));
@@ -293,8 +293,7 @@ const ShardedFormat kSharded{kIndexFormat, "pytorch", kMaxIndexJsonDepth};
 
 Catalog open_shard(const ModelFile& shard, const std::string&) {
   const std::filesystem::path& path = shard.path;
-  auto head = shard.mapped->bytes().first(std::min<uint64_t>(shard.mapped->size(), 64));
-  shard.mapped->ensure(0, head.size());
+  const auto head = shard.mapped->read(0, std::min<uint64_t>(shard.mapped->size(), 64));
   if (probe_zip(head)) return open_zip(shard);
   if (probe_legacy(head)) return open_legacy(shard);
   throw ModelError(path.string(), std::string(kIndexFormat), 0,

@@ -9,7 +9,6 @@
 #include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/present.hpp"
 
 namespace modelfs::torch {
 namespace {
@@ -617,7 +616,7 @@ void ObjectWalker::make_tensor(const Value* storage, const Value& args, size_t f
     if (span.size() > kMaxSwapBytes)
       fail("tensor \"" + name + "\": big-endian storage of " + std::to_string(span.size()) +
            " bytes exceeds the byte-swap limit of " + std::to_string(kMaxSwapBytes));
-    std::string swapped(present(span).view());
+    std::string swapped(span.view());
     for (uint64_t at = 0; at + unit <= swapped.size(); at += unit)
       std::reverse(swapped.begin() + static_cast<std::ptrdiff_t>(at),
                    swapped.begin() + static_cast<std::ptrdiff_t>(at + unit));

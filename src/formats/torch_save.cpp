@@ -4,7 +4,6 @@
 #include <string>
 
 #include "modelfs/error.hpp"
-#include "modelfs/present.hpp"
 #include "modelfs/unpickler.hpp"
 
 namespace modelfs::torch_save {
@@ -57,7 +56,7 @@ SaveContents read_save(const ZipArchive& zip, torch::WalkOptions options, const 
     throw ModelError(options.file, options.format, zip.base(),
                      "nested archive holds no " + prefix + "data.pkl: not a torch.save archive");
   if (const ZipMember* order = zip.find(prefix + "byteorder")) {
-    const std::string text = trimmed(present(zip.contents(*order)).view());
+    const std::string text = trimmed(zip.contents(*order).view());
     if (text != "little" && text != "big")
       throw ModelError(
           options.file, options.format, std::nullopt,

@@ -12,7 +12,6 @@
 
 #include "loop.hpp"
 #include "modelfs/json_text.hpp"
-#include "modelfs/remote.hpp"
 #include "prefetcher.hpp"
 #include "replies.hpp"
 #include "threads.hpp"
@@ -211,8 +210,6 @@ void warn_failed_read(const Node& node, uint64_t offset, int error) {
 
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
   guarded(req, "read", [&] {
-    // A remote model's blocks this read makes present stay until replied.
-    const remote::ReadScope remote_blocks;
     const Node* node = context(req).tree->node(ino);
     if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
     if (node->kind != NodeKind::File) return (void)fuse_reply_err(req, EISDIR);
@@ -227,7 +224,6 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
     // the scratch grows to the largest request (max_read) at most.
     thread_local std::array<iovec, IOV_MAX - 1> iov{};
     thread_local std::string scratch;  // a sidecar printed, computed bytes, the copied rest
-    const size_t count = context(req).tree->read(*node, start, length, iov, scratch);
     // `req` is gone once answered.
     Prefetcher* const prefetcher = context(req).prefetcher;
     const pid_t reader = fuse_req_ctx(req)->pid;
@@ -235,8 +231,11 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
     // If the model file shrank under the mount, that copy faults in the
     // kernel (EFAULT here, never SIGBUS in the daemon) and the kernel answers
     // the reader EIO: an error, never wrong bytes.
-    if (const int error = fuse_reply_iov(req, iov.data(), static_cast<int>(count)); error < 0)
-      return warn_failed_read(*node, start, -error);
+    const int error =
+        context(req).tree->serve(*node, start, length, iov, scratch, [req](std::span<const iovec> v) {
+          return fuse_reply_iov(req, v.data(), static_cast<int>(v.size()));
+        });
+    if (error < 0) return warn_failed_read(*node, start, -error);
     if (prefetcher != nullptr) prefetcher->note_read(ino, start, length, reader);
   });
 }

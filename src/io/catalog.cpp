@@ -16,7 +16,7 @@ ByteSpan ByteSpan::mapped(std::shared_ptr<const MappedFile> file, uint64_t offse
     throw std::out_of_range("ByteSpan::mapped: range outside the mapped file");
   ByteSpan span;
   span.file_ = file.get();
-  span.data_ = file->data() == nullptr ? nullptr : file->data() + offset;
+  span.data_ = file->unchecked_data() == nullptr ? nullptr : file->unchecked_data() + offset;
   span.size_ = length;
   span.owner_ = std::move(file);
   return span;
@@ -29,6 +29,16 @@ ByteSpan ByteSpan::owned(std::string bytes) {
   span.size_ = buffer->size();
   span.owner_ = std::move(buffer);
   return span;
+}
+
+uint64_t ByteSpan::file_offset() const noexcept {
+  if (file_ == nullptr || data_ == nullptr) return 0;
+  return static_cast<uint64_t>(data_ - file_->unchecked_data());
+}
+
+std::span<const std::byte> ByteSpan::span() const {
+  if (file_ != nullptr) return file_->read(file_offset(), size_);
+  return {data_, size_};
 }
 
 ByteSpan ByteSpan::subspan(uint64_t offset, uint64_t length) const {

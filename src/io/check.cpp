@@ -56,7 +56,7 @@ void check_model(const Catalog& catalog, const IntegrityChecks& checks,
   for (const auto& t : catalog.tensors()) {
     const MappedFile* file = t.bytes.mapped_file();
     if (file == nullptr || t.bytes.size() == 0) continue;
-    const auto begin = static_cast<uint64_t>(t.bytes.data() - file->data());
+    const uint64_t begin = t.bytes.file_offset();
     placed.push_back({file, begin, begin + t.bytes.size(), &t});
   }
   // Tensors with no bytes in a file (empty, or bytes a reader made) have

@@ -74,6 +74,15 @@ void MappedFile::ensure_at_slow(const std::byte* at, uint64_t length) {
     owner->ensure(reinterpret_cast<uintptr_t>(at) - reinterpret_cast<uintptr_t>(owner->data_), length);
 }
 
+std::span<const std::byte> MappedFile::read(uint64_t offset, uint64_t length) const {
+  if (offset > size_ || length > size_ - offset)
+    throw ModelError(display_name(), "file", offset,
+                     "a read of " + std::to_string(length) + " bytes passes the end (" +
+                         std::to_string(size_) + " bytes)");
+  ensure(offset, length);
+  return {data_ + offset, length};
+}
+
 std::shared_ptr<const MappedFile> MappedFile::open(const std::filesystem::path& path) {
   if (remote::is_url(path.native())) return remote::open(path.native());
   // O_NONBLOCK: opening a FIFO (or a terminal) for reading would otherwise

@@ -134,6 +134,11 @@ void append_varints(const WireField& field, const WireContext& context, std::vec
   while (pos < field.payload.size()) out.push_back(read_varint(field.payload, pos, context, field.offset));
 }
 
+std::span<const std::byte> payload_bytes(const WireField& field) {
+  MappedFile::ensure_at(field.payload.data(), field.payload.size());
+  return field.payload;
+}
+
 std::string_view field_text(const WireField& field, const WireContext& context) {
   expect_type(field, WireType::Length, "hold a string", context);
   MappedFile::ensure_at(field.payload.data(), field.payload.size());

@@ -109,7 +109,7 @@ struct ZipArchive::Libzip {
     for (const auto& member : archive.members_) names += member.name.size();
     charge_budget(archive.members_.size() * kLibzipBytesPerEntry + names, archive.file_->display_name(),
                   archive.format_, "libzip's reading of the directory");
-    const std::byte* data = archive.file_->data() + archive.base_;
+    const std::byte* data = archive.file_->unchecked_data() + archive.base_;
     const uint64_t size = archive.length_;
     zip_error_t why;
     zip_error_init(&why);
@@ -171,7 +171,7 @@ void ZipArchive::fail(uint64_t archive_offset, const std::string& reason) const 
 }
 
 void ZipArchive::read_directory() {
-  const auto bytes = file_->bytes().subspan(base_, length_);
+  const auto bytes = file_->unchecked_bytes().subspan(base_, length_);
   if (length_ < kEndRecordBytes) fail(0, "too short for an end-of-central-directory record");
 
   // The end record is the last 22 bytes plus a comment of up to 64 KiB:
@@ -285,7 +285,7 @@ void ZipArchive::read_member(ByteReader& directory, uint64_t directory_offset) {
   // PyTorch's alignment padding, differ from the central copy); its CRC and
   // sizes may be zeros with the real values in a data descriptor, so they
   // are not read.
-  const auto bytes = file_->bytes().subspan(base_, length_);
+  const auto bytes = file_->unchecked_bytes().subspan(base_, length_);
   ByteReader local(bytes, file_->display_name(), format_, base_);
   if (member.local_header_offset > length_ || length_ - member.local_header_offset < kLocalHeaderBytes)
     fail(header_at, quote() + "local header offset " + std::to_string(member.local_header_offset) +

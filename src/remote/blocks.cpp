@@ -400,7 +400,7 @@ std::atomic<uint64_t> cached_bytes{0};
 std::atomic<uint64_t> use_clock{0};
 std::mutex evicting;
 
-class Blocks {
+class Blocks final : public MappedFile::Fetcher {
  public:
   Blocks(Target target, Identity id) : target_(std::move(target)), id_(std::move(id)) {}
   ~Blocks() {
@@ -423,6 +423,7 @@ class Blocks {
   // The object as a mapped file, over its cache (created when missing).
   static std::shared_ptr<const MappedFile> map(Target target, Identity id);
   void ensure(uint64_t offset, uint64_t length);
+  void make_present(uint64_t offset, uint64_t length) override { ensure(offset, length); }
 
  private:
   bool present(uint64_t block) const { return __atomic_load_n(presence_ + block, __ATOMIC_ACQUIRE) != 0; }
@@ -585,6 +586,7 @@ std::shared_ptr<const MappedFile> Blocks::map(Target target, Identity id) {
   file->path_ = blocks->target_.display;
   blocks->attach(*file);
   file->remote_ = blocks;
+  file->fetcher_ = blocks.get();
   MappedFile::register_remote(file.get());
   std::lock_guard guard(open_lock);
   open_objects.push_back(blocks.get());
@@ -972,8 +974,4 @@ std::shared_ptr<const MappedFile> open(std::string_view name) {
 
 }  // namespace modelfs::remote
 
-namespace modelfs {
-
-void MappedFile::fetch_missing(uint64_t offset, uint64_t length) const { remote_->ensure(offset, length); }
-
-}  // namespace modelfs
+namespace modelfs {}  // namespace modelfs

@@ -46,7 +46,7 @@ Checkpoints& checkpoints() {
   return *kept;
 }
 
-// The last read's bytes of this thread, from ensure() to fill().
+// The last read's bytes of this thread, from prepare() to fill().
 struct ReadOut {
   uint64_t view = 0;
   uint64_t offset = 0;
@@ -61,7 +61,7 @@ std::atomic<uint64_t> g_next_id{1};
 
 InflateView::InflateView(const Tensor& tensor, std::string file, std::string format)
     : id_(g_next_id.fetch_add(1)),
-      stream_(tensor.bytes.data()),
+      stream_(tensor.bytes),
       stream_size_(tensor.bytes.size()),
       decoded_offset_(tensor.encoded->decoded_offset),
       size_(tensor.encoded->size),
@@ -80,7 +80,7 @@ InflateView::~InflateView() {
     if (slot.owner == id_) slot.owner = 0;
 }
 
-void InflateView::ensure(uint64_t offset, uint64_t length) const {
+void InflateView::prepare(uint64_t offset, uint64_t length) const {
   t_read.view = 0;
   if (length == 0) return;
   if (offset > size_ || length > size_ - offset) throw std::logic_error("a read outside an inflated part");
@@ -120,8 +120,9 @@ void InflateView::ensure(uint64_t offset, uint64_t length) const {
   auto step = [&](Bytef* to, uint64_t room) -> std::pair<int, uint64_t> {
     if (zs.avail_in == 0 && slot->in < stream_size_) {
       const uint64_t n = std::min(kInputStep, stream_size_ - slot->in);
-      MappedFile::ensure_at(stream_ + slot->in, n);
-      zs.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(stream_ + slot->in));
+      // span() makes a remote model's blocks present first.
+      const std::span<const std::byte> input = stream_.subspan(slot->in, n).span();
+      zs.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(input.data()));
       zs.avail_in = static_cast<uInt>(n);
     }
     zs.next_out = to;
@@ -182,7 +183,7 @@ void InflateView::fill(uint64_t offset, std::span<std::byte> out) const {
   if (out.empty()) return;
   if (t_read.view != id_ || offset < t_read.offset || offset - t_read.offset > t_read.length ||
       out.size() > t_read.length - (offset - t_read.offset))
-    throw std::logic_error("an inflated part filled without ensure() first");
+    throw std::logic_error("an inflated part filled without prepare() first");
   std::memcpy(out.data(), t_read.bytes.data() + (offset - t_read.offset), out.size());
 }
 

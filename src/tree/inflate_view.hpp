@@ -14,7 +14,7 @@
 //
 // The mapped-bytes rule (ARCHITECTURE.md): zlib's state must be taken under
 // a lock, and a lock may not be held where a SIGBUS jump can pass. So the
-// work is done in ensure(): it locks, makes the compressed bytes present,
+// work is done in prepare(): it locks, makes the compressed bytes present,
 // inflates under its own guard (zlib's frames hold nothing to destroy) into
 // the calling thread's buffer, and unlocks as it returns or throws; fill()
 // only copies from that buffer and reads no mapping.
@@ -41,12 +41,12 @@ class InflateView final : public ComputedBytes {
   // Inflates [offset, offset + length) of the part into this thread's
   // buffer; throws ModelError (EIO) when the stream is corrupt, ends early
   // or yields more than the member declares.
-  void ensure(uint64_t offset, uint64_t length) const override;
+  void prepare(uint64_t offset, uint64_t length) const override;
   void fill(uint64_t offset, std::span<std::byte> out) const override;
 
  private:
-  uint64_t id_;  // which checkpoints are this view's (addresses are reused)
-  const std::byte* stream_;
+  uint64_t id_;      // which checkpoints are this view's (addresses are reused)
+  ByteSpan stream_;  // the deflate stream, in the mapping
   uint64_t stream_size_;
   uint64_t decoded_offset_;
   uint64_t size_;

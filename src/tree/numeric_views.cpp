@@ -184,9 +184,9 @@ class PerChannelConversion final : public ElementConversion {
   uint32_t stored_bits() const noexcept override { return quantized_bits(stored_); }
   uint32_t value_size() const noexcept override { return 4; }
   // The scales and zero points may lie in a remote model's mapping.
-  void ensure() const override {
-    MappedFile::ensure_at(p_.scales.data(), p_.scales.size());
-    MappedFile::ensure_at(p_.zero_points.data(), p_.zero_points.size());
+  void prepare() const override {
+    p_.scales.span();
+    p_.zero_points.span();
   }
   void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t position,
                std::byte* out) const override {
@@ -342,8 +342,7 @@ std::unique_ptr<ElementConversion> affine_conversion(DType stored, const PerChan
   return std::make_unique<PerChannelConversion>(stored, params);
 }
 
-std::unique_ptr<ElementView> ElementView::make(std::span<const std::byte> stored,
-                                               std::span<const uint64_t> shape,
+std::unique_ptr<ElementView> ElementView::make(const ByteSpan& stored, std::span<const uint64_t> shape,
                                                std::span<const int64_t> strides,
                                                std::shared_ptr<const ElementConversion> conversion) {
   if (!conversion || shape.size() != strides.size()) return nullptr;
@@ -372,20 +371,17 @@ std::unique_ptr<ElementView> ElementView::make(std::span<const std::byte> stored
   // the bound, no view (npy.hpp).
   if (!kViewBound.allows(size.value(), stored.size())) return nullptr;
 
-  std::unique_ptr<ElementView> view(new ElementView());
-  view->base_ = stored.data();
-  view->reach_ = reach.value();
+  std::unique_ptr<ElementView> view(new ElementView(stored, reach.value(), size.value()));
   view->shape_ = shape;
   view->strides_ = strides;
   view->contiguous_ = contiguous;
   view->conversion_ = std::move(conversion);
-  view->size_ = size.value();
   return view;
 }
 
 void ElementView::values(uint64_t position, size_t count, std::byte* out) const {
   if (contiguous_) {
-    conversion_->convert(base_, position, count, position, out);
+    conversion_->convert(base(), position, count, position, out);
     return;
   }
   // Runs along the innermost dimension: contiguous in storage where its
@@ -406,10 +402,10 @@ void ElementView::values(uint64_t position, size_t count, std::byte* out) const 
     }
     const size_t run = static_cast<size_t>(std::min<uint64_t>(count, inner - inner_index));
     if (inner_stride == 1) {
-      conversion_->convert(base_, at, run, position, out);
+      conversion_->convert(base(), at, run, position, out);
     } else {
       for (size_t k = 0; k < run; ++k)
-        conversion_->convert(base_, at + k * inner_stride, 1, position + k, out + k * value_size);
+        conversion_->convert(base(), at + k * inner_stride, 1, position + k, out + k * value_size);
     }
     out += run * value_size;
     position += run;
@@ -417,11 +413,9 @@ void ElementView::values(uint64_t position, size_t count, std::byte* out) const 
   }
 }
 
-void ElementView::ensure(uint64_t, uint64_t) const {
-  // A remote model's tensor is made present whole (a strided view reaches
-  // any of it).
-  MappedFile::ensure_at(base_, reach_);
-  conversion_->ensure();
+void ElementView::prepare(uint64_t, uint64_t) const {
+  prepare_stored();
+  conversion_->prepare();
 }
 
 void ElementView::fill(uint64_t offset, std::span<std::byte> out) const {
@@ -455,8 +449,7 @@ void ElementView::fill(uint64_t offset, std::span<std::byte> out) const {
   }
 }
 
-std::unique_ptr<BlockView> BlockView::make(std::span<const std::byte> stored, const GgmlType& type,
-                                           uint64_t numel) {
+std::unique_ptr<BlockView> BlockView::make(const ByteSpan& stored, const GgmlType& type, uint64_t numel) {
   const GgmlType* codec = &type;
   if (codec->dequantize == nullptr || codec->dequantize_row == nullptr || numel % codec->block_size != 0)
     return nullptr;
@@ -464,22 +457,15 @@ std::unique_ptr<BlockView> BlockView::make(std::span<const std::byte> stored, co
   const Size size = Size(numel) * 4;
   if (!bytes.ok() || !size.ok() || bytes.value() > stored.size()) return nullptr;
   if (!kViewBound.allows(size.value(), stored.size())) return nullptr;
-  std::unique_ptr<BlockView> view(new BlockView());
-  view->base_ = stored.data();
-  view->reach_ = bytes.value();
+  std::unique_ptr<BlockView> view(new BlockView(stored, bytes.value(), size.value()));
   view->type_ = codec;
-  view->size_ = size.value();
   return view;
-}
-
-void BlockView::ensure(uint64_t, uint64_t) const {
-  MappedFile::ensure_at(base_, reach_);  // a remote model's blocks
 }
 
 void BlockView::fill(uint64_t offset, std::span<std::byte> out) const {
   const GgmlType* codec = type_;
   const uint64_t block_bytes = uint64_t{codec->block_size} * 4;  // of float32 values
-  const auto* base = reinterpret_cast<const uint8_t*>(base_);
+  const auto* stored = reinterpret_cast<const uint8_t*>(base());
   alignas(16) float values[256];
   uint64_t block = offset / block_bytes;
   size_t within = offset % block_bytes;
@@ -490,13 +476,13 @@ void BlockView::fill(uint64_t offset, std::span<std::byte> out) const {
     // cut by either end of the range through `values`.
     if (within == 0 && left >= block_bytes && reinterpret_cast<uintptr_t>(to) % alignof(float) == 0) {
       const size_t count = left / block_bytes;
-      codec->dequantize_row(base + block * codec->type_size, count, reinterpret_cast<float*>(to));
+      codec->dequantize_row(stored + block * codec->type_size, count, reinterpret_cast<float*>(to));
       block += count;
       to += count * block_bytes;
       left -= count * block_bytes;
       continue;
     }
-    codec->dequantize(base + block * codec->type_size, values);
+    codec->dequantize(stored + block * codec->type_size, values);
     const size_t take = std::min<size_t>(block_bytes - within, left);
     std::memcpy(to, reinterpret_cast<const std::byte*>(values) + within, take);
     to += take;

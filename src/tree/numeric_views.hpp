@@ -45,13 +45,13 @@ class ElementConversion {
   // Converts `count` stored elements, the first at element `first` of
   // `stored` (which the caller has bounds-checked), whose C-order positions
   // in the tensor start at `position`, into `count` values at `out`.
-  // Reads only `stored` and what ensure() made present, holding only
+  // Reads only `stored` and what prepare() made present, holding only
   // trivially destructible objects (it runs under the mapped-bytes guard).
   virtual void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t position,
                        std::byte* out) const = 0;
   // Makes present the mapped bytes it reads beyond `stored` (a remote
   // model's blocks): a per-channel conversion's scales and zero points.
-  virtual void ensure() const {}
+  virtual void prepare() const {}
 };
 
 // The numpy type the .npy of a plain dtype numpy lacks holds (float32;
@@ -73,11 +73,12 @@ struct PerTensorAffine {
 };
 // Per channel along `axis`: `scales` (float64 or float32) and `zero_points`
 // (int64 or int32; float32/float64 for the float-qparams scheme) hold one
-// entry per channel; their bytes must outlive the conversion.
+// entry per channel; their bytes must outlive the conversion (the catalog's
+// spans, kept with their file: prepare() makes them present through it).
 struct PerChannelAffine {
-  std::span<const std::byte> scales;
+  ByteSpan scales;
   DType scales_dtype = DType::Float64;
-  std::span<const std::byte> zero_points;
+  ByteSpan zero_points;
   DType zero_points_dtype = DType::Int64;
   bool float_qparams = false;  // zero points are floats, subtracted as such
   uint64_t channels = 0;       // shape[axis]
@@ -87,7 +88,28 @@ std::unique_ptr<ElementConversion> affine_conversion(DType stored, const PerTens
 // Null when the parameters do not fit (sizes, dtypes, a zero channel count).
 std::unique_ptr<ElementConversion> affine_conversion(DType stored, const PerChannelAffine& params);
 
-class ElementView final : public ComputedBytes {
+// What both views are: bytes computed from a tensor's stored bytes, which
+// they keep with their source, so that prepare() makes present, through the
+// tensor's own file, what a fill reads (a remote model's tensor whole: a
+// strided view reaches any of it).
+class StoredView : public ComputedBytes {
+ public:
+  uint64_t size() const noexcept { return size_; }
+
+ protected:
+  StoredView(const ByteSpan& stored, uint64_t reach, uint64_t size)
+      : stored_(stored.subspan(0, reach)), size_(size) {}
+  // The stored bytes made present (ModelError when they cannot be had).
+  void prepare_stored() const { stored_.span(); }
+  // Where they lie: read by fill() only, after prepare().
+  const std::byte* base() const noexcept { return stored_.data(); }
+
+ private:
+  ByteSpan stored_;  // the bytes the values are read from
+  uint64_t size_ = 0;
+};
+
+class ElementView final : public StoredView {
  public:
   static constexpr uint32_t kMaxValueSize = 16;  // complex128
 
@@ -96,47 +118,38 @@ class ElementView final : public ComputedBytes {
   // would lie outside `stored`, a stride is negative, the sizes overflow or
   // the view would pass kViewBound (npy.hpp).
   // Shape and strides must outlive the view.
-  static std::unique_ptr<ElementView> make(std::span<const std::byte> stored, std::span<const uint64_t> shape,
+  static std::unique_ptr<ElementView> make(const ByteSpan& stored, std::span<const uint64_t> shape,
                                            std::span<const int64_t> strides,
                                            std::shared_ptr<const ElementConversion> conversion);
-  uint64_t size() const noexcept { return size_; }
-  void ensure(uint64_t offset, uint64_t length) const override;
+  void prepare(uint64_t offset, uint64_t length) const override;
   void fill(uint64_t offset, std::span<std::byte> out) const override;
   ElementView(ElementView&&) = default;
 
  private:
-  ElementView() = default;
+  ElementView(const ByteSpan& stored, uint64_t reach, uint64_t size) : StoredView(stored, reach, size) {}
   // Values of elements [position, position + count) (C order) into `out`.
   void values(uint64_t position, size_t count, std::byte* out) const;
 
-  const std::byte* base_ = nullptr;
-  uint64_t reach_ = 0;  // bytes from base_ the values are read from (ensure())
   std::span<const uint64_t> shape_;
   std::span<const int64_t> strides_;
   bool contiguous_ = true;
   std::shared_ptr<const ElementConversion> conversion_;
-  uint64_t size_ = 0;
 };
 
-class BlockView final : public ComputedBytes {
+class BlockView final : public StoredView {
  public:
   // The float32 values of `numel` elements of ggml type `type` stored in
   // `stored`; null when the type has no kernels, numel is not a whole
   // number of blocks, the blocks do not fit or the view would pass
   // kViewBound (npy.hpp).
-  static std::unique_ptr<BlockView> make(std::span<const std::byte> stored, const GgmlType& type,
-                                         uint64_t numel);
-  uint64_t size() const noexcept { return size_; }
-  void ensure(uint64_t offset, uint64_t length) const override;
+  static std::unique_ptr<BlockView> make(const ByteSpan& stored, const GgmlType& type, uint64_t numel);
+  void prepare(uint64_t, uint64_t) const override { prepare_stored(); }
   void fill(uint64_t offset, std::span<std::byte> out) const override;
   BlockView(BlockView&&) = default;
 
  private:
-  BlockView() = default;
-  const std::byte* base_ = nullptr;
-  uint64_t reach_ = 0;  // bytes from base_ the values are read from (ensure())
+  BlockView(const ByteSpan& stored, uint64_t reach, uint64_t size) : StoredView(stored, reach, size) {}
   const GgmlType* type_ = nullptr;
-  uint64_t size_ = 0;
 };
 
 // Where a tree keeps its converted views: side by side in storage sized

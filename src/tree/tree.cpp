@@ -19,12 +19,23 @@
 #include "modelfs/mapped_bytes.hpp"
 #include "modelfs/naming.hpp"
 #include "modelfs/npy.hpp"
+#include "modelfs/remote.hpp"
 #include "modelfs/sidecar.hpp"
 #include "numeric_views.hpp"
 
 namespace modelfs {
 
 namespace {
+
+// Bytes [within, within + length) of a held part, present: the one place
+// a read makes held bytes of a mapping present (a remote model's blocks
+// fetched through the part's own file), before they are copied or go to the
+// kernel.
+const std::byte* held_bytes(const Part& part, uint64_t within, uint64_t length) {
+  if (part.source == nullptr) return part.bytes + within;
+  const auto start = static_cast<uint64_t>(part.bytes - part.source->unchecked_data());
+  return part.source->read(start + within, length).data();
+}
 
 // Bytes [within, within + out.size()) of one part into `out`: the only
 // place the read path takes bytes of a mapping itself. A remote model's
@@ -33,11 +44,10 @@ namespace {
 // read (ModelError: EIO) and not the process (SIGBUS).
 void copy_part(const Part& part, uint64_t within, std::span<std::byte> out) {
   if (part.computed != nullptr) {
-    part.computed->ensure(within, out.size());
+    part.computed->prepare(within, out.size());
     read_mapped([&] { part.computed->fill(within, out); });
   } else {
-    MappedFile::ensure_at(part.bytes + within, out.size());
-    copy_mapped(out.data(), part.bytes + within, out.size());
+    copy_mapped(out.data(), held_bytes(part, within, out.size()), out.size());
   }
 }
 
@@ -90,9 +100,7 @@ size_t slice_parts(std::span<const Part> parts, uint64_t offset, uint64_t length
       copy_part(*part, within, std::span(at, take));
       out[count++] = iovec{at, take};
     } else {
-      // A remote model's blocks are fetched here, before the kernel copies.
-      MappedFile::ensure_at(part->bytes + within, take);
-      out[count++] = iovec{const_cast<std::byte*>(part->bytes + within), take};
+      out[count++] = iovec{const_cast<std::byte*>(held_bytes(*part, within, take)), take};
     }
     offset += take;
     length -= take;
@@ -346,7 +354,7 @@ class TreeBuilder {
       if (tensor.dtype == DType::GgmlBlock) {
         const auto numel = checked_numel(tensor.shape);
         if (numel && tensor.is_c_contiguous())
-          view = computed(arena().add(BlockView::make(tensor.bytes.span(), *tensor.ggml, *numel)));
+          view = computed(arena().add(BlockView::make(tensor.bytes, *tensor.ggml, *numel)));
       } else if (out.content->exact) {
         view = element_view(tensor, plain_conversion(tensor.dtype));
       } else {
@@ -368,7 +376,7 @@ class TreeBuilder {
     }
     out.descr = *numpy_descr(tensor.dtype);
     if (tensor.is_c_contiguous() || tensor.is_f_contiguous()) {
-      out.body = Part::held(tensor.bytes.span());
+      out.body = Part::held(tensor.bytes);
       out.fortran = !tensor.is_c_contiguous();
     } else {
       out.body = gathered(tensor);
@@ -387,8 +395,8 @@ class TreeBuilder {
   // The view of `tensor`'s elements through `conversion`, in the arena.
   std::optional<Part> element_view(const Tensor& tensor,
                                    std::shared_ptr<const ElementConversion> conversion) {
-    const ElementView* view = arena().add(
-        ElementView::make(tensor.bytes.span(), tensor.shape, tensor.strides, std::move(conversion)));
+    const ElementView* view =
+        arena().add(ElementView::make(tensor.bytes, tensor.shape, tensor.strides, std::move(conversion)));
     return computed(view);
   }
 
@@ -419,9 +427,9 @@ class TreeBuilder {
     };
     if (!one_per_channel(scales) || !one_per_channel(zeros)) return nullptr;
     PerChannelAffine p;
-    p.scales = scales->bytes.span();
+    p.scales = scales->bytes;
     p.scales_dtype = scales->dtype;
-    p.zero_points = zeros->bytes.span();
+    p.zero_points = zeros->bytes;
     p.zero_points_dtype = zeros->dtype;
     p.float_qparams = q.scheme == QScheme::PerChannelAffineFloatQParams;
     p.channels = channels;
@@ -456,7 +464,7 @@ class TreeBuilder {
   // strides reach outside the bytes or elements are smaller than a byte.
   std::optional<Part> c_order(const Tensor& tensor, const NpyBody& npy, const std::optional<Part>& decoded) {
     if (tensor.encoded) return tensor.is_c_contiguous() ? decoded : std::nullopt;
-    if (tensor.is_c_contiguous()) return Part::held(tensor.bytes.span());
+    if (tensor.is_c_contiguous()) return Part::held(tensor.bytes);
     if (npy.body && npy.body->computed != nullptr && !npy.converted) return npy.body;
     if (dtype_bits(tensor.dtype) % 8 != 0) return std::nullopt;
     return gathered(tensor);
@@ -479,7 +487,7 @@ class TreeBuilder {
     tree_.npy_.push_back(npy.content);
     const std::string name = free_name(dir, parts.back(), npy.body.has_value());
 
-    const Part stored = decoded ? *decoded : Part::held(tensor.bytes.span());
+    const Part stored = decoded ? *decoded : Part::held(tensor.bytes);
     tree_.tensor_files_.push_back(add_file(dir, name, FileRole::TensorData, {stored}, &tensor));
     export_.add({.tensor = &tensor,
                  .c_order = c_order(tensor, npy, decoded),
@@ -757,6 +765,15 @@ size_t Tree::read(const Node& file, uint64_t offset, uint64_t length, std::span<
     return slice_text(scratch, offset, length, out);
   }
   return slice_parts(parts(file), offset, length, out, scratch);
+}
+
+int Tree::serve(const Node& file, uint64_t offset, uint64_t length, std::span<iovec> out,
+                std::string& scratch, const std::function<int(std::span<const iovec>)>& reply) const {
+  // The blocks this read makes present stay pinned until `reply` has sent
+  // them, and only inside such a scope may blocks be evicted.
+  const remote::ReadScope remote_blocks;
+  const size_t count = read(file, offset, length, out, scratch);
+  return reply(out.first(count));
 }
 
 std::string Tree::content(const Node& file) const {

@@ -392,7 +392,7 @@ TEST_P(GgufVersions, EveryGgmlTypeAsATensor) {
     EXPECT_EQ(t.ggml, &type);
     // The bytes are the mapping itself, never a copy.
     EXPECT_EQ(t.bytes.mapped_file(), mapped.get());
-    EXPECT_EQ(t.bytes.data(), mapped->data() + data_start + offsets[i]);
+    EXPECT_EQ(t.bytes.data(), mapped->unchecked_data() + data_start + offsets[i]);
     EXPECT_EQ(t.bytes.size(), 2u * type.type_size * 3);
     EXPECT_EQ(t.source.offset, data_start + offsets[i]);
   }

@@ -35,7 +35,7 @@ class TruncatedMapping : public ::testing::Test {
     file_ = MappedFile::open(path_);
   }
   void truncate_to(uint64_t size) { ASSERT_EQ(0, ::truncate(path_.c_str(), static_cast<off_t>(size))); }
-  std::span<const std::byte> mapped() const { return file_->bytes(); }
+  ByteSpan mapped() const { return ByteSpan::mapped(file_, 0, file_->size()); }
   // Reads [offset, offset + length) of `parts` through slice_parts with
   // `iovecs` iovecs; returns the bytes gathered.
   static std::string read(std::span<const Part> parts, uint64_t offset, uint64_t length, size_t iovecs) {

@@ -24,7 +24,8 @@ using test::TempDir;
 using P = ModelFolder::Problem;
 
 std::string text_of(const MappedFile& file) {
-  return std::string(reinterpret_cast<const char*>(file.data()), file.size());
+  const auto bytes = file.read(0, file.size());
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
 struct Refusal {

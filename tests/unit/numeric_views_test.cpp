@@ -23,6 +23,10 @@ namespace {
 // A ggml block type without kernels: what a block type modelfs cannot
 // dequantize looks like to the views.
 constexpr GgmlType kNoKernels{99, "q9_9", 32, 18, std::nullopt, nullptr, nullptr};
+// Bytes in memory as the catalog holds them (a ByteSpan, which the views take).
+ByteSpan in_memory(std::span<const std::byte> bytes) {
+  return ByteSpan::owned(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+}
 
 std::vector<std::byte> bytes_of(std::initializer_list<int> values) {
   std::vector<std::byte> out;
@@ -66,7 +70,7 @@ void expect_ranges_match_whole(const ComputedBytes& view, uint64_t size) {
 std::vector<float> convert_all(DType dtype, const std::vector<std::byte>& stored, uint64_t numel) {
   std::vector<uint64_t> shape{numel};
   std::vector<int64_t> strides{1};
-  auto view = ElementView::make(stored, shape, strides, plain_conversion(dtype));
+  auto view = ElementView::make(in_memory(stored), shape, strides, plain_conversion(dtype));
   EXPECT_TRUE(view);
   if (!view) return {};
   return floats_of(*view, view->size());
@@ -133,16 +137,16 @@ TEST(NumericViews, PackedFloatsAndIntegersUnpackFromTheLowBitsUp) {
   std::vector<uint64_t> shape{4};
   std::vector<int64_t> strides{1};
   const auto nibbles = bytes_of({0x8F, 0x21});
-  auto int4 = ElementView::make(nibbles, shape, strides, plain_conversion(DType::Int4));
+  auto int4 = ElementView::make(in_memory(nibbles), shape, strides, plain_conversion(DType::Int4));
   ASSERT_TRUE(int4);
   std::vector<std::byte> out(4);
   int4->fill(0, out);
   EXPECT_EQ(out, bytes_of({0xFF, 0xF8, 0x01, 0x02}));  // -1, -8, 1, 2
   const auto pairs = bytes_of({0xE4});
-  auto uint2 = ElementView::make(pairs, shape, strides, plain_conversion(DType::UInt2));
+  auto uint2 = ElementView::make(in_memory(pairs), shape, strides, plain_conversion(DType::UInt2));
   uint2->fill(0, out);
   EXPECT_EQ(out, bytes_of({0, 1, 2, 3}));
-  auto int2 = ElementView::make(pairs, shape, strides, plain_conversion(DType::Int2));
+  auto int2 = ElementView::make(in_memory(pairs), shape, strides, plain_conversion(DType::Int2));
   int2->fill(0, out);
   EXPECT_EQ(out, bytes_of({0, 1, 0xFE, 0xFF}));  // 0, 1, -2, -1
 }
@@ -157,7 +161,7 @@ TEST(NumericViews, StridedViewsConvertInCOrder) {
   }
   std::vector<uint64_t> shape{3, 2};
   std::vector<int64_t> strides{1, 3};
-  auto view = ElementView::make(stored, shape, strides, plain_conversion(DType::BFloat16));
+  auto view = ElementView::make(in_memory(stored), shape, strides, plain_conversion(DType::BFloat16));
   ASSERT_TRUE(view);
   EXPECT_EQ(floats_of(*view, view->size()), (std::vector<float>{1, 4, 2, 5, 3, 6}));
   // A slice with an inner stride of 1 ([:, 1:] of a 4x5), big enough for
@@ -165,7 +169,7 @@ TEST(NumericViews, StridedViewsConvertInCOrder) {
   auto big = random_bytes(2 * 400 * 500, 7);
   std::vector<uint64_t> slice_shape{400, 499};
   std::vector<int64_t> slice_strides{500, 1};
-  auto slice = ElementView::make(std::span(big).subspan(2), slice_shape, slice_strides,
+  auto slice = ElementView::make(in_memory(std::span(big).subspan(2)), slice_shape, slice_strides,
                                  plain_conversion(DType::BFloat16));
   ASSERT_TRUE(slice);
   auto values = floats_of(*slice, slice->size());
@@ -187,7 +191,7 @@ TEST(NumericViews, OddRangesEqualTheSliceOfTheWhole) {
   for (DType dtype : {DType::BFloat16, DType::Float8E4M3FN, DType::Float4E2M1, DType::Float6E3M2FN,
                       DType::Int4, DType::UInt2}) {
     SCOPED_TRACE(std::string(dtype_name(dtype)));
-    auto view = ElementView::make(stored, shape, strides, plain_conversion(dtype));
+    auto view = ElementView::make(in_memory(stored), shape, strides, plain_conversion(dtype));
     ASSERT_TRUE(view);
     expect_ranges_match_whole(*view, view->size());
   }
@@ -197,12 +201,13 @@ TEST(NumericViews, ViewsReachingPastTheirBytesAreRefused) {
   std::vector<std::byte> stored(8);
   std::vector<uint64_t> shape{5};
   std::vector<int64_t> strides{1};
-  EXPECT_FALSE(ElementView::make(stored, shape, strides, plain_conversion(DType::BFloat16)));
+  EXPECT_FALSE(ElementView::make(in_memory(stored), shape, strides, plain_conversion(DType::BFloat16)));
   std::vector<uint64_t> two{2, 2};
   std::vector<int64_t> far{3, 1};
-  EXPECT_FALSE(ElementView::make(stored, two, far, plain_conversion(DType::BFloat16)));  // reaches element 4
+  EXPECT_FALSE(ElementView::make(in_memory(stored), two, far,
+                                 plain_conversion(DType::BFloat16)));  // reaches element 4
   std::vector<int64_t> negative{-1, 1};
-  EXPECT_FALSE(ElementView::make(stored, two, negative, plain_conversion(DType::BFloat16)));
+  EXPECT_FALSE(ElementView::make(in_memory(stored), two, negative, plain_conversion(DType::BFloat16)));
   std::vector<uint64_t> odd{17};
   std::vector<int64_t> one{1};
   EXPECT_FALSE(ElementView::make(stored, odd, one, plain_conversion(DType::Int4)));  // 17 nibbles > 8 bytes
@@ -211,6 +216,13 @@ TEST(NumericViews, ViewsReachingPastTheirBytesAreRefused) {
   EXPECT_FALSE(BlockView::make(block, *ggml_type_named("q8_0"), 31));  // not whole blocks
   EXPECT_FALSE(BlockView::make(block, kNoKernels, 64));                // no dequantization
   EXPECT_TRUE(BlockView::make(block, *ggml_type_named("q8_0"), 32));
+  EXPECT_FALSE(
+      ElementView::make(in_memory(stored), odd, one, plain_conversion(DType::Int4)));  // 17 nibbles > 8 bytes
+  EXPECT_FALSE(BlockView::make(in_memory(std::span(stored)), "q8_0", 32));             // 34 bytes needed
+  std::vector<std::byte> block(34);
+  EXPECT_FALSE(BlockView::make(in_memory(block), "q8_0", 31));  // not whole blocks
+  EXPECT_FALSE(BlockView::make(in_memory(block), "q9_9", 64));  // no dequantization
+  EXPECT_TRUE(BlockView::make(in_memory(block), "q8_0", 32));
 }
 
 TEST(NumericViews, TorchAffineDequantization) {
@@ -218,8 +230,8 @@ TEST(NumericViews, TorchAffineDequantization) {
   auto stored = bytes_of({0x05, 0xFD, 0x7F, 0x80});  // 5, -3, 127, -128
   std::vector<uint64_t> shape{4};
   std::vector<int64_t> strides{1};
-  auto per_tensor =
-      ElementView::make(stored, shape, strides, affine_conversion(DType::Int8, PerTensorAffine{0.05, 3}));
+  auto per_tensor = ElementView::make(in_memory(stored), shape, strides,
+                                      affine_conversion(DType::Int8, PerTensorAffine{0.05, 3}));
   ASSERT_TRUE(per_tensor);
   const float s = 0.05f;
   EXPECT_EQ(floats_of(*per_tensor, 16), (std::vector<float>{2 * s, -6 * s, 124 * s, -131 * s}));
@@ -229,11 +241,12 @@ TEST(NumericViews, TorchAffineDequantization) {
   const int64_t zp[2] = {1, 2};
   std::memcpy(scales.data(), sc, 16);
   std::memcpy(zeros.data(), zp, 16);
-  PerChannelAffine p{scales, DType::Float64, zeros, DType::Int64, false, 2, 1};
+  PerChannelAffine p{in_memory(scales), DType::Float64, in_memory(zeros), DType::Int64, false, 2, 1};
   std::vector<uint64_t> square{2, 2};
   std::vector<int64_t> square_strides{2, 1};
   const auto quants = bytes_of({3, 3, 10, 0});
-  auto per_channel = ElementView::make(quants, square, square_strides, affine_conversion(DType::UInt8, p));
+  auto per_channel =
+      ElementView::make(in_memory(quants), square, square_strides, affine_conversion(DType::UInt8, p));
   ASSERT_TRUE(per_channel);
   EXPECT_EQ(floats_of(*per_channel, 16), (std::vector<float>{1.0f, 0.25f, 4.5f, -0.5f}));
   // Too few parameters for the channels: refused.
@@ -288,14 +301,14 @@ TEST(GgmlDequant, LegacyBlocksByHand) {
   q8[0] = std::byte{0x00};
   q8[1] = std::byte{0x38};
   for (int j = 0; j < 32; ++j) q8[2 + j] = static_cast<std::byte>(j - 16);
-  auto view = BlockView::make(q8, *ggml_type_named("q8_0"), 32);
+  auto view = BlockView::make(in_memory(q8), *ggml_type_named("q8_0"), 32);
   auto values = floats_of(*view, 128);
   for (int j = 0; j < 32; ++j) EXPECT_EQ(values[j], 0.5f * static_cast<float>(j - 16));
   // q4_0: d = 1, byte j = (hi << 4) | lo: element j = lo - 8, j + 16 = hi - 8.
   std::vector<std::byte> q4(18);
   q4[1] = std::byte{0x3C};
   for (int j = 0; j < 16; ++j) q4[2 + j] = static_cast<std::byte>(((15 - j) << 4) | j);
-  auto v4 = floats_of(*BlockView::make(q4, *ggml_type_named("q4_0"), 32), 128);
+  auto v4 = floats_of(*BlockView::make(in_memory(q4), *ggml_type_named("q4_0"), 32), 128);
   for (int j = 0; j < 16; ++j) {
     EXPECT_EQ(v4[j], static_cast<float>(j - 8));
     EXPECT_EQ(v4[j + 16], static_cast<float>(7 - j));
@@ -304,11 +317,11 @@ TEST(GgmlDequant, LegacyBlocksByHand) {
   // 255 -> 2^127 x doubled value (infinity for |value| > 1).
   std::vector<std::byte> mx(17);
   mx[1] = std::byte{0x72};  // element 0 code 2 (doubled 2), element 16 code 7 (doubled 12)
-  auto low = floats_of(*BlockView::make(mx, *ggml_type_named("mxfp4"), 32), 128);
+  auto low = floats_of(*BlockView::make(in_memory(mx), *ggml_type_named("mxfp4"), 32), 128);
   EXPECT_EQ(low[0], std::ldexp(1.0f, -127));
   EXPECT_EQ(low[16], 12 * std::ldexp(1.0f, -128));
   mx[0] = std::byte{0xFF};
-  auto high = floats_of(*BlockView::make(mx, *ggml_type_named("mxfp4"), 32), 128);
+  auto high = floats_of(*BlockView::make(in_memory(mx), *ggml_type_named("mxfp4"), 32), 128);
   EXPECT_TRUE(std::isinf(high[0]));
   EXPECT_EQ(high[1], 0.0f);
 }
@@ -319,7 +332,7 @@ TEST(GgmlDequant, EveryTypeReadsAtOddRangesAsWhole) {
     SCOPED_TRACE(std::string(codec.name));
     const uint64_t blocks = 37;
     auto stored = random_bytes(blocks * codec.type_size, codec.type_size);
-    auto view = BlockView::make(stored, codec, blocks * codec.block_size);
+    auto view = BlockView::make(in_memory(stored), codec, blocks * codec.block_size);
     ASSERT_TRUE(view);
     EXPECT_EQ(view->size(), blocks * codec.block_size * 4);
     expect_ranges_match_whole(*view, view->size());

@@ -14,6 +14,11 @@
 namespace modelfs {
 namespace {
 
+// Bytes in memory as the catalog holds them (a ByteSpan, which the views take).
+ByteSpan in_memory(std::span<const std::byte> bytes) {
+  return ByteSpan::owned(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+}
+
 struct View {
   std::vector<uint64_t> shape;
   std::vector<int64_t> strides;
@@ -55,7 +60,7 @@ TEST(StridedView, EveryRangeEqualsTheElementByElementGather) {
     uint64_t last = 0;
     for (size_t d = 0; d < v.shape.size(); ++d) last += (v.shape[d] - 1) * v.strides[d];
     const std::string storage = storage_of((last + 1) * v.element_size);
-    auto gather = ElementView::make(std::as_bytes(std::span(storage)), v.shape, v.strides,
+    auto gather = ElementView::make(in_memory(std::as_bytes(std::span(storage))), v.shape, v.strides,
                                     copy_conversion(v.element_size));
     ASSERT_TRUE(gather);
     const std::string want = oracle(storage, v);
@@ -75,19 +80,19 @@ TEST(StridedView, AViewReachingPastItsBytesOrBackwardsIsRefused) {
   const std::string storage = storage_of(20);  // five float32 elements
   const auto bytes = std::as_bytes(std::span(storage));
   const std::vector<uint64_t> shape = {2, 2};
-  EXPECT_TRUE(
-      ElementView::make(bytes, shape, std::vector<int64_t>{3, 1}, copy_conversion(4)));  // last element 4
-  EXPECT_FALSE(
-      ElementView::make(bytes, shape, std::vector<int64_t>{4, 1}, copy_conversion(4)));  // last element 5
-  EXPECT_FALSE(ElementView::make(bytes, shape, std::vector<int64_t>{-1, 1}, copy_conversion(4)));
+  EXPECT_TRUE(ElementView::make(in_memory(bytes), shape, std::vector<int64_t>{3, 1},
+                                copy_conversion(4)));  // last element 4
+  EXPECT_FALSE(ElementView::make(in_memory(bytes), shape, std::vector<int64_t>{4, 1},
+                                 copy_conversion(4)));  // last element 5
+  EXPECT_FALSE(ElementView::make(in_memory(bytes), shape, std::vector<int64_t>{-1, 1}, copy_conversion(4)));
   const std::vector<uint64_t> huge = {uint64_t{1} << 62, 8};
-  EXPECT_FALSE(
-      ElementView::make(bytes, huge, std::vector<int64_t>{0, 0}, copy_conversion(4)));  // size overflows
+  EXPECT_FALSE(ElementView::make(in_memory(bytes), huge, std::vector<int64_t>{0, 0},
+                                 copy_conversion(4)));  // size overflows
 }
 
 TEST(StridedView, AnEmptyViewIsEmpty) {
   const std::vector<uint64_t> shape = {0, 5};
-  auto gather = ElementView::make({}, shape, std::vector<int64_t>{9, 1}, copy_conversion(4));
+  auto gather = ElementView::make(in_memory({}), shape, std::vector<int64_t>{9, 1}, copy_conversion(4));
   ASSERT_TRUE(gather);
   EXPECT_EQ(gather->size(), 0u);
 }

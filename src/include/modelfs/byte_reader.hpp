@@ -3,7 +3,9 @@
 // A cursor over untrusted bytes. Every read is bounds-checked first; a read
 // past the end throws ModelError naming the file, format and offset, so a
 // binary parser reads like the format's spec and cannot overrun. Every
-// take first ensures its bytes (a remote model's blocks are fetched then).
+// take makes its bytes present first (a remote model's blocks are fetched
+// then): through the mapped file it reads, or, over a span, the mapping the
+// span lies in.
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +27,13 @@ class ByteReader {
   // `base` is the offset of bytes[0] in the file, for messages.
   ByteReader(std::span<const std::byte> bytes, std::string file, std::string format, uint64_t base = 0)
       : bytes_(bytes), file_(std::move(file)), format_(std::move(format)), base_(base) {}
+  // The whole of `mapped`, which must outlive the reader.
+  ByteReader(const MappedFile& mapped, std::string format)
+      : bytes_(mapped.unchecked_bytes()),
+        mapped_(&mapped),
+        file_(mapped.display_name()),
+        format_(std::move(format)),
+        base_(0) {}
 
   uint64_t position() const noexcept { return pos_; }
   uint64_t file_offset() const noexcept { return base_ + pos_; }
@@ -39,8 +48,13 @@ class ByteReader {
       fail(std::string(what) + " needs " + std::to_string(length) + " bytes but only " +
            std::to_string(remaining()) + " remain");
     check_budget();
-    auto out = bytes_.subspan(pos_, length);
-    MappedFile::ensure_at(out.data(), out.size());
+    std::span<const std::byte> out;
+    if (mapped_ != nullptr) {
+      out = mapped_->read(pos_, length);
+    } else {
+      out = bytes_.subspan(pos_, length);
+      MappedFile::ensure_at(out.data(), out.size());
+    }
     pos_ += length;
     return out;
   }
@@ -69,6 +83,7 @@ class ByteReader {
 
  private:
   std::span<const std::byte> bytes_;
+  const MappedFile* mapped_ = nullptr;  // bytes_ is all of it
   std::string file_;
   std::string format_;
   uint64_t base_;

@@ -100,5 +100,8 @@ void append_varints(const WireField& field, const WireContext& context, std::vec
 // The string or bytes of a length-delimited field; throws if the field has
 // another wire type.
 std::string_view field_text(const WireField& field, const WireContext& context);
+// A field's payload, made present (a remote model's blocks): how a reader
+// takes the bytes of a packed list or a raw value.
+std::span<const std::byte> payload_bytes(const WireField& field);
 
 }  // namespace modelfs::protobuf
