@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "modelfs/api.hpp"
 #include "modelfs/block_store.hpp"
 #include "modelfs/dtype.hpp"
 #include "modelfs/mapped_file.hpp"
@@ -32,7 +33,7 @@ namespace modelfs {
 
 // Bytes that stay valid as long as the span (or a copy) lives: `owner` keeps
 // the mapping or buffer they point into alive.
-class ByteSpan {
+class MODELFS_API ByteSpan {
  public:
   ByteSpan() = default;
   // A range of a mapped file; the caller has bounds-checked it (throws
@@ -64,25 +65,11 @@ struct TensorSource {
   std::optional<uint64_t> offset;  // absent when the bytes were decoded
 };
 
-// What a reader knows of a tensor as it appends it to a catalog
-// (Catalog::add). Its strings, vectors and JSON live only until then: the
-// catalog keeps a compact copy in its own stores.
-struct TensorSpec {
-  std::string name;  // as the format stores it, unsplit
-  DType dtype = DType::Float32;
-  std::string block_type;        // ggml type name when dtype is GgmlBlock
-  std::vector<uint64_t> shape;   // outermost first; empty for a scalar
-  std::vector<int64_t> strides;  // in elements, as torch counts them
-  ByteSpan bytes;                // exactly what the raw file serves
-  TensorSource source;
-  // Format extras for the sidecar (null: none), each key one of the
-  // reader's own: never one of the sidecar's fixed keys.
-  nlohmann::json extras;
-};
+struct TensorSpec;  // modelfs/tensor_spec.hpp, the readers' side
 
 // A tensor of a catalog: views into the catalog's stores, valid while the
 // catalog lives (a catalog may be moved; its stores do not move).
-struct Tensor {
+struct MODELFS_API Tensor {
   std::string_view name;  // as the format stores it, unsplit
   DType dtype = DType::Float32;
   std::string_view block_type;  // ggml type name when dtype is GgmlBlock
@@ -113,7 +100,7 @@ struct Tensor {
 // none when the product of the dimensions other than zeros passes int64, a
 // shape numpy and torch refuse (an empty tensor's other dimensions are
 // still the file's numbers).
-std::optional<std::vector<int64_t>> contiguous_strides(std::span<const uint64_t> shape);
+MODELFS_API std::optional<std::vector<int64_t>> contiguous_strides(std::span<const uint64_t> shape);
 
 struct Document {
   std::string path;     // relative to .modelfs/, '/'-separated

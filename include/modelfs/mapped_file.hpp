@@ -21,13 +21,15 @@
 #include <string>
 #include <string_view>
 
+#include "modelfs/api.hpp"
+
 namespace modelfs {
 
 namespace remote {
 class Blocks;
 }
 
-class MappedFile {
+class MODELFS_API MappedFile {
  public:
   // Opens and maps `path`. Throws ModelError (format "file") when the file
   // cannot be opened, is not a regular file, or cannot be mapped. Never

@@ -8,7 +8,7 @@
 
 #include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/formats.hpp"
+#include "modelfs/format_reader.hpp"
 #include "modelfs/formats/gguf.hpp"
 #include "modelfs/formats/onnx.hpp"
 #include "modelfs/formats/pt2.hpp"

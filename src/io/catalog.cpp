@@ -7,6 +7,7 @@
 #include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/json_text.hpp"
+#include "modelfs/tensor_spec.hpp"
 
 namespace modelfs {
 
