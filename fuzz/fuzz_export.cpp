@@ -18,6 +18,7 @@
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
 #include "modelfs/tree.hpp"
+#include "tree/tree_parts.hpp"
 
 namespace {
 

@@ -16,6 +16,7 @@
 #include "modelfs/budget.hpp"
 #include "modelfs/catalog.hpp"
 #include "modelfs/error.hpp"
+#include "modelfs/tensor_spec.hpp"
 #include "modelfs/tree.hpp"
 #include "tree/ggml_dequant.hpp"
 

@@ -43,9 +43,11 @@
 #include <string_view>
 #include <type_traits>
 
+#include "modelfs/api.hpp"
+
 namespace modelfs {
 
-class Budget {
+class MODELFS_API Budget {
  public:
   static constexpr uint64_t kFloorBytes = uint64_t{64} << 20;
   static constexpr uint64_t kBytesPerMetadataByte = 8;
@@ -93,7 +95,7 @@ class Budget {
 // container unwinds as it would when memory runs out; open_model and
 // Tree::build turn it into a ModelError naming the file. It holds numbers
 // only: building a message here would allocate.
-class BudgetExceeded : public std::bad_alloc {
+class MODELFS_API BudgetExceeded : public std::bad_alloc {
  public:
   BudgetExceeded(uint64_t bytes, uint64_t used, uint64_t limit, bool fixed) noexcept
       : bytes_(bytes), used_(used), limit_(limit), fixed_(fixed) {}
@@ -108,10 +110,10 @@ class BudgetExceeded : public std::bad_alloc {
 };
 
 // The budget of the model this thread is reading, or null outside one.
-Budget* current_budget() noexcept;
+MODELFS_API Budget* current_budget() noexcept;
 
 // Makes `budget` this thread's current budget for the scope's life.
-class BudgetScope {
+class MODELFS_API BudgetScope {
  public:
   explicit BudgetScope(Budget& budget) noexcept;
   ~BudgetScope();
@@ -136,12 +138,8 @@ inline void check_budget() {
   if (const Budget* budget = current_budget(); budget != nullptr && budget->passed()) budget->refuse_passed();
 }
 
-// The current budget's add_metadata and charge; nothing outside a budget.
-void add_metadata_bytes(uint64_t bytes) noexcept;
-void charge_budget(uint64_t bytes, std::string_view file, std::string_view format, std::string_view what);
-
-[[noreturn]] void throw_over_budget(const BudgetExceeded& e, std::string_view file, std::string_view format,
-                                    std::string_view what);
+[[noreturn]] MODELFS_API void throw_over_budget(const BudgetExceeded& e, std::string_view file,
+                                                std::string_view format, std::string_view what);
 
 template <typename Work>
 decltype(auto) within_budget(std::string_view file, std::string_view format, std::string_view what,

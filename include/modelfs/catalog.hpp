@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "modelfs/api.hpp"
 #include "modelfs/block_store.hpp"
 #include "modelfs/dtype.hpp"
 #include "modelfs/mapped_file.hpp"
@@ -35,7 +36,7 @@ namespace modelfs {
 // the mapping or buffer they point into alive. What hands out the bytes
 // themselves (span(), view()) makes them present first, so a remote model's
 // unfetched range is never read as the zeros of its sparse cache file.
-class ByteSpan {
+class MODELFS_API ByteSpan {
  public:
   ByteSpan() = default;
   // A range of a mapped file; the caller has bounds-checked it (throws
@@ -107,32 +108,11 @@ struct Encoded {
   uint64_t decoded_size = 0;
 };
 
-// What a reader knows of a tensor as it appends it to a catalog
-// (Catalog::add). Its strings, vectors and JSON live only until then: the
-// catalog keeps a compact copy in its own stores.
-struct TensorSpec {
-  std::string name;  // as the format stores it, unsplit
-  DType dtype = DType::Float32;
-  // The ggml type (GGUF tensors, plain types too; always when dtype is
-  // GgmlBlock, where a type without kernels has no .npy).
-  const GgmlType* ggml = nullptr;
-  std::vector<uint64_t> shape;   // outermost first; empty for a scalar
-  std::vector<int64_t> strides;  // in elements, as torch counts them
-  ByteSpan bytes;                // exactly what the raw file serves
-  TensorSource source;
-  std::optional<BasicQuantization<std::string>> quantization;  // a torch quantized tensor
-  // Format extras for the sidecar (null: none), each key one of the
-  // reader's own: never one of the sidecar's fixed keys (sidecar_keys.hpp), nor
-  // a key the typed fields above print under.
-  nlohmann::json extras;
-  // Set when the bytes are stored encoded; `bytes` is then the encoded
-  // stream (where it lies), and nbytes() the decoded size.
-  std::optional<Encoded> encoded;
-};
+struct TensorSpec;  // modelfs/tensor_spec.hpp, the readers' side
 
 // A tensor of a catalog: views into the catalog's stores, valid while the
 // catalog lives (a catalog may be moved; its stores do not move).
-struct Tensor {
+struct MODELFS_API Tensor {
   std::string_view name;  // as the format stores it, unsplit
   DType dtype = DType::Float32;
   const GgmlType* ggml = nullptr;  // as TensorSpec::ggml
@@ -171,7 +151,7 @@ struct Tensor {
 // none when the product of the dimensions other than zeros passes int64, a
 // shape numpy and torch refuse (an empty tensor's other dimensions are
 // still the file's numbers).
-std::optional<std::vector<int64_t>> contiguous_strides(std::span<const uint64_t> shape);
+MODELFS_API std::optional<std::vector<int64_t>> contiguous_strides(std::span<const uint64_t> shape);
 
 struct Document {
   std::string path;     // relative to .modelfs/, '/'-separated

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "modelfs/api.hpp"
 #include "modelfs/catalog.hpp"
 
 namespace modelfs {
@@ -24,13 +25,14 @@ struct CheckSummary {
 
 // `progress(done, total)` is called as bytes are read (total = tensor bytes
 // plus the bytes the integrity checks read).
-CheckSummary check_model(const Catalog& catalog, const IntegrityChecks& checks,
-                         const std::function<void(uint64_t done, uint64_t total)>& progress);
+MODELFS_API CheckSummary check_model(const Catalog& catalog, const IntegrityChecks& checks,
+                                     const std::function<void(uint64_t done, uint64_t total)>& progress);
 // The same, counting into `summary` as it goes, so that after a fault it
 // holds what was checked before it: tensors whose bytes were all read back
 // (those with no bytes in a file at the start), bytes read, integrity
 // checks passed. `--check --json` reports it.
-void check_model(const Catalog& catalog, const IntegrityChecks& checks,
-                 const std::function<void(uint64_t done, uint64_t total)>& progress, CheckSummary& summary);
+MODELFS_API void check_model(const Catalog& catalog, const IntegrityChecks& checks,
+                             const std::function<void(uint64_t done, uint64_t total)>& progress,
+                             CheckSummary& summary);
 
 }  // namespace modelfs

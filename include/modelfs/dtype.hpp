@@ -8,6 +8,8 @@
 #include <span>
 #include <string_view>
 
+#include "modelfs/api.hpp"
+
 namespace modelfs {
 
 enum class DType : uint8_t {
@@ -48,15 +50,11 @@ enum class DType : uint8_t {
 };
 
 // Canonical name ("float32", "bfloat16", ...); "block" for GgmlBlock.
-std::string_view dtype_name(DType dtype) noexcept;
+MODELFS_API std::string_view dtype_name(DType dtype) noexcept;
 // Bits per element; 0 for GgmlBlock (its size is per block) and String.
-uint32_t dtype_bits(DType dtype) noexcept;
+MODELFS_API uint32_t dtype_bits(DType dtype) noexcept;
 // The NumPy descr ("<f4", "|b1", ...) where numpy has the type natively.
-std::optional<std::string_view> numpy_descr(DType dtype) noexcept;
-// The safetensors dtype string ("F32", "BF16", "F8_E4M3", ...) where the
-// format has the type, and its inverse.
-std::optional<std::string_view> safetensors_dtype(DType dtype) noexcept;
-std::optional<DType> dtype_from_safetensors(std::string_view code) noexcept;
+MODELFS_API std::optional<std::string_view> numpy_descr(DType dtype) noexcept;
 
 // A torch quantized tensor's scheme (torch.qscheme).
 enum class QScheme : uint8_t {

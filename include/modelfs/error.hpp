@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "modelfs/api.hpp"
+
 namespace modelfs {
 
 // message() is "FILE: FORMAT: at byte N: REASON" (the offset part only when
@@ -19,7 +21,7 @@ namespace modelfs {
 // around "…[N bytes cut]…" (terminal_text.hpp's bounded_message): a
 // 20 MB tensor name makes one short line. The accessors and message() keep
 // the parts as they were given, for JSON outputs.
-class ModelError : public std::runtime_error {
+class MODELFS_API ModelError : public std::runtime_error {
  public:
   ModelError(std::string file, std::string format, std::optional<uint64_t> offset, std::string reason);
 

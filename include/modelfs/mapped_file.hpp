@@ -22,13 +22,15 @@
 #include <string>
 #include <string_view>
 
+#include "modelfs/api.hpp"
+
 namespace modelfs {
 
 namespace remote {
 class Blocks;
 }
 
-class MappedFile {
+class MODELFS_API MappedFile {
  public:
   // What makes a sparse mapping's missing bytes present: a remote model's
   // block cache (src/remote).

@@ -17,6 +17,7 @@
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
 #include "modelfs/mapped_bytes.hpp"
+#include "tree/tree_parts.hpp"
 
 namespace modelfs::cli {
 namespace {

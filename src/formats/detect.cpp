@@ -10,7 +10,7 @@
 
 #include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/formats.hpp"
+#include "modelfs/format_reader.hpp"
 #include "modelfs/remote.hpp"
 #include "registry.hpp"
 

@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "modelfs/budget.hpp"
+#include "modelfs/budget_charge.hpp"
 #include "modelfs/byte_reader.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"

@@ -18,6 +18,7 @@
 
 #include "json_limits.hpp"
 #include "modelfs/budget.hpp"
+#include "modelfs/budget_charge.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "torch_objects.hpp"

@@ -12,6 +12,7 @@
 #include "json_limits.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats/safetensors.hpp"
+#include "modelfs/safetensors_dtype.hpp"
 
 namespace modelfs::safetensors {
 namespace {

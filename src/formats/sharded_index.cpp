@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "json_limits.hpp"
+#include "modelfs/budget_charge.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
 #include "modelfs/model_folder.hpp"

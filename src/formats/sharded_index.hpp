@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "modelfs/catalog.hpp"
-#include "modelfs/formats.hpp"
+#include "modelfs/format_reader.hpp"
 
 namespace modelfs {
 

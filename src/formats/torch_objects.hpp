@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "modelfs/catalog.hpp"
+#include "modelfs/tensor_spec.hpp"
 #include "modelfs/unpickler.hpp"
 
 namespace modelfs::torch {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "modelfs/catalog.hpp"
+#include "modelfs/tensor_spec.hpp"
 #include "modelfs/zip_archive.hpp"
 #include "torch_objects.hpp"
 

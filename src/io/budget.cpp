@@ -3,6 +3,7 @@
 
 #include <exception>
 
+#include "modelfs/budget_charge.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 

@@ -55,6 +55,11 @@ void give(void* p) noexcept {
 
 }  // namespace
 
+// Exported whatever the build's default (libmodelfs.so hides every other
+// symbol): a program without its own copy binds these, and a program's own
+// copy still interposes on them.
+#pragma GCC visibility push(default)
+
 void* operator new(std::size_t n) { return take(n, 0); }
 void* operator new[](std::size_t n) { return take(n, 0); }
 void* operator new(std::size_t n, std::align_val_t a) { return take(n, static_cast<std::size_t>(a)); }
@@ -80,3 +85,5 @@ void operator delete(void* p, const std::nothrow_t&) noexcept { give(p); }
 void operator delete[](void* p, const std::nothrow_t&) noexcept { give(p); }
 void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { give(p); }
 void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { give(p); }
+
+#pragma GCC visibility pop

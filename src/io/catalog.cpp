@@ -8,6 +8,7 @@
 #include "modelfs/checked_math.hpp"
 #include "modelfs/json_text.hpp"
 #include "modelfs/sidecar_keys.hpp"
+#include "modelfs/tensor_spec.hpp"
 
 namespace modelfs {
 

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "modelfs/dtype.hpp"
+#include "modelfs/safetensors_dtype.hpp"
 
 #include <array>
 

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "modelfs/budget.hpp"
+#include "modelfs/budget_charge.hpp"
 #include "modelfs/byte_reader.hpp"
 #include "modelfs/dtype.hpp"
 #include "modelfs/error.hpp"

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "modelfs/budget.hpp"
+#include "modelfs/budget_charge.hpp"
 #include "modelfs/byte_reader.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"

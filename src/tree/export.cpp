@@ -7,6 +7,7 @@
 #include "modelfs/json_object.hpp"
 #include "modelfs/json_text.hpp"
 #include "modelfs/npy.hpp"
+#include "modelfs/safetensors_dtype.hpp"
 
 namespace modelfs {
 namespace {

@@ -27,6 +27,7 @@
 
 #include "modelfs/catalog.hpp"
 #include "modelfs/tree.hpp"
+#include "tree_parts.hpp"
 
 namespace modelfs {
 

@@ -24,7 +24,7 @@
 #include <string>
 
 #include "modelfs/catalog.hpp"
-#include "modelfs/tree.hpp"
+#include "tree_parts.hpp"
 
 namespace modelfs {
 

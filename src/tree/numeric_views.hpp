@@ -31,6 +31,7 @@
 #include "modelfs/catalog.hpp"
 #include "modelfs/npy.hpp"
 #include "modelfs/tree.hpp"
+#include "tree_parts.hpp"
 
 namespace modelfs {
 

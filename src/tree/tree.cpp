@@ -13,6 +13,7 @@
 #include "export.hpp"
 #include "inflate_view.hpp"
 #include "modelfs/budget.hpp"
+#include "modelfs/budget_charge.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/json_text.hpp"
@@ -22,6 +23,7 @@
 #include "modelfs/remote.hpp"
 #include "modelfs/sidecar.hpp"
 #include "numeric_views.hpp"
+#include "tree_parts.hpp"
 
 namespace modelfs {
 
@@ -140,7 +142,7 @@ void append_index_tail(std::string& out) { out += "\n}\n"; }
 
 class TreeBuilder {
  public:
-  TreeBuilder(Tree& tree, const TreeOptions& options)
+  TreeBuilder(Tree::Impl& tree, const TreeOptions& options)
       : tree_(tree), options_(options), export_(options.export_float32) {}
 
   void build() {
@@ -640,7 +642,7 @@ class TreeBuilder {
     }
   }
 
-  Tree& tree_;
+  Tree::Impl& tree_;
   const TreeOptions& options_;
   uint64_t meta_dir_ = 0;
   // While building: for each node, its folder ordinal (or kNotFolder); for
@@ -665,12 +667,12 @@ class TreeBuilder {
 };
 
 std::unique_ptr<const Tree> Tree::build(Catalog catalog, const TreeOptions& options) {
-  std::unique_ptr<Tree> tree(new Tree());
-  tree->catalog_ = std::move(catalog);
-  const auto& built = tree->catalog_;
+  auto impl = std::make_unique<Impl>();
+  impl->catalog_ = std::move(catalog);
+  const auto& built = impl->catalog_;
   const std::string file = built.files.empty() ? std::string() : built.files.front();
   try {
-    within_budget(file, built.format, "building the tree", [&] { TreeBuilder(*tree, options).build(); });
+    within_budget(file, built.format, "building the tree", [&] { TreeBuilder(*impl, options).build(); });
   } catch (const SizeOverflow& e) {
     // A file's size, a part's offset, the model's total: each sums the
     // model's numbers (Size), and a model whose sums pass 2^64 is refused
@@ -683,10 +685,32 @@ std::unique_ptr<const Tree> Tree::build(Catalog catalog, const TreeOptions& opti
   // without this a mount holds it as anonymous RSS for its life
   // (bench/results/2026-12-01_memory.md measures how much).
   ::malloc_trim(0);
-  return tree;
+  return std::unique_ptr<const Tree>(new Tree(std::move(impl)));
 }
 
-void Tree::for_each_tensor_path(const std::function<void(size_t, std::string_view)>& visit) const {
+Tree::Tree(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
+
+Tree::~Tree() = default;
+
+const Node* Tree::node(uint64_t ino) const noexcept {
+  return ino >= 1 && ino <= impl_->nodes_.size() ? &impl_->nodes_[ino - 1] : nullptr;
+}
+
+std::span<const Part> Tree::parts(const Node& file) const noexcept {
+  return std::span(impl_->parts_).subspan(file.first_part, file.part_count);
+}
+
+const Catalog& Tree::catalog() const noexcept { return impl_->catalog_; }
+
+const std::optional<NpyContent>& Tree::npy_of(const Tensor& tensor) const {
+  return impl_->npy_[static_cast<size_t>(&tensor - impl_->catalog_.tensors().data())];
+}
+
+size_t Tree::node_count() const noexcept { return impl_->nodes_.size(); }
+
+uint64_t Tree::total_bytes() const noexcept { return impl_->total_bytes_; }
+
+void Tree::Impl::for_each_tensor_path(const std::function<void(size_t, std::string_view)>& visit) const {
   // Each node's name, from its folder's entries; then each tensor file's
   // path, walking up to the root (a folder's parent is always built before
   // it, so the walk ends).
@@ -711,8 +735,8 @@ void Tree::path(uint64_t ino, std::string& out) const {
   out.clear();
   if (node(ino) == nullptr) return;
   // Built from the leaf up, each name reversed, then the whole reversed once.
-  for (; ino != kRootIno; ino = nodes_[ino - 1].parent) {
-    const auto& siblings = nodes_[nodes_[ino - 1].parent - 1].children;
+  for (; ino != kRootIno; ino = impl_->nodes_[ino - 1].parent) {
+    const auto& siblings = impl_->nodes_[impl_->nodes_[ino - 1].parent - 1].children;
     const auto entry =
         std::find_if(siblings.begin(), siblings.end(), [ino](const DirEntry& e) { return e.ino == ino; });
     if (entry == siblings.end()) return out.clear();
@@ -724,12 +748,12 @@ void Tree::path(uint64_t ino, std::string& out) const {
 
 std::vector<std::string> Tree::tensor_paths() const {
   std::vector<std::string> paths;
-  paths.reserve(tensor_files_.size());
-  for_each_tensor_path([&](size_t, std::string_view path) { paths.emplace_back(path); });
+  paths.reserve(impl_->tensor_files_.size());
+  impl_->for_each_tensor_path([&](size_t, std::string_view path) { paths.emplace_back(path); });
   return paths;
 }
 
-const std::string& Tree::index_text(uint64_t size) const {
+const std::string& Tree::Impl::index_text(uint64_t size) const {
   std::call_once(index_printed_, [this, size] {
     index_text_.reserve(size);
     append_index_head(index_text_, catalog_);
@@ -757,11 +781,11 @@ size_t Tree::read(const Node& file, uint64_t offset, uint64_t length, std::span<
   // Printed files are served as printed, never past the size the builder
   // measured (the file's size).
   if (file.role == FileRole::Index) {
-    const std::string_view text = index_text(file.size);
+    const std::string_view text = impl_->index_text(file.size);
     return slice_text(text.substr(0, file.size), offset, length, out);
   }
   if (file.role == FileRole::Sidecar && file.part_count == 0 && file.tensor != nullptr) {
-    scratch = sidecar_text(*file.tensor, catalog_.format, npy_of(*file.tensor));
+    scratch = sidecar_text(*file.tensor, impl_->catalog_.format, npy_of(*file.tensor));
     return slice_text(scratch, offset, length, out);
   }
   return slice_parts(parts(file), offset, length, out, scratch);

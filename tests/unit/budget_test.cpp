@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "modelfs/budget.hpp"
+#include "modelfs/budget_charge.hpp"
 #include "modelfs/error.hpp"
 
 namespace modelfs {

@@ -3,6 +3,7 @@
 
 #include "modelfs/check.hpp"
 #include "modelfs/error.hpp"
+#include "modelfs/tensor_spec.hpp"
 #include "test_files.hpp"
 
 namespace modelfs {

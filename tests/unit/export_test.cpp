@@ -12,7 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "modelfs/npy.hpp"
+#include "modelfs/tensor_spec.hpp"
 #include "modelfs/tree.hpp"
+#include "tree/tree_parts.hpp"
 
 namespace modelfs {
 namespace {

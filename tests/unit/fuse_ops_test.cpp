@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "fuse/replies.hpp"
+#include "modelfs/tensor_spec.hpp"
 #include "modelfs/tree.hpp"
+#include "tree/tree_parts.hpp"
 
 namespace modelfs {
 namespace {

@@ -16,6 +16,7 @@
 #include "cli/logging.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
+#include "modelfs/tensor_spec.hpp"
 #include "modelfs/terminal_text.hpp"
 #include "test_files.hpp"
 

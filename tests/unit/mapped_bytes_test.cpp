@@ -18,6 +18,7 @@
 #include "modelfs/mapped_file.hpp"
 #include "modelfs/tree.hpp"
 #include "test_files.hpp"
+#include "tree/tree_parts.hpp"
 
 namespace modelfs {
 namespace {

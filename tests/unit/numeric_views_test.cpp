@@ -16,6 +16,7 @@
 #include "modelfs/formats/gguf.hpp"
 #include "modelfs/json_text.hpp"
 #include "modelfs/sidecar.hpp"
+#include "modelfs/tensor_spec.hpp"
 
 namespace modelfs {
 namespace {

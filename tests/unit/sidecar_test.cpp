@@ -5,6 +5,7 @@
 
 #include "modelfs/json_text.hpp"
 #include "modelfs/sidecar.hpp"
+#include "modelfs/tensor_spec.hpp"
 
 namespace modelfs {
 namespace {

@@ -19,7 +19,7 @@
 #include "modelfs/catalog.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
-#include "modelfs/tree.hpp"
+#include "tree/tree_parts.hpp"
 #include "test_files.hpp"
 
 namespace modelfs {

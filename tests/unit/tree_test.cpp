@@ -6,7 +6,9 @@
 
 #include "modelfs/json_text.hpp"
 #include "modelfs/sidecar.hpp"
+#include "modelfs/tensor_spec.hpp"
 #include "modelfs/tree.hpp"
+#include "tree/tree_parts.hpp"
 
 namespace modelfs {
 namespace {

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "modelfs/catalog.hpp"
-#include "modelfs/formats.hpp"
+#include "modelfs/format_reader.hpp"
 #include "modelfs/zip_archive.hpp"
 
 namespace modelfs::numpy {

@@ -39,7 +39,7 @@
 #include <span>
 
 #include "modelfs/catalog.hpp"
-#include "modelfs/formats.hpp"
+#include "modelfs/format_reader.hpp"
 
 namespace modelfs::onnx {
 

@@ -6,7 +6,7 @@
 // each holds, and docs/design.md, "Tensor names", how tensors are named.
 // Nothing pickled is executed: custom objects are listed, never rebuilt.
 #include "modelfs/catalog.hpp"
-#include "modelfs/formats.hpp"
+#include "modelfs/format_reader.hpp"
 #include "modelfs/zip_archive.hpp"
 
 namespace modelfs::pt2 {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "modelfs/catalog.hpp"
-#include "modelfs/formats.hpp"
+#include "modelfs/format_reader.hpp"
 #include "modelfs/zip_archive.hpp"
 
 namespace modelfs::torch {

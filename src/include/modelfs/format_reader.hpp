@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// What detection hands a reader: the model file, mapped and probed
+// (readers and the registry, src/formats/registry.hpp), private to the
+// library.
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "modelfs/catalog.hpp"
+#include "modelfs/formats.hpp"
+#include "modelfs/tensor_spec.hpp"
+
+namespace modelfs {
+
+// A model file as detection hands it to its reader: the path the user gave
+// (or the index named) and the file, mapped once and probed.
+struct ModelFile {
+  std::filesystem::path path;
+  std::shared_ptr<const MappedFile> mapped;
+  // Where the reader adds the format's integrity checks; null when the
+  // caller wants none (a mount).
+  IntegrityChecks* checks = nullptr;
+
+  // Maps `path` (for callers that know the format: a shard, a fuzzer).
+  static ModelFile open(const std::filesystem::path& path, IntegrityChecks* checks = nullptr) {
+    return {path, MappedFile::open(path), checks};
+  }
+};
+
+}  // namespace modelfs
