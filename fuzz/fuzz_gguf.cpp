@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The GGUF reader: header, key-values, tensor infos, data section.
+#include "formats/gguf.hpp"
 #include "fuzz_input.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/formats/gguf.hpp"
 #include "modelfs/json_text.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

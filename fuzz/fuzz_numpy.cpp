@@ -8,12 +8,12 @@
 #include <array>
 #include <string>
 
+#include "formats/numpy.hpp"
 #include "fuzz_input.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
-#include "modelfs/formats/numpy.hpp"
 #include "modelfs/tree.hpp"
 #include "modelfs/zip_archive.hpp"
 

@@ -2,9 +2,9 @@
 // PT2 archives: the payload configs (dtype codes, sizes, strides, storage
 // offsets, symbolic sizes), model JSONs, nested torch.save members and the
 // AOTInductor layout, reached as detection reaches them: through the ZIP.
+#include "formats/pt2.hpp"
 #include "fuzz_input.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/formats/pt2.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto path = modelfs::fuzz::write_input(data, size, "model.pt2");

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The safetensors header parser and its validation rules.
+#include "formats/safetensors.hpp"
 #include "fuzz_input.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/formats/safetensors.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto path = modelfs::fuzz::write_input(data, size, "model.safetensors");

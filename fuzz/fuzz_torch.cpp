@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The PyTorch readers end to end: torch.save ZIP, TorchScript, legacy
 // torch.save (object walking, storages, views, byte order).
+#include "formats/torch.hpp"
 #include "fuzz_input.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/formats/torch.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto path = modelfs::fuzz::write_input(data, size, "model.pt");

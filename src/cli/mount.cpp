@@ -27,11 +27,11 @@
 #include <vector>
 
 #include "commands.hpp"
-#include "fuse/fuse_server.hpp"
 #include "logging.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
+#include "modelfs/fuse_server.hpp"
 #include "modelfs/remote.hpp"
 #include "modelfs/tree.hpp"
 #include "modelfs/version.hpp"

@@ -8,9 +8,9 @@
 #include <system_error>
 #include <vector>
 
+#include "format_reader.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/format_reader.hpp"
 #include "modelfs/remote.hpp"
 #include "registry.hpp"
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "modelfs/formats/gguf.hpp"
+#include "gguf.hpp"
 
 #include <algorithm>
 #include <array>

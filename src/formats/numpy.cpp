@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "modelfs/formats/numpy.hpp"
+#include "numpy.hpp"
 
 #include <zlib.h>
 

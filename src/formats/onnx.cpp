@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "modelfs/formats/onnx.hpp"
+#include "onnx.hpp"
 
 #include <sys/stat.h>
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "modelfs/formats/pt2.hpp"
+#include "pt2.hpp"
 
 #include <spdlog/spdlog.h>
 

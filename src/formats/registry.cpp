@@ -5,12 +5,12 @@
 
 #include <array>
 
-#include "modelfs/formats/gguf.hpp"
-#include "modelfs/formats/numpy.hpp"
-#include "modelfs/formats/onnx.hpp"
+#include "gguf.hpp"
 #include "modelfs/formats/pt2.hpp"
-#include "modelfs/formats/safetensors.hpp"
-#include "modelfs/formats/torch.hpp"
+#include "numpy.hpp"
+#include "onnx.hpp"
+#include "safetensors.hpp"
+#include "torch.hpp"
 
 namespace modelfs {
 namespace {

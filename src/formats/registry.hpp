@@ -10,7 +10,7 @@
 #include <span>
 #include <string_view>
 
-#include "modelfs/format_reader.hpp"
+#include "format_reader.hpp"
 #include "modelfs/zip_archive.hpp"
 
 namespace modelfs {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "modelfs/formats/safetensors.hpp"
+#include "safetensors.hpp"
 
 #include <algorithm>
 

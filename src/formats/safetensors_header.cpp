@@ -11,8 +11,8 @@
 
 #include "json_limits.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/formats/safetensors.hpp"
 #include "modelfs/safetensors_dtype.hpp"
+#include "safetensors.hpp"
 
 namespace modelfs::safetensors {
 namespace {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "modelfs/formats/torch.hpp"
+#include "torch.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -13,6 +13,7 @@
 #include "modelfs/error.hpp"
 #include "modelfs/unpickler.hpp"
 #include "modelfs/zip_archive.hpp"
+#include "present.hpp"
 #include "sharded_index.hpp"
 #include "torch_objects.hpp"
 #include "torch_save.hpp"

@@ -8,7 +8,7 @@
 // EIO with a log line). The tree never changes after mounting, so entries
 // and attributes are cached by the kernel for as long as it likes and file
 // pages are kept between opens.
-#include "fuse_server.hpp"
+#include "modelfs/fuse_server.hpp"
 
 #include "loop.hpp"
 #include "modelfs/json_text.hpp"

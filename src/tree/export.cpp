@@ -6,8 +6,8 @@
 #include "modelfs/checked_math.hpp"
 #include "modelfs/json_object.hpp"
 #include "modelfs/json_text.hpp"
-#include "modelfs/npy.hpp"
 #include "modelfs/safetensors_dtype.hpp"
+#include "npy.hpp"
 
 namespace modelfs {
 namespace {

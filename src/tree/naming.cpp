@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "modelfs/naming.hpp"
+#include "naming.hpp"
 
 #include <algorithm>
 #include <cstdint>

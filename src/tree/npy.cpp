@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "modelfs/npy.hpp"
+#include "npy.hpp"
 
 #include "modelfs/checked_math.hpp"
 #include "numeric_views.hpp"

@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "modelfs/catalog.hpp"
-#include "modelfs/npy.hpp"
 #include "modelfs/tree.hpp"
+#include "npy.hpp"
 #include "tree_parts.hpp"
 
 namespace modelfs {

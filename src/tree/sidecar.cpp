@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "modelfs/sidecar.hpp"
+#include "sidecar.hpp"
 
 #include <algorithm>
 

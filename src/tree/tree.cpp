@@ -18,11 +18,11 @@
 #include "modelfs/error.hpp"
 #include "modelfs/json_text.hpp"
 #include "modelfs/mapped_bytes.hpp"
-#include "modelfs/naming.hpp"
-#include "modelfs/npy.hpp"
 #include "modelfs/remote.hpp"
-#include "modelfs/sidecar.hpp"
+#include "naming.hpp"
+#include "npy.hpp"
 #include "numeric_views.hpp"
+#include "sidecar.hpp"
 #include "tree_parts.hpp"
 
 namespace modelfs {

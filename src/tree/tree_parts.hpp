@@ -80,7 +80,6 @@ struct Part {
 size_t slice_parts(std::span<const Part> parts, uint64_t offset, uint64_t length, std::span<iovec> out,
                    std::string& scratch);
 
-
 // A Tree's tables, built by TreeBuilder (tree.cpp) and read through Tree.
 struct Tree::Impl {
   Catalog catalog_;

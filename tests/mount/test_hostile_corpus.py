@@ -77,7 +77,7 @@ BENIGN_READ_ERRORS = ("Input/output error", "File name too long")
 
 MiB = 1 << 20
 # The bytes any view may have whatever it stores (kViewBound in
-# src/include/modelfs/npy.hpp): no file of a mount of a few KB is larger.
+# src/tree/npy.hpp): no file of a mount of a few KB is larger.
 VIEW_BOUND_FLOOR = 1 << 30
 
 

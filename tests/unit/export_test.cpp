@@ -11,9 +11,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "modelfs/npy.hpp"
 #include "modelfs/tensor_spec.hpp"
 #include "modelfs/tree.hpp"
+#include "tree/npy.hpp"
 #include "tree/tree_parts.hpp"
 
 namespace modelfs {

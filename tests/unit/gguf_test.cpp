@@ -9,9 +9,9 @@
 #include <limits>
 #include <set>
 
+#include "formats/gguf.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
-#include "modelfs/formats/gguf.hpp"
 #include "test_files.hpp"
 
 namespace modelfs {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <gtest/gtest.h>
 
-#include "modelfs/naming.hpp"
+#include "tree/naming.hpp"
 
 namespace modelfs {
 namespace {

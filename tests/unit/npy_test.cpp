@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "modelfs/dtype.hpp"
-#include "modelfs/npy.hpp"
+#include "tree/npy.hpp"
 
 namespace modelfs {
 namespace {

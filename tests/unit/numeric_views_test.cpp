@@ -13,10 +13,10 @@
 #include "../../src/tree/ggml_dequant.hpp"
 #include "../../src/tree/ggml_grids.hpp"
 #include "../../src/tree/numeric_views.hpp"
-#include "modelfs/formats/gguf.hpp"
+#include "formats/gguf.hpp"
 #include "modelfs/json_text.hpp"
-#include "modelfs/sidecar.hpp"
 #include "modelfs/tensor_spec.hpp"
+#include "tree/sidecar.hpp"
 
 namespace modelfs {
 namespace {

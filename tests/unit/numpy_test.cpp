@@ -8,9 +8,9 @@
 
 #include <cstring>
 
+#include "formats/numpy.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
-#include "modelfs/formats/numpy.hpp"
 #include "modelfs/tree.hpp"
 #include "test_files.hpp"
 

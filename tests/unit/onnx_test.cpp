@@ -8,9 +8,9 @@
 #include <cstring>
 #include <filesystem>
 
+#include "formats/onnx.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
-#include "modelfs/formats/onnx.hpp"
 #include "modelfs/protobuf_wire.hpp"
 #include "test_files.hpp"
 

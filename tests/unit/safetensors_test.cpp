@@ -5,9 +5,9 @@
 
 #include <cstring>
 
+#include "formats/safetensors.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
-#include "modelfs/formats/safetensors.hpp"
 #include "test_files.hpp"
 
 namespace modelfs {

@@ -4,8 +4,8 @@
 #include <algorithm>
 
 #include "modelfs/json_text.hpp"
-#include "modelfs/sidecar.hpp"
 #include "modelfs/tensor_spec.hpp"
+#include "tree/sidecar.hpp"
 
 namespace modelfs {
 namespace {

@@ -19,8 +19,8 @@
 #include "modelfs/catalog.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
-#include "tree/tree_parts.hpp"
 #include "test_files.hpp"
+#include "tree/tree_parts.hpp"
 
 namespace modelfs {
 

@@ -5,9 +5,9 @@
 #include <set>
 
 #include "modelfs/json_text.hpp"
-#include "modelfs/sidecar.hpp"
 #include "modelfs/tensor_spec.hpp"
 #include "modelfs/tree.hpp"
+#include "tree/sidecar.hpp"
 #include "tree/tree_parts.hpp"
 
 namespace modelfs {

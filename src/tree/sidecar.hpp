@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "modelfs/catalog.hpp"
-#include "modelfs/npy.hpp"
+#include "npy.hpp"
 
 namespace modelfs {
 

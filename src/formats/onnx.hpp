@@ -38,8 +38,8 @@
 #include <filesystem>
 #include <span>
 
+#include "format_reader.hpp"
 #include "modelfs/catalog.hpp"
-#include "modelfs/format_reader.hpp"
 
 namespace modelfs::onnx {
 

@@ -17,8 +17,8 @@
 #include <span>
 #include <vector>
 
+#include "format_reader.hpp"
 #include "modelfs/catalog.hpp"
-#include "modelfs/format_reader.hpp"
 
 namespace modelfs::safetensors {
 

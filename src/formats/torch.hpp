@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "format_reader.hpp"
 #include "modelfs/catalog.hpp"
-#include "modelfs/format_reader.hpp"
 #include "modelfs/zip_archive.hpp"
 
 namespace modelfs::torch {
