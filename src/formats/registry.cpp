@@ -6,9 +6,9 @@
 #include <array>
 
 #include "gguf.hpp"
-#include "modelfs/formats/pt2.hpp"
 #include "numpy.hpp"
 #include "onnx.hpp"
+#include "pt2.hpp"
 #include "safetensors.hpp"
 #include "torch.hpp"
 

@@ -13,7 +13,6 @@
 #include "modelfs/error.hpp"
 #include "modelfs/unpickler.hpp"
 #include "modelfs/zip_archive.hpp"
-#include "present.hpp"
 #include "sharded_index.hpp"
 #include "torch_objects.hpp"
 #include "torch_save.hpp"

@@ -5,7 +5,6 @@
 
 #include "modelfs/error.hpp"
 #include "modelfs/unpickler.hpp"
-#include "present.hpp"
 
 namespace modelfs::torch_save {
 std::string trimmed(std::string_view text) {

@@ -211,19 +211,13 @@ TEST(NumericViews, ViewsReachingPastTheirBytesAreRefused) {
   EXPECT_FALSE(ElementView::make(in_memory(stored), two, negative, plain_conversion(DType::BFloat16)));
   std::vector<uint64_t> odd{17};
   std::vector<int64_t> one{1};
-  EXPECT_FALSE(ElementView::make(stored, odd, one, plain_conversion(DType::Int4)));  // 17 nibbles > 8 bytes
-  EXPECT_FALSE(BlockView::make(std::span(stored), *ggml_type_named("q8_0"), 32));    // 34 bytes needed
-  std::vector<std::byte> block(34);
-  EXPECT_FALSE(BlockView::make(block, *ggml_type_named("q8_0"), 31));  // not whole blocks
-  EXPECT_FALSE(BlockView::make(block, kNoKernels, 64));                // no dequantization
-  EXPECT_TRUE(BlockView::make(block, *ggml_type_named("q8_0"), 32));
   EXPECT_FALSE(
       ElementView::make(in_memory(stored), odd, one, plain_conversion(DType::Int4)));  // 17 nibbles > 8 bytes
-  EXPECT_FALSE(BlockView::make(in_memory(std::span(stored)), "q8_0", 32));             // 34 bytes needed
+  EXPECT_FALSE(BlockView::make(in_memory(stored), *ggml_type_named("q8_0"), 32));      // 34 bytes needed
   std::vector<std::byte> block(34);
-  EXPECT_FALSE(BlockView::make(in_memory(block), "q8_0", 31));  // not whole blocks
-  EXPECT_FALSE(BlockView::make(in_memory(block), "q9_9", 64));  // no dequantization
-  EXPECT_TRUE(BlockView::make(in_memory(block), "q8_0", 32));
+  EXPECT_FALSE(BlockView::make(in_memory(block), *ggml_type_named("q8_0"), 31));  // not whole blocks
+  EXPECT_FALSE(BlockView::make(in_memory(block), kNoKernels, 64));                // no dequantization
+  EXPECT_TRUE(BlockView::make(in_memory(block), *ggml_type_named("q8_0"), 32));
 }
 
 TEST(NumericViews, TorchAffineDequantization) {
