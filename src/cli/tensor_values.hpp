@@ -87,15 +87,9 @@ void to_doubles(DType dtype, const std::byte* bytes, uint64_t count, double* out
 // zeros, and over the finite values their extremes, mean and population
 // variance (Chan's merge of per-chunk means and squared deviations).
 struct StatsAccumulator {
-  uint64_t values = 0;
-  uint64_t nan = 0;
-  uint64_t inf = 0;
-  uint64_t zeros = 0;
-  uint64_t finite = 0;
-  double min = 0;
-  double max = 0;
-  double mean = 0;
-  double m2 = 0;  // sum of squared deviations from the mean
+  uint64_t values = 0, nan = 0, inf = 0, zeros = 0, finite = 0;  // counts
+  double min = 0, max = 0, mean = 0;                             // over the finite values
+  double m2 = 0;                                                 // sum of squared deviations from the mean
 
   void add(std::span<const double> chunk);
   void merge(const StatsAccumulator& other);

@@ -28,6 +28,22 @@ constexpr size_t kMaxFieldDepth = 32;                  // nested structured fiel
   throw ModelError(where.file, where.format, where.base + offset, where.prefix + reason);
 }
 
+// The array's data, `nbytes` from `start`, is exactly the `available`
+// bytes there. numpy reads the bytes it needs and ignores the rest; nothing
+// numpy writes has more, and bytes no reader looks at are where a payload
+// hides, so they are refused (as safetensors refuses undescribed bytes).
+void check_data_fills(const Where& where, uint64_t start, uint64_t nbytes, uint64_t available,
+                      std::string_view writer) {
+  if (nbytes > available)
+    fail(where, start,
+         "the data is " + std::to_string(available) + " bytes but shape and dtype need " +
+             std::to_string(nbytes));
+  if (nbytes < available)
+    fail(where, start + nbytes,
+         std::to_string(available - nbytes) + " bytes after the array's data (" + std::string(writer) +
+             " writes none)");
+}
+
 // A cursor over the header text, for the dict grammar of docs/formats.md
 // §10.5: no evaluation, no escapes, nothing but what numpy's writer makes
 // (and the spacing other writers use).
@@ -404,17 +420,7 @@ Catalog open_file(const ModelFile& model) {
   if (structured || !kind.dtype) fail(where, preamble.header_start, kind_refusal(header, structured, kind));
   const Array array = array_of(header, *kind.dtype, where, preamble.header_start);
   const uint64_t start = preamble.data_start();
-  const uint64_t available = file.size() - start;
-  if (array.nbytes > available)
-    fail(where, start,
-         "the data is " + std::to_string(available) + " bytes but shape and dtype need " +
-             std::to_string(array.nbytes));
-  // numpy reads the bytes it needs and ignores the rest; nothing numpy
-  // writes has more, and bytes no reader looks at are where a payload
-  // hides, so they are refused (as safetensors refuses undescribed bytes).
-  if (array.nbytes < available)
-    fail(where, start + array.nbytes,
-         std::to_string(available - array.nbytes) + " bytes after the array's data (np.save writes none)");
+  check_data_fills(where, start, array.nbytes, file.size() - start, "np.save");
 
   Catalog catalog;
   catalog.format = std::string(kNpyFormat);
@@ -514,14 +520,7 @@ Catalog open_npz(const ModelFile& model, const ZipArchive& zip) {
     }
     const Array array = array_of(header, *kind.dtype, where, preamble.header_start);
     const uint64_t start = preamble.data_start();
-    const uint64_t available = m.uncompressed_size - start;
-    if (array.nbytes > available)
-      fail(where, start,
-           "the data is " + std::to_string(available) + " bytes but shape and dtype need " +
-               std::to_string(array.nbytes));
-    if (array.nbytes < available)
-      fail(where, start + array.nbytes,
-           std::to_string(available - array.nbytes) + " bytes after the array's data (np.savez writes none)");
+    check_data_fills(where, start, array.nbytes, m.uncompressed_size - start, "np.savez");
     ++versions[preamble.version()];
 
     TensorSpec t;

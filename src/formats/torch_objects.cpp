@@ -230,19 +230,11 @@ std::optional<nlohmann::json> ObjectWalker::visit(const Value* v, const ObjectPa
     return nlohmann::json("<cycle>");
   current_ = v;
 
-  switch (v->kind) {
-    case Kind::List:
-    case Kind::Tuple:
-    case Kind::Set:
-    case Kind::Dict:
-    case Kind::Call:
-      break;
-    case Kind::PersistentId:
-      storage_only(v, path);
-      return std::nullopt;
-    default:
-      return plain(v);
+  if (v->kind == Kind::PersistentId) {
+    storage_only(v, path);
+    return std::nullopt;
   }
+  if (!is_container(v)) return plain(v);
   path_stack_.push_back(v);
   if (v->kind == Kind::Call && try_tensor(v, path, kind, depth)) {
     path_stack_.pop_back();

@@ -154,20 +154,6 @@ static_assert(std::size(kKindNames) == static_cast<size_t>(Kind::PersistentId) +
 
 std::string kind_name(Kind kind) { return std::string(kKindNames[static_cast<size_t>(kind)]); }
 
-bool is_container(const Value* v) {
-  switch (v->kind) {
-    case Kind::List:
-    case Kind::Tuple:
-    case Kind::Set:
-    case Kind::Dict:
-    case Kind::Call:
-    case Kind::PersistentId:
-      return true;
-    default:
-      return false;
-  }
-}
-
 void append_utf8(std::string& out, uint32_t cp) {
   if (cp < 0x80) {
     out.push_back(static_cast<char>(cp));

@@ -422,3 +422,42 @@ def test_stats_and_diff_of_a_url(tmp):
         check_numbers(rows["y"], x[:2] * 2, cut)
     finally:
         server.stop()
+
+
+def test_diff_and_stats_of_onnx_and_numpy_against_safetensors(tmp):
+    """Formats the other tests do not write: an ONNX model's initializers and
+    NumPy's .npz (deflated, so values come through the inflating view) and
+    .npy (Fortran order), each against safetensors of the same arrays."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((6, 5)).astype(np.float32)
+    b = rng.integers(-50, 50, 7).astype(np.int64)
+    graph = helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], "g", [],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 5])],
+                              initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    onnx_path = tmp / "m.onnx"
+    onnx.save(helper.make_model(graph), str(onnx_path))
+    sf = st.write(tmp / "m.safetensors", {"w": w, "b": b})
+    doc, _ = diff_json(onnx_path, sf, code=0)
+    assert {r["name"]: r["status"] for r in doc["tensors"]} == {"w": "identical", "b": "identical"}
+    check_stats(stats_json(onnx_path), {"w": ("float32", w), "b": ("int64", b)})
+
+    npz = tmp / "m.npz"
+    np.savez_compressed(npz, w=w, b=b)
+    doc, _ = diff_json(npz, sf, code=0)
+    assert {r["name"]: r["status"] for r in doc["tensors"]} == {"w": "identical", "b": "identical"}
+    changed = w.copy()
+    changed[2, 3] += np.float32(0.5)
+    np.savez_compressed(npz, w=changed, b=b)
+    doc, _ = diff_json(npz, sf, code=1)
+    row = {r["name"]: r for r in doc["tensors"]}["w"]
+    assert row["status"] == "different"
+    check_numbers(row, changed, w)
+
+    npy = tmp / "w.npy"
+    np.save(npy, np.asfortranarray(w))
+    doc, _ = diff_json(npy, st.write(tmp / "w.safetensors", {"w": w}), code=0)
+    assert [(r["name"], r["status"]) for r in doc["tensors"]] == [("w", "equal")]
+    check_stats(stats_json(npy), {"w": ("float32", w)})

@@ -130,6 +130,22 @@ struct Value {
   std::string qualified_name() const;
 };
 
+// Values that hold others (and so are walked, with a depth limit): lists,
+// tuples, sets, dicts, calls and persistent ids.
+inline bool is_container(const Value* v) noexcept {
+  switch (v->kind) {
+    case Kind::List:
+    case Kind::Tuple:
+    case Kind::Set:
+    case Kind::Dict:
+    case Kind::Call:
+    case Kind::PersistentId:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Where a pickle's values live: at stable addresses (values point at each
 // other), in chunks from the heap that neither growing nor moving the store
 // moves (why not a std::deque: bench/results/2026-12-01_memory.md).
