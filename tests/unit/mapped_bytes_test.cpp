@@ -18,6 +18,7 @@
 #include "modelfs/mapped_file.hpp"
 #include "modelfs/tree.hpp"
 #include "test_files.hpp"
+#include "test_parts.hpp"
 #include "tree/tree_parts.hpp"
 
 namespace modelfs {
@@ -37,24 +38,10 @@ class TruncatedMapping : public ::testing::Test {
   }
   void truncate_to(uint64_t size) { ASSERT_EQ(0, ::truncate(path_.c_str(), static_cast<off_t>(size))); }
   ByteSpan mapped() const { return ByteSpan::mapped(file_, 0, file_->size()); }
-  // Reads [offset, offset + length) of `parts` through slice_parts with
-  // `iovecs` iovecs; returns the bytes gathered.
   static std::string read(std::span<const Part> parts, uint64_t offset, uint64_t length, size_t iovecs) {
-    std::vector<iovec> iov(iovecs);
-    std::string scratch;
-    const size_t n = slice_parts(parts, offset, length, iov, scratch);
-    std::string out;
-    for (size_t i = 0; i < n; ++i) out.append(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
-    return out;
+    return test::read_parts(parts, offset, length, iovecs);
   }
-  static std::vector<Part> laid_out(std::vector<Part> parts) {
-    uint64_t offset = 0;
-    for (auto& part : parts) {
-      part.offset = offset;
-      offset += part.size;
-    }
-    return parts;
-  }
+  static std::vector<Part> laid_out(std::vector<Part> parts) { return test::laid_out(std::move(parts)); }
 
   test::TempDir dir_;
   std::filesystem::path path_;

@@ -20,6 +20,7 @@
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
 #include "test_files.hpp"
+#include "test_parts.hpp"
 #include "tree/tree_parts.hpp"
 
 namespace modelfs {
@@ -78,25 +79,10 @@ class SparseFile : public ::testing::Test {
     file_ = MappedFileTesting::sparse(::open(path_.c_str(), O_RDONLY | O_CLOEXEC), kFileBytes, "model.bin",
                                       fetcher_.get());
   }
-  // What the tree's read path serves of `parts` [offset, offset + length),
-  // through `iovecs` iovecs.
   static std::string read(std::span<const Part> parts, uint64_t offset, uint64_t length, size_t iovecs) {
-    std::vector<iovec> iov(iovecs);
-    std::string scratch;
-    const size_t n = slice_parts(parts, offset, length, iov, scratch);
-    std::string out;
-    for (size_t i = 0; i < n; ++i) out.append(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
-    return out;
+    return test::read_parts(parts, offset, length, iovecs);
   }
-  // Parts laid out one after another, as the tree sets their offsets.
-  static std::vector<Part> laid_out(std::vector<Part> parts) {
-    uint64_t at = 0;
-    for (Part& p : parts) {
-      p.offset = at;
-      at += p.size;
-    }
-    return parts;
-  }
+  static std::vector<Part> laid_out(std::vector<Part> parts) { return test::laid_out(std::move(parts)); }
   ByteSpan span(uint64_t offset, uint64_t length) const { return ByteSpan::mapped(file_, offset, length); }
 
   test::TempDir dir_;
