@@ -37,7 +37,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tests" / "mount"))
-from bench import cache_afresh  # noqa: E402
+from bench import cache_afresh, rss_anon_mib  # noqa: E402
 import gguf_writer as gw  # noqa: E402
 import numeric_oracle as oracle  # noqa: E402
 import safetensors_writer as st  # noqa: E402
@@ -158,31 +158,23 @@ def timed(fn):
     return time.perf_counter() - start
 
 
-def rss_anon_kib(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
 def run_modelfs(binary, *args):
     """Seconds and peak anonymous memory (MiB: the heap and stacks, not the
     model's mapped pages) of one modelfs run, sampled every 10 ms; its stdout
     discarded."""
     start = time.perf_counter()
     proc = subprocess.Popen([str(binary), *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    peak = 0
+    peak = 0.0
     while proc.poll() is None:
-        peak = max(peak, rss_anon_kib(proc.pid))
+        try:  # the process may end between poll() and the read
+            peak = max(peak, rss_anon_mib(proc.pid))
+        except OSError:
+            pass
         time.sleep(0.01)
     seconds = time.perf_counter() - start
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"modelfs {args} exited {proc.returncode}: {proc.stderr.read().decode()}")
-    return seconds, peak / 1024
+    return seconds, peak
 
 
 def main():
