@@ -108,6 +108,43 @@ struct Encoded {
   uint64_t decoded_size = 0;
 };
 
+// A tensor whose bytes are not one range of one file is a list of pieces
+// (TensorSpec::pieces): the shard files a tensor spans (TensorFlow.js), the
+// slices of a partitioned variable (TensorFlow bundles, distributed torch
+// checkpoints), the chunks of an HDF5 dataset. The raw file is still the
+// tensor's C-order bytes; the tree assembles it from the pieces, serving
+// pieces that are runs of the raw file straight from their mappings and
+// gathering or decoding the rest per read.
+//
+// Run pieces (start and extent empty): each is the next `size` bytes of the
+// raw file, in order. Box pieces (start and extent of the tensor's rank):
+// each holds the elements [start, start + extent) of every dimension as a
+// C-order array of `extent`, which may reach past the shape (an HDF5 edge
+// chunk): what lies outside is dropped. A tensor's pieces are all of one
+// kind; box pieces cover every element exactly once (Catalog::add refuses
+// overlaps and holes).
+enum class PieceFilter : uint8_t {
+  Deflate,  // a zlib stream (HDF5's gzip filter)
+  Shuffle,  // bytes transposed by element size (HDF5's shuffle filter)
+};
+
+template <typename Text, typename Dims, typename Filters>
+struct BasicPiece {
+  ByteSpan bytes;     // as stored: encoded when `filters` is not empty
+  uint64_t size = 0;  // decoded bytes: bytes.size() when there is no filter
+  Dims start;         // box pieces: per dimension, in elements
+  Dims extent;
+  Filters filters;  // in the order the writer applied them; undone last first
+  // Where the stored bytes lie, for the sidecar and --check.
+  struct Source {
+    Text file;
+    std::optional<uint64_t> offset;
+  } source;
+  // No bytes stored: the piece reads as zeros (an HDF5 chunk never written).
+  bool zeros = false;
+};
+using Piece = BasicPiece<std::string_view, std::span<const uint64_t>, std::span<const PieceFilter>>;
+
 struct TensorSpec;  // modelfs/tensor_spec.hpp, the readers' side
 
 // A tensor of a catalog: views into the catalog's stores, valid while the
@@ -128,10 +165,15 @@ struct MODELFS_API Tensor {
   // catalog: ",\n  \"key\": value" each, in key order; empty for none.
   std::string_view extras_lines;
   std::optional<Encoded> encoded;  // as TensorSpec::encoded
+  // As TensorSpec::pieces (then `bytes` is empty), in the catalog's stores.
+  std::span<const Piece> pieces;
 
-  // Bytes of the raw file: the stored bytes' size, or the decoded size of
-  // an encoded tensor.
-  uint64_t nbytes() const noexcept { return encoded ? encoded->size : bytes.size(); }
+  // Bytes of the raw file: the stored bytes' size, the decoded size of an
+  // encoded tensor, or what its pieces assemble to.
+  uint64_t nbytes() const noexcept {
+    return encoded ? encoded->size : pieces.empty() ? bytes.size() : pieces_size;
+  }
+  uint64_t pieces_size = 0;  // what the pieces assemble to, set by Catalog::add
   // The sidecar's extras as JSON (null: none), the typed fields' among
   // them: for listing them, not for printing a sidecar.
   nlohmann::json extras() const;
@@ -218,6 +260,8 @@ class Catalog {
   BlockStore<uint64_t> shapes_;
   BlockStore<int64_t> strides_;
   BlockStore<Quantization> quantizations_;
+  BlockStore<Piece> pieces_;
+  BlockStore<PieceFilter> filters_;
 };
 
 }  // namespace modelfs

@@ -127,7 +127,20 @@ const Tensor& Catalog::add(const TensorSpec& spec) {
               .source = {spec.source.file, spec.source.offset},
               .quantization = quantization ? &*quantization : nullptr,
               .extras_lines = {},
-              .encoded = spec.encoded};
+              .encoded = spec.encoded,
+              .pieces = {},
+              .pieces_size = 0};
+  std::vector<Piece> pieces;
+  pieces.reserve(spec.pieces.size());
+  for (const auto& piece : spec.pieces)
+    pieces.push_back({piece.bytes,
+                      piece.size,
+                      piece.start,
+                      piece.extent,
+                      piece.filters,
+                      {piece.source.file, piece.source.offset},
+                      piece.zeros});
+  view.pieces = pieces;
   const std::string lines = extras_lines(spec.extras, view.typed_extras());
   view.extras_lines = lines;
   return add(view);
@@ -147,6 +160,25 @@ const Tensor& Catalog::add(const Tensor& tensor) {
   t.strides = strides_.add(tensor.strides);
   t.source.file = intern(tensor.source.file);
   t.extras_lines = tensor.extras_lines.empty() ? std::string_view() : texts_.add(tensor.extras_lines);
+  if (!tensor.pieces.empty()) {
+    std::vector<Piece> pieces(tensor.pieces.begin(), tensor.pieces.end());
+    Checked<uint64_t> run_bytes = 0;
+    for (auto& piece : pieces) {
+      piece.start = shapes_.add(piece.start);
+      piece.extent = shapes_.add(piece.extent);
+      piece.filters = filters_.add(piece.filters);
+      piece.source.file = intern(piece.source.file);
+      run_bytes += piece.size;
+    }
+    t.pieces = pieces_.add(pieces);
+    if (pieces.front().start.empty()) {
+      t.pieces_size = run_bytes.value();
+    } else {
+      Checked<uint64_t> bytes = dtype_bits(t.dtype);
+      for (const uint64_t dim : t.shape) bytes *= dim;
+      t.pieces_size = (bytes / 8).value();
+    }
+  }
   return tensors_.emplace_back(std::move(t));
 }
 

@@ -33,6 +33,9 @@ struct TensorSpec {
   // Set when the bytes are stored encoded; `bytes` is then the encoded
   // stream (where it lies), and nbytes() the decoded size.
   std::optional<Encoded> encoded;
+  // Set when the bytes are not one range (catalog.hpp, Piece); `bytes` is
+  // then empty.
+  std::vector<BasicPiece<std::string, std::vector<uint64_t>, std::vector<PieceFilter>>> pieces;
 };
 
 }  // namespace modelfs
