@@ -588,6 +588,53 @@ def gguf_many_tensors(folder, count=GGUF_EXPORT_TENSORS):
     gg.write(path, [], tensors)
     return path
 
+
+# The three cases below close the list of "memory the budget never saw":
+# the PT2 model JSON and its text copy, a safetensors header of many empty
+# tensors (their entries and the tree of each), and ONNX int64 lists.
+PT2_JSON_BYTES = 24 * MiB
+
+
+def pt2_big_json(folder, size=PT2_JSON_BYTES):
+    """A PT2 archive whose model JSON is 24 MB of small objects, deflated
+    to some 50 KB: the document and its text were held twice outside the
+    budget."""
+    item = b'{"a":[1,2,3],"b":"x"},'
+    text = b'{"schema_version":{"major":8,"minor":0},"graph_module":{"x":[' + item * (size // len(item)) + b"0]}}"
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
+    stream = compressor.compress(text) + compressor.flush()
+    members = [Member("m/archive_format", b"pt2"),
+               Member("m/models/model.json", deflate_chunks=[stream], size=len(text), crc=zlib.crc32(text))]
+    return write_zip(folder / "big_json.pt2", members)
+
+
+EMPTY_TENSORS = 120_000
+
+
+def zero_size_tensors(folder, count=EMPTY_TENSORS):
+    """A safetensors header of 120 000 zero-size tensors (6.5 MB): refused or
+    mounted within the budget, never after peaking past it."""
+    entries = ",".join(f'"{_key(i)}":{{"dtype":"F32","shape":[0],"data_offsets":[0,0]}}' for i in range(count))
+    header = ("{" + entries + "}").encode()
+    header += b" " * (-len(header) % 8)
+    path = folder / "empty_tensors.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header)
+    return path
+
+
+def onnx_million_dims(folder, dims=1_000_000):
+    """An initializer whose dims list is a million packed int64s (2 MB), and
+    a node attribute of a million ints: int64 lists copied outside the
+    budget."""
+    packed = b"".join(_varint(1) for _ in range(dims))
+    tensor = _varint(1 << 3 | 2) + _varint(len(packed)) + packed + _pb(2, 1) + _pb(8, "w") + _pb(9, bytes(4))
+    ints = _varint(8 << 3 | 2) + _varint(len(packed)) + packed
+    node = _pb(1, "w") + _pb(2, "y") + _pb(4, "Identity") + _pb(5, _pb(1, "k") + ints + _pb(20, 7))
+    graph = _pb(2, "g") + _pb(5, tensor) + _pb(1, node)
+    path = folder / "million_dims.onnx"
+    path.write_bytes(_pb(1, 8) + _pb(8, _pb(1, "") + _pb(2, 17)) + _pb(7, graph))
+    return path
+
 # name -> (make, needs torch)
 def split_member_missing(folder):
     """A GGUF split set of three whose second member is not there: a name
@@ -739,6 +786,9 @@ CASES = {
     "memo_repeated_string": (memo_repeated_string, False),
     "memo_repeated_tuple_key": (memo_repeated_tuple_key, False),
     "gguf_many_tensors": (gguf_many_tensors, False),
+    "pt2_big_json": (pt2_big_json, False),
+    "zero_size_120k": (zero_size_tensors, False),
+    "onnx_million_dims": (onnx_million_dims, False),
     "npy_header_lies": (npy_header_lies, False),
     "npy_shape_overflow": (npy_shape_overflow, False),
     "npz_100k_members": (npz_many_members, False),
