@@ -247,6 +247,9 @@ class Catalog {
   const Tensor& add(const Tensor& tensor);
   // In the order added (file order).
   std::span<const Tensor> tensors() const noexcept { return tensors_; }
+  // Gives back the table's spare room once every tensor is added (the tree
+  // is built on top of it; the catalog's stores never move).
+  void shrink_to_fit() { tensors_.shrink_to_fit(); }
 
  private:
   std::string_view intern(std::string_view text);

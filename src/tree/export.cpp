@@ -111,6 +111,7 @@ std::optional<ExportFile> ExportPlan::file(std::string_view prefix, const Export
     h += '}';
   }
   Size offset = 0;
+  if (prefix.empty()) out.tensors.reserve(entries_.size());
   for (const auto& entry : entries_) {
     if (!entry.name.starts_with(prefix)) continue;
     const std::string_view name = entry.name.substr(prefix.size());

@@ -63,6 +63,8 @@ class ExportPlan {
   // `float32`: -o export=float32.
   explicit ExportPlan(bool float32) : float32_(float32) {}
 
+  // Room for `tensors` adds, so the plan is not copied as it grows.
+  void reserve(size_t tensors) { entries_.reserve(tensors); }
   // The next tensor in catalog order.
   void add(const ExportInput& input);
   // The file of the tensors whose names start with `prefix`, named without

@@ -162,9 +162,11 @@ class TreeBuilder {
     std::vector<uint64_t> folder_of(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i)
       folder_of[i] = directories_for(tensor_path_components(tensors[i].name, options_.flat));
-    // The rest is known now: three files a tensor, and the documents with
-    // their folders. Growing past a reservation would copy the whole table.
-    size_t more = 3 * tensors.size() + 2;
+    // The rest is known now: three files a tensor, the documents with their
+    // folders, and the few files and folders of .modelfs/ (an export file
+    // for each of at most kMaxModelFiles models). Growing past a
+    // reservation would copy the whole table, holding both copies at once.
+    size_t more = 3 * tensors.size() + 2 * kMaxModelFiles + 16;
     for (const auto& document : tree_.catalog_.documents)
       more += 1 + static_cast<size_t>(std::count(document.path.begin(), document.path.end(), '/'));
     tree_.nodes_.reserve(tree_.nodes_.size() + more);
@@ -173,6 +175,7 @@ class TreeBuilder {
     tree_.parts_.reserve(4 * tensors.size() + tree_.catalog_.documents.size() + 8);
     folder_ordinal_.reserve(tree_.nodes_.size() + more);
 
+    export_.reserve(tensors.size());
     tree_.tensor_files_.reserve(tensors.size());
     tree_.npy_.reserve(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i)
@@ -669,6 +672,7 @@ class TreeBuilder {
 std::unique_ptr<const Tree> Tree::build(Catalog catalog, const TreeOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->catalog_ = std::move(catalog);
+  impl->catalog_.shrink_to_fit();
   const auto& built = impl->catalog_;
   const std::string file = built.files.empty() ? std::string() : built.files.front();
   try {
