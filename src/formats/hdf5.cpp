@@ -354,68 +354,67 @@ class Builder {
     for (size_t i = d.dims.size(); i-- > 1;)
       cell_strides[i - 1] =
           cell_strides[i] * static_cast<int64_t>(d.dims[i] / d.chunk[i] + (d.dims[i] % d.chunk[i] != 0));
-    std::vector<uint8_t> present(nbytes == 0 ? 0 : cells, 0);
+    // Each cell of the chunk grid once, in C order: its stored chunk, or zeros.
+    constexpr uint32_t kNone = UINT32_MAX;
+    std::vector<uint32_t> chunk_at(nbytes == 0 ? 0 : cells, kNone);
     uint64_t stored = 0;
-    for (const auto& c : d.chunks) {
+    for (size_t index = 0; index < d.chunks.size(); ++index) {
       check_budget();
+      const auto& c = d.chunks[index];
       uint64_t cell = 0;
       for (size_t i = 0; i < d.dims.size(); ++i) {
         if (c.coords[i] >= d.dims[i] || c.coords[i] % d.chunk[i] != 0)
           fail(d, "a chunk at coordinates off the chunk grid or outside the shape");
         cell += c.coords[i] / d.chunk[i] * static_cast<uint64_t>(cell_strides[i]);
       }
-      if (present[cell]) fail(d, "two chunks at the same coordinates");
-      present[cell] = 1;
+      if (chunk_at[cell] != kNone) fail(d, "two chunks at the same coordinates");
+      chunk_at[cell] = static_cast<uint32_t>(index);
       if (c.address > source_.length || c.size > source_.length - c.address || c.size == 0)
         fail(d, "a chunk at " + std::to_string(c.address) + " of " + std::to_string(c.size) +
                     " bytes runs past the end of the file");
       if (d.filters.size() < 32 && (c.mask >> d.filters.size()) != 0)
         fail(d, "a chunk's filter mask names no filter");
-      std::vector<PieceFilter> applied;
-      for (size_t i = 0; i < pipeline.size(); ++i)
-        if ((c.mask >> i & 1) == 0) applied.push_back(pipeline[i]);
-      const bool deflated = std::find(applied.begin(), applied.end(), PieceFilter::Deflate) != applied.end();
-      if (!deflated && c.size != *chunk_bytes)
-        fail(d, "an unfiltered chunk of " + std::to_string(c.size) + " bytes (a chunk is " +
-                    std::to_string(*chunk_bytes) + ")");
-      if (deflated && *chunk_bytes / kMaxDeflateRatio > c.size)
-        fail(d, "a chunk of " + std::to_string(c.size) + " deflated bytes cannot make " +
-                    std::to_string(*chunk_bytes));
       stored += c.size;
-      auto& piece = t.pieces.emplace_back();
-      piece.bytes = ByteSpan::mapped(source_.file, source_.base + c.address, c.size);
-      piece.size = *chunk_bytes;
-      piece.start = c.coords;
-      piece.extent = d.chunk;
-      piece.filters = std::move(applied);
-      piece.source = {source_.name, source_.base + c.address};
     }
     if (nbytes > kBombBytes && nbytes / kBombRatio > stored) {
       leave_out(d.path, "declares " + std::to_string(nbytes) + " bytes but stores " + std::to_string(stored) +
                             " (more than 4 GiB and 1000 times what it stores)");
       return false;
     }
-    if (nbytes > 0 && d.chunks.size() < cells) {
-      if (!d.fill_zero) {
-        leave_out(d.path, "chunks never written, whose fill value is not zero");
-        return false;
+    if (nbytes > 0 && d.chunks.size() < cells && !d.fill_zero) {
+      leave_out(d.path, "chunks never written, whose fill value is not zero");
+      return false;
+    }
+    std::vector<uint64_t> start(d.dims.size());
+    for (uint64_t cell = 0; cell < chunk_at.size(); ++cell) {
+      check_budget();
+      uint64_t rest = cell;
+      for (size_t i = 0; i < d.dims.size(); ++i) {
+        start[i] = rest / static_cast<uint64_t>(cell_strides[i]) * d.chunk[i];
+        rest %= static_cast<uint64_t>(cell_strides[i]);
       }
-      std::vector<uint64_t> start(d.dims.size());
-      for (uint64_t cell = 0; cell < cells; ++cell) {
-        check_budget();
-        if (present[cell]) continue;
-        uint64_t rest = cell;
-        for (size_t i = 0; i < d.dims.size(); ++i) {
-          start[i] = rest / static_cast<uint64_t>(cell_strides[i]) * d.chunk[i];
-          rest %= static_cast<uint64_t>(cell_strides[i]);
-        }
-        auto& piece = t.pieces.emplace_back();
-        piece.size = *chunk_bytes;
-        piece.start = start;
-        piece.extent = d.chunk;
+      auto& piece = t.pieces.emplace_back();
+      piece.size = *chunk_bytes;
+      piece.start = start;
+      piece.extent = d.chunk;
+      if (chunk_at[cell] == kNone) {
         piece.zeros = true;
         piece.source = {source_.name, std::nullopt};
+        continue;
       }
+      const auto& c = d.chunks[chunk_at[cell]];
+      for (size_t i = 0; i < pipeline.size(); ++i)
+        if ((c.mask >> i & 1) == 0) piece.filters.push_back(pipeline[i]);
+      const bool deflated =
+          std::find(piece.filters.begin(), piece.filters.end(), PieceFilter::Deflate) != piece.filters.end();
+      if (!deflated && c.size != *chunk_bytes)
+        fail(d, "an unfiltered chunk of " + std::to_string(c.size) + " bytes (a chunk is " +
+                    std::to_string(*chunk_bytes) + ")");
+      if (deflated && *chunk_bytes / kMaxDeflateRatio > c.size)
+        fail(d, "a chunk of " + std::to_string(c.size) + " deflated bytes cannot make " +
+                    std::to_string(*chunk_bytes));
+      piece.bytes = ByteSpan::mapped(source_.file, source_.base + c.address, c.size);
+      piece.source = {source_.name, source_.base + c.address};
     }
     if (nbytes == 0) {
       t.pieces.clear();

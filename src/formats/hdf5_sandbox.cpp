@@ -94,8 +94,16 @@ uint64_t address_space_bytes() {
   if (socket != kChildSocket && dup2(socket, kChildSocket) != kChildSocket) _exit(120);
   for (int fd = 0; fd < kChildSocket; ++fd) close(fd);
   if (close_range(kChildSocket + 1, ~0U, 0) != 0) _exit(121);
+  // Never above a limit the parent was given (raising a hard limit needs
+  // privileges the child must not rely on).
   const auto limit = [](int resource, rlim_t soft, rlim_t hard) {
-    const rlimit value{soft, hard};
+    rlimit value{};
+    if (getrlimit(resource, &value) != 0) _exit(122);
+    if (value.rlim_max != RLIM_INFINITY) {
+      hard = hard < value.rlim_max ? hard : value.rlim_max;
+      soft = soft < hard ? soft : hard;
+    }
+    value = {soft, hard};
     if (setrlimit(resource, &value) != 0) _exit(122);
   };
   limit(RLIMIT_AS, address_space, address_space);

@@ -49,8 +49,8 @@ inline constexpr uint64_t kMaxReadChunk = 64 * 1024;
 inline constexpr uint64_t kMaxPacket = kMaxReadChunk + 64;
 
 struct SandboxLimits {
-  uint64_t deadline_ms = 30'000;  // wall time the child may take, beyond the parent's own reads
-  unsigned cpu_seconds = 10;
+  uint64_t deadline_ms = 15'000;  // wall time the child may take, beyond the parent's own reads
+  unsigned cpu_seconds = 8;
   uint64_t memory_bytes = uint64_t{1} << 30;        // on top of what the child inherits
   uint64_t max_record_bytes = uint64_t{256} << 20;  // all records together
 };
