@@ -80,9 +80,45 @@ herr_t vfd_set_eoa(H5FD_t* file, H5FD_mem_t, haddr_t addr) {
   return 0;
 }
 haddr_t vfd_get_eof(const H5FD_t*, H5FD_mem_t) { return g_length; }
+// libhdf5 reads metadata a few hundred bytes at a time: whole blocks are
+// asked for and kept (direct-mapped), so a walk costs one round trip to
+// the parent per block, not per object header.
+constexpr uint64_t kBlock = kMaxReadChunk;
+constexpr size_t kSlots = 64;
+struct Slot {
+  uint64_t block = kUndefined;
+  uint64_t size = 0;
+  unsigned char bytes[kBlock];
+};
+Slot* g_slots = nullptr;
+
 herr_t vfd_read(H5FD_t*, H5FD_mem_t, hid_t, haddr_t addr, size_t size, void* buffer) {
   if (addr > g_length || size > g_length - addr) return -1;
-  return read_through_parent(g_socket, addr, size, buffer) ? 0 : -1;
+  if (g_slots == nullptr) {
+    g_slots = static_cast<Slot*>(std::calloc(kSlots, sizeof(Slot)));
+    for (size_t i = 0; g_slots != nullptr && i < kSlots; ++i) g_slots[i].block = kUndefined;
+  }
+  if (g_slots == nullptr) return read_through_parent(g_socket, addr, size, buffer) ? 0 : -1;
+  auto* out = static_cast<unsigned char*>(buffer);
+  while (size > 0) {
+    const uint64_t block = addr / kBlock;
+    Slot& slot = g_slots[block % kSlots];
+    if (slot.block != block) {
+      const uint64_t start = block * kBlock;
+      const uint64_t n = g_length - start < kBlock ? g_length - start : kBlock;
+      slot.block = kUndefined;
+      if (!read_through_parent(g_socket, start, n, slot.bytes)) return -1;
+      slot.block = block;
+      slot.size = n;
+    }
+    const uint64_t within = addr - block * kBlock;
+    const uint64_t n = slot.size - within < size ? slot.size - within : size;
+    std::memcpy(out, slot.bytes + within, n);
+    out += n;
+    addr += n;
+    size -= n;
+  }
+  return 0;
 }
 herr_t vfd_write(H5FD_t*, H5FD_mem_t, hid_t, haddr_t, size_t, const void*) { return -1; }
 herr_t vfd_query(const H5FD_t*, unsigned long* flags) {
