@@ -23,7 +23,7 @@ constexpr std::string_view kSignature = "\x89HDF\r\n\x1a\n";
 constexpr std::string_view kWeightsMember = "model.weights.h5";
 constexpr uint64_t kMaxKerasDocument = uint64_t{64} << 20;
 constexpr uint64_t kMaxDeflateRatio = 1032;  // deflate's most: 258 bytes per 2 bits, and a bit
-// Keras' "shape bomb" rule (docs/formats.md, HDF5): a dataset declaring
+// Keras' "shape bomb" rule (docs/formats.md §10): a dataset declaring
 // more than 4 GiB and more than 1000 times what it stores is left out.
 constexpr uint64_t kBombBytes = uint64_t{4} << 30;
 constexpr uint64_t kBombRatio = 1000;
@@ -181,7 +181,7 @@ TypeOf type_of(const Dataset& d) {
       if (d.is_bool) return {DType::Bool, {}};
       return {std::nullopt, "an enumeration (other than h5py's bool)"};
     case 5:
-      // Keras marks bfloat16 variables so (docs/formats.md, HDF5: dtype marks).
+      // Keras marks bfloat16 variables so (docs/formats.md §10, types).
       if (d.size == 2 && d.tag.empty() && d.dtype_attr == "bfloat16") return {DType::BFloat16, {}};
       return {std::nullopt, "opaque elements with no Keras dtype mark"};
     case 3:

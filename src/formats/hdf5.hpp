@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // HDF5 files (.h5, .weights.h5, h5py's) and Keras 3 .keras archives
-// (docs/formats.md §18):
+// (docs/formats.md §10):
 //
 //   HDF5: superblock (\x89HDF\r\n\x1a\n at 0, or at 512, 1024, ... after a
 //   user block), object headers, B-trees and heaps: groups of links to
