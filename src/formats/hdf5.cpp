@@ -478,8 +478,12 @@ Catalog open_source(const Source& source, std::string format, IntegrityChecks* c
   catalog.format = std::move(format);
   catalog.mtime = source.file->mtime();
   if (catalog.files.empty()) catalog.files.push_back(source.name);
+  // libhdf5's own memory: the model's budget and a margin for the library.
+  SandboxLimits limits;
+  if (const Budget* budget = current_budget(); budget != nullptr)
+    limits.memory_bytes = budget->limit() + (uint64_t{512} << 20);
   const std::string stream =
-      run_sandboxed(*source.file, source.base, source.length, source.display, walk_hdf5_child);
+      run_sandboxed(*source.file, source.base, source.length, source.display, walk_hdf5_child, limits);
   add_records(catalog, stream, source);
   if (checks != nullptr) add_chunk_check(catalog, *checks, source.display);
   return catalog;
