@@ -286,16 +286,21 @@ def test_sandbox_refusals(tmp):
     assert "libhdf5" in one_line(result.stderr)
 
 
-def test_remote_h5(tmp):
+def test_remote_h5_and_keras(tmp):
     www = tmp / "www"
     www.mkdir()
     model = www / "model.h5"
     arrays = write_contiguous(model)
+    with zipfile.ZipFile(www / "model.keras", "w") as z:
+        z.writestr("metadata.json", json.dumps({"keras_version": "3.6.0"}))
+        z.writestr("config.json", "{}")
+        z.writestr("model.weights.h5", model.read_bytes())
     server = Nginx(tmp / "nginx", www)
     try:
-        with mounted(f"{server.url}/model.h5", "-o", f"cache_dir={tmp / 'cache'}") as mnt:
-            for name in ("types/float32", "types/uint16", "bool"):
-                assert cat(mnt / name) == arrays[name].tobytes()
+        for name in ("model.h5", "model.keras"):
+            with mounted(f"{server.url}/{name}", "-o", f"cache_dir={tmp / name}") as mnt:
+                for tensor in ("types/float32", "types/uint16", "bool"):
+                    assert cat(mnt / tensor) == arrays[tensor].tobytes()
     finally:
         server.stop()
 
