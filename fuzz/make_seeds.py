@@ -77,6 +77,9 @@ SEEDS = {
     "npz_member_short_stream": (("fuzz_numpy", "fuzz_zip", "fuzz_open_model"), hc.npz_member_short_stream),
     "npy_deep_header": (("fuzz_numpy", "fuzz_open_model"), lambda d: hc.npy_deep_header(d, depth=30_000)),
     "npy_odd_header": (("fuzz_numpy", "fuzz_open_model"), hc.npy_odd_header),
+    "hdf5_chunk_past_file": (("fuzz_hdf5", "fuzz_open_model"), hc.hdf5_chunk_past_file),
+    "hdf5_truncated": (("fuzz_hdf5", "fuzz_open_model"), hc.hdf5_truncated),
+    "hdf5_huge_dataspace": (("fuzz_hdf5", "fuzz_open_model"), hc.hdf5_huge_dataspace),
 }
 # The unpickler is given the pickles inside the torch cases.
 PICKLE_TARGET = "fuzz_unpickler"

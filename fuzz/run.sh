@@ -44,6 +44,7 @@ seed fuzz_onnx "$SHARED"/real/onnx/*.onnx "$SHARED"/generated/onnx/*.onnx
 seed fuzz_zip "$SHARED"/real/pt/* "$SHARED"/generated/pt/* "$SHARED"/real/pt2/*
 seed fuzz_torch "$SHARED"/real/pt/* "$SHARED"/generated/pt/*
 seed fuzz_pt2 "$SHARED"/real/pt2/*
+seed fuzz_hdf5 "$SHARED"/realworld2/files/keras/*.h5
 # The unpickler is seeded with the pickles inside the torch fixtures.
 mkdir -p "$BUILD/corpus/fuzz_unpickler"
 for f in "$SHARED"/real/pt/* "$SHARED"/generated/pt/*; do

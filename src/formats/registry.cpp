@@ -6,6 +6,7 @@
 #include <array>
 
 #include "gguf.hpp"
+#include "hdf5.hpp"
 #include "numpy.hpp"
 #include "onnx.hpp"
 #include "pt2.hpp"
@@ -49,10 +50,16 @@ const std::array kReaders{
                  .probe_folder = gguf::probe_folder,
                  .open_folder = gguf::open_folder,
                  .folder_holds = "*-00001-of-NNNNN.gguf"},
+    FormatReader{
+        .name = "hdf5", .family = "HDF5", .probe_file = hdf5::probe_file, .open_file = hdf5::open_file},
     FormatReader{.name = "npz",
                  .family = "NumPy",
                  .probe_archive = numpy::is_npz_archive,
                  .open_archive = numpy::open_npz},
+    FormatReader{.name = "keras",
+                 .family = "Keras",
+                 .probe_archive = hdf5::is_keras_archive,
+                 .open_archive = hdf5::open_keras},
     FormatReader{.name = "pt2",
                  .family = "PyTorch",
                  .probe_archive = pt2::is_pt2_archive,

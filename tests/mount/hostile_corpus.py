@@ -749,6 +749,84 @@ def npy_odd_header(folder):
     return path
 
 
+# --- hdf5 cases ---
+# Written by h5py (Debian's python3-h5py, over libhdf5), then changed by
+# hand where a case is a lie h5py would not write.
+
+
+def _h5py():
+    import h5py
+    return h5py
+
+
+def hdf5_deep_groups(folder, depth=10_000):
+    """An HDF5 file of 10 000 nested groups: the child's walk stops at its
+    depth limit and the file is refused."""
+    h5py = _h5py()
+    path = folder / "deep.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        f.create_group("/".join(["g"] * depth))
+    return path
+
+
+def hdf5_100k_links(folder, count=100_000):
+    """100 000 names in one group, every one a hard link to one dataset: the
+    walk visits each name, lists the dataset once and the aliases as left
+    out, within the object count and the budget."""
+    h5py = _h5py()
+    path = folder / "links.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        d = f.create_dataset("d", data=np.arange(4, dtype="<f4"))
+        g = f.create_group("l")
+        for i in range(count):
+            g[str(i)] = d
+    return path
+
+
+def hdf5_chunk_past_file(folder):
+    """A chunked dataset whose chunk index points past the end of the file:
+    libhdf5 reports the address, the parent refuses it."""
+    h5py = _h5py()
+    path = folder / "chunk_past.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("c", data=np.arange(64, dtype="<f4"), chunks=(64,))
+        address = f["c"].id.get_chunk_info(0).byte_offset
+    blob = bytearray(path.read_bytes())
+    at = blob.find(struct.pack("<Q", address))
+    assert at > 0, "chunk address not found in the B-tree"
+    blob[at:at + 8] = struct.pack("<Q", len(blob) + (1 << 20))
+    path.write_bytes(bytes(blob))
+    return path
+
+
+def hdf5_truncated(folder):
+    """An HDF5 file cut in the middle of its metadata."""
+    h5py = _h5py()
+    path = folder / "truncated.h5"
+    with h5py.File(path, "w") as f:
+        for i in range(20):
+            f[f"g{i}/w"] = np.arange(100, dtype="<f4")
+    blob = path.read_bytes()
+    path.write_bytes(blob[:len(blob) // 3])
+    return path
+
+
+def hdf5_huge_dataspace(folder):
+    """Datasets whose dataspaces claim 2^62 elements (contiguous, never
+    written; chunked, one chunk written) and 2^40 float32 in 2^19 chunks
+    of which one is stored: left out, nothing allocated for them."""
+    h5py = _h5py()
+    path = folder / "huge.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("contiguous", shape=(1 << 62,), dtype="u1")
+        d = f.create_dataset("chunked", shape=(1 << 62,), dtype="u1", chunks=(1 << 16,), compression="gzip")
+        d[0:10] = 1
+        d = f.create_dataset("sparse", shape=(1 << 40,), dtype="<f4", chunks=(1 << 21,), compression="gzip")
+        d[0:10] = 1
+        f["ok"] = np.arange(3, dtype="<f4")
+    return path
+
+
 CASES = {
     "long_name": (long_name, False),
     "shared_pickle_dict": (shared_pickle_dict, True),
@@ -796,6 +874,12 @@ CASES = {
     "npz_member_short_stream": (npz_member_short_stream, False),
     "npy_deep_header": (npy_deep_header, False),
     "npy_odd_header": (npy_odd_header, False),
+    # --- hdf5 cases ---
+    "hdf5_deep_groups": (hdf5_deep_groups, False),
+    "hdf5_100k_links": (hdf5_100k_links, False),
+    "hdf5_chunk_past_file": (hdf5_chunk_past_file, False),
+    "hdf5_truncated": (hdf5_truncated, False),
+    "hdf5_huge_dataspace": (hdf5_huge_dataspace, False),
 }
 
 
