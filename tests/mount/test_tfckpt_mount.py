@@ -184,7 +184,7 @@ def test_list_info_check_export(tmp):
     result = run_modelfs("--check", index)
     assert result.returncode == 0, result.stderr
     out = tmp / "out.safetensors"
-    result = run_modelfs("--export", index, out)
+    result = run_modelfs("--export", out, index)
     assert result.returncode == 0, result.stderr
     header_len = struct.unpack("<Q", out.read_bytes()[:8])[0]
     header = json.loads(out.read_bytes()[8:8 + header_len])

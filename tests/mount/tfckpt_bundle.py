@@ -200,7 +200,7 @@ class Bundle:
         return offset
 
     def add(self, name, array, shard=0, dtype=None):
-        array = np.ascontiguousarray(array)
+        array = np.array(array, order="C")  # ascontiguousarray makes a 0-d array 1-d
         dtype = dtype or DT[str(array.dtype)]
         raw = array.tobytes()
         offset = self._store(shard, raw)
@@ -225,7 +225,7 @@ class Bundle:
         under its own key, in shard shards[i]."""
         for i, s in enumerate(slices):
             index = tuple(slice(a, None if n is None else a + n) for a, n in s)
-            part = np.ascontiguousarray(array[index])
+            part = np.array(array[index], order="C")
             raw = part.tobytes()
             shard = shards[i] if shards else 0
             offset = self._store(shard, raw)
