@@ -153,9 +153,9 @@ Footer parse_footer(std::span<const std::byte> footer, uint64_t file_size, const
     // The block and its trailer lie before the footer.
     const auto end = checked_add(h.size, kTrailerBytes);
     if (!end || !range_fits(h.offset, *end, at))
-      fail(file, at, std::string("footer: the ") + what + " block (" + std::to_string(h.offset) + ", " +
-                         std::to_string(h.size) + " bytes) does not end before the footer at " +
-                         std::to_string(at));
+      fail(file, at,
+           std::string("footer: the ") + what + " block (" + std::to_string(h.offset) + ", " +
+               std::to_string(h.size) + " bytes) does not end before the footer at " + std::to_string(at));
     if (h.size > kMaxBlockBytes)
       fail(file, h.offset,
            std::string("the ") + what + " block is " + std::to_string(h.size) + " bytes, over the " +
@@ -196,7 +196,8 @@ Block read_block(std::span<const std::byte> contents_and_trailer, uint64_t offse
   if (const Budget* budget = current_budget();
       budget != nullptr && length > budget->limit() - std::min(budget->used(), budget->limit()))
     fail(file, offset,
-         "snappy block claims " + std::to_string(length) + " bytes, more than the model's memory budget has left");
+         "snappy block claims " + std::to_string(length) +
+             " bytes, more than the model's memory budget has left");
   if (!snappy::IsValidCompressedBuffer(in, size)) fail(file, offset, "snappy block is not valid snappy data");
   block.owned.resize(length);
   check_budget();
@@ -207,8 +208,9 @@ Block read_block(std::span<const std::byte> contents_and_trailer, uint64_t offse
   return block;
 }
 
-void for_each_entry(std::span<const std::byte> contents, uint64_t offset, const std::string& file,
-                    const std::function<void(std::string_view key, std::span<const std::byte> value)>& visit) {
+void for_each_entry(
+    std::span<const std::byte> contents, uint64_t offset, const std::string& file,
+    const std::function<void(std::string_view key, std::span<const std::byte> value)>& visit) {
   const uint64_t size = contents.size();
   if (size < 4) fail(file, offset, "block of " + std::to_string(size) + " bytes has no restart count");
   const uint64_t restarts = le32(contents, size - 4);
@@ -496,7 +498,7 @@ class BundleReader {
     add_metadata_bytes(mapped_->size());
     read_table();
     if (!header_seen_) fail(file_, 0, "the table holds no header entry (key \"\")");
-    build();
+    finish();
     return std::move(catalog_);
   }
 
@@ -533,7 +535,8 @@ class BundleReader {
       const uint64_t previous_end =
           data_blocks.empty() ? 0 : data_blocks.back().second.offset + data_blocks.back().second.size + 5;
       if (!end || !range_fits(h.offset, *end, size - kFooterBytes) || h.offset < previous_end)
-        refuse(footer.index.offset, "data block (" + std::to_string(h.offset) + ", " + std::to_string(h.size) +
+        refuse(footer.index.offset, "data block (" + std::to_string(h.offset) + ", " +
+                                        std::to_string(h.size) +
                                         " bytes) is not after the previous one and before the footer");
       if (h.size > kMaxBlockBytes)
         refuse(h.offset, "data block of " + std::to_string(h.size) + " bytes, over the " +
@@ -547,10 +550,11 @@ class BundleReader {
         if (previous && key <= *previous)
           refuse(handle.offset, "keys out of order: " + in_quotes(key) + " after " + in_quotes(*previous));
         if (key > separator)
-          refuse(handle.offset, "key " + in_quotes(key) + " lies past its block's index key " + in_quotes(separator));
-        const uint64_t at =
-            block.compressed ? handle.offset
-                             : handle.offset + static_cast<uint64_t>(value.data() - block.bytes.data());
+          refuse(handle.offset,
+                 "key " + in_quotes(key) + " lies past its block's index key " + in_quotes(separator));
+        const uint64_t at = block.compressed
+                                ? handle.offset
+                                : handle.offset + static_cast<uint64_t>(value.data() - block.bytes.data());
         if (!previous) {
           if (!key.empty()) refuse(at, "the first key is not the header's (\"\")");
           read_header(value, at);
@@ -589,8 +593,9 @@ class BundleReader {
       }
     });
     if (endianness == 1)
-      refuse(at, "bundle was written big-endian; modelfs serves tensor bytes as stored and reads only "
-                 "little-endian bundles");
+      refuse(at,
+             "bundle was written big-endian; modelfs serves tensor bytes as stored and reads only "
+             "little-endian bundles");
     if (endianness != 0) refuse(at, "header's endianness is " + std::to_string(endianness));
     // CheckVersions(version, kTensorBundleVersion = 1, min producer 0).
     if (min_consumer > 1 || std::find(bad_consumers.begin(), bad_consumers.end(), 1) != bad_consumers.end())
@@ -598,12 +603,13 @@ class BundleReader {
                      std::to_string(min_consumer) + ") is too new for a version 1 reader");
     if (producer < 0) refuse(at, "bundle producer version " + std::to_string(producer) + " is negative");
     if (num_shards < 0 || static_cast<uint64_t>(num_shards) > kMaxShards)
-      refuse(at, "header says " + std::to_string(num_shards) + " shards (at most " + std::to_string(kMaxShards) +
-                     ")");
+      refuse(at, "header says " + std::to_string(num_shards) + " shards (at most " +
+                     std::to_string(kMaxShards) + ")");
     num_shards_ = num_shards;
     nlohmann::json version = {{"producer", producer}, {"min_consumer", min_consumer}};
     if (!bad_consumers.empty()) version["bad_consumers"] = bad_consumers;
-    catalog_.metadata["bundle"] = {{"num_shards", num_shards}, {"endianness", "little"}, {"version", version}};
+    catalog_.metadata["bundle"] = {
+        {"num_shards", num_shards}, {"endianness", "little"}, {"version", version}};
   }
 
   void read_entry(std::string_view key, std::span<const std::byte> value, uint64_t at) {
@@ -622,7 +628,8 @@ class BundleReader {
           protobuf::expect_type(f, protobuf::WireType::Length, "be a TensorShapeProto", context_);
           e.shape.clear();
           message.child(f).scan([&](const protobuf::WireField& s) {
-            if (s.number == 3 && as_int64(s) != 0) refuse(at, "tensor " + in_quotes(key) + " has an unknown rank");
+            if (s.number == 3 && as_int64(s) != 0)
+              refuse(at, "tensor " + in_quotes(key) + " has an unknown rank");
             if (s.number != 2) return;
             protobuf::expect_type(s, protobuf::WireType::Length, "be a dimension", context_);
             int64_t dim = 0;
@@ -633,7 +640,8 @@ class BundleReader {
               refuse(at, "tensor " + in_quotes(key) + " has dimension " + std::to_string(dim) +
                              " (an unknown size is no stored tensor's)");
             if (e.shape.size() >= kMaxRank)
-              refuse(at, "tensor " + in_quotes(key) + " has more than " + std::to_string(kMaxRank) + " dimensions");
+              refuse(at, "tensor " + in_quotes(key) + " has more than " + std::to_string(kMaxRank) +
+                             " dimensions");
             e.shape.push_back(static_cast<uint64_t>(dim));
           });
           break;
@@ -663,7 +671,8 @@ class BundleReader {
               if (v.number == 1) extent.start = as_int64(v);
               if (v.number == 2) extent.length = as_int64(v);
             });
-            if (slice.size() >= kMaxRank) refuse(at, "tensor " + in_quotes(key) + ": a slice of too many dimensions");
+            if (slice.size() >= kMaxRank)
+              refuse(at, "tensor " + in_quotes(key) + ": a slice of too many dimensions");
             slice.push_back(extent);
           });
           e.slices.push_back(std::move(slice));
@@ -674,14 +683,14 @@ class BundleReader {
       }
     });
     if (!has_dtype) refuse(at, "tensor " + in_quotes(key) + " has no dtype");
-    entries_.push_back(std::move(e));
+    take(std::move(e));
   }
 
   // The data file of `shard`, opened once, inside the index's folder.
   const std::shared_ptr<const MappedFile>& shard_file(const Entry& e, std::string& name) {
     if (e.shard_id < 0 || e.shard_id >= num_shards_)
-      refuse(e.at, "tensor " + in_quotes(e.key) + " is in shard " + std::to_string(e.shard_id) + " but the bundle has " +
-                       std::to_string(num_shards_));
+      refuse(e.at, "tensor " + in_quotes(e.key) + " is in shard " + std::to_string(e.shard_id) +
+                       " but the bundle has " + std::to_string(num_shards_));
     const std::string index_name = model_.path.filename().string();
     if (!index_name.ends_with(".index") || index_name.size() == 6)
       refuse(std::nullopt, "the index's name does not end in .index, so its data files cannot be named");
@@ -693,7 +702,9 @@ class BundleReader {
     if (found != shards_.end()) return found->second;
     if (!folder_) folder_.emplace(ModelFolder::of_file(model_.path, kFormatName));
     auto opened = folder_->open(name);
-    if (!opened) refuse(std::nullopt, "tensor " + in_quotes(e.key) + " is in data file " + name + ", which " + opened.reason);
+    if (!opened)
+      refuse(std::nullopt,
+             "tensor " + in_quotes(e.key) + " is in data file " + name + ", which " + opened.reason);
     catalog_.files.push_back(name);
     return shards_.emplace(e.shard_id, std::move(opened.file)).first->second;
   }
@@ -736,11 +747,12 @@ class BundleReader {
   // entry's CRC covers lengths (as CRC'd), those 4 bytes and the strings.
   // With `lengths`, also returns each length and where the strings start.
   static uint32_t string_entry_crc(std::span<const std::byte> bytes, uint64_t count, const std::string& file,
-                                   uint64_t at, const std::string& what, std::vector<uint64_t>* lengths = nullptr,
-                                   uint64_t* strings_at = nullptr) {
+                                   uint64_t at, const std::string& what,
+                                   std::vector<uint64_t>* lengths = nullptr, uint64_t* strings_at = nullptr) {
     if (count > bytes.size())
-      fail(file, at, what + ": " + std::to_string(count) + " strings cannot fit in " + std::to_string(bytes.size()) +
-                         " bytes");
+      fail(file, at,
+           what + ": " + std::to_string(count) + " strings cannot fit in " + std::to_string(bytes.size()) +
+               " bytes");
     if (lengths) lengths->reserve(count);
     uint32_t lengths_crc = 0;
     uint64_t pos = 0;
@@ -760,73 +772,80 @@ class BundleReader {
     }
     if (bytes.size() - pos < 4) fail(file, at, what + ": no checksum after the string lengths");
     const uint32_t stored = le32(bytes, pos);
-    if (unmask_crc(stored) != lengths_crc) fail(file, at, what + ": the string lengths do not match their checksum");
+    if (unmask_crc(stored) != lengths_crc)
+      fail(file, at, what + ": the string lengths do not match their checksum");
     uint32_t crc = crc32c_extend(lengths_crc, bytes.subspan(pos, 4));
     pos += 4;
     if (!total.ok() || total.value() != bytes.size() - pos)
-      fail(file, at, what + ": the strings' lengths add up to " +
-                         (total.ok() ? std::to_string(total.value()) : std::string("more than 2^64")) +
-                         " bytes but the entry leaves " + std::to_string(bytes.size() - pos));
+      fail(file, at,
+           what + ": the strings' lengths add up to " +
+               (total.ok() ? std::to_string(total.value()) : std::string("more than 2^64")) +
+               " bytes but the entry leaves " + std::to_string(bytes.size() - pos));
     if (strings_at) *strings_at = pos;
     return crc32c_extend(crc, bytes.subspan(pos));
   }
 
-  void build() {
-    // The slice entries, by the full tensor's name (their keys sort first).
-    std::map<std::string, std::map<std::vector<uint64_t>, const Entry*>> slices_of;
-    for (const Entry& e : entries_) {
-      if (e.key[0] != '\0') continue;
+  // Slice entries are kept until their tensor's entry (their keys, which
+  // start with 0x00, sort before every other but the header's); every
+  // other entry becomes its tensor at once.
+  void take(Entry e) {
+    check_budget();
+    if (e.key[0] == '\0') {
       const auto slice = decode_slice_key(e.key);
-      if (!slice) refuse(e.at, "key " + in_quotes(e.key) + " starts with 0x00 but is no encoded tensor slice");
+      if (!slice)
+        refuse(e.at, "key " + in_quotes(e.key) + " starts with 0x00 but is no encoded tensor slice");
       std::vector<uint64_t> box;
       for (const auto& [start, length] : slice->extents) box.push_back(static_cast<uint64_t>(start));
       for (const auto& [start, length] : slice->extents) box.push_back(static_cast<uint64_t>(length));
-      slices_of[slice->name].emplace(std::move(box), &e);
+      slice_entries_.push_back(std::move(e));
+      if (!slices_of_[slice->name].emplace(std::move(box), slice_entries_.size() - 1).second)
+        refuse(slice_entries_.back().at, "a slice of " + in_quotes(slice->name) + " is stored twice");
+      return;
     }
-    nlohmann::json left_out = nlohmann::json::array();
-    for (const Entry& e : entries_) {
-      check_budget();
-      if (e.key[0] == '\0') continue;
-      const DataTypeInfo* info = data_type(e.dtype);
-      if (info == nullptr) refuse(e.at, "tensor " + in_quotes(e.key) + " has unknown dtype " + std::to_string(e.dtype));
-      if (!info->dtype) {
-        left_out.push_back({{"key", e.key}, {"dtype", info->name}});
-        continue;
-      }
-      const auto numel = checked_numel(e.shape);
-      if (!numel) refuse(e.at, "tensor " + in_quotes(e.key) + ": its element count overflows");
-      TensorSpec t;
-      t.name = e.key;
-      t.dtype = *info->dtype;
-      t.shape = e.shape;
-      auto strides = contiguous_strides(e.shape);
-      if (!strides) refuse(e.at, "tensor " + in_quotes(e.key) + ": the strides of its shape pass 2^63");
-      t.strides = std::move(*strides);
-      t.extras["tf_dtype"] = info->name;
-      const std::string what = "tensor " + in_quotes(e.key);
-      if (!e.slices.empty()) {
-        auto found = slices_of.find(e.key);
-        add_partitioned(t, e, *numel, found == slices_of.end() ? nullptr : &found->second);
-        if (found != slices_of.end()) slices_of.erase(found);
-      } else if (e.dtype == kDtString) {
-        add_strings(t, e, *numel, what);
-      } else {
-        const Size nbytes = Size(*numel) * (dtype_bits(t.dtype) / 8);
-        std::string data_name;
-        t.bytes = data_of(e, what, data_name);
-        if (!nbytes.ok() || nbytes.value() != t.bytes.size())
-          refuse(e.at, what + " holds " + std::to_string(e.size) + " bytes but a " + std::string(info->name) +
-                           " tensor of its shape needs " +
-                           (nbytes.ok() ? std::to_string(nbytes.value()) : std::string("more than 2^64")));
-        t.source = {data_name, static_cast<uint64_t>(e.offset)};
-        add_crc_check(what, t.bytes, e.crc32c, e.at, std::nullopt);
-        catalog_.add(t);
-      }
+    const DataTypeInfo* info = data_type(e.dtype);
+    if (info == nullptr)
+      refuse(e.at, "tensor " + in_quotes(e.key) + " has unknown dtype " + std::to_string(e.dtype));
+    if (!info->dtype) {
+      left_out_.push_back({{"key", e.key}, {"dtype", info->name}});
+      return;
     }
-    if (!slices_of.empty())
-      refuse(slices_of.begin()->second.begin()->second->at,
-             "a slice of " + in_quotes(slices_of.begin()->first) + " is stored but no partitioned tensor of that name lists it");
-    if (!left_out.empty()) catalog_.metadata["left_out"] = std::move(left_out);
+    const auto numel = checked_numel(e.shape);
+    if (!numel) refuse(e.at, "tensor " + in_quotes(e.key) + ": its element count overflows");
+    TensorSpec t;
+    t.name = e.key;
+    t.dtype = *info->dtype;
+    t.shape = e.shape;
+    auto strides = contiguous_strides(e.shape);
+    if (!strides) refuse(e.at, "tensor " + in_quotes(e.key) + ": the strides of its shape pass 2^63");
+    t.strides = std::move(*strides);
+    t.extras["tf_dtype"] = info->name;
+    const std::string what = "tensor " + in_quotes(e.key);
+    if (!e.slices.empty()) {
+      auto found = slices_of_.find(e.key);
+      add_partitioned(t, e, *numel, found == slices_of_.end() ? nullptr : &found->second);
+      if (found != slices_of_.end()) slices_of_.erase(found);
+    } else if (e.dtype == kDtString) {
+      add_strings(t, e, *numel, what);
+    } else {
+      const Size nbytes = Size(*numel) * (dtype_bits(t.dtype) / 8);
+      std::string data_name;
+      t.bytes = data_of(e, what, data_name);
+      if (!nbytes.ok() || nbytes.value() != t.bytes.size())
+        refuse(e.at, what + " holds " + std::to_string(e.size) + " bytes but a " + std::string(info->name) +
+                         " tensor of its shape needs " +
+                         (nbytes.ok() ? std::to_string(nbytes.value()) : std::string("more than 2^64")));
+      t.source = {data_name, static_cast<uint64_t>(e.offset)};
+      add_crc_check(what, t.bytes, e.crc32c, e.at, std::nullopt);
+      catalog_.add(t);
+    }
+  }
+
+  void finish() {
+    if (!slices_of_.empty())
+      refuse(slice_entries_[slices_of_.begin()->second.begin()->second].at,
+             "a slice of " + in_quotes(slices_of_.begin()->first) +
+                 " is stored but no partitioned tensor of that name lists it");
+    if (!left_out_.empty()) catalog_.metadata["left_out"] = std::move(left_out_);
   }
 
   void add_strings(TensorSpec& t, const Entry& e, uint64_t numel, const std::string& what) {
@@ -865,9 +884,10 @@ class BundleReader {
   }
 
   void add_partitioned(TensorSpec& t, const Entry& e, uint64_t numel,
-                       const std::map<std::vector<uint64_t>, const Entry*>* stored) {
+                       const std::map<std::vector<uint64_t>, size_t>* stored) {
     const std::string what = "partitioned tensor " + in_quotes(e.key);
-    if (e.dtype == kDtString) refuse(e.at, what + " holds strings, which modelfs does not assemble from slices");
+    if (e.dtype == kDtString)
+      refuse(e.at, what + " holds strings, which modelfs does not assemble from slices");
     const size_t rank = e.shape.size();
     const uint64_t element_bytes = dtype_bits(t.dtype) / 8;
     Size covered = 0;
@@ -878,7 +898,8 @@ class BundleReader {
       const auto& slice = e.slices[s];
       const std::string which = what + ", slice " + std::to_string(s);
       if (slice.size() != rank)
-        refuse(e.at, which + " has " + std::to_string(slice.size()) + " dimensions, the tensor " + std::to_string(rank));
+        refuse(e.at, which + " has " + std::to_string(slice.size()) + " dimensions, the tensor " +
+                         std::to_string(rank));
       // As the slice key encodes it: start, then length (-1 for all).
       std::vector<uint64_t> key_box, start, extent;
       Size volume = 1;
@@ -886,23 +907,26 @@ class BundleReader {
         const Extent& x = slice[d];
         const int64_t length = x.length.value_or(-1);
         if (x.start < 0 || length < -1 ||
-            (length == -1 ? x.start != 0
-                          : !range_fits(static_cast<uint64_t>(x.start), static_cast<uint64_t>(length), e.shape[d])))
+            (length == -1
+                 ? x.start != 0
+                 : !range_fits(static_cast<uint64_t>(x.start), static_cast<uint64_t>(length), e.shape[d])))
           refuse(e.at, which + " reaches past the shape in dimension " + std::to_string(d));
         start.push_back(static_cast<uint64_t>(x.start));
         extent.push_back(length == -1 ? e.shape[d] : static_cast<uint64_t>(length));
         volume *= extent.back();
       }
       for (size_t d = 0; d < rank; ++d) key_box.push_back(static_cast<uint64_t>(slice[d].start));
-      for (size_t d = 0; d < rank; ++d) key_box.push_back(static_cast<uint64_t>(slice[d].length.value_or(-1)));
+      for (size_t d = 0; d < rank; ++d)
+        key_box.push_back(static_cast<uint64_t>(slice[d].length.value_or(-1)));
       covered += volume;
       const Entry* entry = nullptr;
       if (stored != nullptr)
-        if (auto it = stored->find(key_box); it != stored->end()) entry = it->second;
+        if (auto it = stored->find(key_box); it != stored->end()) entry = &slice_entries_[it->second];
       if (entry == nullptr) refuse(e.at, which + " is listed but no entry stores it");
       ++found;
       if (entry->dtype != e.dtype) refuse(entry->at, which + " is stored with another dtype");
-      if (entry->shape != extent) refuse(entry->at, which + " is stored with a shape other than its extent's");
+      if (entry->shape != extent)
+        refuse(entry->at, which + " is stored with a shape other than its extent's");
       std::string data_name;
       const ByteSpan bytes = data_of(*entry, which, data_name);
       const Size nbytes = volume * element_bytes;
@@ -943,7 +967,11 @@ class BundleReader {
   Catalog catalog_;
   bool header_seen_ = false;
   int64_t num_shards_ = 0;
-  std::vector<Entry> entries_;
+  std::vector<Entry> slice_entries_;
+  // By the full tensor's name: each slice's (starts, lengths) as its key
+  // encodes them, and its entry.
+  std::map<std::string, std::map<std::vector<uint64_t>, size_t>> slices_of_;
+  nlohmann::json left_out_ = nlohmann::json::array();
   std::optional<ModelFolder> folder_;
   std::map<int64_t, std::shared_ptr<const MappedFile>> shards_;
   uint64_t string_text_bytes_ = 0;
@@ -968,7 +996,8 @@ Catalog open_file(const ModelFile& model) {
     const auto folder = std::filesystem::absolute(model.path).parent_path();
     std::error_code ec;
     catalog.metadata["saved_model"] =
-        folder.filename() == "variables" && std::filesystem::is_regular_file(folder.parent_path() / "saved_model.pb", ec);
+        folder.filename() == "variables" &&
+        std::filesystem::is_regular_file(folder.parent_path() / "saved_model.pb", ec);
   }
   return catalog;
 }

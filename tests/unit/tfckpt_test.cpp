@@ -90,8 +90,9 @@ TEST(TfckptCrc, KnownVectorsAndMasking) {
   // Extending is the CRC of the concatenation, whatever the split.
   const std::string text = "a longer text that crosses the eight-byte words of the fast path";
   for (size_t split = 0; split <= text.size(); ++split)
-    EXPECT_EQ(tfckpt::crc32c_extend(tfckpt::crc32c(bytes_of(text.substr(0, split))), bytes_of(text.substr(split))),
-              tfckpt::crc32c(bytes_of(text)));
+    EXPECT_EQ(
+        tfckpt::crc32c_extend(tfckpt::crc32c(bytes_of(text.substr(0, split))), bytes_of(text.substr(split))),
+        tfckpt::crc32c(bytes_of(text)));
   // LevelDB's masking: rotate right by 15, add the constant; unmask undoes it.
   EXPECT_EQ(tfckpt::mask_crc(0), 0xa282ead8U);
   EXPECT_EQ(tfckpt::mask_crc(0xe3069283U), ((0xe3069283U >> 15) | (0xe3069283U << 17)) + 0xa282ead8U);
@@ -100,7 +101,8 @@ TEST(TfckptCrc, KnownVectorsAndMasking) {
 
 TEST(TfckptBlock, PrefixCompressedKeysAndRestarts) {
   std::vector<std::pair<std::string, std::string>> entries;
-  for (int i = 0; i < 40; ++i) entries.emplace_back("layer/" + std::to_string(100 + i) + "/kernel", "v" + std::to_string(i));
+  for (int i = 0; i < 40; ++i)
+    entries.emplace_back("layer/" + std::to_string(100 + i) + "/kernel", "v" + std::to_string(i));
   EXPECT_EQ(entries_of(block(entries)), entries);
   EXPECT_EQ(entries_of(block(entries, 1)), entries);
   EXPECT_TRUE(entries_of(block({})).empty());
@@ -128,12 +130,14 @@ TEST(TfckptBlock, RefusesLyingRestartsAndPrefixes) {
   bad.replace(bad.size() - 12, 4, le32(1));
   expect_refused(bad, "first restart point");
   // A shared prefix longer than the previous key.
-  std::string entry = pb_varint(0) + pb_varint(2) + pb_varint(0) + "ab" + pb_varint(5) + pb_varint(0) + pb_varint(0);
+  std::string entry =
+      pb_varint(0) + pb_varint(2) + pb_varint(0) + "ab" + pb_varint(5) + pb_varint(0) + pb_varint(0);
   expect_refused(entry + le32(0) + le32(1), "shares 5 bytes");
   // A restart point whose key shares a prefix.
   entry = pb_varint(0) + pb_varint(2) + pb_varint(0) + "ab";
   const std::string second = pb_varint(1) + pb_varint(1) + pb_varint(0) + "c";
-  expect_refused(entry + second + le32(0) + le32(static_cast<uint32_t>(entry.size())) + le32(2), "shares a prefix");
+  expect_refused(entry + second + le32(0) + le32(static_cast<uint32_t>(entry.size())) + le32(2),
+                 "shares a prefix");
   // Varints and lengths past the entries.
   expect_refused(std::string("\x80\x80", 2) + le32(0) + le32(1), "run past");
   expect_refused(pb_varint(0) + pb_varint(50) + pb_varint(0) + "ab" + le32(0) + le32(1), "run past");
@@ -159,7 +163,8 @@ TEST(TfckptBlock, TrailerTypeChecksumAndSnappyLength) {
   snappy::Compress(contents.data(), contents.size(), &compressed);
   const std::string snappy_block = compressed + trailer(compressed, 1);
   const auto block_read = tfckpt::read_block(bytes_of(snappy_block), 0, "t.index");
-  EXPECT_EQ(std::string(reinterpret_cast<const char*>(block_read.bytes.data()), block_read.bytes.size()), contents);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(block_read.bytes.data()), block_read.bytes.size()),
+            contents);
   const std::string lying = pb_varint(0xffffffffULL) + compressed.substr(1);
   try {
     tfckpt::read_block(bytes_of(lying + trailer(lying, 1)), 0, "t.index");
@@ -186,15 +191,21 @@ TEST(TfckptFooter, MagicAndHandles) {
 TEST(TfckptSliceKey, DecodesEncodedNamesAndExtents) {
   // EncodeTensorNameSlice("a\0b", [0, 2) x full, [-3? no]: start 100, length 70000).
   std::string key("\x00", 1);
-  key += std::string("a\x00\xff" "b\xff\x00", 6) + std::string("\x00\x01", 2);  // "a\0b\xff" escaped
-  key += std::string("\x01\x02", 2);                                            // rank 2
-  key += "\x80";                                                                // start 0
-  key += "\x82";                                                                // length 2
-  key += std::string("\xc0\x64", 2);                                            // start 100
-  key += "\x7f";                                                                // length -1
+  key += std::string(
+             "a\x00\xff"
+             "b\xff\x00",
+             6) +
+         std::string("\x00\x01", 2);  // "a\0b\xff" escaped
+  key += std::string("\x01\x02", 2);  // rank 2
+  key += "\x80";                      // start 0
+  key += "\x82";                      // length 2
+  key += std::string("\xc0\x64", 2);  // start 100
+  key += "\x7f";                      // length -1
   const auto slice = tfckpt::decode_slice_key(key);
   ASSERT_TRUE(slice);
-  EXPECT_EQ(slice->name, std::string("a\x00" "b\xff", 4));
+  EXPECT_EQ(slice->name, std::string("a\x00"
+                                     "b\xff",
+                                     4));
   ASSERT_EQ(slice->extents.size(), 2U);
   EXPECT_EQ(slice->extents[0], (std::pair<int64_t, int64_t>{0, 2}));
   EXPECT_EQ(slice->extents[1], (std::pair<int64_t, int64_t>{100, -1}));
@@ -206,7 +217,10 @@ TEST(TfckptSliceKey, DecodesEncodedNamesAndExtents) {
   EXPECT_EQ(s3->extents[0].second, 70000);
   // Trailing bytes, a missing terminator, a rank with too few extents.
   EXPECT_FALSE(tfckpt::decode_slice_key(key + "x"));
-  EXPECT_FALSE(tfckpt::decode_slice_key(std::string("\x00" "abc", 4)));
+  EXPECT_FALSE(
+      tfckpt::decode_slice_key(std::string("\x00"
+                                           "abc",
+                                           4)));
   EXPECT_FALSE(tfckpt::decode_slice_key(key.substr(0, key.size() - 1)));
   EXPECT_FALSE(tfckpt::decode_slice_key("plain"));
 }
@@ -222,13 +236,15 @@ std::string index_bytes(const std::vector<std::pair<std::string, std::string>>& 
   const std::string index = block({{last, pb_varint(0) + pb_varint(data.size())}}, 1);
   const uint64_t index_at = out.size();
   out += index + trailer(index, 0);
-  std::string footer = pb_varint(meta_at) + pb_varint(meta.size()) + pb_varint(index_at) + pb_varint(index.size());
+  std::string footer =
+      pb_varint(meta_at) + pb_varint(meta.size()) + pb_varint(index_at) + pb_varint(index.size());
   footer.resize(40, '\0');
   return out + footer + le32(0x8b80fb57U) + le32(0xdb477524U);
 }
 
 std::string header(uint64_t shards = 1) { return pb_uint(1, shards) + pb_bytes(3, pb_uint(1, 1)); }
-std::string entry(uint64_t dtype, std::vector<uint64_t> shape, uint64_t offset, uint64_t size, uint32_t crc = 0) {
+std::string entry(uint64_t dtype, std::vector<uint64_t> shape, uint64_t offset, uint64_t size,
+                  uint32_t crc = 0) {
   std::string dims;
   for (auto d : shape) dims += pb_bytes(2, pb_uint(1, d));
   return pb_uint(1, dtype) + pb_bytes(2, dims) + pb_uint(4, offset) + pb_uint(5, size) + pb_fixed32(6, crc);
@@ -237,9 +253,8 @@ std::string entry(uint64_t dtype, std::vector<uint64_t> shape, uint64_t offset, 
 TEST(TfckptBundle, OpensAndProbes) {
   TempDir dir;
   const std::string data(24, '\x01');
-  const auto index = dir.write("m.index", index_bytes({{"", header()},
-                                                      {"a", entry(1, {2, 2}, 0, 16)},
-                                                      {"b", entry(9, {1}, 16, 8)}}));
+  const auto index = dir.write(
+      "m.index", index_bytes({{"", header()}, {"a", entry(1, {2, 2}, 0, 16)}, {"b", entry(9, {1}, 16, 8)}}));
   dir.write("m.data-00000-of-00001", data);
   const Catalog catalog = open_model(index);
   ASSERT_EQ(catalog.tensors().size(), 2U);
@@ -251,8 +266,8 @@ TEST(TfckptBundle, OpensAndProbes) {
   EXPECT_FALSE(tfckpt::probe_file(bytes_of(bytes.substr(1))));
 }
 
-void expect_open_refused(const std::vector<std::pair<std::string, std::string>>& entries, const std::string& words,
-                         const std::string& data = std::string(16, '\0')) {
+void expect_open_refused(const std::vector<std::pair<std::string, std::string>>& entries,
+                         const std::string& words, const std::string& data = std::string(16, '\0')) {
   TempDir dir;
   const auto index = dir.write("m.index", index_bytes(entries));
   dir.write("m.data-00000-of-00001", data);
@@ -273,13 +288,18 @@ TEST(TfckptBundle, Refusals) {
   expect_open_refused({{"", header()}, {"a", entry(99, {1}, 0, 4)}}, "unknown dtype 99");
   expect_open_refused({{"", header(0)}, {"a", entry(1, {1}, 0, 4)}}, "shard 0");
   expect_open_refused({{"", pb_uint(1, 1) + pb_uint(2, 1)}, {"a", entry(1, {1}, 0, 4)}}, "big-endian");
-  expect_open_refused({{"", header()}, {"a", pb_uint(1, 1) + pb_bytes(2, pb_bytes(2, pb_uint(1, ~uint64_t{0})))}},
-                      "dimension -1");
+  expect_open_refused(
+      {{"", header()}, {"a", pb_uint(1, 1) + pb_bytes(2, pb_bytes(2, pb_uint(1, ~uint64_t{0})))}},
+      "dimension -1");
   // A slice stored under a key no partitioned tensor lists.
-  std::string slice_key("\x00" "w\x00\x01\x01\x01\x80\x82", 8);
+  std::string slice_key(
+      "\x00"
+      "w\x00\x01\x01\x01\x80\x82",
+      8);
   expect_open_refused({{"", header()}, {slice_key, entry(1, {2}, 0, 8)}}, "no partitioned tensor");
   // Strings whose lengths run past the entry.
-  expect_open_refused({{"", header()}, {"s", entry(7, {2}, 0, 4)}}, "\"s\"", std::string("\x05\x05\x00\x00", 4));
+  expect_open_refused({{"", header()}, {"s", entry(7, {2}, 0, 4)}}, "\"s\"",
+                      std::string("\x05\x05\x00\x00", 4));
 }
 
 }  // namespace
