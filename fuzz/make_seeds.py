@@ -77,6 +77,11 @@ SEEDS = {
     "npz_member_short_stream": (("fuzz_numpy", "fuzz_zip", "fuzz_open_model"), hc.npz_member_short_stream),
     "npy_deep_header": (("fuzz_numpy", "fuzz_open_model"), lambda d: hc.npy_deep_header(d, depth=30_000)),
     "npy_odd_header": (("fuzz_numpy", "fuzz_open_model"), hc.npy_odd_header),
+    "tfckpt_restarts_lie": (("fuzz_tfckpt", "fuzz_open_model"), hc.tfckpt_restarts_lie),
+    "tfckpt_prefix_lies": (("fuzz_tfckpt", "fuzz_open_model"), hc.tfckpt_prefix_lies),
+    "tfckpt_snappy_4gib": (("fuzz_tfckpt", "fuzz_open_model"), hc.tfckpt_snappy_4gib),
+    "tfckpt_200k_entries": (("fuzz_tfckpt", "fuzz_open_model"), lambda d: hc.tfckpt_many_entries(d, count=1000)),
+    "tfckpt_100k_slices": (("fuzz_tfckpt", "fuzz_open_model"), lambda d: hc.tfckpt_many_slices(d, count=500)),
 }
 # The unpickler is given the pickles inside the torch cases.
 PICKLE_TARGET = "fuzz_unpickler"
