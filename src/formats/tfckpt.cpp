@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <system_error>
@@ -892,7 +893,7 @@ class BundleReader {
     const uint64_t element_bytes = dtype_bits(t.dtype) / 8;
     Size covered = 0;
     size_t found = 0;
-    std::vector<std::vector<uint64_t>> seen;
+    t.pieces.reserve(e.slices.size());
     for (size_t s = 0; s < e.slices.size(); ++s) {
       check_budget();
       const auto& slice = e.slices[s];
@@ -967,7 +968,7 @@ class BundleReader {
   Catalog catalog_;
   bool header_seen_ = false;
   int64_t num_shards_ = 0;
-  std::vector<Entry> slice_entries_;
+  std::deque<Entry> slice_entries_;  // a deque: no copy of them all as it grows
   // By the full tensor's name: each slice's (starts, lengths) as its key
   // encodes them, and its entry.
   std::map<std::string, std::map<std::vector<uint64_t>, size_t>> slices_of_;
