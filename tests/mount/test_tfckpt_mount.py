@@ -323,6 +323,8 @@ def test_remote_index_mounts_lazily(tmp):
     bundle.add("big", big, shard=1)
     bundle.add("small", small, shard=0)
     bundle.write(www)
+    (www / "saved" / "variables").mkdir(parents=True)
+    bundle.write(www / "saved" / "variables", prefix="variables")
     server = Nginx(tmp / "nginx", www)
     try:
         url = f"{server.url}/model.index"
@@ -331,5 +333,9 @@ def test_remote_index_mounts_lazily(tmp):
             assert cat(paths["small"]) == small.tobytes()
             assert server.bytes_sent("/model.data-00001-of-00002") < big.nbytes // 4
             assert cat(paths["big"]) == big.tobytes()
+        # A SavedModel folder's URL: its variables/variables.index.
+        with mounted(f"{server.url}/saved/", "-o", f"cache_dir={tmp / 'cache2'}") as mnt:
+            paths, _ = index_paths(mnt)
+            assert cat(paths["small"]) == small.tobytes()
     finally:
         server.stop()
