@@ -795,12 +795,13 @@ class BundleReader {
       const auto slice = decode_slice_key(e.key);
       if (!slice)
         refuse(e.at, "key " + in_quotes(e.key) + " starts with 0x00 but is no encoded tensor slice");
-      std::vector<uint64_t> box;
-      for (const auto& [start, length] : slice->extents) box.push_back(static_cast<uint64_t>(start));
-      for (const auto& [start, length] : slice->extents) box.push_back(static_cast<uint64_t>(length));
+      // A name's slices are adjacent: its encoding ends every one of them.
       slice_entries_.push_back(std::move(e));
-      if (!slices_of_[slice->name].emplace(std::move(box), slice_entries_.size() - 1).second)
-        refuse(slice_entries_.back().at, "a slice of " + in_quotes(slice->name) + " is stored twice");
+      const size_t index = slice_entries_.size() - 1;
+      if (!slice_ranges_.empty() && slice_ranges_.rbegin()->first == slice->name)
+        slice_ranges_.rbegin()->second.second = index + 1;
+      else if (!slice_ranges_.emplace(slice->name, std::make_pair(index, index + 1)).second)
+        refuse(slice_entries_.back().at, "the slices of " + in_quotes(slice->name) + " are not adjacent");
       return;
     }
     const DataTypeInfo* info = data_type(e.dtype);
@@ -822,9 +823,10 @@ class BundleReader {
     t.extras["tf_dtype"] = info->name;
     const std::string what = "tensor " + in_quotes(e.key);
     if (!e.slices.empty()) {
-      auto found = slices_of_.find(e.key);
-      add_partitioned(t, e, *numel, found == slices_of_.end() ? nullptr : &found->second);
-      if (found != slices_of_.end()) slices_of_.erase(found);
+      auto found = slice_ranges_.find(e.key);
+      add_partitioned(t, e, *numel,
+                      found == slice_ranges_.end() ? std::make_pair(size_t{0}, size_t{0}) : found->second);
+      if (found != slice_ranges_.end()) slice_ranges_.erase(found);
     } else if (e.dtype == kDtString) {
       add_strings(t, e, *numel, what);
     } else {
@@ -842,9 +844,9 @@ class BundleReader {
   }
 
   void finish() {
-    if (!slices_of_.empty())
-      refuse(slice_entries_[slices_of_.begin()->second.begin()->second].at,
-             "a slice of " + in_quotes(slices_of_.begin()->first) +
+    if (!slice_ranges_.empty())
+      refuse(slice_entries_[slice_ranges_.begin()->second.first].at,
+             "a slice of " + in_quotes(slice_ranges_.begin()->first) +
                  " is stored but no partitioned tensor of that name lists it");
     if (!left_out_.empty()) catalog_.metadata["left_out"] = std::move(left_out_);
   }
@@ -884,25 +886,47 @@ class BundleReader {
     catalog_.add(t);
   }
 
-  void add_partitioned(TensorSpec& t, const Entry& e, uint64_t numel,
-                       const std::map<std::vector<uint64_t>, size_t>* stored) {
+  void add_partitioned(TensorSpec& t, const Entry& e, uint64_t numel, std::pair<size_t, size_t> stored) {
     const std::string what = "partitioned tensor " + in_quotes(e.key);
     if (e.dtype == kDtString)
       refuse(e.at, what + " holds strings, which modelfs does not assemble from slices");
     const size_t rank = e.shape.size();
     const uint64_t element_bytes = dtype_bits(t.dtype) / 8;
+    for (size_t s = 0; s < e.slices.size(); ++s)
+      if (e.slices[s].size() != rank)
+        refuse(e.at, what + ", slice " + std::to_string(s) + " has " + std::to_string(e.slices[s].size()) +
+                         " dimensions, the tensor " + std::to_string(rank));
+    // The listed slices in the order their keys sort (OrderedCode keeps
+    // numeric order): (start, length) per dimension, length -1 for all.
+    auto field = [&](size_t s, size_t d) {
+      return std::make_pair(e.slices[s][d].start, e.slices[s][d].length.value_or(-1));
+    };
+    auto before = [&](size_t a, size_t b) {
+      for (size_t d = 0; d < rank; ++d)
+        if (field(a, d) != field(b, d)) return field(a, d) < field(b, d);
+      return false;
+    };
+    std::vector<size_t> order(e.slices.size());
+    for (size_t s = 0; s < order.size(); ++s) order[s] = s;
+    std::sort(order.begin(), order.end(), before);
+    const size_t stored_count = stored.second - stored.first;
+    if (stored_count != e.slices.size())
+      refuse(e.at, what + " lists " + std::to_string(e.slices.size()) + " slices but " +
+                       std::to_string(stored_count) + " are stored");
     Size covered = 0;
-    size_t found = 0;
     t.pieces.reserve(e.slices.size());
-    for (size_t s = 0; s < e.slices.size(); ++s) {
+    for (size_t k = 0; k < order.size(); ++k) {
       check_budget();
+      const size_t s = order[k];
       const auto& slice = e.slices[s];
       const std::string which = what + ", slice " + std::to_string(s);
-      if (slice.size() != rank)
-        refuse(e.at, which + " has " + std::to_string(slice.size()) + " dimensions, the tensor " +
-                         std::to_string(rank));
-      // As the slice key encodes it: start, then length (-1 for all).
-      std::vector<uint64_t> key_box, start, extent;
+      if (k > 0 && !before(order[k - 1], s)) refuse(e.at, which + " is listed twice");
+      const Entry* entry = &slice_entries_[stored.first + k];
+      const auto key = decode_slice_key(entry->key);  // decoded once already, when stored
+      bool same = key && key->extents.size() == rank;
+      for (size_t d = 0; same && d < rank; ++d) same = key->extents[d] == field(s, d);
+      if (!same) refuse(e.at, which + " is listed but no entry stores it (or a stored slice is not listed)");
+      std::vector<uint64_t> start, extent;
       Size volume = 1;
       for (size_t d = 0; d < rank; ++d) {
         const Extent& x = slice[d];
@@ -916,15 +940,7 @@ class BundleReader {
         extent.push_back(length == -1 ? e.shape[d] : static_cast<uint64_t>(length));
         volume *= extent.back();
       }
-      for (size_t d = 0; d < rank; ++d) key_box.push_back(static_cast<uint64_t>(slice[d].start));
-      for (size_t d = 0; d < rank; ++d)
-        key_box.push_back(static_cast<uint64_t>(slice[d].length.value_or(-1)));
       covered += volume;
-      const Entry* entry = nullptr;
-      if (stored != nullptr)
-        if (auto it = stored->find(key_box); it != stored->end()) entry = &slice_entries_[it->second];
-      if (entry == nullptr) refuse(e.at, which + " is listed but no entry stores it");
-      ++found;
       if (entry->dtype != e.dtype) refuse(entry->at, which + " is stored with another dtype");
       if (entry->shape != extent)
         refuse(entry->at, which + " is stored with a shape other than its extent's");
@@ -942,9 +958,6 @@ class BundleReader {
       piece.extent = std::move(extent);
       piece.source = {data_name, static_cast<uint64_t>(entry->offset)};
     }
-    const size_t stored_count = stored == nullptr ? 0 : stored->size();
-    if (found != stored_count)
-      refuse(e.at, what + ": " + std::to_string(stored_count - found) + " stored slices are not in its list");
     // Box pieces overlapping are refused by the catalog; with none
     // overlapping, covering every element is the volumes adding up.
     if (!covered.ok() || covered.value() != numel)
@@ -969,9 +982,9 @@ class BundleReader {
   bool header_seen_ = false;
   int64_t num_shards_ = 0;
   std::deque<Entry> slice_entries_;  // a deque: no copy of them all as it grows
-  // By the full tensor's name: each slice's (starts, lengths) as its key
-  // encodes them, and its entry.
-  std::map<std::string, std::map<std::vector<uint64_t>, size_t>> slices_of_;
+  // By the full tensor's name: where its slices are in slice_entries_, in
+  // key order, which is the order of their (start, length) per dimension.
+  std::map<std::string, std::pair<size_t, size_t>> slice_ranges_;
   nlohmann::json left_out_ = nlohmann::json::array();
   std::optional<ModelFolder> folder_;
   std::map<int64_t, std::shared_ptr<const MappedFile>> shards_;
