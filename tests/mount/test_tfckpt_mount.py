@@ -147,6 +147,15 @@ def test_partitioned_variables(tmp):
             assert cat(paths[name]) == array.tobytes(), name
             assert sidecar(paths[name])["shape"] == list(array.shape)
             np.testing.assert_array_equal(np.load(str(paths[name]) + ".npy"), array)
+    result = run_modelfs("--check", index)
+    assert result.returncode == 0, result.stderr
+    # Slices that overlap (rows 1 and 2 twice) and leave row 3 out: as many
+    # elements as the tensor, so only the overlap tells.
+    folder = tmp / "overlap"
+    folder.mkdir()
+    bundle = tb.Bundle()
+    bundle.add_partitioned("p", sample("float32", (4, 2)), [[(0, 3), (0, None)], [(1, 1), (0, None)]])
+    refused(bundle.write(folder), "\"p\"")
 
 
 def test_saved_model_folder_and_variables_folder(tmp):
