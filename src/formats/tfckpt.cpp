@@ -21,6 +21,7 @@
 #include "modelfs/json_text.hpp"
 #include "modelfs/model_folder.hpp"
 #include "modelfs/protobuf_wire.hpp"
+#include "modelfs/remote.hpp"
 #include "modelfs/tensor_spec.hpp"
 
 namespace modelfs::tfckpt {
@@ -493,7 +494,11 @@ struct Entry {
 class BundleReader {
  public:
   explicit BundleReader(const ModelFile& model)
-      : model_(model), mapped_(model.mapped), file_(mapped_->display_name()), context_{file_, kFormatName} {}
+      : model_(model), mapped_(model.mapped), file_(mapped_->display_name()), context_{file_, kFormatName} {
+    catalog_.format = kFormatName;
+    catalog_.mtime = mapped_->mtime();
+    catalog_.files.push_back(model_.path.filename().string());
+  }
 
   Catalog read() {
     add_metadata_bytes(mapped_->size());
@@ -989,26 +994,17 @@ class BundleReader {
   std::optional<ModelFolder> folder_;
   std::map<int64_t, std::shared_ptr<const MappedFile>> shards_;
   uint64_t string_text_bytes_ = 0;
-
- public:
-  void start_catalog() {
-    catalog_.format = kFormatName;
-    catalog_.mtime = mapped_->mtime();
-    catalog_.files.push_back(model_.path.filename().string());
-  }
 };
 
 }  // namespace
 
 Catalog open_file(const ModelFile& model) {
   BundleReader reader(model);
-  reader.start_catalog();
   Catalog catalog = reader.read();
   // A SavedModel's variables/ folder: say whether the graph is beside it.
-  const std::string path = model.path.string();
-  if (path.find("://") == std::string::npos) {
-    const auto folder = std::filesystem::absolute(model.path).parent_path();
+  if (!remote::is_url(model.path.native())) {
     std::error_code ec;
+    const auto folder = std::filesystem::absolute(model.path, ec).parent_path();
     catalog.metadata["saved_model"] =
         folder.filename() == "variables" &&
         std::filesystem::is_regular_file(folder.parent_path() / "saved_model.pb", ec);
