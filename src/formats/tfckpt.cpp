@@ -970,6 +970,8 @@ class BundleReader {
                        (covered.ok() ? std::to_string(covered.value()) : std::string("more than 2^64")) +
                        " elements but the tensor has " + std::to_string(numel));
     t.extras["slices"] = e.slices.size();
+    // The tensor as a whole is the index's entry; its bytes are the pieces'.
+    t.source = {model_.path.filename().string(), std::nullopt};
     try {
       catalog_.add(t);
     } catch (const ModelError&) {
