@@ -80,6 +80,11 @@ SEEDS = {
     "hdf5_chunk_past_file": (("fuzz_hdf5", "fuzz_open_model"), hc.hdf5_chunk_past_file),
     "hdf5_truncated": (("fuzz_hdf5", "fuzz_open_model"), hc.hdf5_truncated),
     "hdf5_huge_dataspace": (("fuzz_hdf5", "fuzz_open_model"), hc.hdf5_huge_dataspace),
+    "tfckpt_restarts_lie": (("fuzz_tfckpt", "fuzz_open_model"), hc.tfckpt_restarts_lie),
+    "tfckpt_prefix_lies": (("fuzz_tfckpt", "fuzz_open_model"), hc.tfckpt_prefix_lies),
+    "tfckpt_snappy_4gib": (("fuzz_tfckpt", "fuzz_open_model"), hc.tfckpt_snappy_4gib),
+    "tfckpt_200k_entries": (("fuzz_tfckpt", "fuzz_open_model"), lambda d: hc.tfckpt_many_entries(d, count=1000)),
+    "tfckpt_100k_slices": (("fuzz_tfckpt", "fuzz_open_model"), lambda d: hc.tfckpt_many_slices(d, count=500)),
 }
 # The unpickler is given the pickles inside the torch cases.
 PICKLE_TARGET = "fuzz_unpickler"

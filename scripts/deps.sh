@@ -16,6 +16,7 @@ BUILD=(
   fuse3 libfuse3-dev zlib1g-dev libzip-dev nlohmann-json3-dev libspdlog-dev
   libcurl4-openssl-dev  # remote models: HTTP(S), S3 SigV4 (src/remote)
   libhdf5-dev libseccomp-dev  # HDF5 and Keras: libhdf5 in a seccomp-sandboxed child (src/formats/hdf5_sandbox.hpp)
+  libsnappy-dev  # TensorFlow checkpoint index blocks (src/formats/tfckpt.cpp)
   python3 python3-numpy
 )
 # The test suite on top (scripts/test.sh): oracles, packaging, tools the
@@ -25,6 +26,7 @@ TEST=(
   clang-format  # scripts/check_format.sh, the ctest entry style.clang_format
   python3-pytest python3-torch python3-onnx
   python3-h5py  # tests/mount/test_keras_mount.py: the oracle for HDF5 files
+  python3-snappy  # tests/mount/test_tfckpt_mount.py: the test's bundle writer
   attr dpkg-dev bash-completion man-db
   nginx-light  # tests/mount/test_remote.py: the HTTP server remote models are mounted from
   time      # /usr/bin/time: peak RSS in tests/mount/test_hostile_corpus.py

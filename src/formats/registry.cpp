@@ -11,6 +11,7 @@
 #include "onnx.hpp"
 #include "pt2.hpp"
 #include "safetensors.hpp"
+#include "tfckpt.hpp"
 #include "torch.hpp"
 
 namespace modelfs {
@@ -19,6 +20,8 @@ namespace {
 constexpr std::array<std::string_view, 2> kSafetensorsRemoteIndexes{
     "model.safetensors.index.json", "diffusion_pytorch_model.safetensors.index.json"};
 constexpr std::array<std::string_view, 1> kTorchRemoteIndexes{"pytorch_model.bin.index.json"};
+// A remote SavedModel folder's bundle.
+constexpr std::array<std::string_view, 1> kTfckptRemoteIndexes{"variables/variables.index"};
 
 // Any ZIP no reader before it claimed: the torch reader then says why it is
 // not a PyTorch archive either.
@@ -79,6 +82,16 @@ const std::array kReaders{
                  .open_folder = torch::open_folder,
                  .folder_holds = "*.bin.index.json",
                  .remote_index_names = kTorchRemoteIndexes},
+    // The table's magic is in its last bytes, past the probed head: probed
+    // by its first entry, key "" and a BundleHeaderProto.
+    FormatReader{.name = "TensorFlow checkpoint",
+                 .family = "TensorFlow checkpoint",
+                 .probe_file = tfckpt::probe_file,
+                 .open_file = tfckpt::open_file,
+                 .probe_folder = tfckpt::probe_folder,
+                 .open_folder = tfckpt::open_folder,
+                 .folder_holds = "variables/variables.index or *.index",
+                 .remote_index_names = kTfckptRemoteIndexes},
     FormatReader{
         .name = "npy", .family = "NumPy", .probe_file = numpy::probe_file, .open_file = numpy::open_file},
     // ONNX has no magic: probed last, by a bounded trial parse of its first

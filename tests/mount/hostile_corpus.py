@@ -825,6 +825,82 @@ def hdf5_huge_dataspace(folder):
         d[0:10] = 1
         f["ok"] = np.arange(3, dtype="<f4")
     return path
+# --- tfckpt cases ---
+import tfckpt_bundle as tfb  # noqa: E402
+
+
+def _tfckpt_index(folder, contents, kind=0, data=b""):
+    """A bundle whose one data block is `contents` as given (trailer of
+    type `kind` with a correct CRC, so the block's own checks are reached)."""
+    meta = tfb.block([])
+    out = contents + tfb.trailer(contents, kind)
+    meta_at = len(out)
+    out += meta + tfb.trailer(meta, 0)
+    index = tfb.block([(b"\xff", tfb.varint(0) + tfb.varint(len(contents)))], 1)
+    index_at = len(out)
+    out += index + tfb.trailer(index, 0)
+    handles = tfb.varint(meta_at) + tfb.varint(len(meta)) + tfb.varint(index_at) + tfb.varint(len(index))
+    out += handles.ljust(40, b"\0") + struct.pack("<Q", tfb.MAGIC)
+    (folder / "model.index").write_bytes(out)
+    (folder / "model.data-00000-of-00001").write_bytes(data)
+    return folder / "model.index"
+
+
+def tfckpt_restarts_lie(folder):
+    """A data block whose restart count says 2^30 and whose restart offsets
+    point past its entries: refused, nothing sized by the count."""
+    good = tfb.block([(b"", tfb.header_proto()), (b"w", tfb.entry_proto(1, [1], size=4))])
+    lying = good[:-8] + struct.pack("<I", 0xFFFFFF00) + struct.pack("<I", 1 << 30)
+    return _tfckpt_index(folder, lying, data=b"\0" * 4)
+
+
+def tfckpt_prefix_lies(folder):
+    """Entries whose shared-prefix lengths pass the previous key (4 GiB,
+    then one byte more than it has): refused."""
+    entry = tfb.varint(0) + tfb.varint(0) + tfb.varint(len(tfb.header_proto())) + tfb.header_proto()
+    entry += tfb.varint(0xFFFFFFFF) + tfb.varint(1) + tfb.varint(0) + b"x"
+    return _tfckpt_index(folder, entry + struct.pack("<I", 0) + struct.pack("<I", 1))
+
+
+def tfckpt_snappy_4gib(folder):
+    """A snappy block whose preamble claims 4 GiB - 1 (a few bytes on
+    disk; its first literal the header entry, as a real one's): refused
+    before anything is allocated."""
+    entry = tfb.varint(0) + tfb.varint(0) + tfb.varint(len(tfb.header_proto())) + tfb.header_proto()
+    contents = tfb.varint((4 << 30) - 1) + bytes([(len(entry) - 1) << 2]) + entry
+    return _tfckpt_index(folder, contents, kind=1)
+
+
+TFCKPT_ENTRIES = 200_000
+
+
+def tfckpt_many_entries(folder, count=TFCKPT_ENTRIES):
+    """An index of 200 000 float32 scalars (6 MB): parsed, catalogued and
+    served, or refused by the budget, within the bounds."""
+    bundle = tfb.Bundle()
+    raw = np.float32(1.5).tobytes()
+    crc = tfb.mask(tfb.crc32c(raw))
+    bundle.data[0] = bytearray(raw * count)
+    for i in range(count):
+        bundle.entries[b"v/%06d" % i] = tfb.entry_proto(1, [], 0, 4 * i, 4, crc)
+    return bundle.write(folder, block_entries=4096)
+
+
+TFCKPT_SLICES = 100_000
+
+
+def tfckpt_many_slices(folder, count=TFCKPT_SLICES):
+    """A partitioned variable of 100 000 one-row slices, each its own
+    entry: its pieces checked and assembled without quadratic work."""
+    bundle = tfb.Bundle()
+    raw = np.float32(2.5).tobytes()
+    crc = tfb.mask(tfb.crc32c(raw))
+    bundle.data[0] = bytearray(raw * count)
+    slices = [[(i, 1)] for i in range(count)]
+    for i, s in enumerate(slices):
+        bundle.entries[tfb.slice_key("p", s)] = tfb.entry_proto(1, [1], 0, 4 * i, 4, crc)
+    bundle.entries[b"p"] = tfb.entry_proto(1, [count], slices=slices)
+    return bundle.write(folder, block_entries=4096)
 
 
 CASES = {
@@ -880,6 +956,12 @@ CASES = {
     "hdf5_chunk_past_file": (hdf5_chunk_past_file, False),
     "hdf5_truncated": (hdf5_truncated, False),
     "hdf5_huge_dataspace": (hdf5_huge_dataspace, False),
+    # --- tfckpt cases ---
+    "tfckpt_restarts_lie": (tfckpt_restarts_lie, False),
+    "tfckpt_prefix_lies": (tfckpt_prefix_lies, False),
+    "tfckpt_snappy_4gib": (tfckpt_snappy_4gib, False),
+    "tfckpt_200k_entries": (tfckpt_many_entries, False),
+    "tfckpt_100k_slices": (tfckpt_many_slices, False),
 }
 
 

@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// TensorFlow checkpoint bundles (docs/formats.md, "TensorFlow checkpoint
+// bundles"): PREFIX.index, a LevelDB-format table, and the data shards
+// PREFIX.data-SSSSS-of-NNNNN it points into.
+//
+//   .index: [data block + trailer]... [metaindex block + trailer]
+//           [index block + trailer] [footer: two block handles, padding,
+//           magic 0xdb4775248b80fb57, 48 bytes]
+//   block:  entries (varint shared, varint non_shared, varint value length,
+//           key delta, value), uint32 restarts[n], uint32 n
+//   trailer: type (0 raw, 1 snappy), masked CRC-32C of contents + type
+//
+// Key "" (the first) holds BundleHeaderProto (num_shards, endianness,
+// version); every other key a BundleEntryProto (dtype, shape, shard_id,
+// offset, size, masked crc32c, slices). A partitioned variable's entry
+// lists its slices, each stored under the key EncodeTensorNameSlice(name,
+// slice), which starts with 0x00.
+//
+// Checked, every step: the footer's magic and handles (inside the file,
+// blocks in order and not overlapping the footer), each block's type and
+// CRC (at every open, as TensorFlow does), restart arrays (count that
+// fits, offsets increasing, each the start of an entry with no shared
+// prefix), shared prefixes no longer than the previous key, varints inside
+// the block, keys strictly increasing and within their index separators,
+// snappy's declared length (kMaxBlockBytes and the budget) before anything
+// is allocated. Entries: a known dtype, a valid shape, shard_id below
+// num_shards, the range inside its data file (opened only through
+// ModelFolder::open), size equal to what dtype and shape need, slices
+// inside the shape and stored under their keys.
+//
+// Tensors: every entry but the header, named by its key. Numeric data is
+// served from the data file's mapping; DT_STRING is decoded at open into
+// JSON Lines (as ONNX STRING tensors); a partitioned variable is one
+// tensor of box pieces, one per slice. DT_VARIANT and DT_RESOURCE entries
+// (iterator and resource state, not weights) are left out and listed in
+// metadata.json. Big-endian bundles are refused.
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "format_reader.hpp"
+#include "modelfs/catalog.hpp"
+
+namespace modelfs::tfckpt {
+
+inline constexpr std::string_view kFormat = "TensorFlow checkpoint";
+inline constexpr uint64_t kFooterBytes = 48;
+inline constexpr uint64_t kTableMagic = 0xdb4775248b80fb57ULL;
+inline constexpr uint64_t kTrailerBytes = 5;
+// TensorFlow flushes blocks at 256 KiB; a block far larger is no writer's.
+inline constexpr uint64_t kMaxBlockBytes = uint64_t{64} << 20;
+inline constexpr uint64_t kMaxKeyBytes = uint64_t{64} << 10;
+inline constexpr uint64_t kMaxShards = 65536;
+inline constexpr size_t kMaxRank = 254;  // TensorShape's own limit
+// The JSON Lines text made for a bundle's DT_STRING tensors, in all.
+inline constexpr uint64_t kMaxStringTextBytes = uint64_t{1} << 30;
+
+// CRC-32C (Castagnoli) of `bytes`, continuing from `crc`.
+uint32_t crc32c_extend(uint32_t crc, std::span<const std::byte> bytes) noexcept;
+inline uint32_t crc32c(std::span<const std::byte> bytes) noexcept { return crc32c_extend(0, bytes); }
+// LevelDB's masking of a stored CRC (a CRC of bytes holding CRCs is weak).
+constexpr uint32_t mask_crc(uint32_t crc) noexcept { return ((crc >> 15) | (crc << 17)) + 0xa282ead8U; }
+constexpr uint32_t unmask_crc(uint32_t masked) noexcept {
+  const uint32_t rot = masked - 0xa282ead8U;
+  return (rot >> 17) | (rot << 15);
+}
+
+struct BlockHandle {
+  uint64_t offset = 0;
+  uint64_t size = 0;  // the contents, without the 5-byte trailer
+};
+struct Footer {
+  BlockHandle metaindex;
+  BlockHandle index;
+};
+
+// Errors name `file` and the format; offsets are the file's.
+// The footer: the last 48 bytes of a file of `file_size` bytes. Both
+// handles (with their trailers) must end before the footer.
+Footer parse_footer(std::span<const std::byte> footer, uint64_t file_size, const std::string& file);
+
+// A block's contents once its trailer is checked (and snappy undone):
+// a range of the mapping, or bytes of our own.
+struct Block {
+  std::span<const std::byte> bytes;
+  std::string owned;
+  bool compressed = false;
+};
+// `contents_and_trailer` are the handle's size + 5 bytes at `offset`.
+Block read_block(std::span<const std::byte> contents_and_trailer, uint64_t offset, const std::string& file);
+
+// Calls `visit(key, value)` for each entry of a block's contents in order,
+// after checking the restart array; `offset` is where the block lies in
+// the file (for messages).
+void for_each_entry(std::span<const std::byte> contents, uint64_t offset, const std::string& file,
+                    const std::function<void(std::string_view key, std::span<const std::byte> value)>& visit);
+
+// A partitioned variable's slice key, decoded: the full tensor's name and,
+// per dimension, (start, length), length -1 for the whole dimension.
+struct SliceKey {
+  std::string name;
+  std::vector<std::pair<int64_t, int64_t>> extents;
+};
+// nullopt when `key` is not exactly an encoded name and slice.
+std::optional<SliceKey> decode_slice_key(std::string_view key);
+
+// The first block's first entry is key "" and a BundleHeaderProto (a raw
+// block, or a snappy one whose first literal holds it); a file that fits
+// the head must also end in the table magic.
+bool probe_file(std::span<const std::byte> head);
+Catalog open_file(const ModelFile& model);
+
+// A SavedModel folder (variables/variables.index), its variables/ folder,
+// or a folder holding one *.index bundle.
+bool probe_folder(const std::filesystem::path& folder);
+Catalog open_folder(const std::filesystem::path& folder, IntegrityChecks* checks);
+
+}  // namespace modelfs::tfckpt
