@@ -84,7 +84,7 @@ const std::array kReaders{
                  .remote_index_names = kTorchRemoteIndexes},
     // The table's magic is in its last bytes, past the probed head: probed
     // by its first entry, key "" and a BundleHeaderProto.
-    FormatReader{.name = "TensorFlow checkpoint",
+    FormatReader{.name = "tensorflow checkpoint",
                  .family = "TensorFlow checkpoint",
                  .probe_file = tfckpt::probe_file,
                  .open_file = tfckpt::open_file,

@@ -50,7 +50,7 @@
 
 namespace modelfs::tfckpt {
 
-inline constexpr std::string_view kFormat = "TensorFlow checkpoint";
+inline constexpr std::string_view kFormat = "tensorflow checkpoint";
 inline constexpr uint64_t kFooterBytes = 48;
 inline constexpr uint64_t kTableMagic = 0xdb4775248b80fb57ULL;
 inline constexpr uint64_t kTrailerBytes = 5;

@@ -74,7 +74,7 @@ void expect_refused(const std::string& contents, const std::string& words) {
     entries_of(contents);
     FAIL() << "accepted; expected: " << words;
   } catch (const ModelError& e) {
-    EXPECT_NE(std::string(e.what()).find("TensorFlow checkpoint"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tensorflow checkpoint"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
   }
 }
@@ -276,7 +276,7 @@ void expect_open_refused(const std::vector<std::pair<std::string, std::string>>&
     tfckpt::open_file(ModelFile::open(index));
     FAIL() << "accepted; expected: " << words;
   } catch (const ModelError& e) {
-    EXPECT_NE(std::string(e.what()).find("TensorFlow checkpoint"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tensorflow checkpoint"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
   }
 }
