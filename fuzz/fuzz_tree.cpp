@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // The tree builder alone, from a catalog no reader would make: fuzzed
 // tensor names (any bytes, clashes, dots and slashes), dtypes, shapes and
-// strides (contiguous, or any), bytes, ggml block types and torch
-// quantization extras, under a budget as at a mount. Every file of the tree
+// strides (contiguous, or any), bytes, ggml block types, torch
+// quantization extras and pieces (runs, or boxes on a grid, sometimes off
+// it, shuffled and deflated, some of their streams valid), under a budget
+// as at a mount. Every file of the tree
 // is then read at both ends, as FUSE serves it; a printed file must be
 // exactly the size the builder measured.
 #include <fuzzer/FuzzedDataProvider.h>
 #include <sys/uio.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <array>
@@ -45,6 +48,94 @@ modelfs::BasicQuantization<std::string> quantization(FuzzedDataProvider& in,
   return q;
 }
 
+using SpecPiece = modelfs::BasicPiece<std::string, std::vector<uint64_t>, std::vector<modelfs::PieceFilter>>;
+
+// A piece's stored bytes: `decoded` through its filters (as HDF5 writes
+// them), or fuzzed bytes.
+std::string stored(FuzzedDataProvider& in, std::string decoded,
+                   const std::vector<modelfs::PieceFilter>& filters, size_t element) {
+  if (in.ConsumeIntegralInRange(0, 3) == 0) return in.ConsumeRandomLengthString(256);
+  for (const auto f : filters) {
+    if (f == modelfs::PieceFilter::Shuffle) {
+      std::string out(decoded.size(), '\0');
+      const size_t n = decoded.size() / element;
+      for (size_t i = 0; i < n; ++i)
+        for (size_t b = 0; b < element; ++b) out[b * n + i] = decoded[i * element + b];
+      decoded = out;
+    } else {
+      uLongf size = compressBound(decoded.size());
+      std::string out(size, '\0');
+      if (compress2(reinterpret_cast<Bytef*>(out.data()), &size,
+                    reinterpret_cast<const Bytef*>(decoded.data()), decoded.size(), 1) != Z_OK)
+        return {};
+      out.resize(size);
+      decoded = out;
+    }
+  }
+  return decoded;
+}
+
+// The tensor's bytes as pieces instead: runs, or boxes of one chunk shape
+// over the shape (a few of them nudged off the grid).
+void add_pieces(FuzzedDataProvider& in, modelfs::TensorSpec& t) {
+  t.bytes = {};
+  if (in.ConsumeIntegralInRange(0, 7) != 0)
+    t.strides = modelfs::contiguous_strides(t.shape).value_or(std::vector<int64_t>(t.shape.size(), 1));
+  const size_t element = std::max<size_t>(1, modelfs::dtype_bits(t.dtype) / 8);
+  if (t.shape.empty() || in.ConsumeIntegralInRange(0, 3) == 0) {
+    const size_t count = in.ConsumeIntegralInRange<size_t>(1, 8);
+    for (size_t i = 0; i < count; ++i) {
+      SpecPiece p;
+      p.zeros = in.ConsumeIntegralInRange(0, 7) == 0;
+      if (!p.zeros) p.bytes = modelfs::ByteSpan::owned(in.ConsumeRandomLengthString(128));
+      p.size = in.ConsumeIntegralInRange(0, 7) == 0 ? in.ConsumeIntegral<uint8_t>() : p.bytes.size();
+      p.source = {"m", i};
+      t.pieces.push_back(std::move(p));
+    }
+    return;
+  }
+  const size_t rank = t.shape.size();
+  std::vector<uint64_t> chunk(rank), cells(rank);
+  uint64_t total = 1;
+  for (size_t d = 0; d < rank; ++d) {
+    chunk[d] = in.ConsumeIntegralInRange<uint64_t>(1, 5);
+    cells[d] = t.shape[d] == 0 ? 1 : std::min<uint64_t>((t.shape[d] + chunk[d] - 1) / chunk[d], 64);
+    total = std::min<uint64_t>(total * cells[d], 65);
+  }
+  const size_t count = std::min<uint64_t>(total, 64);
+  std::vector<modelfs::PieceFilter> filters;
+  const uint8_t which = in.ConsumeIntegralInRange<uint8_t>(0, 4);
+  if (which == 1) filters = {modelfs::PieceFilter::Deflate};
+  if (which == 2) filters = {modelfs::PieceFilter::Shuffle, modelfs::PieceFilter::Deflate};
+  if (which == 3) filters = {modelfs::PieceFilter::Shuffle};
+  for (size_t i = 0; i < count; ++i) {
+    SpecPiece p;
+    p.start.resize(rank);
+    uint64_t rest = i;
+    for (size_t d = rank; d-- > 0;) {
+      p.start[d] = rest % cells[d] * chunk[d];
+      rest /= cells[d];
+    }
+    p.extent = chunk;
+    if (in.ConsumeIntegralInRange(0, 15) == 0) {
+      const size_t d = in.ConsumeIntegralInRange<size_t>(0, rank - 1);
+      (in.ConsumeBool() ? p.start[d] : p.extent[d]) += in.ConsumeIntegralInRange<uint64_t>(0, 2);
+    }
+    uint64_t elements = 1;
+    for (const uint64_t e : p.extent) elements *= e;
+    p.size = in.ConsumeIntegralInRange(0, 15) == 0 ? in.ConsumeIntegral<uint16_t>() : elements * element;
+    p.zeros = in.ConsumeIntegralInRange(0, 7) == 0;
+    if (!p.zeros) {
+      p.filters = filters;
+      std::string decoded = in.ConsumeBytesAsString(std::min<uint64_t>(p.size, 4096));
+      decoded.resize(std::min<uint64_t>(p.size, 4096));
+      p.bytes = modelfs::ByteSpan::owned(filters.empty() ? decoded : stored(in, decoded, filters, element));
+    }
+    p.source = {"m", std::nullopt};
+    t.pieces.push_back(std::move(p));
+  }
+}
+
 modelfs::TensorSpec tensor(FuzzedDataProvider& in, const std::vector<std::string>& names) {
   modelfs::TensorSpec t;
   t.name = in.ConsumeRandomLengthString(300);
@@ -66,6 +157,7 @@ modelfs::TensorSpec tensor(FuzzedDataProvider& in, const std::vector<std::string
   t.bytes = modelfs::ByteSpan::owned(in.ConsumeRandomLengthString(4096));
   t.source = {"m", in.ConsumeBool() ? std::optional<uint64_t>(in.ConsumeIntegral<uint64_t>()) : std::nullopt};
   if (in.ConsumeIntegralInRange(0, 7) == 0) t.quantization = quantization(in, names);
+  if (in.ConsumeIntegralInRange(0, 3) == 0) add_pieces(in, t);
   return t;
 }
 

@@ -109,8 +109,7 @@ PieceGrid piece_grid(const Tensor& t, std::string_view file, std::string_view fo
     std::sort(cuts.begin(), cuts.end());
     cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
     cuts.shrink_to_fit();
-    if (cuts.front() != 0)
-      refuse("its pieces leave a hole: none starts at 0 of dimension " + number(d));
+    if (cuts.front() != 0) refuse("its pieces leave a hole: none starts at 0 of dimension " + number(d));
   }
   // As many cells as pieces, each piece one cell: then every element is
   // covered exactly once.

@@ -1,12 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // .modelfs/model.safetensors: the whole model as one safetensors file, made
-// of parts (tree.hpp): the header the plan prints, then one part per
-// tensor in the header's order. A tensor stored in C order is its range of
-// the mapping; a strided view is gathered into C order on each read (the
-// tree's gather, numeric_views.hpp); with -o export=float32, a tensor safetensors has no type
-// for is its .npy's converted values (numeric_views.hpp). Nothing is
-// materialised: only the header is printed, at build.
+// of parts (tree.hpp): the header the plan prints, then each tensor's
+// parts in the header's order. A tensor stored in C order is its range of
+// the mapping, a tensor of pieces its raw file's parts; a strided view is gathered into C order on each read
+// (the tree's gather, numeric_views.hpp); with -o export=float32, a tensor safetensors has no type for is its
+// .npy's converted values (numeric_views.hpp). Nothing is materialised: only the header is printed, at build.
 //
 // The header follows the rules the reference reader checks: data offsets
 // contiguous from 0 in header order with no overlap or gap, each range

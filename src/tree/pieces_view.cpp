@@ -133,9 +133,9 @@ PiecesView::PiecesView(const Tensor& tensor, PieceGrid grid, std::string file, s
       format_(std::move(format)) {}
 
 void PiecesView::fault(uint32_t index, const std::string& reason) const {
-  throw ModelError(file_, format_, std::nullopt,
-                   "tensor \"" + std::string(tensor_->name) + "\", piece " + std::to_string(index) + ": " +
-                       reason);
+  throw ModelError(
+      file_, format_, std::nullopt,
+      "tensor \"" + std::string(tensor_->name) + "\", piece " + std::to_string(index) + ": " + reason);
 }
 
 void PiecesView::decode(uint32_t index, std::vector<std::byte>& out) const {
@@ -172,12 +172,14 @@ void PiecesView::decode(uint32_t index, std::vector<std::byte>& out) const {
             continue;
           }
           if (rc == Z_BUF_ERROR && zs.avail_out == 0) {
-            why = "its zlib stream decodes to more than the " + std::to_string(p.size) + " bytes its box holds";
+            why =
+                "its zlib stream decodes to more than the " + std::to_string(p.size) + " bytes its box holds";
           } else if (rc == Z_BUF_ERROR && zs.avail_in == 0 && fed == in_size) {
             why = "its zlib stream ends after " + std::to_string(zs.total_out) + " of the " +
                   std::to_string(p.size) + " bytes its box holds";
           } else {
-            why = std::string("corrupt zlib stream: ") + (zs.msg != nullptr ? zs.msg : "error " + std::to_string(rc));
+            why = std::string("corrupt zlib stream: ") +
+                  (zs.msg != nullptr ? zs.msg : "error " + std::to_string(rc));
           }
           break;
         }
@@ -241,12 +243,14 @@ void PiecesView::prepare(uint64_t offset, uint64_t length) const {
   const uint64_t row_bytes = shape[rank - 1] * element;
   const auto& inner_cuts = grid_.cuts[rank - 1];
   auto& segments = t_segments;
+  segments.clear();  // a read that failed may have left its own
   segments.reserve(kSegments + 1);
 
   // Copies the gathered segments, piece by piece (each decoded once).
   auto copy_segments = [&] {
-    std::sort(segments.begin(), segments.end(),
-              [](const Segment& a, const Segment& b) { return std::pair(a.piece, a.to) < std::pair(b.piece, b.to); });
+    std::sort(segments.begin(), segments.end(), [](const Segment& a, const Segment& b) {
+      return std::pair(a.piece, a.to) < std::pair(b.piece, b.to);
+    });
     for (size_t first = 0; first < segments.size();) {
       const uint32_t index = segments[first].piece;
       size_t last = first;
@@ -295,13 +299,14 @@ void PiecesView::prepare(uint64_t offset, uint64_t length) const {
     uint64_t outer_cell = 0;
     for (size_t d = 0; d + 1 < rank; ++d) {
       const auto& cuts = grid_.cuts[d];
-      const auto c = static_cast<uint64_t>(std::upper_bound(cuts.begin(), cuts.end(), index[d]) - cuts.begin() - 1);
+      const auto c =
+          static_cast<uint64_t>(std::upper_bound(cuts.begin(), cuts.end(), index[d]) - cuts.begin() - 1);
       outer_cell = outer_cell * cuts.size() + c;
     }
     const uint64_t row_end = std::min(row_bytes, within + (end - at));
     const uint64_t row_start = row * row_bytes;
-    auto c = static_cast<size_t>(
-        std::upper_bound(inner_cuts.begin(), inner_cuts.end(), within / element) - inner_cuts.begin() - 1);
+    auto c = static_cast<size_t>(std::upper_bound(inner_cuts.begin(), inner_cuts.end(), within / element) -
+                                 inner_cuts.begin() - 1);
     while (within < row_end) {
       const uint64_t cut_end = (c + 1 < inner_cuts.size() ? inner_cuts[c + 1] : shape[rank - 1]) * element;
       const uint64_t n = std::min(cut_end, row_end) - within;
@@ -314,7 +319,8 @@ void PiecesView::prepare(uint64_t offset, uint64_t length) const {
       const uint64_t from = local * element + within % element;
       const uint64_t to = row_start + within - offset;
       if (!segments.empty() && segments.back().piece == piece &&
-          segments.back().from + segments.back().length == from && segments.back().to + segments.back().length == to) {
+          segments.back().from + segments.back().length == from &&
+          segments.back().to + segments.back().length == to) {
         segments.back().length += n;
       } else {
         if (segments.size() >= kSegments) copy_segments();
@@ -329,7 +335,9 @@ void PiecesView::prepare(uint64_t offset, uint64_t length) const {
   t_gathered.view = id_;
 }
 
-void PiecesView::fill(uint64_t offset, std::span<std::byte> out) const { t_gathered.copy_out(id_, offset, out); }
+void PiecesView::fill(uint64_t offset, std::span<std::byte> out) const {
+  t_gathered.copy_out(id_, offset, out);
+}
 
 std::unique_ptr<ConvertedView> ConvertedView::make(std::span<const Part> stored, uint64_t numel,
                                                    std::shared_ptr<const ElementConversion> conversion) {
@@ -339,7 +347,8 @@ std::unique_ptr<ConvertedView> ConvertedView::make(std::span<const Part> stored,
   const Size size = Size(numel) * conversion->value_size();
   if (!reach.ok() || !size.ok() || reach.value() > stored_size) return nullptr;
   if (!kViewBound.allows(size.value(), stored_size)) return nullptr;
-  return std::unique_ptr<ConvertedView>(new ConvertedView(stored, numel, reach.value(), std::move(conversion)));
+  return std::unique_ptr<ConvertedView>(
+      new ConvertedView(stored, numel, reach.value(), std::move(conversion)));
 }
 
 ConvertedView::ConvertedView(std::span<const Part> stored, uint64_t numel, uint64_t stored_size,

@@ -467,10 +467,17 @@ TEST_F(Pieces, CorruptStreamsFailTheReadNeverShortOrPadded) {
     p.filters = {PieceFilter::Deflate};
     return p;
   };
-  auto tree = build({spec("short", DType::UInt8, shape, {piece(4, short_size)}),
-                     spec("long", DType::UInt8, shape, {piece(4 + short_size, long_size)}),
-                     spec("junk", DType::UInt8, shape, {piece(4 + short_size + long_size, 8)})});
-  for (const char* name : {"short", "long", "junk"}) EXPECT_THROW(read(*tree, node(*tree, name), 0, 8), ModelError);
+  const std::vector<uint64_t> square = {6, 6};
+  const std::string good = values(36);
+  auto tree =
+      build({spec("short", DType::UInt8, shape, {piece(4, short_size)}),
+             spec("long", DType::UInt8, shape, {piece(4 + short_size, long_size)}),
+             spec("junk", DType::UInt8, shape, {piece(4 + short_size + long_size, 8)}),
+             spec("good", DType::UInt8, square, grid(good, square, 1, {4, 4}, {PieceFilter::Deflate}))});
+  for (const char* name : {"short", "long", "junk"})
+    EXPECT_THROW(read(*tree, node(*tree, name), 0, 8), ModelError);
+  // A failed read leaves nothing behind for the next one.
+  expect_reads(*tree, "good", good);
 }
 
 }  // namespace
