@@ -285,8 +285,9 @@ def test_mount_fetches_metadata_and_a_read_about_its_tensor(nginx, www, cache):
         assert cat(paths["layer5.weight"]) == values["layer5.weight"].tobytes()
         read = nginx.bytes_sent() - before
         # The tensor, give or take a block at each end and the read-ahead
-        # that grows with a sequential reader.
-        assert 4 * MIB <= read <= 2 * 4 * MIB + 2 * MIB, read
+        # window, which grows to about twice what a sequential reader has
+        # read (docs/remote.md).
+        assert 4 * MIB <= read <= 3 * 4 * MIB + 2 * MIB, read
         assert nginx.bytes_sent() < size / 2
         # Read again: from the cache, no request.
         count = len(nginx.requests())
