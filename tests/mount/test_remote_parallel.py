@@ -7,6 +7,7 @@ Oracles: the bytes the test's own writer put on the server; what was
 requested and when from the server's side (nginx's access log with its
 timing and connection numbers, the latency proxy's log of each request it
 held), never modelfs's own account, never wall time."""
+import json
 import os
 import random
 import time
@@ -16,7 +17,7 @@ import pytest
 
 import safetensors_writer as st
 from conftest import cat, index_paths, is_mounted, mounted, run_modelfs
-from remote_servers import Nginx, most_at_once
+from remote_servers import LatencyProxy, Nginx, most_at_once
 
 MIB = 1 << 20
 BLOCK = 256 << 10
@@ -154,6 +155,51 @@ def test_server_dying_mid_window_recovers_when_it_returns(nginx, www, cache):
         nginx.start()
         time.sleep(1.1)  # past the second a failed fetch fails its blocks' next read at once
         assert cat(paths["w"]) == value.tobytes()
+
+
+def write_shards(folder, shards, each=64 << 10):
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(9)
+    weight_map, values = {}, {}
+    for i in range(shards):
+        shard = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        value = rng.integers(0, 255, size=each, dtype=np.uint8)
+        st.write(folder / shard, {f"layer{i}.weight": value})
+        weight_map[f"layer{i}.weight"] = shard
+        values[f"layer{i}.weight"] = value
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return values
+
+
+@pytest.fixture
+def slow_proxy(tmp, nginx):
+    proxy = LatencyProxy(tmp / "proxy", nginx.port, 200)
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+def test_shard_headers_are_fetched_side_by_side(www, cache, slow_proxy):
+    values = write_shards(www / "ckpt", 16)
+    with remote_mount(f"{slow_proxy.url}/ckpt/model.safetensors.index.json", cache) as mnt:
+        paths, _ = index_paths(mnt)
+        held = slow_proxy.held("/ckpt/model-")
+        # Every shard's probe and header, and many of them held at once:
+        # one after another, no two requests would ever be.
+        assert len({line.split()[1] for *_, line in held}) == 16
+        assert most_at_once([(start, end) for start, end, _ in held]) >= 8
+        for name, value in values.items():
+            assert cat(paths[name]) == value.tobytes()
+
+
+def test_list_of_a_sharded_url_fetches_side_by_side_too(www, cache, slow_proxy):
+    write_shards(www / "ckpt", 16)
+    result = run_modelfs("--list", "-o", f"cache_dir={cache}", f"{slow_proxy.url}/ckpt/")
+    assert result.returncode == 0, result.stderr
+    assert all(f"layer{i}.weight" in result.stdout for i in range(16))
+    held = slow_proxy.held("/ckpt/model-")
+    assert most_at_once([(start, end) for start, end, _ in held]) >= 8
 
 
 def test_check_of_a_url_fetches_in_parallel(nginx, www, cache):
