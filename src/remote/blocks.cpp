@@ -1007,6 +1007,10 @@ void Blocks::fetch_claimed(Piece piece, bool log, bool evict) {
   if (evict) evict_to_bound();
 }
 
+namespace {
+void count_fetched(const std::string& display, uint64_t bytes);
+}  // namespace
+
 void Blocks::fetch_runs(const std::vector<uint64_t>& mine) {
   // Runs of neighbouring blocks, split into as many pieces as requests may
   // be in flight (none over the most); this thread fetches the first, the
@@ -1063,6 +1067,12 @@ void Blocks::fetch_runs(const std::vector<uint64_t>& mine) {
   batch->done.wait(guard, [&] { return batch->left == 0; });
   if (own) std::rethrow_exception(own);
   if (batch->failure) std::rethrow_exception(batch->failure);
+  // What the pool fetched for this thread counts toward its progress line
+  // (mark() counted this thread's own piece).
+  for (size_t i = 1; i < inline_from; ++i) {
+    const uint64_t offset = pieces[i].first * kBlockBytes;
+    count_fetched(target_.display, std::min(pieces[i].count * kBlockBytes, id_.size - offset));
+  }
 }
 
 size_t range_body(char* data, size_t size, size_t count, void* user) {
