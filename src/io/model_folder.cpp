@@ -180,7 +180,13 @@ std::vector<ModelFolder::Opened> ModelFolder::open_all(const std::vector<std::st
                                                        uint64_t head_bytes, uint64_t tail_bytes) const {
   std::vector<Opened> opened(names.size());
   if (!remote_) {
-    for (size_t i = 0; i < names.size(); ++i) opened[i] = open(names[i]);
+    // In order, up to the first that fails (where the caller stops).
+    for (size_t i = 0; i < names.size(); ++i) {
+      const bool failed = i > 0 && !opened[i - 1];
+      opened[i] =
+          failed ? Opened{Problem::Unresolvable, nullptr, "was not opened: a file before it could not be"}
+                 : open(names[i]);
+    }
     return opened;
   }
   // A name that cannot be opened stops the opening of more (a hostile set
