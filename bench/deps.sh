@@ -5,4 +5,4 @@
 # for the chart. apt-get runs only when something is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec scripts/deps.sh squashfuse fuse-zip squashfs-tools zip python3-matplotlib
+exec scripts/deps.sh squashfuse fuse-zip squashfs-tools zip python3-matplotlib aria2

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "modelfs/check.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
+#include "modelfs/remote.hpp"
 #include "modelfs/terminal_text.hpp"
 #include "options.hpp"
 
@@ -120,6 +122,12 @@ int query_command(const Options& options, Budget& budget) {
   }
 }
 
+ProgressBar::ProgressBar(bool enabled, const char* label)
+    : enabled_(enabled),
+      label_(label),
+      fetched_at_start_(remote::fetched_bytes()),
+      start_(std::chrono::steady_clock::now()) {}
+
 void ProgressBar::update(uint64_t done, uint64_t total) {
   if (!enabled_ || total < (64u << 20)) return;
   const auto now = std::chrono::steady_clock::now();
@@ -130,6 +138,12 @@ void ProgressBar::update(uint64_t done, uint64_t total) {
   std::fprintf(stderr, "\r%s [%s%s] %3d%% (%llu of %llu MiB)", label_, std::string(filled, '#').c_str(),
                std::string(40 - filled, ' ').c_str(), percent, static_cast<unsigned long long>(done >> 20),
                static_cast<unsigned long long>(total >> 20));
+  // A remote model's bytes as they come from the server, and their rate.
+  if (const uint64_t fetched = remote::fetched_bytes() - fetched_at_start_; fetched > 0) {
+    const double seconds = std::max(1e-3, std::chrono::duration<double>(now - start_).count());
+    std::fprintf(stderr, ", fetched %llu MiB at %.0f MiB/s", static_cast<unsigned long long>(fetched >> 20),
+                 static_cast<double>(fetched) / (1 << 20) / seconds);
+  }
   drawn_ = true;
 }
 

@@ -16,7 +16,7 @@ namespace modelfs::cli {
 // 64 MiB, redrawn at most a few times a second ("LABEL [###   ] 40% ...").
 class ProgressBar {
  public:
-  ProgressBar(bool enabled, const char* label) : enabled_(enabled), label_(label) {}
+  ProgressBar(bool enabled, const char* label);
   void update(uint64_t done, uint64_t total);
   ~ProgressBar();
   ProgressBar(const ProgressBar&) = delete;
@@ -27,6 +27,9 @@ class ProgressBar {
   const char* label_;
   bool drawn_ = false;
   std::chrono::steady_clock::time_point last_{};
+  // What servers had sent this process when the bar began (remote models).
+  uint64_t fetched_at_start_ = 0;
+  std::chrono::steady_clock::time_point start_{};
 };
 
 // `modelfs -u MOUNTPOINT`: runs `fusermount3 -u MOUNTPOINT` in this

@@ -67,6 +67,15 @@ int run(int argc, char** argv) {
     cache.max_bytes = *bound;
   }
   if (options.remote_timeout > 0) cache.timeout_seconds = static_cast<unsigned>(options.remote_timeout);
+  if (options.remote_parallel > 0) cache.parallel = static_cast<unsigned>(options.remote_parallel);
+  if (options.remote_window != nullptr) {
+    const auto window = modelfs::remote::parse_size(options.remote_window);
+    if (!window || *window > (uint64_t{1} << 40)) {
+      spdlog::error("-o remote_window takes a size: N bytes, or with K, M, G or T (KiB ... TiB), at most 1T");
+      return kExitUsage;
+    }
+    cache.window_bytes = *window;
+  }
   modelfs::remote::set_cache_options(cache);
   if (modelfs::remote::is_url(options.model)) modelfs::remote::hide_url_secrets(argc, argv, options.model);
   if (options.diff && options.mountpoint != nullptr && modelfs::remote::is_url(options.mountpoint))

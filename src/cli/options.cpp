@@ -36,6 +36,8 @@ const fuse_opt kOptions[] = {
     MODELFS_OPT("cache_dir=%s", cache_dir, 0),
     MODELFS_OPT("cache_max=%s", cache_max, 0),
     MODELFS_OPT("remote_timeout=%d", remote_timeout, 0),
+    MODELFS_OPT("remote_parallel=%d", remote_parallel, 0),
+    MODELFS_OPT("remote_window=%s", remote_window, 0),
     MODELFS_OPT("--export %s", export_out, 0),
     MODELFS_OPT("--export=%s", export_out, 0),
     MODELFS_OPT("export=float32", export_float32, 1),
@@ -88,6 +90,7 @@ CommandLine::~CommandLine() {
   std::free(options.export_out);
   std::free(options.cache_dir);
   std::free(options.cache_max);
+  std::free(options.remote_window);
   std::free(options.atol);
   std::free(options.rtol);
   std::free(fuse.mountpoint);
@@ -107,6 +110,8 @@ bool options_consistent(const Options& options) {
        "--atol, --rtol and --rename go with --diff"},
       {options.max_parse_mb < 0, "-o max_parse_mb must be a positive number of MiB"},
       {options.remote_timeout < 0, "-o remote_timeout takes a number of seconds"},
+      {options.remote_parallel == 0 || options.remote_parallel < -1 || options.remote_parallel > 256,
+       "-o remote_parallel takes a number of requests from 1 to 256"},
       {options.force && options.export_out == nullptr, "--force goes with --export"},
       {options.export_out != nullptr &&
            (options.query() || options.stats || options.diff || options.json || options.positional > 1),
@@ -180,6 +185,10 @@ void print_usage(const char* program) {
             << "                           (bytes, or K, M, G, T)\n"
             << "    -o remote_timeout=N    seconds a remote request may take to connect or stall\n"
             << "                           (default 20)\n"
+            << "    -o remote_parallel=N   range requests of a remote model in flight at once\n"
+            << "                           (default 16)\n"
+            << "    -o remote_window=SIZE  most bytes fetched ahead of a sequential reader\n"
+            << "                           (bytes, or K, M, G; default 64M; 0: none)\n"
             << "\n"
             << "FUSE options:\n"
             << "    -h   --help            print help\n"

@@ -37,10 +37,12 @@ struct Options {
   int readahead_kb = -1;
   int xattr = 0;
   int noprefetch = 0;
-  int max_parse_mb = 0;       // 0: the budget follows the model's metadata
-  char* cache_dir = nullptr;  // remote models' cache (src/remote)
-  char* cache_max = nullptr;  // its bound: N, NK, NM, NG or NT (binary units)
-  int remote_timeout = 0;     // seconds; 0: the default (remote.hpp)
+  int max_parse_mb = 0;           // 0: the budget follows the model's metadata
+  char* cache_dir = nullptr;      // remote models' cache (src/remote)
+  char* cache_max = nullptr;      // its bound: N, NK, NM, NG or NT (binary units)
+  int remote_timeout = 0;         // seconds; 0: the default (remote.hpp)
+  int remote_parallel = -1;       // requests in flight at once; -1: the default (remote.hpp)
+  char* remote_window = nullptr;  // bytes fetched ahead of a sequential reader
   int show_help = 0;
   int show_version = 0;
   int unmount = 0;             // -u MOUNTPOINT

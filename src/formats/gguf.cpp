@@ -506,12 +506,20 @@ Catalog open_split(const std::filesystem::path& folder, const SplitName& split, 
   std::unordered_map<std::string, std::string> file_of_tensor;
   std::optional<uint64_t> total_expected;
   std::string total_expected_in;
+  // Every other member opened first, side by side for a remote set, with
+  // the first block, where a GGUF header begins, of each.
+  std::vector<std::string> others_names;
+  for (uint64_t number = 1; number <= split.count; ++number)
+    if (std::string name = split_file_name(split.prefix, number, split.count); name != named)
+      others_names.push_back(std::move(name));
+  auto opened = model_folder.open_all(others_names, 256 << 10);
+  size_t next_opened = 0;
   for (uint64_t number = 1; number <= split.count; ++number) {
     const std::string name = split_file_name(split.prefix, number, split.count);
     // The member the user named is mapped already.
     std::shared_ptr<const MappedFile> mapped = name == named ? named_mapped : nullptr;
     if (!mapped) {
-      auto member = model_folder.open(name);
+      auto member = std::move(opened[next_opened++]);
       if (member.problem == ModelFolder::Problem::Missing)
         refuse(set_file, "split set of " + std::to_string(split.count) + " files is incomplete: " + name +
                              " is missing");

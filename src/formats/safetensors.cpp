@@ -118,7 +118,9 @@ std::string_view skip_json_space(std::span<const std::byte> bytes) {
 }
 
 const std::initializer_list<std::string_view> kIndexSuffixes = {".safetensors.index.json"};
-const ShardedFormat kSharded{"safetensors index", kFormat, kMaxJsonDepth};
+// A shard's reader reads its header length and header from the start: the
+// first block of a remote shard holds most headers whole.
+const ShardedFormat kSharded{"safetensors index", kFormat, kMaxJsonDepth, 256 << 10, 0};
 
 }  // namespace
 

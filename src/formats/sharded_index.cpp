@@ -73,14 +73,19 @@ Catalog open_sharded_index(const ModelFile& index_model, const ShardedFormat& fo
   // any is read, and read from what was opened.
   const ModelFolder folder = ModelFolder::of_file(index_path, std::string(format.index));
   std::map<std::string, std::shared_ptr<const MappedFile>> mapped_shards;
-  for (const auto& [name, tensors] : names_by_shard) {
-    auto shard = folder.open(name);
+  std::vector<std::string> names;
+  for (const auto& entry : names_by_shard) names.push_back(entry.first);
+  auto opened = folder.open_all(names, format.head_bytes, format.tail_bytes);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    auto& shard = opened[i];
     if (shard.problem == ModelFolder::Problem::NotAName)
       throw refuse("weight_map names shard \"" + name +
                    "\", which is not a file name inside the index's folder (it " + shard.reason + ")");
     if (!shard) throw refuse("weight_map names shard \"" + name + "\", which " + shard.reason);
     mapped_shards.emplace(name, std::move(shard.file));
   }
+  opened.clear();
 
   Catalog catalog;
   catalog.format = std::string(format.catalog);

@@ -27,6 +27,11 @@ struct ShardedFormat {
   std::string_view index;    // "safetensors index", "pytorch index"
   std::string_view catalog;  // "safetensors", "pytorch"
   int max_json_depth;
+  // What a shard's reader parses first, from its start and its end: a
+  // remote index's shards have those bytes fetched side by side
+  // (ModelFolder::open_all) before any is read.
+  uint64_t head_bytes = 0;
+  uint64_t tail_bytes = 0;
 };
 
 // Reads one shard (mapped already, where it was checked: ModelFolder::open;

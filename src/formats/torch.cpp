@@ -289,7 +289,9 @@ constexpr std::string_view kIndexFormat = "pytorch index";
 
 const std::initializer_list<std::string_view> kIndexSuffixes = {".bin.index.json", ".pt.index.json",
                                                                 ".pth.index.json"};
-const ShardedFormat kSharded{kIndexFormat, "pytorch", kMaxIndexJsonDepth};
+// A ZIP shard is read from its end (the central directory), then its
+// pickle near the start.
+const ShardedFormat kSharded{kIndexFormat, "pytorch", kMaxIndexJsonDepth, 256 << 10, 256 << 10};
 
 Catalog open_shard(const ModelFile& shard, const std::string&) {
   const std::filesystem::path& path = shard.path;

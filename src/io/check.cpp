@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "modelfs/error.hpp"
+#include "modelfs/remote.hpp"
 
 namespace modelfs {
 namespace {
@@ -27,6 +28,7 @@ struct Placed {
 // pread, not the mapping: a disk error must be a message, not a SIGBUS.
 void read_back(const Catalog& catalog, const Placed& range, std::vector<char>& buffer,
                const std::function<void(uint64_t)>& advance) {
+  const remote::StreamScope in_order;  // a remote model's blocks fetched ahead, side by side
   for (uint64_t at = range.begin; at < range.end;) {
     const uint64_t want = std::min(kReadChunk, range.end - at);
     range.file->ensure(at, want);  // a remote model's blocks, fetched into its cache file

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -173,6 +174,52 @@ ModelFolder::Opened ModelFolder::open(std::string_view name) const {
   } catch (const ModelError& e) {
     return refuse(Problem::Unresolvable, "cannot be opened: " + e.reason());
   }
+}
+
+std::vector<ModelFolder::Opened> ModelFolder::open_all(const std::vector<std::string>& names,
+                                                       uint64_t head_bytes, uint64_t tail_bytes) const {
+  std::vector<Opened> opened(names.size());
+  if (!remote_) {
+    // In order, up to the first that fails (where the caller stops).
+    for (size_t i = 0; i < names.size(); ++i) {
+      const bool failed = i > 0 && !opened[i - 1];
+      opened[i] =
+          failed ? Opened{Problem::Unresolvable, nullptr, "was not opened: a file before it could not be"}
+                 : open(names[i]);
+    }
+    return opened;
+  }
+  // A name that cannot be opened stops the opening of more (a hostile set
+  // naming 99 999 missing files costs a few requests, not all of them);
+  // those left are opened in order up to the first that fails, as open()
+  // one by one would, and the rest are left unopened for the caller, which
+  // stops at that first failure.
+  std::vector<char> tried(names.size(), 0);
+  std::atomic<bool> stop{false};
+  remote::in_parallel(names.size(), [&](size_t i) {
+    if (stop.load(std::memory_order_relaxed)) return;
+    tried[i] = 1;
+    opened[i] = open(names[i]);
+    if (!opened[i]) {
+      stop = true;
+      return;
+    }
+    const MappedFile& file = *opened[i].file;
+    try {
+      if (head_bytes > 0) file.ensure(0, std::min(head_bytes, file.size()));
+      if (tail_bytes > 0) file.ensure(file.size() - std::min(tail_bytes, file.size()), tail_bytes);
+    } catch (const ModelError&) {
+      // The reader's own read of these bytes fetches them again or says why not.
+    }
+  });
+  bool failed = false;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!tried[i] && !failed) opened[i] = open(names[i]);
+    if (!tried[i] && failed)
+      opened[i] = Opened{Problem::Unresolvable, nullptr, "was not opened: a file before it could not be"};
+    failed = failed || !opened[i];
+  }
+  return opened;
 }
 
 ModelFolder::Opened ModelFolder::open_local(const std::string& name) const {

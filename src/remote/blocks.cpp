@@ -22,8 +22,11 @@
 #include <charconv>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <mutex>
 #include <ranges>
 #include <thread>
@@ -33,6 +36,7 @@
 #include "modelfs/mapped_file.hpp"
 #include "modelfs/remote.hpp"
 #include "modelfs/sha1.hpp"
+#include "read_window.hpp"
 
 namespace modelfs::remote {
 namespace {
@@ -40,11 +44,12 @@ namespace {
 // Small enough that a mount fetches little past a small header, large
 // enough that a record of them stays small (4 KiB per GiB).
 constexpr uint64_t kBlockBytes = uint64_t{256} << 10;
-// Blocks fetched past a sequential reader's request, in the same request
-// (8 MiB at most).
-constexpr uint64_t kReadAheadBlocks = 32;
-// The largest range one request asks for (neighbouring misses merged: 32 MiB).
-constexpr uint64_t kMaxRunBlocks = 128;
+// The window of a sequential reader starts at this, then doubles
+// (read_window.hpp) up to -o remote_window.
+constexpr uint64_t kInitialWindow = uint64_t{1} << 20;
+// The largest piece one request of the window asks for (8 MiB): a window
+// is split into at least as many pieces as requests may be in flight.
+constexpr uint64_t kMaxPieceBlocks = 32;
 // Objects past this size are refused (a server's claim, not a file).
 constexpr uint64_t kMaxObjectBytes = uint64_t{1} << 44;
 constexpr int kAttempts = 4;
@@ -391,19 +396,105 @@ struct Pin {
 };
 thread_local bool in_read_scope = false;
 thread_local std::vector<Pin> read_pins;
+// --check and --export reading in order (StreamScope).
+thread_local int stream_scopes = 0;
+
+// The threads that make the window's requests and the pieces of a long run
+// a reader waits for, each on a connection of its own (thread_handle): at
+// most CacheOptions::parallel, started when a job finds none idle. Never
+// ended: a request in flight at exit is cut with the process, not waited
+// out. A job never waits on another, so none can wait on a queued one.
+class FetchPool {
+ public:
+  static FetchPool& get() {
+    static FetchPool* const pool = new FetchPool;
+    return *pool;
+  }
+  // False when no thread runs jobs (none could be started): the caller
+  // runs `job` itself.
+  bool submit(std::function<void()> job, bool urgent) {
+    std::lock_guard guard(lock_);
+    if (jobs_.size() >= idle_ && threads_ < std::max(1u, cache_options.parallel)) start();
+    if (threads_ == 0) return false;
+    if (urgent)
+      jobs_.push_front(std::move(job));
+    else
+      jobs_.push_back(std::move(job));
+    wake_.notify_one();
+    return true;
+  }
+
+ private:
+  void start() {
+    // The signals that end the daemon are for the threads that serve it.
+    sigset_t all, previous;
+    ::sigfillset(&all);
+    ::pthread_sigmask(SIG_BLOCK, &all, &previous);
+    try {
+      std::thread([this] { run(); }).detach();
+      ++threads_;
+    } catch (const std::system_error& e) {
+      spdlog::debug("no more remote fetch threads: {}", e.what());
+    }
+    ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  }
+  void run() {
+    ::pthread_setname_np(::pthread_self(), "remote-fetch");
+    std::unique_lock guard(lock_);
+    for (;;) {
+      ++idle_;
+      wake_.wait(guard, [&] { return !jobs_.empty(); });
+      --idle_;
+      std::function<void()> job = std::move(jobs_.front());
+      jobs_.pop_front();
+      guard.unlock();
+      job();
+      job = nullptr;  // what it holds is released outside the lock
+      guard.lock();
+    }
+  }
+  std::mutex lock_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> jobs_;
+  size_t idle_ = 0;
+  unsigned threads_ = 0;
+};
+
+// The pieces a reader waits for, fetched by the pool and by itself.
+struct Batch {
+  std::mutex lock;
+  std::condition_variable done;
+  size_t left = 0;
+  std::exception_ptr failure;
+  void finish(std::exception_ptr e) {
+    std::lock_guard guard(lock);
+    if (e && !failure) failure = std::move(e);
+    if (--left == 0) done.notify_all();
+  }
+};
+
+// Neighbouring blocks, one request.
+struct Piece {
+  uint64_t first, count;
+};
 
 // Every open remote object of this daemon, for eviction, and the bytes of
 // theirs the cache holds.
 std::mutex open_lock;
 std::vector<Blocks*> open_objects;
 std::atomic<uint64_t> cached_bytes{0};
+std::atomic<uint64_t> fetched_total{0};
 std::atomic<uint64_t> use_clock{0};
 std::mutex evicting;
 
-class Blocks final : public MappedFile::Fetcher {
+class Blocks final : public MappedFile::Fetcher, public std::enable_shared_from_this<Blocks> {
  public:
-  Blocks(Target target, Identity id) : target_(std::move(target)), id_(std::move(id)) {}
+  Blocks(Target target, Identity id)
+      : target_(std::move(target)),
+        id_(std::move(id)),
+        streams_(kInitialWindow, cache_options.window_bytes) {}
   ~Blocks() {
+    if (write_fd_ >= 0) ::close(write_fd_);
     {
       std::lock_guard guard(open_lock);
       std::erase(open_objects, this);
@@ -429,12 +520,21 @@ class Blocks final : public MappedFile::Fetcher {
   bool present(uint64_t block) const { return __atomic_load_n(presence_ + block, __ATOMIC_ACQUIRE) != 0; }
   void attach(MappedFile& file);
   uint64_t count_present();
-  void fetch(uint64_t first_block, uint64_t blocks);
+  void fetch(uint64_t first_block, uint64_t blocks, bool log);
   void mark(uint64_t first_block, uint64_t blocks);
+  // Claims the blocks of `ahead` nobody has or fetches (lock_ held), as
+  // pieces for the pool.
+  std::vector<Piece> claim_ahead(ReadWindow::Ahead ahead);
+  // Hands claimed pieces to the pool; each clears its claim when done.
+  void fetch_ahead(std::vector<Piece> pieces);
+  void fetch_claimed(Piece piece, bool log, bool evict);
+  // Fetches the runs of `mine` (claimed), long ones in pieces side by side.
+  void fetch_runs(const std::vector<uint64_t>& mine);
 
   Target target_;
   Identity id_;
-  int data_fd_ = -1;  // the MappedFile's descriptor (it closes it)
+  int data_fd_ = -1;   // the MappedFile's descriptor (it closes it)
+  int write_fd_ = -1;  // this object's own, for fetches that outlive the MappedFile
   int presence_fd_ = -1;
   uint8_t* presence_ = nullptr;
   uint64_t presence_bytes_ = 0;
@@ -452,13 +552,49 @@ class Blocks final : public MappedFile::Fetcher {
   // round of tries.
   uint64_t failed_first_ = 1, failed_last_ = 0;
   std::chrono::steady_clock::time_point failed_until_{};
-  // Where the last request ended (a sequential reader starts there), and
-  // where the sequential run it continues began: read-ahead grows with it.
-  std::atomic<uint64_t> last_end_{0};
-  std::atomic<uint64_t> run_start_{0};
+  std::string failed_why_;  // the last failed fetch's reason (under lock_)
+  // The sequential readers followed, and how far ahead of each the window
+  // has fetched (under window_lock_).
+  std::mutex window_lock_;
+  ReadStreams streams_;
 };
 
 ReadScope::ReadScope() { in_read_scope = true; }  // pins only with a bound (ensure)
+
+uint64_t fetched_bytes() { return fetched_total.load(std::memory_order_relaxed); }
+
+StreamScope::StreamScope() { ++stream_scopes; }
+StreamScope::~StreamScope() { --stream_scopes; }
+
+void in_parallel(size_t count, const std::function<void(size_t)>& task) {
+  const size_t threads = std::min<size_t>(count, std::max(1u, cache_options.parallel));
+  std::atomic<size_t> next{0};
+  std::mutex lock;
+  std::exception_ptr failure;
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < count;) {
+      try {
+        task(i);
+      } catch (...) {
+        std::lock_guard guard(lock);
+        if (!failure) failure = std::current_exception();
+      }
+    }
+  };
+  // Threads of their own, not the pool's: a task's fetches may wait on
+  // pool jobs.
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < threads; ++t) {
+    try {
+      helpers.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // fewer at once; this thread does the rest
+    }
+  }
+  work();
+  for (auto& helper : helpers) helper.join();
+  if (failure) std::rethrow_exception(failure);
+}
 
 ReadScope::~ReadScope() {
   for (const Pin& pin : read_pins) pin.blocks->unpin(pin.first, pin.last);
@@ -622,6 +758,8 @@ void Blocks::attach(MappedFile& file) {
   data_fd_ = ::open(data_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (data_fd_ < 0) fail_cache("cannot open " + data_path.filename().string());
   file.fd_ = data_fd_;
+  write_fd_ = ::fcntl(data_fd_, F_DUPFD_CLOEXEC, 0);
+  if (write_fd_ < 0) fail_cache("cannot open " + data_path.filename().string());
   presence_fd_ = ::open(presence_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (presence_fd_ < 0) fail_cache("cannot open " + presence_path.filename().string());
   // Sized under the lock, by whichever daemon comes first; never shrunk or
@@ -694,9 +832,6 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
   length = std::min(length, id_.size - offset);
   const uint64_t first = offset / kBlockBytes;
   const uint64_t last = (offset + length - 1) / kBlockBytes;
-  const uint64_t previous_end = last_end_.exchange(offset + length, std::memory_order_relaxed);
-  const bool sequential = offset == previous_end;
-  if (!sequential) run_start_.store(offset, std::memory_order_relaxed);
   const bool bounded = cache_options.max_bytes != 0;
   if (bounded) {
     const uint64_t now = use_clock.fetch_add(1, std::memory_order_relaxed);
@@ -708,18 +843,25 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
       read_pins.push_back({this, first, last});
     }
   }
+  // The window follows FUSE readers, --check and --export; a parser reading
+  // a header in order is no reader of the tensors after it.
+  ReadWindow::Ahead ahead;
+  if (in_read_scope || stream_scopes > 0) {
+    std::lock_guard window(window_lock_);
+    ahead = streams_.on_read(offset, offset + length, id_.size);
+  }
   bool all = true;
   for (uint64_t b = first; b <= last && all; ++b) all = present(b);
-  if (all) return;
+  if (all) {
+    if (!ahead.empty()) {
+      std::unique_lock guard(lock_);
+      auto pieces = claim_ahead(ahead);
+      guard.unlock();
+      fetch_ahead(std::move(pieces));
+    }
+    return;
+  }
 
-  // As many blocks ahead as the sequential run has read, up to the most;
-  // for FUSE reads only (a parser reading a header in order is no reader
-  // of the tensors after it).
-  const uint64_t ahead =
-      sequential && in_read_scope
-          ? std::min(kReadAheadBlocks,
-                     (offset + length - run_start_.load(std::memory_order_relaxed)) / kBlockBytes)
-          : 0;
   std::unique_lock guard(lock_);
   // The blocks last waited for: one that another thread's fetch left missing
   // fails this read too (its fetch took its tries), so waiting never adds a
@@ -748,7 +890,20 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
       for (uint64_t b : mine) table_->at(b).in_flight = false;
       throw ModelError(target_.display, "remote", *failed * kBlockBytes,
                        "cannot fetch bytes from " + std::to_string(*failed * kBlockBytes) +
-                           ": the fetch another read made of them failed");
+                           ": the fetch another read made of them failed" +
+                           (failed_why_.empty() ? std::string() : " (" + failed_why_ + ")"));
+    }
+    // The window's blocks go to the pool while this read fetches or waits
+    // for its own.
+    std::vector<Piece> pieces;
+    if (!ahead.empty()) {
+      pieces = claim_ahead(ahead);
+      ahead = {};
+    }
+    if (!pieces.empty()) {
+      guard.unlock();
+      fetch_ahead(std::move(pieces));
+      guard.lock();
     }
     if (mine.empty() && theirs.empty()) return;
     if (mine.empty()) {
@@ -756,25 +911,12 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
       fetched_.wait(guard);
       continue;
     }
-    // A sequential reader will want the next blocks: fetched in the same request.
-    if (ahead > 0 && mine.back() == last)
-      for (uint64_t b = last + 1; b < blocks_ && b <= last + ahead && !present(b) && !table_->at(b).in_flight;
-           ++b) {
-        table_->at(b).in_flight = true;
-        mine.push_back(b);
-      }
     guard.unlock();
     std::exception_ptr failure;
-    // Runs of neighbouring blocks, one request each.
-    for (size_t i = 0; i < mine.size() && !failure;) {
-      size_t j = i + 1;
-      while (j < mine.size() && mine[j] == mine[j - 1] + 1 && j - i < kMaxRunBlocks) ++j;
-      try {
-        fetch(mine[i], j - i);
-      } catch (...) {
-        failure = std::current_exception();
-      }
-      i = j;
+    try {
+      fetch_runs(mine);
+    } catch (...) {
+      failure = std::current_exception();
     }
     guard.lock();
     for (uint64_t b : mine) table_->at(b).in_flight = false;
@@ -790,6 +932,146 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
       evict_to_bound();
       guard.lock();
     }
+  }
+}
+
+std::vector<Piece> Blocks::claim_ahead(ReadWindow::Ahead ahead) {
+  std::vector<Piece> pieces;
+  if (ahead.empty()) return pieces;
+  const uint64_t from = ahead.from / kBlockBytes;
+  const uint64_t to = std::min(blocks_, (ahead.to + kBlockBytes - 1) / kBlockBytes);
+  // As many pieces as requests may be in flight, none over the most.
+  const uint64_t parallel = std::max(1u, cache_options.parallel);
+  const uint64_t piece_blocks =
+      std::clamp<uint64_t>((to - std::min(to, from) + parallel - 1) / parallel, 1, kMaxPieceBlocks);
+  for (uint64_t b = from; b < to; ++b) {
+    if (present(b)) continue;
+    BlockTable::Entry& entry = table_->at(b);
+    if (entry.in_flight) continue;
+    entry.in_flight = true;
+    if (!pieces.empty() && pieces.back().first + pieces.back().count == b &&
+        pieces.back().count < piece_blocks)
+      ++pieces.back().count;
+    else
+      pieces.push_back({b, 1});
+  }
+  return pieces;
+}
+
+void Blocks::fetch_ahead(std::vector<Piece> pieces) {
+  const bool log = in_read_scope;
+  const bool evict = in_read_scope && cache_options.max_bytes != 0;
+  for (const Piece& piece : pieces) {
+    auto self = shared_from_this();
+    if (!FetchPool::get().submit([self, piece, log, evict] { self->fetch_claimed(piece, log, evict); },
+                                 false))
+      fetch_claimed(piece, log, evict);
+  }
+}
+
+// A piece of the window: its claim cleared when done, fetched or not. A
+// failure fails the readers waiting for it (their fetch took its tries),
+// and, for a second, those who come for it next (the kernel's retry).
+void Blocks::fetch_claimed(Piece piece, bool log, bool evict) {
+  // Another daemon sharing the cache may have fetched some meanwhile.
+  uint64_t first = piece.first, count = piece.count;
+  while (count > 0 && present(first)) ++first, --count;
+  while (count > 0 && present(first + count - 1)) --count;
+  std::string why;
+  if (count > 0) {
+    try {
+      fetch(first, count, log);
+      if (cache_options.max_bytes != 0) {
+        // Fetched for a reader about to read them: as recent as its read.
+        const uint64_t now = use_clock.fetch_add(1, std::memory_order_relaxed);
+        for (uint64_t b = first; b < first + count; ++b)
+          table_->at(b).used.store(now, std::memory_order_relaxed);
+      }
+    } catch (const ModelError& e) {
+      why = e.reason();
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+  }
+  {
+    std::lock_guard guard(lock_);
+    for (uint64_t b = piece.first; b < piece.first + piece.count; ++b) table_->at(b).in_flight = false;
+    if (!why.empty()) {
+      failed_first_ = piece.first;
+      failed_last_ = piece.first + piece.count - 1;
+      failed_until_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      failed_why_ = std::move(why);
+    }
+  }
+  fetched_.notify_all();
+  if (evict) evict_to_bound();
+}
+
+namespace {
+void count_fetched(const std::string& display, uint64_t bytes);
+}  // namespace
+
+void Blocks::fetch_runs(const std::vector<uint64_t>& mine) {
+  // Runs of neighbouring blocks, split into as many pieces as requests may
+  // be in flight (none over the most); this thread fetches the first, the
+  // pool the others, side by side.
+  const uint64_t parallel = std::max(1u, cache_options.parallel);
+  const uint64_t piece_blocks =
+      std::clamp<uint64_t>((mine.size() + parallel - 1) / parallel, 1, kMaxPieceBlocks);
+  std::vector<Piece> pieces;
+  for (uint64_t b : mine)
+    if (!pieces.empty() && pieces.back().first + pieces.back().count == b &&
+        pieces.back().count < piece_blocks)
+      ++pieces.back().count;
+    else
+      pieces.push_back({b, 1});
+  const bool log = in_read_scope;
+  auto batch = std::make_shared<Batch>();
+  batch->left = pieces.size() - 1;
+  std::exception_ptr own;
+  size_t inline_from = pieces.size();
+  for (size_t i = 1; i < pieces.size(); ++i) {
+    auto self = shared_from_this();
+    const Piece piece = pieces[i];
+    const bool queued = FetchPool::get().submit(
+        [self, piece, log, batch] {
+          std::exception_ptr e;
+          try {
+            self->fetch(piece.first, piece.count, log);
+          } catch (...) {
+            e = std::current_exception();
+          }
+          batch->finish(e);
+        },
+        true);
+    if (!queued) {
+      inline_from = i;
+      break;
+    }
+  }
+  // No pool (no thread could be started): the rest on this thread.
+  for (size_t i = inline_from; i < pieces.size(); ++i) {
+    try {
+      fetch(pieces[i].first, pieces[i].count, log);
+    } catch (...) {
+      if (!own) own = std::current_exception();
+    }
+    batch->finish(nullptr);
+  }
+  try {
+    fetch(pieces[0].first, pieces[0].count, log);
+  } catch (...) {
+    if (!own) own = std::current_exception();
+  }
+  std::unique_lock guard(batch->lock);
+  batch->done.wait(guard, [&] { return batch->left == 0; });
+  if (own) std::rethrow_exception(own);
+  if (batch->failure) std::rethrow_exception(batch->failure);
+  // What the pool fetched for this thread counts toward its progress line
+  // (mark() counted this thread's own piece).
+  for (size_t i = 1; i < inline_from; ++i) {
+    const uint64_t offset = pieces[i].first * kBlockBytes;
+    count_fetched(target_.display, std::min(pieces[i].count * kBlockBytes, id_.size - offset));
   }
 }
 
@@ -883,6 +1165,7 @@ void Blocks::mark(uint64_t first_block, uint64_t blocks) {
   const uint64_t offset = first_block * kBlockBytes;
   const uint64_t length = std::min(blocks * kBlockBytes, id_.size - offset);
   cached_bytes.fetch_add(length);
+  fetched_total.fetch_add(length, std::memory_order_relaxed);
   count_fetched(target_.display, length);
 }
 
@@ -891,14 +1174,14 @@ void Blocks::mark(uint64_t first_block, uint64_t blocks) {
 // bytes of some blocks came whole keeps those (they passed the version's
 // check), and the next asks only for the rest: a slow but steady link
 // still gets a long run in over its tries.
-void Blocks::fetch(uint64_t first_block, uint64_t blocks) {
+void Blocks::fetch(uint64_t first_block, uint64_t blocks, bool log) {
   for (int attempt = 0;; ++attempt) {
     const uint64_t offset = first_block * kBlockBytes;
     const uint64_t length = std::min(blocks * kBlockBytes, id_.size - offset);
     const std::string range = std::to_string(offset) + "-" + std::to_string(offset + length - 1);
     CURL* c = thread_handle();
     Response response;
-    Body body{c, &response, 0, data_fd_, offset, length, &id_};
+    Body body{c, &response, 0, write_fd_, offset, length, &id_};
     perform(c, target_, id_.url, range, id_.precondition, response, range_body, &body);
     std::string why = response.error;
     if (response.code == CURLE_OK && response.status == 206 && why.empty()) {
@@ -924,7 +1207,7 @@ void Blocks::fetch(uint64_t first_block, uint64_t blocks) {
     if (why.empty()) why = failure_text(response);
     // A FUSE read's failure is logged here (the reader sees only EIO); at
     // mount the error is the one line modelfs exits with.
-    if (in_read_scope) spdlog::error("{}: bytes {}: {}", target_.display, range, why);
+    if (log) spdlog::error("{}: bytes {}: {}", target_.display, range, why);
     throw ModelError(target_.display, "remote", offset, "cannot fetch bytes " + range + ": " + why);
   }
   mark(first_block, blocks);

@@ -10,6 +10,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import time
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -70,7 +71,7 @@ error_log {self.folder}/error.log warn;
 pid {self.folder}/nginx.pid;
 events {{ worker_connections 256; }}
 http {{
-  log_format sent '$request_uri $status $bytes_sent "$http_range"';
+  log_format sent '$request_uri $status $bytes_sent "$http_range" $msec $request_time $connection';
   access_log {self.log} sent;
   client_body_temp_path {self.folder}/body;
   proxy_temp_path {self.folder}/proxy;
@@ -83,6 +84,9 @@ http {{
     location /norange/ {{ alias {self.root}/; max_ranges 0; }}
     location /forbidden/ {{ return 403; }}
     location /slow/ {{ alias {self.root}/; limit_rate 100; }}
+    # Each connection capped, as object stores and hubs cap theirs.
+    location /rated/ {{ alias {self.root}/; limit_rate 4m; }}
+    location /capped/ {{ alias {self.root}/; limit_rate 20m; }}
     # A model's header comes at once, a tensor's bytes at 256 KiB a second.
     location /slowdata/ {{ alias {self.root}/; limit_rate_after 300k; limit_rate 256k; }}
     # The Hub: /OWNER/REPO/resolve/REVISION/PATH answers with its commit and
@@ -112,13 +116,20 @@ http {{
 
     def requests(self):
         """[(uri, status, bytes sent, range)] logged so far."""
+        return [r[:4] for r in self.timed_requests()]
+
+    def timed_requests(self):
+        """[(uri, status, bytes sent, range, start, end, connection)] logged
+        so far; start and end in seconds, as nginx timed the request."""
         out = []
         if not self.log.exists():
             return out
         for line in self.log.read_text().splitlines():
-            m = re.match(r'(\S+) (\d+) (\d+) "(.*)"$', line)
+            m = re.match(r'(\S+) (\d+) (\d+) "(.*)" ([\d.]+) ([\d.]+) (\d+)$', line)
             if m:
-                out.append((m.group(1), int(m.group(2)), int(m.group(3)), m.group(4)))
+                end, took = float(m.group(5)), float(m.group(6))
+                out.append((m.group(1), int(m.group(2)), int(m.group(3)), m.group(4), end - took, end,
+                            int(m.group(7))))
         return out
 
     def bytes_sent(self, prefix=""):
@@ -129,6 +140,55 @@ http {{
         if self.log.exists():
             with open(self.log, "r+") as f:
                 f.truncate(0)
+
+
+def most_at_once(intervals):
+    """The most of the (start, end) intervals that overlap at one moment."""
+    edges = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals],
+                   key=lambda x: (x[0], x[1]))
+    now = best = 0
+    for _, step in edges:
+        now += step
+        best = max(best, now)
+    return best
+
+
+PROXY = pathlib.Path(__file__).resolve().parent / "latency_proxy.py"
+
+
+class LatencyProxy:
+    """A TCP proxy on 127.0.0.1 in front of `upstream_port` that holds each
+    HTTP request `delay_ms` before passing it on (a round trip to a distant
+    store). It logs each request's hold as "START END FIRST-LINE" to
+    `folder`/proxy.log: requests held at once were in flight at once."""
+
+    def __init__(self, folder, upstream_port, delay_ms):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = pathlib.Path(folder) / "proxy.log"
+        pathlib.Path(folder).mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(
+            [sys.executable, str(PROXY), str(self.port), str(upstream_port), str(delay_ms), str(self.log)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_for_port(self.port)
+        except TimeoutError:
+            self.stop()
+            raise
+
+    def held(self, contains=""):
+        """[(start, end, request line)] of the requests held so far."""
+        out = []
+        if self.log.exists():
+            for line in self.log.read_text().splitlines():
+                start, end, request = line.split(" ", 2)
+                if contains in request:
+                    out.append((float(start), float(end), request))
+        return out
+
+    def stop(self):
+        end_process(self.process)
+        self.process = None
 
 
 class Moto:

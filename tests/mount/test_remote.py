@@ -273,6 +273,17 @@ def big_model(folder, tensors=8, each=4 * MIB):
     return values
 
 
+def settled_request_count(nginx):
+    """The requests nginx has logged, once a second passes with no new one."""
+    count = len(nginx.requests())
+    for _ in range(30):
+        time.sleep(1)
+        if len(nginx.requests()) == count:
+            return count
+        count = len(nginx.requests())
+    return count
+
+
 def test_mount_fetches_metadata_and_a_read_about_its_tensor(nginx, www, cache):
     values = big_model(www)
     size = (www / "big.safetensors").stat().st_size
@@ -285,11 +296,13 @@ def test_mount_fetches_metadata_and_a_read_about_its_tensor(nginx, www, cache):
         assert cat(paths["layer5.weight"]) == values["layer5.weight"].tobytes()
         read = nginx.bytes_sent() - before
         # The tensor, give or take a block at each end and the read-ahead
-        # that grows with a sequential reader.
-        assert 4 * MIB <= read <= 2 * 4 * MIB + 2 * MIB, read
+        # window, which grows to about twice what a sequential reader has
+        # read (docs/remote.md).
+        assert 4 * MIB <= read <= 3 * 4 * MIB + 2 * MIB, read
         assert nginx.bytes_sent() < size / 2
-        # Read again: from the cache, no request.
-        count = len(nginx.requests())
+        # Read again: from the cache, no request (once the window's
+        # requests past the tensor, still in flight, are logged).
+        count = settled_request_count(nginx)
         assert cat(paths["layer5.weight"]) == values["layer5.weight"].tobytes()
     assert len(nginx.requests()) == count
 
@@ -588,7 +601,8 @@ def test_slow_server_times_out_with_exit_2(nginx, www, cache):
 
 def test_a_read_waiting_on_the_server_does_not_hold_up_the_tree(nginx, www, cache, tmp):
     values = big_model(www, tensors=4, each=2 * MIB)
-    with remote_mount(f"{nginx.url}/slowdata/big.safetensors", cache) as mnt:
+    # One request at a time: the read is as slow as the server makes it.
+    with remote_mount(f"{nginx.url}/slowdata/big.safetensors", cache, "-o", "remote_parallel=1") as mnt:
         paths, _ = index_paths(mnt)
         with open(tmp / "out", "wb") as out:
             reader = subprocess.Popen(["cat", str(paths["layer2.weight"])], stdout=out)

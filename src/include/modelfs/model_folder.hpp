@@ -36,6 +36,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace modelfs {
 
@@ -70,6 +71,14 @@ class ModelFolder {
   // The mapping's display name is the folder as the user named it, then
   // `name`.
   Opened open(std::string_view name) const;
+  // open() of each of `names`, in order. For a remote folder they are
+  // opened side by side (remote::in_parallel), and the first `head_bytes`
+  // and last `tail_bytes` of each opened file fetched with it: what the
+  // caller's reader parses first, so that N files cost about
+  // N / remote_parallel round trips, not N. A fetch that fails is left for
+  // the reader's own, which reports it.
+  std::vector<Opened> open_all(const std::vector<std::string>& names, uint64_t head_bytes,
+                               uint64_t tail_bytes = 0) const;
 
   const std::filesystem::path& path() const noexcept { return folder_; }
   // The hub cache's blobs/ folder that also counts as inside, or empty.

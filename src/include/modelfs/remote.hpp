@@ -6,6 +6,7 @@
 // them (docs/remote.md).
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,6 +55,11 @@ struct CacheOptions {
   // How long one request may take, connecting and transferring, before it is
   // cut (and tried again, four tries in all; a read waits at most four).
   unsigned timeout_seconds = 20;
+  // The most range requests of this daemon in flight at once (each on a
+  // connection of its own), and the most bytes fetched ahead of one
+  // sequential reader (docs/remote.md, "Fetching").
+  unsigned parallel = 16;
+  uint64_t window_bytes = uint64_t{64} << 20;
 };
 void set_cache_options(CacheOptions options);
 
@@ -89,6 +95,25 @@ class FetchProgress : ThreadScope {
 // identity, and maps its cache file. Throws ModelError (exit 2 at mount)
 // when the server refuses, lacks it, or ignores Range.
 std::shared_ptr<const MappedFile> open(std::string_view name);
+
+// Runs task(0) ... task(count - 1), up to CacheOptions::parallel of them at
+// once on threads of their own, and returns when all have: what many
+// remote files need first (their headers) is fetched side by side. The
+// first exception a task threw is rethrown; the others are dropped.
+void in_parallel(size_t count, const std::function<void(size_t)>& task);
+
+// While one lives on a thread, what it reads in order outside a FUSE read
+// (--check, --export) is fetched ahead with the parallel window, as a
+// FUSE reader's is; metadata parsing keeps fetching only what it reads.
+class StreamScope : ThreadScope {
+ public:
+  StreamScope();
+  ~StreamScope();
+};
+
+// The bytes this process has fetched from servers into the cache so far
+// (every object, every thread): --check and --export show the rate.
+uint64_t fetched_bytes();
 
 // A size as -o cache_max takes it: "N", "NK", "NM", "NG", "NT" (binary
 // units, an optional "iB" or "B"); nullopt when it is none.

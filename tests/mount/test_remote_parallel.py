@@ -1,0 +1,228 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The parallel fetching of remote models: the read-ahead window of a
+sequential reader, the side-by-side fetch of a sharded checkpoint's headers,
+and the fault rules under both.
+
+Oracles: the bytes the test's own writer put on the server; what was
+requested and when from the server's side (nginx's access log with its
+timing and connection numbers, the latency proxy's log of each request it
+held), never modelfs's own account, never wall time."""
+import json
+import os
+import random
+import time
+
+import numpy as np
+import pytest
+
+import safetensors_writer as st
+from conftest import cat, index_paths, is_mounted, mounted, run_modelfs
+from remote_servers import LatencyProxy, Nginx, most_at_once
+
+MIB = 1 << 20
+BLOCK = 256 << 10
+
+
+@pytest.fixture
+def www(tmp):
+    root = tmp / "www"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def nginx(tmp, www):
+    server = Nginx(tmp / "nginx", www)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def cache(tmp):
+    return tmp / "cache"
+
+
+def remote_mount(url, cache, *options):
+    return mounted(url, "-o", f"cache_dir={cache}", *options)
+
+
+def one_tensor_model(folder, size, name="big.safetensors", seed=5):
+    value = np.random.default_rng(seed).integers(0, 255, size=size, dtype=np.uint8)
+    st.write(folder / name, {"w": value})
+    return value
+
+
+def ranges(requests, uri):
+    """The byte ranges asked of `uri` (the probe's bytes=0-0 left out)."""
+    out = []
+    for got, status, _, rng, *_ in requests:
+        if got == uri and rng.startswith("bytes=") and rng != "bytes=0-0":
+            first, last = rng[len("bytes="):].split("-")
+            out.append((int(first), int(last), status))
+    return out
+
+
+def test_sequential_cat_fetches_the_object_once_over_several_connections(nginx, www, cache):
+    value = one_tensor_model(www, 48 * MIB)
+    size = (www / "big.safetensors").stat().st_size
+    with remote_mount(f"{nginx.url}/rated/big.safetensors", cache) as mnt:
+        paths, _ = index_paths(mnt)
+        nginx.clear_log()
+        assert cat(paths["w"]) == value.tobytes()
+    timed = [r for r in nginx.timed_requests() if r[0] == "/rated/big.safetensors" and r[3] != "bytes=0-0"]
+    asked = sorted(ranges(timed, "/rated/big.safetensors"))
+    assert all(status == 206 for _, _, status in asked), asked
+    # Each byte at most once: no two ranges overlap, and they add up to
+    # about the tensor (the header's block was fetched at mount).
+    for (_, last, _), (first, _, _) in zip(asked, asked[1:]):
+        assert first > last, asked
+    fetched = sum(last - first + 1 for first, last, _ in asked)
+    assert 48 * MIB - BLOCK <= fetched <= size, fetched
+    # Several requests in flight at once, on connections of their own
+    # (nginx caps each at 4 MiB/s: one at a time would never overlap).
+    assert most_at_once([(start, end) for *_, start, end, _ in timed]) >= 4
+    assert len({connection for *_, connection in timed}) >= 4
+
+
+def test_random_reader_fetches_about_what_it_reads(nginx, www, cache):
+    value = one_tensor_model(www, 64 * MIB)
+    with remote_mount(f"{nginx.url}/big.safetensors", cache) as mnt:
+        paths, _ = index_paths(mnt)
+        nginx.clear_log()
+        rng = random.Random(11)
+        reads = 60
+        with open(paths["w"], "rb", buffering=0) as f:
+            for _ in range(reads):
+                at = rng.randrange(0, 64 * MIB - 4096) & ~4095
+                # O_DIRECT is not at hand; posix_fadvise(RANDOM) turns the
+                # kernel's own readahead off, as a random reader's would be.
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
+                assert os.pread(f.fileno(), 4096, at) == value[at:at + 4096].tobytes()
+    fetched = sum(last - first + 1 for first, last, _ in ranges(nginx.requests(), "/big.safetensors"))
+    # A block or two a read, never a window.
+    assert fetched <= reads * 2 * BLOCK, fetched
+
+
+def test_object_changed_mid_window_is_eio_and_never_mixed(nginx, www, cache):
+    value = one_tensor_model(www, 48 * MIB)
+    # Same size, other bytes, another ETag (nginx's is mtime and size).
+    st.write(www / "big.new", {"w": (value ^ 0xFF).astype(np.uint8)})
+    os.utime(www / "big.new", (time.time() + 5, time.time() + 5))
+    # Two connections at 4 MiB/s: the window cannot have fetched the object
+    # by the time it is replaced.
+    with remote_mount(f"{nginx.url}/rated/big.safetensors", cache, "-o", "remote_timeout=5",
+                      "-o", "remote_parallel=2") as mnt:
+        paths, _ = index_paths(mnt)
+        got = bytearray()
+        failure = None
+        with open(paths["w"], "rb") as f:
+            got += f.read(2 * MIB)  # the window is open, its requests in flight
+            os.replace(www / "big.new", www / "big.safetensors")
+            try:
+                while chunk := f.read(MIB):
+                    got += chunk
+            except OSError as e:
+                failure = e
+        assert failure is not None and failure.errno == 5, "the changed object must fail the read"
+        # Every byte served is the mounted version's.
+        assert bytes(got) == value[:len(got)].tobytes()
+        assert len(got) < len(value)
+    # And the 412s (If-Match) are what nginx answered, not other bytes.
+    statuses = {status for _, _, status in ranges(nginx.requests(), "/rated/big.safetensors")}
+    assert 412 in statuses, statuses
+
+
+def test_server_dying_mid_window_recovers_when_it_returns(nginx, www, cache):
+    value = one_tensor_model(www, 48 * MIB)
+    with remote_mount(f"{nginx.url}/rated/big.safetensors", cache, "-o", "remote_timeout=2",
+                      "-o", "remote_parallel=2") as mnt:
+        paths, _ = index_paths(mnt)
+        got = bytearray()
+        failure = None
+        with open(paths["w"], "rb") as f:
+            got += f.read(2 * MIB)
+            nginx.stop()
+            try:
+                while chunk := f.read(MIB):
+                    got += chunk
+            except OSError as e:
+                failure = e
+        assert failure is not None and failure.errno == 5
+        assert bytes(got) == value[:len(got)].tobytes()
+        assert is_mounted(mnt)
+        nginx.start()
+        time.sleep(1.1)  # past the second a failed fetch fails its blocks' next read at once
+        assert cat(paths["w"]) == value.tobytes()
+
+
+def write_shards(folder, shards, each=64 << 10):
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(9)
+    weight_map, values = {}, {}
+    for i in range(shards):
+        shard = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        value = rng.integers(0, 255, size=each, dtype=np.uint8)
+        st.write(folder / shard, {f"layer{i}.weight": value})
+        weight_map[f"layer{i}.weight"] = shard
+        values[f"layer{i}.weight"] = value
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return values
+
+
+@pytest.fixture
+def slow_proxy(tmp, nginx):
+    proxy = LatencyProxy(tmp / "proxy", nginx.port, 200)
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+def test_shard_headers_are_fetched_side_by_side(www, cache, slow_proxy):
+    values = write_shards(www / "ckpt", 16)
+    with remote_mount(f"{slow_proxy.url}/ckpt/model.safetensors.index.json", cache) as mnt:
+        paths, _ = index_paths(mnt)
+        held = slow_proxy.held("/ckpt/model-")
+        # Every shard's probe and header, and many of them held at once:
+        # one after another, no two requests would ever be.
+        assert len({line.split()[1] for *_, line in held}) == 16
+        assert most_at_once([(start, end) for start, end, _ in held]) >= 8
+        for name, value in values.items():
+            assert cat(paths[name]) == value.tobytes()
+
+
+def test_list_of_a_sharded_url_fetches_side_by_side_too(www, cache, slow_proxy):
+    write_shards(www / "ckpt", 16)
+    result = run_modelfs("--list", "-o", f"cache_dir={cache}", f"{slow_proxy.url}/ckpt/")
+    assert result.returncode == 0, result.stderr
+    assert all(f"layer{i}.weight" in result.stdout for i in range(16))
+    held = slow_proxy.held("/ckpt/model-")
+    assert most_at_once([(start, end) for start, end, _ in held]) >= 8
+
+
+def test_check_of_a_url_fetches_in_parallel(nginx, www, cache):
+    one_tensor_model(www, 24 * MIB)
+    nginx.clear_log()
+    result = run_modelfs("--check", "-o", f"cache_dir={cache}", f"{nginx.url}/rated/big.safetensors")
+    assert result.returncode == 0, result.stderr
+    timed = [r for r in nginx.timed_requests() if r[3] != "bytes=0-0"]
+    assert most_at_once([(start, end) for *_, start, end, _ in timed]) >= 4
+    asked = sorted(ranges(timed, "/rated/big.safetensors"))
+    for (_, last, _), (first, _, _) in zip(asked, asked[1:]):
+        assert first > last, asked
+
+
+def test_two_daemons_on_one_cache_fetch_each_block_once(nginx, www, cache):
+    value = one_tensor_model(www, 32 * MIB)
+    url = f"{nginx.url}/rated/big.safetensors"
+    with remote_mount(url, cache) as one, remote_mount(url, cache) as two:
+        p1, _ = index_paths(one)
+        p2, _ = index_paths(two)
+        nginx.clear_log()
+        assert cat(p1["w"]) == value.tobytes()
+        after_first = ranges(nginx.requests(), "/rated/big.safetensors")
+        # The second daemon finds every block in the shared cache.
+        assert cat(p2["w"]) == value.tobytes()
+        assert ranges(nginx.requests(), "/rated/big.safetensors") == after_first
