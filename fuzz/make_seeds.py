@@ -77,6 +77,13 @@ SEEDS = {
     "npz_member_short_stream": (("fuzz_numpy", "fuzz_zip", "fuzz_open_model"), hc.npz_member_short_stream),
     "npy_deep_header": (("fuzz_numpy", "fuzz_open_model"), lambda d: hc.npy_deep_header(d, depth=30_000)),
     "npy_odd_header": (("fuzz_numpy", "fuzz_open_model"), hc.npy_odd_header),
+    # The model.json alone: fuzz_tfjs then has no shard bytes.
+    "tfjs_sizes_disagree": (("fuzz_tfjs", "fuzz_open_model"), hc.tfjs_sizes_disagree),
+    "tfjs_repeated_shards": (("fuzz_tfjs", "fuzz_open_model"),
+                             lambda d: hc.tfjs_repeated_shards(d, repeats=2000)),
+    "tfjs_200k_weights": (("fuzz_tfjs", "fuzz_open_model"), lambda d: hc.tfjs_many_weights(d, count=1000)),
+    "tfjs_deep_topology": (("fuzz_tfjs", "fuzz_open_model"),
+                           lambda d: hc.tfjs_deep_topology(d, depth=20_000)),
 }
 # The unpickler is given the pickles inside the torch cases.
 PICKLE_TARGET = "fuzz_unpickler"

@@ -10,6 +10,7 @@
 #include "onnx.hpp"
 #include "pt2.hpp"
 #include "safetensors.hpp"
+#include "tfjs.hpp"
 #include "torch.hpp"
 
 namespace modelfs {
@@ -18,6 +19,7 @@ namespace {
 constexpr std::array<std::string_view, 2> kSafetensorsRemoteIndexes{
     "model.safetensors.index.json", "diffusion_pytorch_model.safetensors.index.json"};
 constexpr std::array<std::string_view, 1> kTorchRemoteIndexes{"pytorch_model.bin.index.json"};
+constexpr std::array<std::string_view, 1> kTfjsRemoteIndexes{"model.json"};
 
 // Any ZIP no reader before it claimed: the torch reader then says why it is
 // not a PyTorch archive either.
@@ -42,6 +44,15 @@ const std::array kReaders{
                  .family = "safetensors",
                  .probe_file = safetensors::probe_index_file,
                  .open_file = safetensors::open_index_file},
+    // A JSON object too, told from the indexes by TensorFlow.js's own keys.
+    FormatReader{.name = "TensorFlow.js",
+                 .family = "TensorFlow.js",
+                 .probe_file = tfjs::probe_file,
+                 .open_file = tfjs::open_file,
+                 .probe_folder = tfjs::probe_folder,
+                 .open_folder = tfjs::open_folder,
+                 .folder_holds = "model.json",
+                 .remote_index_names = kTfjsRemoteIndexes},
     FormatReader{.name = "gguf",
                  .family = "GGUF",
                  .probe_file = gguf::probe_file,
