@@ -3,6 +3,7 @@
 
 #include "modelfs/json_object.hpp"
 #include "modelfs/json_text.hpp"
+#include "modelfs/pieces.hpp"
 #include "modelfs/terminal_text.hpp"
 
 #include <algorithm>
@@ -181,6 +182,11 @@ void print_json(const Catalog& catalog, std::ostream& out) {
                     {"shape", std::vector<uint64_t>(t.shape.begin(), t.shape.end())},
                     {"nbytes", t.nbytes()},
                     {"source", source}});
+    if (!t.pieces.empty()) {
+      std::string pieces;
+      append_pieces_json(pieces, t);
+      list.back()["pieces"] = nlohmann::ordered_json::parse(pieces);
+    }
     // Format extras (GGUF: ggml_type, block_size, type_size ...), as in the sidecar.
     const nlohmann::json extras = t.extras();
     if (extras.is_object())

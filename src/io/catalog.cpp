@@ -7,6 +7,7 @@
 #include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/json_text.hpp"
+#include "modelfs/pieces.hpp"
 #include "modelfs/sidecar_keys.hpp"
 #include "modelfs/tensor_spec.hpp"
 
@@ -167,7 +168,9 @@ const Tensor& Catalog::add(const Tensor& tensor) {
   if (!tensor.pieces.empty()) {
     std::vector<Piece> pieces(tensor.pieces.begin(), tensor.pieces.end());
     Checked<uint64_t> run_bytes = 0;
-    for (auto& piece : pieces) {
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (i % 4096 == 0) check_budget();
+      Piece& piece = pieces[i];
       piece.start = shapes_.add(piece.start);
       piece.extent = shapes_.add(piece.extent);
       piece.filters = filters_.add(piece.filters);
@@ -175,12 +178,19 @@ const Tensor& Catalog::add(const Tensor& tensor) {
       run_bytes += piece.size;
     }
     t.pieces = pieces_.add(pieces);
-    if (pieces.front().start.empty()) {
+    // Here, so that no reader can forget a rule (modelfs/pieces.hpp); the
+    // sizes below hold once it has passed.
+    const std::string_view file = !t.source.file.empty() ? t.source.file
+                                  : files.empty()        ? std::string_view()
+                                                         : std::string_view(files.front());
+    check_pieces(t, file, format);
+    if (!box_pieces(t)) {
       t.pieces_size = run_bytes.value();
     } else {
-      Checked<uint64_t> bytes = dtype_bits(t.dtype);
+      // Box pieces cover the shape exactly once (edge pieces clipped).
+      Checked<uint64_t> bytes = dtype_bits(t.dtype) / 8;
       for (const uint64_t dim : t.shape) bytes *= dim;
-      t.pieces_size = (bytes / 8).value();
+      t.pieces_size = bytes.value();
     }
   }
   return tensors_.emplace_back(std::move(t));

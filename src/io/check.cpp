@@ -53,15 +53,29 @@ void check_model(const Catalog& catalog, const IntegrityChecks& checks,
                  const std::function<void(uint64_t, uint64_t)>& progress, CheckSummary& summary) {
   summary = {};
   std::vector<Placed> placed;
+  uint64_t placed_tensors = 0;
   for (const auto& t : catalog.tensors()) {
+    // A tensor of pieces is read back piece by piece: its pieces' ranges
+    // may overlap no other tensor's, nor each other.
+    // (It counts as read back with its first piece.)
+    uint64_t counted = 1;
+    for (const auto& piece : t.pieces) {
+      const MappedFile* file = piece.bytes.mapped_file();
+      if (file == nullptr || piece.bytes.size() == 0) continue;
+      const uint64_t begin = piece.bytes.file_offset();
+      placed.push_back({file, begin, begin + piece.bytes.size(), &t, counted});
+      placed_tensors += counted;
+      counted = 0;
+    }
     const MappedFile* file = t.bytes.mapped_file();
     if (file == nullptr || t.bytes.size() == 0) continue;
     const uint64_t begin = t.bytes.file_offset();
     placed.push_back({file, begin, begin + t.bytes.size(), &t});
+    ++placed_tensors;
   }
   // Tensors with no bytes in a file (empty, or bytes a reader made) have
   // nothing to read back: opening the model checked them.
-  summary.tensors = catalog.tensors().size() - placed.size();
+  summary.tensors = catalog.tensors().size() - placed_tensors;
 
   // In file order, so that an overlap is with the range before; shared
   // storages are read once.
@@ -77,7 +91,7 @@ void check_model(const Catalog& catalog, const IntegrityChecks& checks,
                          "tensor \"" + std::string(cur.tensor->name) + "\" overlaps the bytes of \"" +
                              std::string(prev.tensor->name) + "\"");
       if (cur.begin == prev.begin && cur.end == prev.end) {
-        ++prev.tensors;
+        prev.tensors += cur.tensors;
         continue;
       }
     }

@@ -48,7 +48,7 @@ void ExportPlan::add(const ExportInput& input) {
   if (keys_.contains(key)) return leave_out("a second tensor of this name (the first is written)");
 
   const auto code = safetensors_dtype(t.dtype);
-  std::optional<Part> part;
+  std::optional<PartList> part;
   std::string_view dtype;
   std::string reason;
   if (!code) {
@@ -62,7 +62,7 @@ void ExportPlan::add(const ExportInput& input) {
   } else if (!kViewBound.allows(size->value(), t.nbytes())) {
     // The .npy follows the same bound: neither is made.
     reason = past_view_bound(size->value(), t.nbytes());
-  } else if (input.c_order && input.c_order->size == size->value()) {
+  } else if (input.c_order && input.c_order->size() == size->value()) {
     // Stored in C order, or a strided view (a transpose, an expand, a
     // column) gathered into C order on each read.
     part = input.c_order;
@@ -81,8 +81,9 @@ void ExportPlan::add(const ExportInput& input) {
     const auto converted_code = safetensors_dtype(input.converted_dtype);
     const auto size = safetensors_size(input.converted_dtype, t.shape);
     if (converted_code && size && size->get() == input.converted->size) {
-      part = *input.converted;
-      part->offset = 0;
+      Part converted = *input.converted;
+      converted.offset = 0;
+      part = converted;
       dtype = *converted_code;
       converted_.emplace_back(
           t.name, std::string(t.dtype_name()) + " as " + std::string(dtype_name(input.converted_dtype)));
@@ -123,7 +124,7 @@ std::optional<ExportFile> ExportPlan::file(std::string_view prefix, const Export
     h += entry.dtype;
     h += "\",\"shape\":";
     append_json_array(h, entry.shape);
-    const Size end = offset + entry.part.size;
+    const Size end = offset + entry.part.size();
     // Tensors that share bytes (tied weights, views of one storage) each
     // get their own: their sum is bounded by no file's size.
     if (!end.ok()) {
@@ -132,7 +133,8 @@ std::optional<ExportFile> ExportPlan::file(std::string_view prefix, const Export
     }
     h += ",\"data_offsets\":[" + std::to_string(offset.value()) + ',' + std::to_string(end.value()) + "]}";
     offset = end;
-    out.tensors.push_back(entry.part);
+    const auto parts = entry.part.parts();
+    out.tensors.insert(out.tensors.end(), parts.begin(), parts.end());
     if (h.size() > kMaxHeader + 8) break;
   }
   h += '}';

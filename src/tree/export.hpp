@@ -36,7 +36,8 @@ struct ExportInput {
   const Tensor* tensor = nullptr;  // the catalog's: outlives the plan's files
   // Its elements in C order (the stored bytes, or a gather of a strided
   // view); none when the tree cannot gather them.
-  std::optional<Part> c_order;
+  // A tensor of pieces' are its raw file's parts.
+  std::optional<PartList> c_order;
   // Its values are not its stored integers (a torch quantized type): the
   // .npy dequantizes them.
   bool dequantized = false;
@@ -78,7 +79,7 @@ class ExportPlan {
     std::string_view name;
     std::string_view dtype;  // safetensors name
     std::span<const uint64_t> shape;
-    Part part;
+    PartList part;
   };
 
   bool float32_;

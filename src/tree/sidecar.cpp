@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "modelfs/json_text.hpp"
+#include "modelfs/pieces.hpp"
 #include "modelfs/sidecar_keys.hpp"
 
 namespace modelfs {
@@ -84,6 +85,10 @@ std::string sidecar_text(const Tensor& tensor, std::string_view format,
   append_json_string(out, tensor.source.file);
   if (tensor.source.offset) out += ",\"offset\":" + std::to_string(*tensor.source.offset);
   out += "}";
+  if (!tensor.pieces.empty()) {
+    append_key(out, SidecarKey::Pieces);
+    append_pieces_json(out, tensor);
+  }
   append_extras(out, tensor);
   out += "\n}\n";
   return out;

@@ -22,6 +22,7 @@
 #include "naming.hpp"
 #include "npy.hpp"
 #include "numeric_views.hpp"
+#include "pieces_view.hpp"
 #include "sidecar.hpp"
 #include "tree_parts.hpp"
 
@@ -54,6 +55,20 @@ void copy_part(const Part& part, uint64_t within, std::span<std::byte> out) {
 }
 
 }  // namespace
+
+void copy_parts(std::span<const Part> parts, uint64_t offset, std::span<std::byte> out) {
+  auto part = std::upper_bound(parts.begin(), parts.end(), offset,
+                               [](uint64_t at, const Part& p) { return at < p.offset + p.size; });
+  uint64_t done = 0;
+  for (; part != parts.end() && done < out.size(); ++part) {
+    if (part->size == 0) continue;
+    const uint64_t within = offset + done - part->offset;
+    const uint64_t n = std::min<uint64_t>(out.size() - done, part->size - within);
+    copy_part(*part, within, out.subspan(done, n));
+    done += n;
+  }
+  if (done != out.size()) throw std::logic_error("copy_parts: a range past the parts' end");
+}
 
 size_t slice_parts(std::span<const Part> parts, uint64_t offset, uint64_t length, std::span<iovec> out,
                    std::string& scratch) {
@@ -320,7 +335,7 @@ class TreeBuilder {
   // A tensor's .npy: its header's descr and order, its body, and what it
   // holds (for the sidecar); no body, no .npy.
   struct NpyBody {
-    std::optional<Part> body;
+    std::optional<PartList> body;
     std::optional<NpyContent> content;
     std::string_view descr;
     bool fortran = false;
@@ -385,6 +400,55 @@ class TreeBuilder {
     }
     if (!out.body) out.content.reset();
     return out;
+  }
+
+  // The .npy of a tensor of pieces (C order): its raw file where numpy has
+  // the type; else its values converted, read through the raw file.
+  NpyBody pieced_npy_body(const Tensor& tensor, const PartList& raw) {
+    NpyBody out;
+    out.content = npy_content(tensor);
+    if (!out.content) return out;
+    out.dequantized = !out.content->exact;
+    if (out.content->exact && out.content->dtype == tensor.dtype) {
+      out.body = raw;
+      out.descr = *numpy_descr(tensor.dtype);
+      return out;
+    }
+    // ggml block types are held by no format of pieces: no view of them.
+    std::shared_ptr<const ElementConversion> conversion;
+    if (tensor.dtype != DType::GgmlBlock)
+      conversion = out.content->exact ? plain_conversion(tensor.dtype) : quantized_conversion(tensor);
+    const auto numel = checked_numel(tensor.shape);
+    std::unique_ptr<ConvertedView> view;
+    if (numel) view = ConvertedView::make(raw.parts(), *numel, std::move(conversion));
+    if (view) {
+      out.body = Part{nullptr, view.get(), view->size()};
+      out.converted = true;
+      out.descr = *numpy_descr(out.content->dtype);
+      tree_.decoded_views_.push_back(std::move(view));
+      return out;
+    }
+    // A quantized tensor whose parameters cannot be used: its stored integers.
+    if (tensor.dtype == DType::GgmlBlock || !numpy_descr(tensor.dtype)) {
+      out.content.reset();
+      return out;
+    }
+    out.content = NpyContent{tensor.dtype, dtype_name(tensor.dtype), true};
+    out.descr = *numpy_descr(tensor.dtype);
+    out.body = raw;
+    return out;
+  }
+
+  // The raw file of a tensor of pieces, its parts kept by the tree; none
+  // for a tensor of one range.
+  std::optional<PartList> pieced_part_list(const Tensor& tensor) {
+    if (tensor.pieces.empty()) return std::nullopt;
+    const auto& catalog = tree_.catalog_;
+    const std::string file = !tensor.source.file.empty() ? std::string(tensor.source.file)
+                             : catalog.files.empty()     ? std::string()
+                                                         : catalog.files.front();
+    const std::vector<Part> parts = pieces_parts(tensor, file, catalog.format, tree_.decoded_views_);
+    return PartList(tree_.piece_parts_.add(parts));
   }
 
   // The part `view` computes (none when the arena refused it).
@@ -466,10 +530,17 @@ class TreeBuilder {
   // .npy's gather of a strided view, or (a Fortran-order or sub-byte-free
   // view the .npy serves as stored) a gather made here; none where the
   // strides reach outside the bytes or elements are smaller than a byte.
-  std::optional<Part> c_order(const Tensor& tensor, const NpyBody& npy, const std::optional<Part>& decoded) {
-    if (tensor.encoded) return tensor.is_c_contiguous() ? decoded : std::nullopt;
+  std::optional<PartList> c_order(const Tensor& tensor, const NpyBody& npy,
+                                  const std::optional<Part>& decoded, const std::optional<PartList>& pieced) {
+    if (pieced) return pieced;
+    if (tensor.encoded) {
+      if (!tensor.is_c_contiguous() || !decoded) return std::nullopt;
+      return *decoded;
+    }
     if (tensor.is_c_contiguous()) return Part::held(tensor.bytes);
-    if (npy.body && npy.body->computed != nullptr && !npy.converted) return npy.body;
+    if (npy.body && npy.body->single() != nullptr && npy.body->single()->computed != nullptr &&
+        !npy.converted)
+      return npy.body;
     if (dtype_bits(tensor.dtype) % 8 != 0) return std::nullopt;
     return gathered(tensor);
   }
@@ -486,17 +557,19 @@ class TreeBuilder {
 
   void add_tensor(const Tensor& tensor, const std::vector<std::string>& parts, uint64_t dir) {
     check_budget();
+    const std::optional<PartList> pieced = pieced_part_list(tensor);
     const std::optional<Part> decoded = decoded_part(tensor);
-    const NpyBody npy = npy_body(tensor, decoded);
+    const NpyBody npy = pieced ? pieced_npy_body(tensor, *pieced) : npy_body(tensor, decoded);
     tree_.npy_.push_back(npy.content);
     const std::string name = free_name(dir, parts.back(), npy.body.has_value());
 
     const Part stored = decoded ? *decoded : Part::held(tensor.bytes);
-    tree_.tensor_files_.push_back(add_file(dir, name, FileRole::TensorData, {stored}, &tensor));
+    tree_.tensor_files_.push_back(
+        add_file(dir, name, FileRole::TensorData, pieced ? pieced->parts() : std::span(&stored, 1), &tensor));
     export_.add({.tensor = &tensor,
-                 .c_order = c_order(tensor, npy, decoded),
+                 .c_order = c_order(tensor, npy, decoded, pieced),
                  .dequantized = npy.dequantized,
-                 .converted = npy.converted ? npy.body : std::nullopt,
+                 .converted = npy.converted ? std::optional<Part>(*npy.body->single()) : std::nullopt,
                  .converted_dtype = npy.content ? npy.content->dtype : DType::Float32});
     // A sidecar is printed when read, but one too big to print again for
     // every small read (a shape of millions of dimensions) is kept as
@@ -509,9 +582,13 @@ class TreeBuilder {
       const uint64_t file = add_file(dir, name + ".json", FileRole::Sidecar, {}, &tensor);
       node(file).size = sidecar.size();
     }
-    if (npy.body)
-      add_file(dir, name + ".npy", FileRole::NpyView,
-               {shared_npy_header(npy_header(npy.descr, tensor.shape, npy.fortran)), *npy.body}, &tensor);
+    if (npy.body) {
+      std::vector<Part>& npy_parts = scratch_parts_;
+      npy_parts.assign(1, shared_npy_header(npy_header(npy.descr, tensor.shape, npy.fortran)));
+      const auto body = npy.body->parts();
+      npy_parts.insert(npy_parts.end(), body.begin(), body.end());
+      add_file(dir, name + ".npy", FileRole::NpyView, npy_parts, &tensor);
+    }
     tree_.total_bytes_ = (Size(tree_.total_bytes_) + tensor.nbytes()).value();
 
     // index.json's line for this tensor, printed only to be measured.
@@ -661,6 +738,7 @@ class TreeBuilder {
   Size index_size_ = 0;
   std::string scratch_path_;
   std::string scratch_line_;
+  std::vector<Part> scratch_parts_;  // a .npy's parts, before the table copies them
   // The catalog's tensors by name, made when a per-channel quantized
   // tensor first asks for its scales.
   std::unique_ptr<std::unordered_map<std::string_view, const Tensor*>> catalog_names_;

@@ -64,6 +64,39 @@ struct Part {
   }
 };
 
+// What a content is made of: one part, or parts kept elsewhere, in order
+// (the raw file of a tensor of pieces: several held parts, zero copy).
+// The parts' `offset`s are each one's start in the content.
+class PartList {
+ public:
+  PartList() = default;
+  PartList(const Part& one) : one_(one), size_(one.size) {}  // NOLINT(google-explicit-constructor)
+  // `many` outlive the list; their offsets laid out from 0.
+  explicit PartList(std::span<const Part> many)
+      : many_(many.data()),
+        count_(many.size()),
+        size_(many.empty() ? 0 : many.back().offset + many.back().size) {}
+  std::span<const Part> parts() const noexcept {
+    return many_ != nullptr ? std::span(many_, count_) : std::span(&one_, 1);
+  }
+  uint64_t size() const noexcept { return size_; }
+  // The one part a list of one is (its computed bytes, for instance); null otherwise.
+  const Part* single() const noexcept { return many_ == nullptr ? &one_ : count_ == 1 ? many_ : nullptr; }
+
+ private:
+  Part one_{};
+  const Part* many_ = nullptr;
+  size_t count_ = 0;
+  uint64_t size_ = 0;
+};
+
+// Bytes [offset, offset + out.size()) of a content made of `parts` (each
+// one's `offset` set, in order) copied into `out`, each part as the read
+// path copies it: made present first, then read under the mapped-bytes
+// guard (ModelError when a mapping faults). For a view that reads another
+// content (a converted .npy of a tensor of pieces) in its prepare().
+void copy_parts(std::span<const Part> parts, uint64_t offset, std::span<std::byte> out);
+
 // The parts of [offset, offset + length) of a content made of `parts` (each
 // one's `offset` set, in order), as iovecs in `out`: into held bytes
 // without a copy, into `scratch` for computed bytes. A request always gets
@@ -91,8 +124,12 @@ struct Tree::Impl {
   // .npy views (one arena, numeric_views.hpp).
   TextStore texts_;
   std::shared_ptr<const void> views_;
-  // The raw files of encoded tensors, inflated per read (inflate_view.hpp).
+  // The raw files of encoded tensors, inflated per read (inflate_view.hpp),
+  // and the views of tensors of pieces (pieces_view.hpp).
   std::vector<std::unique_ptr<const ComputedBytes>> decoded_views_;
+  // The raw files of tensors of pieces, as parts (pieces_view.hpp): the
+  // tensor's files, its .npy and the export point at them.
+  BlockStore<Part> piece_parts_;
   // Bytes the tree made and files point into: .npy headers (one per dtype
   // and shape) and the documents it printed. Node-based and deque storage:
   // adding one never moves another.

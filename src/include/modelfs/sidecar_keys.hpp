@@ -8,10 +8,23 @@
 
 namespace modelfs {
 
-enum class SidecarKey : size_t { Name, DType, Shape, Strides, NBytes, ByteOrder, Numpy, Npy, Format, Source };
+enum class SidecarKey : size_t {
+  Name,
+  DType,
+  Shape,
+  Strides,
+  NBytes,
+  ByteOrder,
+  Numpy,
+  Npy,
+  Format,
+  Source,
+  Pieces,
+};
 
-inline constexpr std::string_view kSidecarKeys[] = {"name",       "dtype", "shape", "strides", "nbytes",
-                                                    "byte_order", "numpy", "npy",   "format",  "source"};
+inline constexpr std::string_view kSidecarKeys[] = {"name",   "dtype",      "shape", "strides",
+                                                    "nbytes", "byte_order", "numpy", "npy",
+                                                    "format", "source",     "pieces"};
 
 constexpr std::string_view sidecar_key(SidecarKey key) noexcept {
   return kSidecarKeys[static_cast<size_t>(key)];
