@@ -177,7 +177,7 @@ TEST(Tfjs, StringWeightsAreJsonLines) {
     const auto n = static_cast<uint32_t>(s.size());
     stream.append(reinterpret_cast<const char*>(&n), 4).append(s);
   }
-  const auto model = write_model(dir, {weight("words", "string", {3})}, {{"w.bin", stream}});
+  const auto model = write_model(dir, Json::array({weight("words", "string", {3})}), {{"w.bin", stream}});
   const Catalog catalog = open_model(model);
   const Tensor& t = catalog.tensors()[0];
   EXPECT_EQ(t.dtype, DType::String);
