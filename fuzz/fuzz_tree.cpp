@@ -31,14 +31,16 @@ uint64_t dimension(FuzzedDataProvider& in) {
   return in.ConsumeBool() ? in.ConsumeIntegralInRange<uint64_t>(0, 6) : in.ConsumeIntegral<uint64_t>();
 }
 
-// A torch quantized tensor's quantization (what the views read), sometimes
+// A quantized tensor's quantization (what the views read), sometimes
 // wrong.
 modelfs::BasicQuantization<std::string> quantization(FuzzedDataProvider& in,
                                                      const std::vector<std::string>& names) {
   modelfs::BasicQuantization<std::string> q;
-  q.scheme = static_cast<modelfs::QScheme>(in.ConsumeIntegralInRange<uint8_t>(
-      0, static_cast<uint8_t>(modelfs::QScheme::PerChannelAffineFloatQParams)));
+  q.scheme = static_cast<modelfs::QScheme>(
+      in.ConsumeIntegralInRange<uint8_t>(0, static_cast<uint8_t>(modelfs::QScheme::Widened)));
   if (in.ConsumeBool()) q.scale = in.ConsumeFloatingPoint<double>();
+  if (in.ConsumeBool()) q.min = in.ConsumeFloatingPoint<double>();
+  q.values = in.ConsumeBool() ? modelfs::DType::Int32 : modelfs::DType::Float32;
   if (in.ConsumeBool()) q.zero_point = in.ConsumeIntegral<int64_t>();
   if (in.ConsumeBool()) q.axis = in.ConsumeIntegralInRange<int64_t>(-1, 4);
   if (!names.empty()) {

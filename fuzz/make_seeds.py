@@ -85,6 +85,13 @@ SEEDS = {
     "tfckpt_snappy_4gib": (("fuzz_tfckpt", "fuzz_open_model"), hc.tfckpt_snappy_4gib),
     "tfckpt_200k_entries": (("fuzz_tfckpt", "fuzz_open_model"), lambda d: hc.tfckpt_many_entries(d, count=1000)),
     "tfckpt_100k_slices": (("fuzz_tfckpt", "fuzz_open_model"), lambda d: hc.tfckpt_many_slices(d, count=500)),
+    # The model.json alone: fuzz_tfjs then has no shard bytes.
+    "tfjs_sizes_disagree": (("fuzz_tfjs", "fuzz_open_model"), hc.tfjs_sizes_disagree),
+    "tfjs_repeated_shards": (("fuzz_tfjs", "fuzz_open_model"),
+                             lambda d: hc.tfjs_repeated_shards(d, repeats=2000)),
+    "tfjs_200k_weights": (("fuzz_tfjs", "fuzz_open_model"), lambda d: hc.tfjs_many_weights(d, count=1000)),
+    "tfjs_deep_topology": (("fuzz_tfjs", "fuzz_open_model"),
+                           lambda d: hc.tfjs_deep_topology(d, depth=20_000)),
 }
 # The unpickler is given the pickles inside the torch cases.
 PICKLE_TARGET = "fuzz_unpickler"

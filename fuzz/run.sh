@@ -64,6 +64,19 @@ except zipfile.BadZipFile:
 PY
 done
 seed fuzz_unpickler
+# TensorFlow.js seeds: each fixture's model.json, a NUL, its shards' bytes
+# (the input fuzz_tfjs.cpp takes).
+mkdir -p "$BUILD/corpus/fuzz_tfjs"
+for d in "$SHARED"/realworld2/files/tfjs/*/; do
+  /usr/bin/python3 - "$d" "$BUILD/corpus/fuzz_tfjs" <<'PY' 2>/dev/null || true
+import json, sys, pathlib
+folder, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+text = (folder / "model.json").read_bytes()
+shards = b"".join((folder / p).read_bytes() for g in json.loads(text)["weightsManifest"] for p in g["paths"])
+(out / folder.name).write_bytes(text + b"\0" + shards)
+PY
+done
+seed fuzz_tfjs
 seed fuzz_open_model examples/*.safetensors "$SHARED"/real/*/* "$SHARED"/generated/*/*
 seed fuzz_export examples/*.safetensors "$SHARED"/real/*/* "$SHARED"/generated/*/*
 # The numeric views and the tree builder read their inputs as numbers of

@@ -77,19 +77,25 @@ struct TensorSource {
   std::optional<uint64_t> offset;  // absent when the bytes were decoded
 };
 
-// How a torch quantized tensor's stored integers q become its values:
-// (q - zero_point) x scale, per tensor or per channel along `axis`, whose
-// scales and zero points are the catalog's tensors of those names. What the
-// file gave, unchecked: the views check it against the tensor. `Text` is
-// std::string in a TensorSpec, a view into the catalog's stores in a Tensor.
+// How a quantized tensor's stored values q become its values. Torch's
+// schemes: (q - zero_point) x scale, per tensor or per channel along
+// `axis`, whose scales and zero points are the catalog's tensors of those
+// names. MinScaleAffine: q x scale + min, computed in float64 and rounded
+// to `values` (float32, or int32: rounded half up to an integer first, and
+// wrapped modulo 2^32). Widened: the stored floats as `values` (float32).
+// What the file gave, unchecked: the views check it against the tensor.
+// `Text` is std::string in a TensorSpec, a view into the catalog's stores
+// in a Tensor.
 template <typename Text>
 struct BasicQuantization {
   QScheme scheme = QScheme::PerTensorAffine;
   std::optional<double> scale;        // per tensor
-  std::optional<int64_t> zero_point;  // per tensor
+  std::optional<int64_t> zero_point;  // per tensor (torch)
   std::optional<int64_t> axis;        // per channel
   Text scales;                        // per channel: the tensor's name
   Text zero_points;                   // per channel: the tensor's name
+  std::optional<double> min;          // MinScaleAffine
+  DType values = DType::Float32;      // the values' type (the .npy's)
 };
 using Quantization = BasicQuantization<std::string_view>;
 

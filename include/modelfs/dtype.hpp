@@ -56,18 +56,27 @@ MODELFS_API uint32_t dtype_bits(DType dtype) noexcept;
 // The NumPy descr ("<f4", "|b1", ...) where numpy has the type natively.
 MODELFS_API std::optional<std::string_view> numpy_descr(DType dtype) noexcept;
 
-// A torch quantized tensor's scheme (torch.qscheme).
+// How a quantized tensor's stored values become its values: torch's
+// schemes (torch.qscheme), then those of other formats.
 enum class QScheme : uint8_t {
   PerTensorAffine,
   PerTensorSymmetric,
   PerChannelAffine,
   PerChannelSymmetric,
   PerChannelAffineFloatQParams,
+  // q x scale + min, one scale and minimum per tensor, over unsigned
+  // integers (uint8, uint16): TensorFlow.js's affine quantization.
+  MinScaleAffine,
+  // The stored floats widened to the values' type (float16 to float32):
+  // TensorFlow.js's float16 quantization, which has no parameters.
+  Widened,
 };
-// Torch's name of the scheme ("per_tensor_affine", ...), and its inverse.
+// The scheme's name ("per_tensor_affine", ..., "min_scale_affine",
+// "widened"); the inverse knows torch's names only, so that a pickle
+// cannot name another format's scheme.
 std::string_view qscheme_name(QScheme scheme) noexcept;
 std::optional<QScheme> qscheme_from_name(std::string_view name) noexcept;
-// Per tensor: one scale and zero point; per channel: tensors of them.
+// Per tensor: one set of parameters; per channel: tensors of them.
 bool qscheme_per_tensor(QScheme scheme) noexcept;
 
 // One ggml tensor type (docs/formats.md, "ggml types"): the GGUF reader

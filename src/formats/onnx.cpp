@@ -38,8 +38,7 @@ using Json = nlohmann::ordered_json;
 
 constexpr std::string_view kFormat = "onnx";
 // What the sidecar of a STRING tensor says of its raw file.
-constexpr std::string_view kStringText =
-    "JSON Lines: one JSON string per element, in C order; a byte that is not UTF-8 is \\udcXX";
+constexpr std::string_view kStringText = kJsonLinesText;
 
 // Field numbers of onnx.proto (docs/formats.md, "ONNX fields" and "TensorProto").
 namespace model_field {

@@ -12,6 +12,7 @@
 #include "pt2.hpp"
 #include "safetensors.hpp"
 #include "tfckpt.hpp"
+#include "tfjs.hpp"
 #include "torch.hpp"
 
 namespace modelfs {
@@ -22,6 +23,7 @@ constexpr std::array<std::string_view, 2> kSafetensorsRemoteIndexes{
 constexpr std::array<std::string_view, 1> kTorchRemoteIndexes{"pytorch_model.bin.index.json"};
 // A remote SavedModel folder's bundle.
 constexpr std::array<std::string_view, 1> kTfckptRemoteIndexes{"variables/variables.index"};
+constexpr std::array<std::string_view, 1> kTfjsRemoteIndexes{"model.json"};
 
 // Any ZIP no reader before it claimed: the torch reader then says why it is
 // not a PyTorch archive either.
@@ -46,6 +48,15 @@ const std::array kReaders{
                  .family = "safetensors",
                  .probe_file = safetensors::probe_index_file,
                  .open_file = safetensors::open_index_file},
+    // A JSON object too, told from the indexes by TensorFlow.js's own keys.
+    FormatReader{.name = "TensorFlow.js",
+                 .family = "TensorFlow.js",
+                 .probe_file = tfjs::probe_file,
+                 .open_file = tfjs::open_file,
+                 .probe_folder = tfjs::probe_folder,
+                 .open_folder = tfjs::open_folder,
+                 .folder_holds = "model.json",
+                 .remote_index_names = kTfjsRemoteIndexes},
     FormatReader{.name = "gguf",
                  .family = "GGUF",
                  .probe_file = gguf::probe_file,

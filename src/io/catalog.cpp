@@ -71,6 +71,9 @@ nlohmann::json Tensor::typed_extras() const {
     if (q.scale) j["scale"] = *q.scale;
     if (q.zero_point) j["zero_point"] = *q.zero_point;
     if (q.axis) j["axis"] = *q.axis;
+    if (q.min) j["min"] = *q.min;
+    if (q.scheme == QScheme::MinScaleAffine || q.scheme == QScheme::Widened)
+      j["values_dtype"] = modelfs::dtype_name(q.values);
     if (!qscheme_per_tensor(q.scheme)) {
       j["scales"] = q.scales;
       j["zero_points"] = q.zero_points;
@@ -118,7 +121,8 @@ const Tensor& Catalog::add(const TensorSpec& spec) {
   // A view of the spec, copied into the stores as another catalog's tensor is.
   std::optional<Quantization> quantization;
   if (const auto& q = spec.quantization)
-    quantization = Quantization{q->scheme, q->scale, q->zero_point, q->axis, q->scales, q->zero_points};
+    quantization = Quantization{q->scheme, q->scale,       q->zero_point, q->axis,
+                                q->scales, q->zero_points, q->min,        q->values};
   Tensor view{.name = spec.name,
               .dtype = spec.dtype,
               .ggml = spec.ggml,

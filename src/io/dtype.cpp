@@ -58,14 +58,17 @@ const DTypeInfo& info(DType dtype) noexcept {
 struct QSchemeInfo {
   QScheme scheme;
   std::string_view name;
+  bool torch;  // a torch.qscheme, which a pickle may name
 };
 
 constexpr QSchemeInfo kQSchemes[] = {
-    {QScheme::PerTensorAffine, "per_tensor_affine"},
-    {QScheme::PerTensorSymmetric, "per_tensor_symmetric"},
-    {QScheme::PerChannelAffine, "per_channel_affine"},
-    {QScheme::PerChannelSymmetric, "per_channel_symmetric"},
-    {QScheme::PerChannelAffineFloatQParams, "per_channel_affine_float_qparams"},
+    {QScheme::PerTensorAffine, "per_tensor_affine", true},
+    {QScheme::PerTensorSymmetric, "per_tensor_symmetric", true},
+    {QScheme::PerChannelAffine, "per_channel_affine", true},
+    {QScheme::PerChannelSymmetric, "per_channel_symmetric", true},
+    {QScheme::PerChannelAffineFloatQParams, "per_channel_affine_float_qparams", true},
+    {QScheme::MinScaleAffine, "min_scale_affine", false},
+    {QScheme::Widened, "widened", false},
 };
 
 }  // namespace
@@ -100,12 +103,13 @@ std::string_view qscheme_name(QScheme scheme) noexcept {
 
 std::optional<QScheme> qscheme_from_name(std::string_view name) noexcept {
   for (const auto& entry : kQSchemes)
-    if (entry.name == name) return entry.scheme;
+    if (entry.torch && entry.name == name) return entry.scheme;
   return std::nullopt;
 }
 
 bool qscheme_per_tensor(QScheme scheme) noexcept {
-  return scheme == QScheme::PerTensorAffine || scheme == QScheme::PerTensorSymmetric;
+  return scheme == QScheme::PerTensorAffine || scheme == QScheme::PerTensorSymmetric ||
+         scheme == QScheme::MinScaleAffine || scheme == QScheme::Widened;
 }
 
 }  // namespace modelfs

@@ -31,8 +31,14 @@ std::optional<NpyContent> npy_content(const Tensor& tensor) {
     if (tensor.ggml == nullptr || tensor.ggml->dequantize == nullptr) return std::nullopt;
     return NpyContent{DType::Float32, tensor.ggml->name, false};
   }
-  if (tensor.quantization)
-    if (auto from = dequantized_from(tensor.dtype)) return NpyContent{DType::Float32, *from, false};
+  if (const Quantization* q = tensor.quantization) {
+    if (q->scheme == QScheme::MinScaleAffine || q->scheme == QScheme::Widened) {
+      // Stored as they are where the scheme does not fit the storage.
+      if (dequantizes(*q, tensor.dtype)) return NpyContent{q->values, dtype_name(tensor.dtype), false};
+    } else if (auto from = dequantized_from(tensor.dtype)) {
+      return NpyContent{DType::Float32, *from, false};
+    }
+  }
   const std::string_view stored = dtype_name(tensor.dtype);
   if (numpy_descr(tensor.dtype)) return NpyContent{tensor.dtype, stored, true};
   if (auto widened = widened_type(tensor.dtype)) return NpyContent{*widened, stored, true};

@@ -230,6 +230,81 @@ class PerChannelConversion final : public ElementConversion {
   PerChannelAffine p_;
 };
 
+// q x scale + min in float64, as JavaScript computes it, then kept as a
+// float32 (what a Float32Array stores) or, for integers, rounded half up
+// (Math.round) and wrapped modulo 2^32, NaN and infinities to 0 (what an
+// Int32Array stores).
+class MinScaleConversion final : public ElementConversion {
+ public:
+  MinScaleConversion(DType stored, double scale, double min, bool integers)
+      : wide_(stored == DType::UInt16), scale_(scale), min_(min), integers_(integers) {}
+  uint32_t stored_bits() const noexcept override { return wide_ ? 16 : 8; }
+  uint32_t value_size() const noexcept override { return 4; }
+  void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t,
+               std::byte* out) const override {
+    for (size_t i = 0; i < count; ++i) {
+      const uint64_t at = first + i;
+      const double q = wide_ ? load<uint16_t>(stored + 2 * at) : std::to_integer<uint8_t>(stored[at]);
+      const double value = q * scale_ + min_;
+      if (integers_) {
+        const int32_t rounded = wrapped_int32(round_half_up(value));
+        std::memcpy(out + 4 * i, &rounded, 4);
+      } else {
+        const auto single = static_cast<float>(value);
+        std::memcpy(out + 4 * i, &single, 4);
+      }
+    }
+  }
+
+ private:
+  static double round_half_up(double x) {
+    if (!std::isfinite(x)) return x;
+    double whole = std::floor(x);
+    if (x - whole >= 0.5) whole += 1;  // exact: x and its floor share their exponent's grid
+    return whole;
+  }
+  static int32_t wrapped_int32(double whole) {
+    if (!std::isfinite(whole)) return 0;
+    constexpr double kTwo32 = 4294967296.0;
+    double m = std::fmod(whole, kTwo32);
+    if (m < 0) m += kTwo32;
+    return static_cast<int32_t>(static_cast<uint32_t>(m));
+  }
+
+  bool wide_;
+  double scale_;
+  double min_;
+  bool integers_;
+};
+
+// IEEE half precision widened to float32: every value exact, NaN payloads
+// kept.
+class HalfConversion final : public ElementConversion {
+ public:
+  uint32_t stored_bits() const noexcept override { return 16; }
+  uint32_t value_size() const noexcept override { return 4; }
+  void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t,
+               std::byte* out) const override {
+    for (size_t i = 0; i < count; ++i) {
+      const uint32_t h = load<uint16_t>(stored + 2 * (first + i));
+      const uint32_t sign = (h & 0x8000u) << 16;
+      const uint32_t exponent = (h >> 10) & 0x1Fu;
+      const uint32_t mantissa = h & 0x3FFu;
+      uint32_t bits;
+      if (exponent == 0) {
+        // Zero or subnormal: mantissa x 2^-24, exact in float32.
+        const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+        bits = sign | std::bit_cast<uint32_t>(magnitude);
+      } else if (exponent == 0x1F) {
+        bits = sign | 0x7F800000u | (mantissa << 13);
+      } else {
+        bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+      }
+      std::memcpy(out + 4 * i, &bits, 4);
+    }
+  }
+};
+
 bool is_quantized_storage(DType dtype) {
   return dtype == DType::Int8 || dtype == DType::UInt8 || dtype == DType::Int32;
 }
@@ -326,6 +401,20 @@ std::shared_ptr<const ElementConversion> plain_conversion(DType stored) {
 std::unique_ptr<ElementConversion> affine_conversion(DType stored, const PerTensorAffine& params) {
   if (!is_quantized_storage(stored)) return nullptr;
   return std::make_unique<PerTensorConversion>(stored, params);
+}
+
+bool dequantizes(const Quantization& q, DType stored) {
+  if (q.scheme == QScheme::MinScaleAffine)
+    return (stored == DType::UInt8 || stored == DType::UInt16) && q.scale && q.min &&
+           (q.values == DType::Float32 || q.values == DType::Int32);
+  if (q.scheme == QScheme::Widened) return stored == DType::Float16 && q.values == DType::Float32;
+  return false;
+}
+
+std::unique_ptr<ElementConversion> dequantization(const Quantization& q, DType stored) {
+  if (!dequantizes(q, stored)) return nullptr;
+  if (q.scheme == QScheme::Widened) return std::make_unique<HalfConversion>();
+  return std::make_unique<MinScaleConversion>(stored, *q.scale, *q.min, q.values == DType::Int32);
 }
 
 std::unique_ptr<ElementConversion> affine_conversion(DType stored, const PerChannelAffine& params) {

@@ -12,11 +12,12 @@
 //                uint4/uint2 -> uint8 (sub-byte elements packed from the
 //                lowest bits of each byte up, element 0 first); torch's
 //                quantized integers -> float32 ((q - zero_point) x scale,
-//                per tensor or per channel); or the stored elements as
-//                they are (copy_conversion), for a strided view of a type
-//                numpy has. In C order, or through any non-negative
-//                strides (a strided view is read in runs along its
-//                innermost dimension): an expand() of one element to 2^26
+//                per tensor or per channel); unsigned integers q x scale +
+//                min -> float32 or int32, float16 -> float32; or the
+//                stored elements as they are (copy_conversion), for a
+//                strided view of a type numpy has. In C order, or through
+//                any non-negative strides (a strided view is read in runs
+//                along its innermost dimension): an expand() of one element to 2^26
 //                is a 4-byte storage and a 256 MiB .npy, never held whole
 //                (and a view past kViewBound, npy.hpp, is not made).
 //   BlockView    a ggml block type -> float32, one block at a time
@@ -86,6 +87,12 @@ struct PerChannelAffine {
   uint64_t inner = 1;          // elements after the axis: product of shape[axis+1:]
 };
 std::unique_ptr<ElementConversion> affine_conversion(DType stored, const PerTensorAffine& params);
+// q x scale + min (catalog.hpp, QScheme::MinScaleAffine) and the widened
+// floats (QScheme::Widened): whether `q` has the parameters its scheme
+// needs for `stored` (uint8 or uint16 into float32 or int32; float16 into
+// float32), and its conversion (null when not).
+bool dequantizes(const Quantization& q, DType stored);
+std::unique_ptr<ElementConversion> dequantization(const Quantization& q, DType stored);
 // Null when the parameters do not fit (sizes, dtypes, a zero channel count).
 std::unique_ptr<ElementConversion> affine_conversion(DType stored, const PerChannelAffine& params);
 

@@ -474,13 +474,15 @@ class TreeBuilder {
     return element_view(tensor, copy_conversion(dtype_bits(tensor.dtype) / 8));
   }
 
-  // The dequantization of a torch quantized tensor from its quantization
+  // The dequantization of a quantized tensor from its quantization
   // (npy_content has checked its storage type); per channel, the scales and
   // zero points are the catalog's tensors it names. Null when they do not
   // fit the tensor.
   std::unique_ptr<ElementConversion> quantized_conversion(const Tensor& tensor) {
     const auto shape = tensor.shape;
     const Quantization& q = *tensor.quantization;
+    if (q.scheme == QScheme::MinScaleAffine || q.scheme == QScheme::Widened)
+      return dequantization(q, tensor.dtype);
     if (qscheme_per_tensor(q.scheme)) {
       if (!q.scale || !q.zero_point) return nullptr;
       return affine_conversion(tensor.dtype, PerTensorAffine{*q.scale, *q.zero_point});

@@ -903,6 +903,48 @@ def tfckpt_many_slices(folder, count=TFCKPT_SLICES):
     return bundle.write(folder, block_entries=4096)
 
 
+# --- tfjs cases ---
+def _tfjs_model(folder, groups, topology=None, name="model.json"):
+    """A TensorFlow.js model.json of `groups` [(paths, weights)] (shards
+    written by the caller)."""
+    doc = {"format": "graph-model", "generatedBy": "hostile", "convertedBy": "hostile",
+           "modelTopology": topology if topology is not None else {"node": []},
+           "weightsManifest": [{"paths": paths, "weights": weights} for paths, weights in groups]}
+    path = folder / name
+    path.write_text(json.dumps(doc, separators=(",", ":")))
+    return path
+
+
+def tfjs_sizes_disagree(folder):
+    """A TensorFlow.js manifest whose weights claim 4 TiB of a 16-byte shard."""
+    (folder / "w.bin").write_bytes(bytes(16))
+    return _tfjs_model(folder, [(["w.bin"], [{"name": "w", "dtype": "float32", "shape": [1 << 20, 1 << 20]}])])
+
+
+def tfjs_repeated_shards(folder, repeats=100_000):
+    """A TensorFlow.js group naming one shard 100 000 times, its weights
+    sized to the repeated stream."""
+    (folder / "w.bin").write_bytes(bytes(64))
+    return _tfjs_model(folder, [(["w.bin"] * repeats,
+                                 [{"name": "w", "dtype": "float32", "shape": [16 * repeats]}])])
+
+
+def tfjs_many_weights(folder, count=200_000):
+    """A TensorFlow.js manifest of 200 000 one-byte weights over one shard."""
+    (folder / "w.bin").write_bytes(bytes(count))
+    weights = [{"name": "%x" % i, "dtype": "bool", "shape": []} for i in range(count)]
+    return _tfjs_model(folder, [(["w.bin"], weights)])
+
+
+def tfjs_deep_topology(folder, depth=100_000):
+    """A TensorFlow.js model.json whose modelTopology nests 100 000 levels."""
+    (folder / "w.bin").write_bytes(b"")
+    path = folder / "model.json"
+    path.write_text('{"format":"layers-model","modelTopology":' + "[" * depth + "]" * depth +
+                    ',"weightsManifest":[{"paths":["w.bin"],"weights":[]}]}')
+    return path
+
+
 CASES = {
     "long_name": (long_name, False),
     "shared_pickle_dict": (shared_pickle_dict, True),
@@ -962,6 +1004,11 @@ CASES = {
     "tfckpt_snappy_4gib": (tfckpt_snappy_4gib, False),
     "tfckpt_200k_entries": (tfckpt_many_entries, False),
     "tfckpt_100k_slices": (tfckpt_many_slices, False),
+    # --- tfjs cases ---
+    "tfjs_sizes_disagree": (tfjs_sizes_disagree, False),
+    "tfjs_repeated_shards": (tfjs_repeated_shards, False),
+    "tfjs_200k_weights": (tfjs_many_weights, False),
+    "tfjs_deep_topology": (tfjs_deep_topology, False),
 }
 
 

@@ -27,6 +27,10 @@ void append_json_string(std::string& out, std::string_view text);
 // 383). No well-formed UTF-8 encodes a surrogate, so nothing is ambiguous:
 // in Python, json.loads(text).encode("utf-8", "surrogateescape") == bytes.
 void append_json_bytes(std::string& out, std::string_view bytes);
+// What a sidecar says of the raw file of a string tensor (DType::String),
+// one append_json_bytes line per element.
+inline constexpr std::string_view kJsonLinesText =
+    "JSON Lines: one JSON string per element, in C order; a byte that is not UTF-8 is \\udcXX";
 // The length append_json_bytes would add, without making the text.
 size_t json_bytes_length(std::string_view bytes);
 
