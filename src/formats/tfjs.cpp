@@ -162,9 +162,12 @@ class Reader {
   }
 
   // Every group's shards opened inside the model's folder (model_folder.hpp)
-  // before any is read, each once.
+  // before any is read, each once; a remote model's side by side
+  // (ModelFolder::open_all: nothing of a shard is parsed at open, so no
+  // bytes are fetched ahead).
   std::vector<GroupBytes> open_shards(const Json& manifest) {
-    std::vector<GroupBytes> groups;
+    std::vector<std::string> names;
+    std::vector<size_t> group_of_name;                 // each name's group (0-based)
     std::unordered_map<std::string, size_t> group_of;  // shard name -> its group (1-based)
     for (size_t g = 0; g < manifest.size(); ++g) {
       check_budget();
@@ -175,7 +178,6 @@ class Reader {
       if (paths == group.end() || !paths->is_array()) fail(where + " has no \"paths\" array");
       const auto weights = group.find("weights");
       if (weights == group.end() || !weights->is_array()) fail(where + " has no \"weights\" array");
-      GroupBytes& bytes = groups.emplace_back();
       for (const Json& path : *paths) {
         check_budget();
         if (!path.is_string()) fail(where + " has a path that is not a string");
@@ -185,14 +187,21 @@ class Reader {
                (first->second == g + 1 ? std::string("twice in its paths")
                                        : "also in group " + std::to_string(first->second)) +
                ")");
-        auto shard = folder_->open(name);
-        if (shard.problem == ModelFolder::Problem::NotAName)
-          fail(where + " names shard \"" + name +
-               "\", which is not a file name inside the model's folder (it " + shard.reason + ")");
-        if (!shard) fail(where + " names shard \"" + name + "\", which " + shard.reason);
-        catalog_.files.push_back(name);
-        bytes.add(name, std::move(shard.file));
+        names.push_back(name);
+        group_of_name.push_back(g);
       }
+    }
+    auto opened = folder_->open_all(names, 0);
+    std::vector<GroupBytes> groups(manifest.size());
+    for (size_t i = 0; i < names.size(); ++i) {
+      const std::string where = "weightsManifest group " + std::to_string(group_of_name[i] + 1);
+      auto& shard = opened[i];
+      if (shard.problem == ModelFolder::Problem::NotAName)
+        fail(where + " names shard \"" + names[i] +
+             "\", which is not a file name inside the model's folder (it " + shard.reason + ")");
+      if (!shard) fail(where + " names shard \"" + names[i] + "\", which " + shard.reason);
+      catalog_.files.push_back(names[i]);
+      groups[group_of_name[i]].add(names[i], std::move(shard.file));
     }
     return groups;
   }
