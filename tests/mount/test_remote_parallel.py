@@ -10,14 +10,16 @@ held), never modelfs's own account, never wall time."""
 import json
 import os
 import random
+import subprocess
 import time
 
 import numpy as np
 import pytest
 
 import safetensors_writer as st
-from conftest import cat, index_paths, is_mounted, mounted, run_modelfs
+from conftest import MODELFS, cat, index_paths, is_mounted, mounted, run_modelfs, unmount
 from remote_servers import LatencyProxy, Nginx, most_at_once
+from test_remote import moto  # noqa: F401  (the moto S3 server fixture)
 
 MIB = 1 << 20
 BLOCK = 256 << 10
@@ -226,3 +228,36 @@ def test_two_daemons_on_one_cache_fetch_each_block_once(nginx, www, cache):
         # The second daemon finds every block in the shared cache.
         assert cat(p2["w"]) == value.tobytes()
         assert ranges(nginx.requests(), "/rated/big.safetensors") == after_first
+
+
+# -- S3 (moto) ---------------------------------------------------------------
+
+def test_s3_object_read_through_the_window_is_exact(moto, tmp, cache):
+    """The window's parallel range requests against S3: each signed on its
+    own (SigV4 per request), each pinned; a sequential reader and a random
+    one get exactly the uploaded bytes."""
+    from test_remote import s3_env, s3_upload
+
+    folder = tmp / "up"
+    folder.mkdir()
+    value = one_tensor_model(folder, 24 * MIB, seed=9)
+    key_id, secret = s3_upload(moto, "weights", {"big.safetensors": folder / "big.safetensors"})
+    env = s3_env(moto, tmp, key_id, secret)
+    mnt = tmp / "mnt-s3"
+    mnt.mkdir()
+    result = subprocess.run([str(MODELFS), "-o", f"cache_dir={cache}", "-o", "remote_parallel=8",
+                             "s3://weights/big.safetensors", str(mnt)],
+                            capture_output=True, text=True, timeout=120, env=env)
+    try:
+        assert result.returncode == 0, result.stderr
+        paths, _ = index_paths(mnt)
+        assert cat(paths["w"]) == value.tobytes()
+        rng = random.Random(3)
+        with open(paths["w"], "rb") as f:
+            for _ in range(32):
+                offset = rng.randrange(0, value.size - 4096)
+                f.seek(offset)
+                assert f.read(4096) == value[offset:offset + 4096].tobytes()
+    finally:
+        unmount(mnt)
+        os.rmdir(mnt)
