@@ -508,34 +508,9 @@ void ElementView::prepare(uint64_t, uint64_t) const {
 }
 
 void ElementView::fill(uint64_t offset, std::span<std::byte> out) const {
-  // Whole values are converted straight into `out` (conversions write
-  // through memcpy: no alignment needed); a value cut by either end of the
-  // range is converted into `value` and its bytes in range copied.
   constexpr size_t kChunk = 64 << 10;  // values converted at a time
-  const uint32_t value_size = conversion_->value_size();
-  std::byte value[kMaxValueSize];
-  uint64_t position = offset / value_size;
-  const size_t skip = offset % value_size;  // bytes of the first value before the range
-  std::byte* to = out.data();
-  size_t left = out.size();
-  if (skip != 0) {
-    values(position++, 1, value);
-    const size_t take = std::min<size_t>(value_size - skip, left);
-    std::memcpy(to, value + skip, take);
-    to += take;
-    left -= take;
-  }
-  while (left >= value_size) {
-    const size_t count = std::min(kChunk, left / value_size);
-    values(position, count, to);
-    position += count;
-    to += count * value_size;
-    left -= count * value_size;
-  }
-  if (left > 0) {
-    values(position, 1, value);
-    std::memcpy(to, value, left);
-  }
+  fill_values(offset, out, conversion_->value_size(), kChunk,
+              [this](uint64_t at, size_t count, std::byte* into) { values(at, count, into); });
 }
 
 std::unique_ptr<BlockView> BlockView::make(const ByteSpan& stored, const GgmlType& type, uint64_t numel) {

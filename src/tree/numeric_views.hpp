@@ -22,7 +22,9 @@
 //                (and a view past kViewBound, npy.hpp, is not made).
 //   BlockView    a ggml block type -> float32, one block at a time
 //                (ggml_dequant.hpp); blocks follow each other in C order.
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -143,6 +145,40 @@ class ElementView final : public StoredView {
   bool contiguous_ = true;
   std::shared_ptr<const ElementConversion> conversion_;
 };
+
+// Bytes [offset, offset + out.size()) of a run of converted values of
+// `value_size` bytes each, made by values(first, count, into) at most
+// `chunk` at a time. Whole values are converted straight into `out`
+// (conversions write through memcpy: no alignment needed); a value cut by
+// either end of the range is converted into a buffer of its own and its
+// bytes in range copied. Holds nothing to destroy (the mapped-bytes rule).
+template <typename Values>
+void fill_values(uint64_t offset, std::span<std::byte> out, uint32_t value_size, size_t chunk,
+                 const Values& values) {
+  std::byte value[ElementView::kMaxValueSize];
+  uint64_t position = offset / value_size;
+  const size_t skip = offset % value_size;  // bytes of the first value before the range
+  std::byte* to = out.data();
+  size_t left = out.size();
+  if (skip != 0) {
+    values(position++, 1, value);
+    const size_t take = std::min<size_t>(value_size - skip, left);
+    std::memcpy(to, value + skip, take);
+    to += take;
+    left -= take;
+  }
+  while (left >= value_size) {
+    const size_t count = std::min(chunk, left / value_size);
+    values(position, count, to);
+    position += count;
+    to += count * value_size;
+    left -= count * value_size;
+  }
+  if (left > 0) {
+    values(position, 1, value);
+    std::memcpy(to, value, left);
+  }
+}
 
 class BlockView final : public StoredView {
  public:

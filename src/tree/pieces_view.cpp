@@ -390,34 +390,12 @@ void ConvertedView::fill(uint64_t offset, std::span<std::byte> out) const {
   // t_converted.offset is the first element its bytes hold.
   const uint64_t base = t_converted.offset;
   const std::byte* stored = t_converted.bytes.data();
-  const uint32_t value_size = conversion_->value_size();
-  std::byte value[ElementView::kMaxValueSize];
-  uint64_t position = offset / value_size;
-  const size_t skip = offset % value_size;
-  std::byte* to = out.data();
-  size_t left = out.size();
   auto values = [&](uint64_t at, size_t count, std::byte* into) {
     if (at < base) throw std::logic_error("a converted part filled outside what prepare() read");
     conversion_->convert(stored, at - base, count, at, into);
   };
-  if (skip != 0) {
-    values(position++, 1, value);
-    const size_t take = std::min<size_t>(value_size - skip, left);
-    std::memcpy(to, value + skip, take);
-    to += take;
-    left -= take;
-  }
-  if (left >= value_size) {
-    const size_t count = left / value_size;
-    values(position, count, to);
-    position += count;
-    to += count * value_size;
-    left -= count * value_size;
-  }
-  if (left > 0) {
-    values(position, 1, value);
-    std::memcpy(to, value, left);
-  }
+  // What prepare() read is all in memory: every whole value in one call.
+  fill_values(offset, out, conversion_->value_size(), SIZE_MAX, values);
 }
 
 }  // namespace modelfs

@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 
 import safetensors_writer as st
-from conftest import MODELFS, cat, index_paths, is_mounted, mounted, run_modelfs, unmount
-from remote_servers import LatencyProxy, Nginx, most_at_once
-from test_remote import moto  # noqa: F401  (the moto S3 server fixture)
+from conftest import MODELFS, cat, index_paths, is_mounted, run_modelfs, unmount
+from remote_servers import LatencyProxy, most_at_once
+# nginx, moto and cache are fixtures: nginx serves this file's own www.
+from test_remote import cache, moto, nginx, remote_mount  # noqa: F401
 
 MIB = 1 << 20
 BLOCK = 256 << 10
@@ -27,27 +28,10 @@ BLOCK = 256 << 10
 
 @pytest.fixture
 def www(tmp):
+    """What nginx serves here: only what a test writes (no shared fixtures)."""
     root = tmp / "www"
     root.mkdir()
     return root
-
-
-@pytest.fixture
-def nginx(tmp, www):
-    server = Nginx(tmp / "nginx", www)
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def cache(tmp):
-    return tmp / "cache"
-
-
-def remote_mount(url, cache, *options):
-    return mounted(url, "-o", f"cache_dir={cache}", *options)
 
 
 def one_tensor_model(folder, size, name="big.safetensors", seed=5):
