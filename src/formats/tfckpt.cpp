@@ -550,7 +550,11 @@ class BundleReader {
       data_blocks.emplace_back(std::string(key), h);
     });
     std::optional<std::string> previous;
-    for (const auto& [separator, handle] : data_blocks) {
+    // Named, not structured bindings: a lambda below uses them (clang 14,
+    // which builds the fuzzers, cannot capture a binding).
+    for (const auto& data_block : data_blocks) {
+      const std::string& separator = data_block.first;
+      const BlockHandle& handle = data_block.second;
       const Block block = block_at(handle);
       for_each_entry(block.bytes, handle.offset, file_, [&](std::string_view key, auto value) {
         if (previous && key <= *previous)
