@@ -432,7 +432,7 @@ struct DataTypeInfo {
   std::optional<DType> dtype;  // none: DT_STRING or left out
 };
 
-constexpr uint64_t kDtString = 7, kDtResource = 20, kDtVariant = 21;
+constexpr uint64_t kDtString = 7;
 
 // docs/formats.md, "DataType → numpy". The quantized types are their
 // integers; DT_INT4/UINT4 (one element a byte, unlike modelfs's packed
