@@ -10,6 +10,7 @@
 // block at once: each writes the same bytes, whole, before marking it.
 #include <curl/curl.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -404,11 +405,22 @@ thread_local int stream_scopes = 0;
 // most CacheOptions::parallel, started when a job finds none idle. Never
 // ended: a request in flight at exit is cut with the process, not waited
 // out. A job never waits on another, so none can wait on a queued one.
+//
+// A fork (the mount's fuse_daemonize, the HDF5 reader's sandbox) copies the
+// pool but none of its threads: a child would wait on a condition variable
+// whose waiters it does not have, and on blocks marked in flight by jobs
+// that never run there. So a fork first waits until no job is queued or
+// running (every block's fetch is then over), and the child starts from a
+// pool of its own.
 class FetchPool {
  public:
   static FetchPool& get() {
-    static FetchPool* const pool = new FetchPool;
-    return *pool;
+    static std::once_flag registered;
+    std::call_once(registered, [] {
+      pool_ = new FetchPool;
+      ::pthread_atfork([] { pool_->quiesce(); }, nullptr, [] { pool_ = new FetchPool; });
+    });
+    return *pool_;
   }
   // False when no thread runs jobs (none could be started): the caller
   // runs `job` itself.
@@ -447,16 +459,26 @@ class FetchPool {
       --idle_;
       std::function<void()> job = std::move(jobs_.front());
       jobs_.pop_front();
+      ++running_;
       guard.unlock();
       job();
       job = nullptr;  // what it holds is released outside the lock
       guard.lock();
+      if (--running_ == 0 && jobs_.empty()) quiet_.notify_all();
     }
   }
+  // Until no job is queued or running (before a fork).
+  void quiesce() {
+    std::unique_lock guard(lock_);
+    quiet_.wait(guard, [&] { return jobs_.empty() && running_ == 0; });
+  }
+  static inline FetchPool* pool_ = nullptr;
   std::mutex lock_;
   std::condition_variable wake_;
+  std::condition_variable quiet_;
   std::deque<std::function<void()>> jobs_;
   size_t idle_ = 0;
+  size_t running_ = 0;
   unsigned threads_ = 0;
 };
 

@@ -291,3 +291,37 @@ def test_real_hostile_files(shared):
         pytest.skip(f"realworld2 fixtures not found at {folder}")
     refused(folder / "numpy_py3_objarr.npz", "npz", "object array", "pickle", "never loaded")
     refused(folder / "picklescan_object_array.npy", "npy", "object array", "pickle", "never loaded")
+
+
+def test_remote_npy_and_npz_mount_lazily(tmp):
+    """A URL of a .npy, a stored .npz and a deflated .npz (nginx): values
+    as numpy's; mounting a stored .npz fetches its directory and member
+    headers, not its members."""
+    from remote_servers import Nginx
+
+    www = tmp / "www"
+    www.mkdir()
+    big = {name: sample(np.float32, (1024, 1024)) for name in "abcd"}
+    np.savez(www / "stored.npz", **big)
+    np.savez_compressed(www / "deflated.npz", **big)
+    fortran = np.asfortranarray(sample(np.float64, (64, 32)))
+    np.save(www / "f.npy", fortran)
+    server = Nginx(tmp / "nginx", www)
+    try:
+        cache = tmp / "cache"
+        with mounted(f"{server.url}/f.npy", "-o", f"cache_dir={cache}") as mnt:
+            paths, _ = index_paths(mnt)
+            check_array(paths["f"], fortran, "float64")
+        with mounted(f"{server.url}/stored.npz", "-o", f"cache_dir={cache}") as mnt:
+            paths, _ = index_paths(mnt)
+            # Mounted, the archive's directory and member headers read: a
+            # small part of its 16 MiB fetched.
+            fetched = sum(sent for uri, _, sent, _ in server.requests() if uri == "/stored.npz")
+            assert fetched < 2 * 1024 * 1024, fetched
+            np.testing.assert_array_equal(np.load(str(paths["a"]) + ".npy"), big["a"])
+        with mounted(f"{server.url}/deflated.npz", "-o", f"cache_dir={cache}") as mnt:
+            paths, _ = index_paths(mnt)
+            for name, arr in big.items():
+                np.testing.assert_array_equal(np.load(str(paths[name]) + ".npy"), arr)
+    finally:
+        server.stop()
