@@ -6,36 +6,18 @@
 // parent's validation (hdf5::add_records) over a fixed 64 KiB file, so the
 // fuzzer spends its time on what the daemon trusts least: records from a
 // process that may have been subverted.
-#include <sys/uio.h>
 
-#include <array>
 #include <cstring>
 #include <string>
 
 #include "formats/hdf5.hpp"
 #include "fuzz_input.hpp"
+#include "fuzz_tree_reads.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/tree.hpp"
 
 namespace {
-
-void read_tree(modelfs::Catalog catalog) {
-  const auto tree = modelfs::Tree::build(std::move(catalog), {});
-  std::array<iovec, 4> io{};
-  std::string scratch;
-  for (uint64_t ino = 1; ino <= tree->node_count(); ++ino) {
-    const modelfs::Node* node = tree->node(ino);
-    if (node->kind != modelfs::NodeKind::File) continue;
-    for (const uint64_t at : {uint64_t{0}, node->size / 2}) {
-      try {
-        (void)tree->read(*node, at, 4096, io, scratch);
-      } catch (const modelfs::ModelError&) {
-      }
-    }
-  }
-}
 
 const std::filesystem::path& fixed_file() {
   static const std::filesystem::path path = [] {
@@ -56,7 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     if (file) {
       const auto model = modelfs::ModelFile::open(modelfs::fuzz::write_input(data, size, "model.h5"));
-      read_tree(modelfs::hdf5::open_file(model));
+      modelfs::fuzz::read_tree(modelfs::hdf5::open_file(model));
     } else {
       const auto mapped = modelfs::MappedFile::open(fixed_file());
       const modelfs::hdf5::Source source{mapped, 0, mapped->size(), "fixed.h5", "fixed.h5"};
@@ -64,7 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       catalog.format = "hdf5";
       modelfs::hdf5::add_records(catalog, std::string_view(reinterpret_cast<const char*>(data), size),
                                  source);
-      read_tree(std::move(catalog));
+      modelfs::fuzz::read_tree(std::move(catalog));
     }
   } catch (const modelfs::ModelError&) {
   } catch (const modelfs::SizeOverflow&) {

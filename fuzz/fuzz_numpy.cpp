@@ -3,39 +3,17 @@
 // docs/formats.md §10.5), and an .npz's members, stored or deflated, whose
 // raw files are then read at both ends and in the middle through the tree,
 // so the per-read inflation meets every stream the fuzzer makes.
-#include <sys/uio.h>
 
-#include <array>
 #include <string>
 
 #include "formats/numpy.hpp"
 #include "fuzz_input.hpp"
+#include "fuzz_tree_reads.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
-#include "modelfs/tree.hpp"
 #include "modelfs/zip_archive.hpp"
-
-namespace {
-
-void read_tree(modelfs::Catalog catalog) {
-  const auto tree = modelfs::Tree::build(std::move(catalog), {});
-  std::array<iovec, 4> io{};
-  std::string scratch;
-  for (uint64_t ino = 1; ino <= tree->node_count(); ++ino) {
-    const modelfs::Node* node = tree->node(ino);
-    if (node->kind != modelfs::NodeKind::File) continue;
-    for (const uint64_t at : {uint64_t{0}, node->size / 2, node->size > 4096 ? node->size - 4096 : 0}) {
-      try {
-        (void)tree->read(*node, at, 4096, io, scratch);
-      } catch (const modelfs::ModelError&) {
-      }
-    }
-  }
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool zip = size >= 2 && data[0] == 'P' && data[1] == 'K';
@@ -46,9 +24,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto model = modelfs::ModelFile::open(path);
     if (zip) {
       const auto archive = modelfs::ZipArchive::open(model.mapped, "ZIP archive");
-      if (modelfs::numpy::is_npz_archive(archive)) read_tree(modelfs::numpy::open_npz(model, archive));
+      if (modelfs::numpy::is_npz_archive(archive))
+        modelfs::fuzz::read_tree(modelfs::numpy::open_npz(model, archive));
     } else {
-      read_tree(modelfs::numpy::open_file(model));
+      modelfs::fuzz::read_tree(modelfs::numpy::open_file(model));
     }
   } catch (const modelfs::ModelError&) {
   } catch (const modelfs::SizeOverflow&) {

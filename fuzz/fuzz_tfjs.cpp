@@ -5,37 +5,19 @@
 // and group1-shard1of1.bin hold them all, group1-shard1of2.bin and
 // group1-shard2of2.bin a half each (so weights span two shards). Every file
 // of the tree is then read at both ends and in the middle.
-#include <sys/uio.h>
 
-#include <array>
 #include <string>
 #include <string_view>
 
 #include "formats/tfjs.hpp"
 #include "fuzz_input.hpp"
+#include "fuzz_tree_reads.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
-#include "modelfs/tree.hpp"
 
 namespace {
-
-void read_tree(modelfs::Catalog catalog) {
-  const auto tree = modelfs::Tree::build(std::move(catalog), {});
-  std::array<iovec, 4> io{};
-  std::string scratch;
-  for (uint64_t ino = 1; ino <= tree->node_count(); ++ino) {
-    const modelfs::Node* node = tree->node(ino);
-    if (node->kind != modelfs::NodeKind::File) continue;
-    for (const uint64_t at : {uint64_t{0}, node->size / 2, node->size > 4096 ? node->size - 4096 : 0}) {
-      try {
-        (void)tree->read(*node, at, 4096, io, scratch);
-      } catch (const modelfs::ModelError&) {
-      }
-    }
-  }
-}
 
 void write(std::string_view bytes, const std::string& name) {
   modelfs::fuzz::write_input(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), name);
@@ -58,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   modelfs::BudgetScope scope(budget);
   try {
     modelfs::IntegrityChecks checks;
-    read_tree(modelfs::tfjs::open_file(modelfs::ModelFile::open(path, &checks)));
+    modelfs::fuzz::read_tree(modelfs::tfjs::open_file(modelfs::ModelFile::open(path, &checks)));
     for (const auto& check : checks) check.run([](uint64_t) {});
   } catch (const modelfs::ModelError&) {
   } catch (const modelfs::SizeOverflow&) {
