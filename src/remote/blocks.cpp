@@ -403,22 +403,26 @@ thread_local int stream_scopes = 0;
 // The threads that make the window's requests and the pieces of a long run
 // a reader waits for, each on a connection of its own (thread_handle): at
 // most CacheOptions::parallel, started when a job finds none idle. Never
-// ended: a request in flight at exit is cut with the process, not waited
-// out. A job never waits on another, so none can wait on a queued one.
+// ended while the process runs on: a request in flight at exit is cut with
+// the process, not waited out. A job never waits on another, so none can
+// wait on a queued one.
 //
 // A fork (the mount's fuse_daemonize, the HDF5 reader's sandbox) copies the
 // pool but none of its threads: a child would wait on a condition variable
-// whose waiters it does not have, and on blocks marked in flight by jobs
-// that never run there. So a fork first waits until no job is queued or
-// running (every block's fetch is then over), and the child starts from a
-// pool of its own.
+// whose waiters it does not have, on blocks marked in flight by jobs that
+// never run there, and would hold the threads' connections and handles with
+// nothing left to reach them. So a fork first waits until no job is queued
+// or running, then ends the threads (each closes its handle on the way out)
+// and holds the lock across the fork; both sides start threads afresh as
+// jobs come.
 class FetchPool {
  public:
   static FetchPool& get() {
     static std::once_flag registered;
     std::call_once(registered, [] {
       pool_ = new FetchPool;
-      ::pthread_atfork([] { pool_->quiesce(); }, nullptr, [] { pool_ = new FetchPool; });
+      ::pthread_atfork([] { pool_->stop_for_fork(); }, [] { pool_->lock_.unlock(); },
+                       [] { pool_->lock_.unlock(); });
     });
     return *pool_;
   }
@@ -426,8 +430,8 @@ class FetchPool {
   // runs `job` itself.
   bool submit(std::function<void()> job, bool urgent) {
     std::lock_guard guard(lock_);
-    if (jobs_.size() >= idle_ && threads_ < std::max(1u, cache_options.parallel)) start();
-    if (threads_ == 0) return false;
+    if (jobs_.size() >= idle_ && threads_.size() < std::max(1u, cache_options.parallel)) start();
+    if (threads_.empty()) return false;
     if (urgent)
       jobs_.push_front(std::move(job));
     else
@@ -443,8 +447,7 @@ class FetchPool {
     ::sigfillset(&all);
     ::pthread_sigmask(SIG_BLOCK, &all, &previous);
     try {
-      std::thread([this] { run(); }).detach();
-      ++threads_;
+      threads_.emplace_back([this] { run(); });
     } catch (const std::system_error& e) {
       spdlog::debug("no more remote fetch threads: {}", e.what());
     }
@@ -455,8 +458,9 @@ class FetchPool {
     std::unique_lock guard(lock_);
     for (;;) {
       ++idle_;
-      wake_.wait(guard, [&] { return !jobs_.empty(); });
+      wake_.wait(guard, [&] { return !jobs_.empty() || stopping_; });
       --idle_;
+      if (jobs_.empty()) return;  // stopping
       std::function<void()> job = std::move(jobs_.front());
       jobs_.pop_front();
       ++running_;
@@ -467,19 +471,30 @@ class FetchPool {
       if (--running_ == 0 && jobs_.empty()) quiet_.notify_all();
     }
   }
-  // Until no job is queued or running (before a fork).
-  void quiesce() {
+  // Before a fork: until no job is queued or running, then every thread
+  // joined; returns holding the lock, which each side of the fork releases.
+  void stop_for_fork() {
     std::unique_lock guard(lock_);
     quiet_.wait(guard, [&] { return jobs_.empty() && running_ == 0; });
+    stopping_ = true;
+    wake_.notify_all();
+    std::vector<std::thread> ending = std::move(threads_);
+    threads_.clear();
+    guard.unlock();
+    for (std::thread& t : ending) t.join();
+    guard.lock();
+    stopping_ = false;
+    guard.release();
   }
   static inline FetchPool* pool_ = nullptr;
   std::mutex lock_;
   std::condition_variable wake_;
   std::condition_variable quiet_;
   std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> threads_;
   size_t idle_ = 0;
   size_t running_ = 0;
-  unsigned threads_ = 0;
+  bool stopping_ = false;
 };
 
 // The pieces a reader waits for, fetched by the pool and by itself.
