@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -37,6 +38,9 @@ using protobuf::WireType;
 using Json = nlohmann::ordered_json;
 
 constexpr std::string_view kFormat = "onnx";
+// External data files of a remote model opened side by side before its
+// graph is read; any more are opened as the graph names them.
+constexpr size_t kMaxFilesOpenedEarly = 4096;
 // What the sidecar of a STRING tensor says of its raw file.
 constexpr std::string_view kStringText = kJsonLinesText;
 
@@ -232,6 +236,7 @@ class Reader {
     Json graph_doc;
     const auto graph = fields.message(model_field::kGraph);
     if (!graph) fail(0, "the model has no graph (ModelProto field 7)");
+    if (remote::is_url(model_path_.native())) open_remote_external(*graph);
     graph_doc["graph"] = read_graph(*graph, "main");
     const Json& main = graph_doc["graph"];
     meta["graph_name"] = main["name"];
@@ -1053,6 +1058,38 @@ class Reader {
                         }});
   }
 
+  // A remote model's external data files, opened side by side before the
+  // graph is read (ModelFolder::open_all): each open is a round trip, and a
+  // model saved a file per tensor names hundreds. Only the main graph's
+  // initializers are looked at, only for their locations; the graph's own
+  // reading then takes each file from here as it would open it, checks it
+  // as it would, and opens any other itself. A file that fails to open, or
+  // a message this look cannot parse, is left to that reading to report.
+  void open_remote_external(const WireMessage& graph) {
+    std::vector<std::string> names;
+    std::set<std::string, std::less<>> seen;
+    try {
+      Fields graph_fields(graph);
+      for (const auto& f : graph_fields.every(graph_field::kInitializer)) {
+        const WireMessage tensor = graph.child(f);
+        Fields tensor_fields(tensor);
+        for (const auto& e : tensor_fields.every(tensor_field::kExternalData)) {
+          Fields entry(tensor.child(e));
+          if (last_text(entry, 1) != "location") continue;
+          std::string location = last_text(entry, 2);
+          if (location.empty() || location.front() == '#' || names.size() >= kMaxFilesOpenedEarly) continue;
+          if (seen.insert(location).second) names.push_back(std::move(location));
+        }
+      }
+    } catch (const ModelError&) {
+      return;
+    }
+    if (names.size() < 2) return;
+    auto opened = folder_->open_all(names, 0);
+    for (size_t i = 0; i < names.size(); ++i)
+      if (opened[i]) opened_early_.emplace(std::move(names[i]), std::move(opened[i]));
+  }
+
   // The external data file a location names, mapped once however many
   // tensors point into it. The rules of onnx's checker, which are
   // modelfs's rule for every file a model names (model_folder.hpp): a
@@ -1065,7 +1102,13 @@ class Reader {
     };
     if (!location.empty() && location.front() == '#') refuse("is an in-memory placeholder, not a file");
     if (auto it = external_.find(location); it != external_.end()) return it->second;
-    auto named = folder_->open(location);
+    ModelFolder::Opened named;
+    if (auto early = opened_early_.find(location); early != opened_early_.end()) {
+      named = std::move(early->second);
+      opened_early_.erase(early);
+    } else {
+      named = folder_->open(location);
+    }
     if (!named) refuse(named.reason);
     std::shared_ptr<const MappedFile> file = std::move(named.file);
     // Another name for a file opened already ("./w.bin", a link to it):
@@ -1091,6 +1134,7 @@ class Reader {
   Catalog catalog_;
   uint64_t string_text_bytes_ = 0;                                     // made so far for STRING tensors
   std::map<std::string, std::shared_ptr<const MappedFile>> external_;  // by location
+  std::map<std::string, ModelFolder::Opened> opened_early_;            // open_remote_external, not yet used
   std::map<std::pair<dev_t, ino_t>, std::shared_ptr<const MappedFile>> external_by_identity_;
 };
 

@@ -616,6 +616,7 @@ class BundleReader {
       refuse(at, "header says " + std::to_string(num_shards) + " shards (at most " +
                      std::to_string(kMaxShards) + ")");
     num_shards_ = num_shards;
+    open_remote_shards();
     nlohmann::json version = {{"producer", producer}, {"min_consumer", min_consumer}};
     if (!bad_consumers.empty()) version["bad_consumers"] = bad_consumers;
     catalog_.metadata["bundle"] = {
@@ -696,27 +697,57 @@ class BundleReader {
     take(std::move(e));
   }
 
+  // PREFIX.index names PREFIX.data-SSSSS-of-NNNNN.
+  bool names_data_files() const {
+    const std::string index_name = model_.path.filename().string();
+    return index_name.ends_with(".index") && index_name.size() > 6;
+  }
+  std::string data_file_name(int64_t shard) const {
+    const std::string index_name = model_.path.filename().string();
+    char suffix[64];
+    std::snprintf(suffix, sizeof suffix, ".data-%05lld-of-%05lld", static_cast<long long>(shard),
+                  static_cast<long long>(num_shards_));
+    return index_name.substr(0, index_name.size() - 6) + suffix;
+  }
+
   // The data file of `shard`, opened once, inside the index's folder.
   const std::shared_ptr<const MappedFile>& shard_file(const Entry& e, std::string& name) {
     if (e.shard_id < 0 || e.shard_id >= num_shards_)
       refuse(e.at, "tensor " + in_quotes(e.key) + " is in shard " + std::to_string(e.shard_id) +
                        " but the bundle has " + std::to_string(num_shards_));
-    const std::string index_name = model_.path.filename().string();
-    if (!index_name.ends_with(".index") || index_name.size() == 6)
+    if (!names_data_files())
       refuse(std::nullopt, "the index's name does not end in .index, so its data files cannot be named");
-    char suffix[48];
-    std::snprintf(suffix, sizeof suffix, ".data-%05lld-of-%05lld", static_cast<long long>(e.shard_id),
-                  static_cast<long long>(num_shards_));
-    name = index_name.substr(0, index_name.size() - 6) + suffix;
+    name = data_file_name(e.shard_id);
     auto found = shards_.find(e.shard_id);
     if (found != shards_.end()) return found->second;
     if (!folder_) folder_.emplace(ModelFolder::of_file(model_.path, kFormatName));
-    auto opened = folder_->open(name);
+    ModelFolder::Opened opened;
+    if (auto early = opened_early_.find(e.shard_id); early != opened_early_.end()) {
+      opened = std::move(early->second);
+      opened_early_.erase(early);
+    } else {
+      opened = folder_->open(name);
+    }
     if (!opened)
       refuse(std::nullopt,
              "tensor " + in_quotes(e.key) + " is in data file " + name + ", which " + opened.reason);
     catalog_.files.push_back(name);
     return shards_.emplace(e.shard_id, std::move(opened.file)).first->second;
+  }
+
+  // A remote bundle's data files, opened side by side once the header has
+  // said how many there are (ModelFolder::open_all): each open is a round
+  // trip, and the entries name them in any order. shard_file takes them
+  // from here, as it would open them, and says why one that failed did.
+  void open_remote_shards() {
+    if (num_shards_ < 2 || !remote::is_url(model_.path.native()) || !names_data_files()) return;
+    if (!folder_) folder_.emplace(ModelFolder::of_file(model_.path, kFormatName));
+    std::vector<std::string> names;
+    names.reserve(static_cast<size_t>(num_shards_));
+    for (int64_t id = 0; id < num_shards_; ++id) names.push_back(data_file_name(id));
+    auto opened = folder_->open_all(names, 0);
+    for (size_t id = 0; id < opened.size(); ++id)
+      if (opened[id]) opened_early_.emplace(static_cast<int64_t>(id), std::move(opened[id]));
   }
 
   // The bytes of `e` in its data file, checked to lie inside it.
@@ -999,6 +1030,7 @@ class BundleReader {
   nlohmann::json left_out_ = nlohmann::json::array();
   std::optional<ModelFolder> folder_;
   std::map<int64_t, std::shared_ptr<const MappedFile>> shards_;
+  std::map<int64_t, ModelFolder::Opened> opened_early_;  // open_remote_shards, not yet used
   uint64_t string_text_bytes_ = 0;
 };
 

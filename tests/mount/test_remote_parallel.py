@@ -188,6 +188,58 @@ def test_list_of_a_sharded_url_fetches_side_by_side_too(www, cache, slow_proxy):
     assert most_at_once([(start, end) for start, end, _ in held]) >= 8
 
 
+def test_onnx_external_data_files_are_opened_side_by_side(www, cache, slow_proxy):
+    """A model saved a file per tensor (onnx's own writer): every file's
+    first request held at once with others, every tensor exact."""
+    script = r"""
+import sys, numpy as np, onnx
+from onnx import helper, numpy_helper, TensorProto
+rng = np.random.default_rng(3)
+inits = [numpy_helper.from_array(rng.standard_normal(1024).astype(np.float32), f"w{i}") for i in range(16)]
+for i, t in enumerate(inits):
+    np.save(f"{sys.argv[1]}/expect{i}.npy", numpy_helper.to_array(t))
+graph = helper.make_graph([], "g", [], [helper.make_tensor_value_info("w0", TensorProto.FLOAT, [1024])], inits)
+model = helper.make_model(graph)
+onnx.save_model(model, f"{sys.argv[1]}/model.onnx", save_as_external_data=True,
+                all_tensors_to_one_file=False, size_threshold=0)
+"""
+    folder = www / "onnx"
+    folder.mkdir()
+    subprocess.run(["/usr/bin/python3", "-c", script, str(folder)], check=True)
+    external = [p.name for p in folder.iterdir() if p.name.startswith("w")]
+    assert len(external) == 16, external
+    expected = {f"w{i}": np.load(folder / f"expect{i}.npy") for i in range(16)}
+    for i in range(16):
+        (folder / f"expect{i}.npy").unlink()
+    with remote_mount(f"{slow_proxy.url}/onnx/model.onnx", cache) as mnt:
+        paths, _ = index_paths(mnt)
+        held = [h for h in slow_proxy.held("/onnx/w")]
+        assert len({line.split()[1] for *_, line in held}) == 16
+        assert most_at_once([(start, end) for start, end, _ in held]) >= 8
+        for name, value in expected.items():
+            assert cat(paths[name]) == value.tobytes()
+
+
+def test_tensorflow_data_shards_are_opened_side_by_side(www, cache, slow_proxy):
+    import tfckpt_bundle as tb
+    folder = www / "tf"
+    folder.mkdir()
+    bundle = tb.Bundle(num_shards=16)
+    rng = np.random.default_rng(4)
+    expected = {}
+    for i in range(16):
+        expected[f"v{i}"] = rng.standard_normal(512).astype(np.float32)
+        bundle.add(f"v{i}", expected[f"v{i}"], shard=i)
+    bundle.write(folder)
+    with remote_mount(f"{slow_proxy.url}/tf/model.index", cache) as mnt:
+        paths, _ = index_paths(mnt)
+        held = slow_proxy.held("/tf/model.data-")
+        assert len({line.split()[1] for *_, line in held}) == 16
+        assert most_at_once([(start, end) for start, end, _ in held]) >= 8
+        for name, value in expected.items():
+            assert cat(paths[name]) == value.tobytes()
+
+
 def test_check_of_a_url_fetches_in_parallel(nginx, www, cache):
     one_tensor_model(www, 24 * MIB)
     nginx.clear_log()
