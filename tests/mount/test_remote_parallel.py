@@ -166,15 +166,20 @@ def slow_proxy(tmp, nginx):
         proxy.stop()
 
 
+def assert_held_side_by_side(proxy, prefix, files):
+    """`files` files under `prefix` each asked for, many requests held at
+    once: one after another, no two would ever be."""
+    held = proxy.held(prefix)
+    assert len({line.split()[1] for *_, line in held}) == files
+    assert most_at_once([(start, end) for start, end, _ in held]) >= 8
+
+
 def test_shard_headers_are_fetched_side_by_side(www, cache, slow_proxy):
     values = write_shards(www / "ckpt", 16)
     with remote_mount(f"{slow_proxy.url}/ckpt/model.safetensors.index.json", cache) as mnt:
         paths, _ = index_paths(mnt)
-        held = slow_proxy.held("/ckpt/model-")
-        # Every shard's probe and header, and many of them held at once:
-        # one after another, no two requests would ever be.
-        assert len({line.split()[1] for *_, line in held}) == 16
-        assert most_at_once([(start, end) for start, end, _ in held]) >= 8
+        # Every shard's probe and header.
+        assert_held_side_by_side(slow_proxy, "/ckpt/model-", 16)
         for name, value in values.items():
             assert cat(paths[name]) == value.tobytes()
 
@@ -213,9 +218,7 @@ onnx.save_model(model, f"{sys.argv[1]}/model.onnx", save_as_external_data=True,
         (folder / f"expect{i}.npy").unlink()
     with remote_mount(f"{slow_proxy.url}/onnx/model.onnx", cache) as mnt:
         paths, _ = index_paths(mnt)
-        held = [h for h in slow_proxy.held("/onnx/w")]
-        assert len({line.split()[1] for *_, line in held}) == 16
-        assert most_at_once([(start, end) for start, end, _ in held]) >= 8
+        assert_held_side_by_side(slow_proxy, "/onnx/w", 16)
         for name, value in expected.items():
             assert cat(paths[name]) == value.tobytes()
 
@@ -233,9 +236,7 @@ def test_tensorflow_data_shards_are_opened_side_by_side(www, cache, slow_proxy):
     bundle.write(folder)
     with remote_mount(f"{slow_proxy.url}/tf/model.index", cache) as mnt:
         paths, _ = index_paths(mnt)
-        held = slow_proxy.held("/tf/model.data-")
-        assert len({line.split()[1] for *_, line in held}) == 16
-        assert most_at_once([(start, end) for start, end, _ in held]) >= 8
+        assert_held_side_by_side(slow_proxy, "/tf/model.data-", 16)
         for name, value in expected.items():
             assert cat(paths[name]) == value.tobytes()
 
