@@ -1084,10 +1084,7 @@ class Reader {
     } catch (const ModelError&) {
       return;
     }
-    if (names.size() < 2) return;
-    auto opened = folder_->open_all(names, 0);
-    for (size_t i = 0; i < names.size(); ++i)
-      if (opened[i]) opened_early_.emplace(std::move(names[i]), std::move(opened[i]));
+    early_.open(*folder_, std::move(names));
   }
 
   // The external data file a location names, mapped once however many
@@ -1102,13 +1099,7 @@ class Reader {
     };
     if (!location.empty() && location.front() == '#') refuse("is an in-memory placeholder, not a file");
     if (auto it = external_.find(location); it != external_.end()) return it->second;
-    ModelFolder::Opened named;
-    if (auto early = opened_early_.find(location); early != opened_early_.end()) {
-      named = std::move(early->second);
-      opened_early_.erase(early);
-    } else {
-      named = folder_->open(location);
-    }
+    auto named = early_.take(*folder_, location);
     if (!named) refuse(named.reason);
     std::shared_ptr<const MappedFile> file = std::move(named.file);
     // Another name for a file opened already ("./w.bin", a link to it):
@@ -1134,7 +1125,7 @@ class Reader {
   Catalog catalog_;
   uint64_t string_text_bytes_ = 0;                                     // made so far for STRING tensors
   std::map<std::string, std::shared_ptr<const MappedFile>> external_;  // by location
-  std::map<std::string, ModelFolder::Opened> opened_early_;            // open_remote_external, not yet used
+  EarlyOpens early_;                                                   // open_remote_external's
   std::map<std::pair<dev_t, ino_t>, std::shared_ptr<const MappedFile>> external_by_identity_;
 };
 

@@ -721,13 +721,7 @@ class BundleReader {
     auto found = shards_.find(e.shard_id);
     if (found != shards_.end()) return found->second;
     if (!folder_) folder_.emplace(ModelFolder::of_file(model_.path, kFormatName));
-    ModelFolder::Opened opened;
-    if (auto early = opened_early_.find(e.shard_id); early != opened_early_.end()) {
-      opened = std::move(early->second);
-      opened_early_.erase(early);
-    } else {
-      opened = folder_->open(name);
-    }
+    auto opened = early_.take(*folder_, name);
     if (!opened)
       refuse(std::nullopt,
              "tensor " + in_quotes(e.key) + " is in data file " + name + ", which " + opened.reason);
@@ -740,14 +734,12 @@ class BundleReader {
   // trip, and the entries name them in any order. shard_file takes them
   // from here, as it would open them, and says why one that failed did.
   void open_remote_shards() {
-    if (num_shards_ < 2 || !remote::is_url(model_.path.native()) || !names_data_files()) return;
+    if (!remote::is_url(model_.path.native()) || !names_data_files()) return;
     if (!folder_) folder_.emplace(ModelFolder::of_file(model_.path, kFormatName));
     std::vector<std::string> names;
     names.reserve(static_cast<size_t>(num_shards_));
     for (int64_t id = 0; id < num_shards_; ++id) names.push_back(data_file_name(id));
-    auto opened = folder_->open_all(names, 0);
-    for (size_t id = 0; id < opened.size(); ++id)
-      if (opened[id]) opened_early_.emplace(static_cast<int64_t>(id), std::move(opened[id]));
+    early_.open(*folder_, std::move(names));
   }
 
   // The bytes of `e` in its data file, checked to lie inside it.
@@ -1030,7 +1022,7 @@ class BundleReader {
   nlohmann::json left_out_ = nlohmann::json::array();
   std::optional<ModelFolder> folder_;
   std::map<int64_t, std::shared_ptr<const MappedFile>> shards_;
-  std::map<int64_t, ModelFolder::Opened> opened_early_;  // open_remote_shards, not yet used
+  EarlyOpens early_;  // open_remote_shards
   uint64_t string_text_bytes_ = 0;
 };
 

@@ -222,6 +222,21 @@ std::vector<ModelFolder::Opened> ModelFolder::open_all(const std::vector<std::st
   return opened;
 }
 
+void EarlyOpens::open(const ModelFolder& folder, std::vector<std::string> names) {
+  if (names.size() < 2) return;  // nothing to open side by side
+  auto opened = folder.open_all(names, 0);
+  for (size_t i = 0; i < names.size(); ++i)
+    if (opened[i]) opened_.emplace(std::move(names[i]), std::move(opened[i]));
+}
+
+ModelFolder::Opened EarlyOpens::take(const ModelFolder& folder, const std::string& name) {
+  auto early = opened_.find(name);
+  if (early == opened_.end()) return folder.open(name);
+  ModelFolder::Opened opened = std::move(early->second);
+  opened_.erase(early);
+  return opened;
+}
+
 ModelFolder::Opened ModelFolder::open_local(const std::string& name) const {
   auto refuse = [](Problem problem, std::string reason) {
     return Opened{problem, nullptr, std::move(reason)};

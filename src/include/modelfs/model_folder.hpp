@@ -33,6 +33,7 @@
 // which a URL would read as something else; it then names the URL below
 // the folder, which the server answers for.
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -97,6 +98,20 @@ class ModelFolder {
   // holding it, with the way from there down to the folder.
   std::shared_ptr<const int> base_;
   std::filesystem::path below_base_;
+};
+
+// Files a reader will name as it reads, opened side by side as soon as it
+// knows their names (ModelFolder::open_all: one round trip for many remote
+// files, not one each). take() then gives each once, as open() would have;
+// a name not opened early, or opened and since taken, is opened then. A
+// file that failed early fails again in take(), which says why.
+class EarlyOpens {
+ public:
+  void open(const ModelFolder& folder, std::vector<std::string> names);
+  ModelFolder::Opened take(const ModelFolder& folder, const std::string& name);
+
+ private:
+  std::map<std::string, ModelFolder::Opened, std::less<>> opened_;
 };
 
 }  // namespace modelfs
