@@ -23,8 +23,9 @@
 namespace modelfs::tflite {
 namespace {
 
-constexpr std::string_view kFormat = "TensorFlow Lite";
-constexpr uint64_t kMaxFlatbuffer = 0x7fffffff;  // flatbuffers' 2 GiB - 1
+constexpr std::string_view kFormat = "TensorFlow Lite";  // what messages call it
+constexpr std::string_view kCatalogFormat = "tflite";    // the catalog's name of the format
+constexpr uint64_t kMaxFlatbuffer = 0x7fffffff;          // flatbuffers' 2 GiB - 1
 // How many entries of a list metadata.json and sidecars print.
 constexpr uint64_t kMaxListed = 4096;
 
@@ -280,7 +281,7 @@ Catalog open_file(const ModelFile& model) {
   const Table root(flat, flat.follow(0, "the root offset"), "Model");
 
   Catalog catalog;
-  catalog.format = std::string(kFormat);
+  catalog.format = std::string(kCatalogFormat);
   catalog.mtime = file.mtime();
   catalog.files.push_back(file_name);
   // Tensors may name one buffer (the converter shares equal constants).

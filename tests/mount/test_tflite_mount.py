@@ -253,7 +253,7 @@ def test_written_model_mounts_exactly(written):
             arr = arrays[name]
             assert cat(paths[name]) == arr.tobytes(), name
             meta = sidecar(paths[name])
-            assert meta["shape"] == list(arr.shape) and meta["format"] == "TensorFlow Lite"
+            assert meta["shape"] == list(arr.shape) and meta["format"] == "tflite"
         for name in ["dense/kernel", "dense/bias", "half", "mask"]:
             np.testing.assert_array_equal(npy_values(paths[name]), arrays[name])
             assert npy_values(paths[name]).dtype == arrays[name].dtype

@@ -135,7 +135,7 @@ TEST(Tflite, TensorsWithBytesAreServedInPlace) {
                                                     {kEmpty, {a}, {std::string()}, {std::string("\x07", 1)}},
                                                     {{{6}, 0, 1, "shared"}}));
   const Catalog catalog = open_model(path);
-  EXPECT_EQ(catalog.format, "TensorFlow Lite");
+  EXPECT_EQ(catalog.format, "tflite");
   ASSERT_EQ(catalog.tensors().size(), 4U);
   const Tensor& t = catalog.tensors()[0];
   EXPECT_EQ(t.name, "a");
