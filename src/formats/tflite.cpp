@@ -253,13 +253,14 @@ std::string string_lines(const Flat& flat, std::span<const std::byte> bytes, uin
     if (next < previous || next > bytes.size())
       flat.fail(at,
                 what + ": string offset " + std::to_string(i + 1) + " is out of order or past the buffer");
-    append_json_bytes(
-        out, std::string_view(reinterpret_cast<const char*>(bytes.data() + previous), next - previous));
-    out += '\n';
-    previous = next;
-    if (text_total + out.size() > kMaxStringTextBytes)
+    const std::string_view text(reinterpret_cast<const char*>(bytes.data() + previous), next - previous);
+    // Checked before the text is made: one string may be most of the file.
+    if (text_total + out.size() + json_bytes_length(text) + 1 > kMaxStringTextBytes)
       flat.fail(at, what + ": the model's strings take more than " + std::to_string(kMaxStringTextBytes) +
                         " bytes as text");
+    append_json_bytes(out, text);
+    out += '\n';
+    previous = next;
   }
   if (previous != bytes.size()) flat.fail(at, what + ": the last string offset is not the buffer's end");
   text_total += out.size();
