@@ -244,6 +244,17 @@ TEST(Tflite, StringTensorsAreJsonLines) {
   EXPECT_NE(refusal(build({{{2}, 5, 1, "s"}}, {kEmpty, {broken}})).find("string offset"), std::string::npos);
 }
 
+TEST(Tflite, PackedInt4TakesHalfAByteAnElement) {
+  TempDir dir;
+  const Catalog catalog =
+      open_model(dir.write("i4.tflite", build({{{3}, 17, 1, "w"}}, {kEmpty, {std::string("\x21\x03", 2)}})));
+  ASSERT_EQ(catalog.tensors().size(), 1U);
+  EXPECT_EQ(catalog.tensors()[0].dtype, DType::Int4);
+  EXPECT_EQ(catalog.tensors()[0].bytes.size(), 2U);
+  EXPECT_NE(refusal(build({{{3}, 17, 1, "w"}}, {kEmpty, {std::string("\x21\x03\x00", 3)}})).find("needs 2"),
+            std::string::npos);
+}
+
 TEST(Tflite, ProbeNeedsTheIdentifier) {
   const std::string model = build({}, {kEmpty});
   EXPECT_TRUE(tflite::probe_file(std::as_bytes(std::span(model.data(), model.size()))));
