@@ -92,6 +92,12 @@ SEEDS = {
     "tfjs_200k_weights": (("fuzz_tfjs", "fuzz_open_model"), lambda d: hc.tfjs_many_weights(d, count=1000)),
     "tfjs_deep_topology": (("fuzz_tfjs", "fuzz_open_model"),
                            lambda d: hc.tfjs_deep_topology(d, depth=20_000)),
+    "tflite_vector_2_31": (("fuzz_tflite", "fuzz_open_model"), hc.tflite_vector_2_31),
+    "tflite_cyclic_offsets": (("fuzz_tflite", "fuzz_open_model"),
+                              lambda d: hc.tflite_cyclic_offsets(d, count=1000)),
+    "tflite_million_tensors": (("fuzz_tflite", "fuzz_open_model"),
+                               lambda d: hc.tflite_million_tensors(d, count=4000)),
+    "tflite_offset_past_file": (("fuzz_tflite", "fuzz_open_model"), hc.tflite_offset_past_file),
 }
 # The unpickler is given the pickles inside the torch cases.
 PICKLE_TARGET = "fuzz_unpickler"

@@ -78,6 +78,7 @@ shards = b"".join((folder / p).read_bytes() for g in json.loads(text)["weightsMa
 PY
 done
 seed fuzz_tfjs
+seed fuzz_tflite "$SHARED"/realworld2/files/tflite/*.tflite
 seed fuzz_open_model examples/*.safetensors "$SHARED"/real/*/* "$SHARED"/generated/*/*
 seed fuzz_export examples/*.safetensors "$SHARED"/real/*/* "$SHARED"/generated/*/*
 # The numeric views and the tree builder read their inputs as numbers of

@@ -13,6 +13,7 @@
 #include "safetensors.hpp"
 #include "tfckpt.hpp"
 #include "tfjs.hpp"
+#include "tflite.hpp"
 #include "torch.hpp"
 
 namespace modelfs {
@@ -57,6 +58,11 @@ const std::array kReaders{
                  .open_folder = tfjs::open_folder,
                  .folder_holds = "model.json",
                  .remote_index_names = kTfjsRemoteIndexes},
+    // A flatbuffer told by its file identifier, "TFL3" at bytes 4..8.
+    FormatReader{.name = "tflite",
+                 .family = "TensorFlow Lite",
+                 .probe_file = tflite::probe_file,
+                 .open_file = tflite::open_file},
     FormatReader{.name = "gguf",
                  .family = "GGUF",
                  .probe_file = gguf::probe_file,

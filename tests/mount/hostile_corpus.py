@@ -945,6 +945,153 @@ def tfjs_deep_topology(folder, depth=100_000):
     return path
 
 
+# --- tflite cases ---
+class _Flat:
+    """A flatbuffer laid out forwards by hand (each referrer before what it
+    points at, as uoffsets need): tables with their vtables just before them."""
+
+    def __init__(self):
+        self.buf = bytearray(b"\0\0\0\0TFL3")
+
+    def _align(self, n):
+        self.buf += bytes(-len(self.buf) % n)
+
+    def table(self, fields):
+        """fields {id: (struct format, value)}, "I" placeholders for offsets;
+        returns (table position, {id: field position})."""
+        ids = sorted(fields)
+        body, where = 4, {}
+        for i in ids:
+            size = struct.calcsize("<" + fields[i][0])
+            body += -body % size
+            where[i] = body
+            body += size
+        slots = max(ids) + 1 if ids else 0
+        self._align(2)
+        vt = len(self.buf)
+        self.buf += struct.pack("<HH", 4 + 2 * slots, body)
+        self.buf += b"".join(struct.pack("<H", where.get(i, 0)) for i in range(slots))
+        self._align(8)
+        at = len(self.buf)
+        self.buf += struct.pack("<i", at - vt) + bytes(body - 4)
+        for i in ids:
+            struct.pack_into("<" + fields[i][0], self.buf, at + where[i], fields[i][1])
+        return at, {i: at + where[i] for i in ids}
+
+    def point(self, field, target):
+        struct.pack_into("<I", self.buf, field, target - field)
+
+    def vector(self, count, element=4, data=None):
+        """A vector's length, then `data` (or count x element zero bytes);
+        returns (its position, the first element's)."""
+        self._align(16)
+        self.buf += bytes(12)  # room so that the data lands 16-aligned
+        at = len(self.buf)
+        self.buf += struct.pack("<I", count)
+        self.buf += data if data is not None else bytes(count * element)
+        return at, at + 4
+
+    def root(self, at):
+        self.point(0, at)
+
+
+def _tflite_model(f, tensor_count, buffer_count):
+    """Model {version 3, subgraphs [SubGraph {tensors}], buffers}, written
+    first (uoffsets point forwards): returns the positions of the tensor
+    vector's and the buffer vector's first slots, to point at what follows."""
+    model, mf = f.table({0: ("I", 3), 2: ("I", 0), 4: ("I", 0)})
+    f.root(model)
+    graphs, first = f.vector(1)
+    f.point(mf[2], graphs)
+    graph, gf = f.table({0: ("I", 0)})
+    f.point(first, graph)
+    tensors, tfirst = f.vector(tensor_count)
+    f.point(gf[0], tensors)
+    bufs, bfirst = f.vector(buffer_count)
+    f.point(mf[4], bufs)
+    return tfirst, bfirst
+
+
+def _tflite_buffer(f, data=None, offset=0, size=0):
+    if data is None:
+        return f.table({1: ("Q", offset), 2: ("Q", size)})[0]
+    at, fields = f.table({0: ("I", 0)})
+    vec, _ = f.vector(len(data), 1, data)
+    f.point(fields[0], vec)
+    return at
+
+
+def _tflite_tensor(f, shape, buffer, name=b"t", type_=0):
+    at, fields = f.table({0: ("I", 0), 1: ("b", type_), 2: ("I", buffer), 3: ("I", 0)})
+    dims, _ = f.vector(len(shape), 4, struct.pack("<%di" % len(shape), *shape))
+    f.point(fields[0], dims)
+    text, _ = f.vector(len(name), 1, name + b"\0")
+    f.point(fields[3], text)
+    return at
+
+
+def tflite_vector_2_31(folder):
+    """A TensorFlow Lite model whose buffers vector claims 2^31 entries."""
+    f = _Flat()
+    model, mf = f.table({0: ("I", 3), 4: ("I", 0)})
+    f.root(model)
+    bufs, _ = f.vector(0)
+    struct.pack_into("<I", f.buf, bufs, 1 << 31)
+    f.point(mf[4], bufs)
+    path = folder / "vector.tflite"
+    path.write_bytes(bytes(f.buf))
+    return path
+
+
+def tflite_cyclic_offsets(folder, count=100_000):
+    """A TensorFlow Lite subgraph whose 100 000 tensors are all the Model
+    table itself, and whose Model's subgraphs vector points back at its own
+    tensors: every table read as another one."""
+    f = _Flat()
+    model, mf = f.table({0: ("I", 3), 2: ("I", 0), 4: ("I", 0)})
+    f.root(model)
+    graphs, first = f.vector(1)
+    f.point(mf[2], graphs)
+    graph, gf = f.table({0: ("I", 0)})
+    f.point(first, graph)
+    tensors, tfirst = f.vector(count)
+    f.point(gf[0], tensors)
+    # Backward offsets wrap around 2^32: each entry points at the Model.
+    for i in range(count):
+        struct.pack_into("<I", f.buf, tfirst + 4 * i, (model - (tfirst + 4 * i)) % (1 << 32))
+    f.point(mf[4], graphs)  # the buffers are the subgraphs vector
+    path = folder / "cyclic.tflite"
+    path.write_bytes(bytes(f.buf))
+    return path
+
+
+def tflite_million_tensors(folder, count=1_000_000):
+    """A TensorFlow Lite subgraph of 1 000 000 tensors, one tensor table
+    named by every entry (4 MB of offsets), each with a 4-byte buffer."""
+    f = _Flat()
+    tfirst, bfirst = _tflite_model(f, count, 2)
+    f.point(bfirst, _tflite_buffer(f))
+    f.point(bfirst + 4, _tflite_buffer(f, b"\1\2\3\4"))
+    tensor = _tflite_tensor(f, [1], 1)
+    slots = np.arange(count, dtype=np.int64) * 4 + tfirst
+    f.buf[tfirst:tfirst + 4 * count] = (tensor - slots).astype("<u4").tobytes()
+    path = folder / "million.tflite"
+    path.write_bytes(bytes(f.buf))
+    return path
+
+
+def tflite_offset_past_file(folder):
+    """A TensorFlow Lite buffer (the > 2 GB layout) whose offset/size lie
+    1 TiB past the end of a small file."""
+    f = _Flat()
+    tfirst, bfirst = _tflite_model(f, 1, 2)
+    f.point(bfirst, _tflite_buffer(f))
+    f.point(bfirst + 4, _tflite_buffer(f, offset=1 << 40, size=16))
+    f.point(tfirst, _tflite_tensor(f, [4], 1))
+    path = folder / "offset.tflite"
+    path.write_bytes(bytes(f.buf))
+    return path
+
 CASES = {
     "long_name": (long_name, False),
     "shared_pickle_dict": (shared_pickle_dict, True),
@@ -1009,6 +1156,11 @@ CASES = {
     "tfjs_repeated_shards": (tfjs_repeated_shards, False),
     "tfjs_200k_weights": (tfjs_many_weights, False),
     "tfjs_deep_topology": (tfjs_deep_topology, False),
+    # --- tflite cases ---
+    "tflite_vector_2_31": (tflite_vector_2_31, False),
+    "tflite_cyclic_offsets": (tflite_cyclic_offsets, False),
+    "tflite_million_tensors": (tflite_million_tensors, False),
+    "tflite_offset_past_file": (tflite_offset_past_file, False),
 }
 
 

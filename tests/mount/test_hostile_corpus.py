@@ -407,6 +407,11 @@ EXPECT = {
                                 "mount": expect_short_error_line},
     "onnx_long_name_bad_tensor": {"exits": (2,), "--list": expect_short_error_line,
                                   "mount": expect_short_error_line},
+    # TensorFlow Lite: each refused, one line.
+    "tflite_vector_2_31": {"exits": (2,)},
+    "tflite_cyclic_offsets": {"exits": (2,)},
+    "tflite_million_tensors": {"exits": (2,)},
+    "tflite_offset_past_file": {"exits": (2,)},
 }
 
 
