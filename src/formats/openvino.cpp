@@ -507,6 +507,13 @@ bool probe_file(std::span<const std::byte> head) {
       const auto end = text.find("-->", 4);
       if (end == std::string_view::npos) return false;
       text.remove_prefix(end + 3);
+    } else if (text.starts_with("<!DOCTYPE")) {
+      // Skipped here so that the reader refuses it by name; an internal
+      // subset's declarations end at "]>".
+      const auto open = text.find('['), close = text.find('>');
+      const auto end = open != std::string_view::npos && open < close ? text.find("]>") : close;
+      if (end == std::string_view::npos) return false;
+      text.remove_prefix(end + (text[end] == ']' ? 2 : 1));
     } else {
       break;
     }
