@@ -138,7 +138,18 @@ class Reader {
     const auto bytes = file->read(0, file->size());
     text_ = std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 
-    pugi::xml_document doc;
+    {
+      // The parsed tree is given back before the document's copy is made.
+      pugi::xml_document doc;
+      read_tree(doc, bytes);
+    }
+    catalog_.documents.push_back({"model.xml", std::string(text_)});
+    if (model_.checks != nullptr && bin_) add_check();
+    return std::move(catalog_);
+  }
+
+ private:
+  void read_tree(pugi::xml_document& doc, std::span<const std::byte> bytes) {
     // No DTD is read or expanded (pugixml never does); one is parsed only
     // to be refused.
     const auto result = doc.load_buffer(bytes.data(), bytes.size(), pugi::parse_default | pugi::parse_doctype,
@@ -162,7 +173,7 @@ class Reader {
     if (!layers) fail(at(net), "<net> has no <layers>");
 
     catalog_.format = std::string(kFormat);
-    catalog_.mtime = file->mtime();
+    catalog_.mtime = model_.mapped->mtime();
     catalog_.files.push_back(name_);
     catalog_.tensors_may_share_bytes = true;  // the writer stores identical blobs once
 
@@ -198,12 +209,8 @@ class Reader {
       meta["rt_info"] = std::move(info);
       if (truncated) meta["rt_info_truncated"] = true;
     }
-    catalog_.documents.push_back({"model.xml", std::string(text_)});
-    if (model_.checks != nullptr && bin_) add_check();
-    return std::move(catalog_);
   }
 
- private:
   static constexpr uint64_t kMaxRtInfoBytes = 64 << 10;
   static constexpr size_t kMaxRtInfoDepth = 8;
   static constexpr size_t kMaxLeftOutListed = 1000;
@@ -312,9 +319,12 @@ class Reader {
     if (!numel.ok() || !strides)
       fail(at(data), quote + "the element count of shape " + shown(shape_text) + " overflows");
     if (et->bits != 0) {
-      Size bits = numel * et->bits;
-      if (!bits.ok()) fail(at(data), quote + "the byte size of shape " + shown(shape_text) + " overflows");
-      const uint64_t need = bits.value() / 8 + (bits.value() % 8 != 0 ? 1 : 0);
+      // ceil(numel x bits / 8), whole bytes of eight elements first.
+      const uint64_t n = numel.value();
+      const Size bytes_needed = Size(n / 8) * et->bits + (n % 8 * et->bits + 7) / 8;
+      if (!bytes_needed.ok())
+        fail(at(data), quote + "the byte size of shape " + shown(shape_text) + " overflows");
+      const uint64_t need = bytes_needed.value();
       if (*size != need)
         fail(at(data), quote + "size " + std::to_string(*size) + " is not the " + std::to_string(need) +
                            " bytes its shape " + shown(shape_text) + " of " + std::string(et->name) +
