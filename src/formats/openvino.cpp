@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "openvino.hpp"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <pugixml.hpp>
@@ -123,6 +124,16 @@ std::string shown(std::string_view text) {
   return out + "\"";
 }
 
+// Drops the resident pages of a local mapping's bytes (whole pages inside
+// them); a remote model's cache file is left be.
+void release_pages(std::span<const std::byte> bytes) {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(bytes.data());
+  const uintptr_t first = (begin + page - 1) / page * page;
+  const uintptr_t last = (begin + bytes.size()) / page * page;
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 class Reader {
  public:
   explicit Reader(const ModelFile& model) : model_(model), name_(model.path.filename().string()) {}
@@ -134,7 +145,12 @@ class Reader {
     if (file->size() > kMaxXmlBytes)
       fail(std::nullopt, "is " + std::to_string(file->size()) + " bytes; an IR .xml is read whole, up to " +
                              std::to_string(kMaxXmlBytes));
-    add_metadata_bytes(file->size());
+    // Half the rate of other formats' metadata: an IR repeats its tag and
+    // attribute names in every layer, some 2-3 times the bytes a JSON
+    // header takes for a tensor (what the budget's rate is set for); the
+    // parsed tree, some 5 times the text, still fits (-o max_parse_mb
+    // raises it for an .xml over ~50 MB).
+    add_metadata_bytes(file->size() / 2);
     const auto bytes = file->read(0, file->size());
     text_ = std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 
@@ -143,7 +159,17 @@ class Reader {
       pugi::xml_document doc;
       read_tree(doc, bytes);
     }
-    catalog_.documents.push_back({"model.xml", std::string(text_)});
+    add_consts();
+    // The .xml was read whole: its pages are given back (they are the
+    // file's, read again from it if the document below is made).
+    release_pages(bytes);
+    if (text_.size() <= kMaxDocumentBytes) {
+      catalog_.documents.push_back({"model.xml", std::string(text_)});
+    } else {
+      catalog_.metadata["xml_document"] = "not kept under .modelfs/: the .xml is " +
+                                          std::to_string(text_.size()) + " bytes, over " +
+                                          std::to_string(kMaxDocumentBytes);
+    }
     if (model_.checks != nullptr && bin_) add_check();
     return std::move(catalog_);
   }
@@ -211,6 +237,8 @@ class Reader {
     }
   }
 
+  // The .xml kept whole as .modelfs/model.xml up to this size.
+  static constexpr uint64_t kMaxDocumentBytes = uint64_t{16} << 20;
   static constexpr uint64_t kMaxRtInfoBytes = 64 << 10;
   static constexpr size_t kMaxRtInfoDepth = 8;
   static constexpr size_t kMaxLeftOutListed = 1000;
@@ -345,20 +373,33 @@ class Reader {
         left_out_.push_back({{"name", name}, {"element_type", et->name}, {"reason", et->left_out}});
       return;
     }
-    TensorSpec t;
-    t.name = name;
-    t.dtype = *et->dtype;
-    t.shape = std::move(*shape);
-    t.strides = *strides;
-    t.extras = {{"openvino_element_type", et->name}, {"openvino_layer_id", id}};
-    if (t.dtype == DType::String) {
-      read_strings(t, *offset, *size, numel.value(), quote, at(data));
-      t.extras["text"] = kJsonLinesText;
-    } else {
-      t.bytes = ByteSpan::mapped(bin_, *offset, *size);
-      t.source = {bin_name_, *offset};
+    pending_.push_back({name, id, et, std::move(*shape), *offset, *size, numel.value(), at(data)});
+  }
+
+  // The Consts checked while the parsed tree was held, added to the
+  // catalog once it is given back (so that the two are never held at once).
+  void add_consts() {
+    for (Pending& c : pending_) {
+      check_budget();
+      TensorSpec t;
+      t.name = std::move(c.name);
+      t.dtype = *c.type->dtype;
+      t.strides = *contiguous_strides(c.shape);  // checked when the Const was read
+      t.shape = std::move(c.shape);
+      t.extras = {{"openvino_element_type", c.type->name}, {"openvino_layer_id", c.id}};
+      if (t.dtype == DType::String) {
+        const std::string quote = "Const layer " + shown(t.name) + " (id " + shown(c.id) + "): ";
+        read_strings(t, c.offset, c.size, c.numel, quote, c.where);
+        t.extras["text"] = kJsonLinesText;
+      } else {
+        t.bytes = ByteSpan::mapped(bin_, c.offset, c.size);
+        t.source = {bin_name_, c.offset};
+      }
+      catalog_.add(t);
+      c = Pending{};  // its strings given back as it goes
     }
-    catalog_.add(t);
+    pending_.clear();
+    pending_.shrink_to_fit();
   }
 
   // The output port's <dim>s, when it lists any, are the shape.
@@ -486,8 +527,16 @@ class Reader {
          }});
   }
 
+  struct Pending {
+    std::string name, id;
+    const ElementType* type = nullptr;
+    std::vector<uint64_t> shape;
+    uint64_t offset = 0, size = 0, numel = 0, where = 0;
+  };
+
   const ModelFile& model_;
   std::string name_;
+  std::vector<Pending> pending_;
   std::string_view text_;
   std::optional<ModelFolder> folder_;
   std::shared_ptr<const MappedFile> bin_;

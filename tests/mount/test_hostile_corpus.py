@@ -408,7 +408,6 @@ EXPECT = {
     "onnx_long_name_bad_tensor": {"exits": (2,), "--list": expect_short_error_line,
                                   "mount": expect_short_error_line},
     "openvino_const_2_62": {"exits": (2,)},
-    "openvino_200k_consts": {"exits": (0,)},
     "openvino_deep_nesting": {"exits": (2,)},
     "openvino_1mib_attribute": {"exits": (2,)},
 }
