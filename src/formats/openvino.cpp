@@ -124,8 +124,10 @@ std::string shown(std::string_view text) {
   return out + "\"";
 }
 
-// Drops the resident pages of a local mapping's bytes (whole pages inside
-// them); a remote model's cache file is left be.
+// Drops the resident pages of mapped bytes (whole pages inside them). The
+// mapping is a read-only file mapping (a remote model's: of its cache file,
+// whose bytes were fetched before they were read): what is read again is
+// faulted in from the file.
 void release_pages(std::span<const std::byte> bytes) {
   const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const auto begin = reinterpret_cast<uintptr_t>(bytes.data());
