@@ -92,6 +92,12 @@ SEEDS = {
     "tfjs_200k_weights": (("fuzz_tfjs", "fuzz_open_model"), lambda d: hc.tfjs_many_weights(d, count=1000)),
     "tfjs_deep_topology": (("fuzz_tfjs", "fuzz_open_model"),
                            lambda d: hc.tfjs_deep_topology(d, depth=20_000)),
+    # The .xml alone: fuzz_openvino then has no .bin bytes.
+    "openvino_const_2_62": (("fuzz_openvino", "fuzz_open_model"), hc.openvino_const_2_62),
+    "openvino_200k_consts": (("fuzz_openvino", "fuzz_open_model"),
+                             lambda d: hc.openvino_many_consts(d, count=400)),
+    "openvino_deep_nesting": (("fuzz_openvino", "fuzz_open_model"),
+                              lambda d: hc.openvino_deep_nesting(d, depth=5_000)),
 }
 # The unpickler is given the pickles inside the torch cases.
 PICKLE_TARGET = "fuzz_unpickler"
