@@ -125,6 +125,8 @@ TEST(OpenVino, RefusalsNameTheFormat) {
   struct Case {
     std::string what, xml, reason;
   };
+  std::string rank65 = "1";
+  for (int i = 1; i < 65; ++i) rank65 += ",1";
   auto nested = [](int levels) {
     std::string s;
     for (int i = 0; i < levels; ++i) s += "<a>";
@@ -150,6 +152,14 @@ TEST(OpenVino, RefusalsNameTheFormat) {
        "output port's dims are not its shape"},
       {"string header", ir({{"a", "string", "2", "0", "8", ""}}), "string count 0 is not its shape's 2"},
       {"depth", "<net version=\"11\"><layers/>" + nested(100) + "</net>", "deeper than"},
+      {"no data", "<net version=\"11\"><layers><layer id=\"0\" name=\"c\" type=\"Const\"/></layers></net>",
+       "has no <data>"},
+      {"no size",
+       "<net version=\"11\"><layers><layer id=\"0\" name=\"c\" type=\"Const\"><data "
+       "element_type=\"u8\" shape=\"1\" offset=\"0\"/></layer></layers></net>",
+       "<data> has no size attribute"},
+      {"negative offset", ir({{"a", "f32", "2", "-8", "8", ""}}), "offset \"-8\""},
+      {"rank", ir({{"a", "u8", rank65, "0", "1", ""}}), "at most 64"},
       {"attribute", "<net version=\"11\" name=\"" + std::string((1 << 20) + 1, 'x') + "\"><layers/></net>",
        "attribute name of"},
   };
@@ -157,6 +167,42 @@ TEST(OpenVino, RefusalsNameTheFormat) {
     SCOPED_TRACE(c.what);
     TempDir dir;
     const std::string reason = refusal(write(dir, c.xml, bin));
+    EXPECT_NE(reason.find(c.reason), std::string::npos) << reason;
+  }
+}
+
+TEST(OpenVino, RootMustBeNet) {
+  TempDir dir;
+  const auto model = write(dir, "<graph version=\"11\"><net version=\"11\"><layers/></net></graph>", "");
+  try {
+    openvino::open_file(ModelFile::open(model));
+    ADD_FAILURE() << "accepted";
+  } catch (const ModelError& e) {
+    EXPECT_EQ(e.format(), "OpenVINO IR");
+    EXPECT_NE(e.reason().find("not <net>"), std::string::npos) << e.reason();
+  }
+}
+
+TEST(OpenVino, StringOffsetsAreChecked) {
+  auto region = [](std::vector<int32_t> header, const std::string& chars) {
+    std::string out(header.size() * 4, '\0');
+    std::memcpy(out.data(), header.data(), out.size());
+    return out + chars;
+  };
+  struct Case {
+    std::string bin, reason;
+  };
+  for (const auto& c : std::vector<Case>{
+           {region({2, 0, 3, 2}, "abc"), "string offset 2 (2)"},    // falls back
+           {region({2, 1, 2, 3}, "abc"), "string offset 0 (1)"},    // does not start at 0
+           {region({2, 0, 1, 9}, "abc"), "string offset 2 (9)"},    // past the characters
+           {region({2, 0, 1, 2}, "abc"), "strings end at 2 of 3"},  // leaves a byte
+           {region({-1, 0}, ""), "string count -1"},                // a negative count
+       }) {
+    SCOPED_TRACE(c.reason);
+    TempDir dir;
+    const std::string reason =
+        refusal(write(dir, ir({{"s", "string", "2", "0", std::to_string(c.bin.size()), ""}}), c.bin));
     EXPECT_NE(reason.find(c.reason), std::string::npos) << reason;
   }
 }
