@@ -98,6 +98,12 @@ SEEDS = {
     "tflite_million_tensors": (("fuzz_tflite", "fuzz_open_model"),
                                lambda d: hc.tflite_million_tensors(d, count=4000)),
     "tflite_offset_past_file": (("fuzz_tflite", "fuzz_open_model"), hc.tflite_offset_past_file),
+    # The .xml alone: fuzz_openvino then has no .bin bytes.
+    "openvino_const_2_62": (("fuzz_openvino", "fuzz_open_model"), hc.openvino_const_2_62),
+    "openvino_200k_consts": (("fuzz_openvino", "fuzz_open_model"),
+                             lambda d: hc.openvino_many_consts(d, count=400)),
+    "openvino_deep_nesting": (("fuzz_openvino", "fuzz_open_model"),
+                              lambda d: hc.openvino_deep_nesting(d, depth=5_000)),
 }
 # The unpickler is given the pickles inside the torch cases.
 PICKLE_TARGET = "fuzz_unpickler"

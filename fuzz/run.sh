@@ -79,6 +79,15 @@ PY
 done
 seed fuzz_tfjs
 seed fuzz_tflite "$SHARED"/realworld2/files/tflite/*.tflite
+# OpenVINO IR seeds: each fixture's .xml, a NUL, its .bin (the input
+# fuzz_openvino.cpp takes).
+mkdir -p "$BUILD/corpus/fuzz_openvino"
+for x in "$SHARED"/realworld2/files/openvino/*/*.xml; do
+  b=${x%.xml}.bin
+  [ -f "$b" ] || continue
+  { cat "$x"; printf '\0'; cat "$b"; } >"$BUILD/corpus/fuzz_openvino/$(basename "$(dirname "$x")")" || true
+done
+seed fuzz_openvino
 seed fuzz_open_model examples/*.safetensors "$SHARED"/real/*/* "$SHARED"/generated/*/*
 seed fuzz_export examples/*.safetensors "$SHARED"/real/*/* "$SHARED"/generated/*/*
 # The numeric views and the tree builder read their inputs as numbers of

@@ -17,6 +17,7 @@ BUILD=(
   libcurl4-openssl-dev  # remote models: HTTP(S), S3 SigV4 (src/remote)
   libhdf5-dev libseccomp-dev  # HDF5 and Keras: libhdf5 in a seccomp-sandboxed child (src/formats/hdf5_sandbox.hpp)
   libsnappy-dev  # TensorFlow checkpoint index blocks (src/formats/tfckpt.cpp)
+  libpugixml-dev  # OpenVINO IR .xml (src/formats/openvino.cpp)
   python3 python3-numpy
 )
 # The test suite on top (scripts/test.sh): oracles, packaging, tools the

@@ -9,6 +9,7 @@
 #include "hdf5.hpp"
 #include "numpy.hpp"
 #include "onnx.hpp"
+#include "openvino.hpp"
 #include "pt2.hpp"
 #include "safetensors.hpp"
 #include "tfckpt.hpp"
@@ -63,6 +64,12 @@ const std::array kReaders{
                  .family = "TensorFlow Lite",
                  .probe_file = tflite::probe_file,
                  .open_file = tflite::open_file},
+    // An XML document whose root is <net version=...>; its .bin is beside it
+    // (of the same stem): a URL's too.
+    FormatReader{.name = "OpenVINO IR",
+                 .family = "OpenVINO IR",
+                 .probe_file = openvino::probe_file,
+                 .open_file = openvino::open_file},
     FormatReader{.name = "gguf",
                  .family = "GGUF",
                  .probe_file = gguf::probe_file,

@@ -1091,6 +1091,45 @@ def tflite_offset_past_file(folder):
     path = folder / "offset.tflite"
     path.write_bytes(bytes(f.buf))
     return path
+# --- openvino cases ---
+def _openvino_ir(folder, layers, bin_bytes=b"", head="", depth_xml=""):
+    """An OpenVINO IR v11 model.xml of `layers` (XML text) and its model.bin."""
+    (folder / "model.bin").write_bytes(bin_bytes)
+    path = folder / "model.xml"
+    with open(path, "w") as f:
+        f.write('<?xml version="1.0"?>\n<net name="hostile" version="11"%s><layers>' % head)
+        for layer in layers:
+            f.write(layer)
+        f.write("</layers>%s<edges/></net>\n" % depth_xml)
+    return path
+
+
+def _openvino_const(i, element_type, shape, offset, size):
+    return ('<layer id="%d" name="c%x" type="Const" version="opset1"><data element_type="%s" '
+            'shape="%s" offset="%d" size="%d"/></layer>' % (i, i, element_type, shape, offset, size))
+
+
+def openvino_const_2_62(folder):
+    """An OpenVINO Const claiming 2^62 bytes of a 16-byte .bin."""
+    return _openvino_ir(folder, [_openvino_const(0, "u8", str(1 << 62), 0, 1 << 62)], bytes(16))
+
+
+def openvino_many_consts(folder, count=200_000):
+    """200 000 one-byte OpenVINO Consts over one .bin."""
+    return _openvino_ir(folder, (_openvino_const(i, "u8", "", i, 1) for i in range(count)), bytes(count))
+
+
+def openvino_deep_nesting(folder, depth=100_000):
+    """An OpenVINO IR whose rt_info nests 100 000 levels of elements."""
+    return _openvino_ir(folder, [_openvino_const(0, "f32", "1", 0, 4)], bytes(4),
+                        depth_xml="<rt_info>" + "<a>" * depth + "</a>" * depth + "</rt_info>")
+
+
+def openvino_huge_attribute(folder):
+    """An OpenVINO IR whose net name is an attribute of 1 MiB and a byte."""
+    return _openvino_ir(folder, [_openvino_const(0, "f32", "1", 0, 4)], bytes(4),
+                        head=' label="%s"' % ("x" * (MiB + 1)))
+
 
 CASES = {
     "long_name": (long_name, False),
@@ -1161,6 +1200,11 @@ CASES = {
     "tflite_cyclic_offsets": (tflite_cyclic_offsets, False),
     "tflite_million_tensors": (tflite_million_tensors, False),
     "tflite_offset_past_file": (tflite_offset_past_file, False),
+    # --- openvino cases ---
+    "openvino_const_2_62": (openvino_const_2_62, False),
+    "openvino_200k_consts": (openvino_many_consts, False),
+    "openvino_deep_nesting": (openvino_deep_nesting, False),
+    "openvino_1mib_attribute": (openvino_huge_attribute, False),
 }
 
 

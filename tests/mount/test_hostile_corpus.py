@@ -412,6 +412,9 @@ EXPECT = {
     "tflite_cyclic_offsets": {"exits": (2,)},
     "tflite_million_tensors": {"exits": (2,)},
     "tflite_offset_past_file": {"exits": (2,)},
+    "openvino_const_2_62": {"exits": (2,)},
+    "openvino_deep_nesting": {"exits": (2,)},
+    "openvino_1mib_attribute": {"exits": (2,)},
 }
 
 
