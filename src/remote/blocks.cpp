@@ -58,6 +58,13 @@ constexpr size_t kMaxHeaderValue = 1024;
 
 std::once_flag curl_ready;
 CacheOptions cache_options;
+// Set once, as the process exits (FetchPool::stop_at_exit): every transfer
+// ends at its next progress callback and no fetch starts or retries.
+std::atomic<bool> process_ending{false};
+
+int end_when_the_process_does(void*, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return process_ending.load(std::memory_order_relaxed) ? 1 : 0;
+}
 
 std::filesystem::path cache_dir() {
   if (!cache_options.dir.empty()) return cache_options.dir;
@@ -183,6 +190,8 @@ void perform(CURL* c, const Target& target, const std::string& url, const std::s
   curl_easy_setopt(c, CURLOPT_HEADERDATA, &response);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, body);
+  curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, end_when_the_process_does);
   response.code = curl_easy_perform(c);
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &response.status);
 }
@@ -402,10 +411,14 @@ thread_local int stream_scopes = 0;
 
 // The threads that make the window's requests and the pieces of a long run
 // a reader waits for, each on a connection of its own (thread_handle): at
-// most CacheOptions::parallel, started when a job finds none idle. Never
-// ended while the process runs on: a request in flight at exit is cut with
-// the process, not waited out. A job never waits on another, so none can
-// wait on a queued one.
+// most CacheOptions::parallel, started when a job finds none idle, never
+// ended while the process runs on. A job never waits on another, so none
+// can wait on a queued one.
+//
+// At exit (an atexit handler, so before the destructors of the globals a
+// job uses) every transfer is cut at its next progress callback, the jobs
+// left fail at once, and the threads are joined: no thread of ours runs
+// while the process's statics are destroyed.
 //
 // A fork (the mount's fuse_daemonize, the HDF5 reader's sandbox) copies the
 // pool but none of its threads: a child would wait on a condition variable
@@ -423,6 +436,7 @@ class FetchPool {
       pool_ = new FetchPool;
       ::pthread_atfork([] { pool_->stop_for_fork(); }, [] { pool_->lock_.unlock(); },
                        [] { pool_->lock_.unlock(); });
+      std::atexit([] { pool_->stop_at_exit(); });
     });
     return *pool_;
   }
@@ -430,6 +444,7 @@ class FetchPool {
   // runs `job` itself.
   bool submit(std::function<void()> job, bool urgent) {
     std::lock_guard guard(lock_);
+    if (stopping_ && process_ending.load()) return false;
     if (jobs_.size() >= idle_ && threads_.size() < std::max(1u, cache_options.parallel)) start();
     if (threads_.empty()) return false;
     if (urgent)
@@ -455,6 +470,7 @@ class FetchPool {
   }
   void run() {
     ::pthread_setname_np(::pthread_self(), "remote-fetch");
+    in_pool_thread = true;
     std::unique_lock guard(lock_);
     for (;;) {
       ++idle_;
@@ -486,7 +502,19 @@ class FetchPool {
     stopping_ = false;
     guard.release();
   }
+  void stop_at_exit() {
+    if (in_pool_thread) return;  // a job that exits cannot join itself
+    process_ending.store(true);
+    std::unique_lock guard(lock_);
+    stopping_ = true;
+    wake_.notify_all();
+    std::vector<std::thread> ending = std::move(threads_);
+    threads_.clear();
+    guard.unlock();
+    for (std::thread& t : ending) t.join();
+  }
   static inline FetchPool* pool_ = nullptr;
+  static inline thread_local bool in_pool_thread = false;
   std::mutex lock_;
   std::condition_variable wake_;
   std::condition_variable quiet_;
@@ -1216,6 +1244,9 @@ void Blocks::fetch(uint64_t first_block, uint64_t blocks, bool log) {
     const uint64_t offset = first_block * kBlockBytes;
     const uint64_t length = std::min(blocks * kBlockBytes, id_.size - offset);
     const std::string range = std::to_string(offset) + "-" + std::to_string(offset + length - 1);
+    if (process_ending.load(std::memory_order_relaxed))
+      throw ModelError(target_.display, "remote", offset,
+                       "cannot fetch bytes " + range + ": modelfs is exiting");
     CURL* c = thread_handle();
     Response response;
     Body body{c, &response, 0, write_fd_, offset, length, &id_};
@@ -1237,14 +1268,15 @@ void Blocks::fetch(uint64_t first_block, uint64_t blocks, bool log) {
       first_block += whole;
       blocks -= whole;
     }
-    if (!refused && attempt + 1 < kAttempts && (short_body || transient(response))) {
+    const bool ending = process_ending.load(std::memory_order_relaxed);
+    if (!refused && !ending && attempt + 1 < kAttempts && (short_body || transient(response))) {
       back_off(attempt);
       continue;
     }
     if (why.empty()) why = failure_text(response);
     // A FUSE read's failure is logged here (the reader sees only EIO); at
     // mount the error is the one line modelfs exits with.
-    if (log) spdlog::error("{}: bytes {}: {}", target_.display, range, why);
+    if (log && !ending) spdlog::error("{}: bytes {}: {}", target_.display, range, why);
     throw ModelError(target_.display, "remote", offset, "cannot fetch bytes " + range + ": " + why);
   }
   mark(first_block, blocks);
