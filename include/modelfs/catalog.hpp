@@ -96,6 +96,14 @@ struct BasicQuantization {
   Text zero_points;                   // per channel: the tensor's name
   std::optional<double> min;          // MinScaleAffine
   DType values = DType::Float32;      // the values' type (the .npy's)
+  // Per channel, when the file keeps the parameters beside the tensor
+  // (TensorFlow Lite) rather than as tensors of their own, so that
+  // `scales` and `zero_points` name none: their bytes, one entry per
+  // channel (float32 or float64 scales, int32 or int64 zero points).
+  ByteSpan channel_scales;
+  DType channel_scales_dtype = DType::Float32;
+  ByteSpan channel_zero_points;
+  DType channel_zero_points_dtype = DType::Int64;
 };
 using Quantization = BasicQuantization<std::string_view>;
 

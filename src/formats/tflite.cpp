@@ -448,13 +448,16 @@ Catalog open_file(const ModelFile& model) {
         std::vector<float> scales;
         std::vector<int64_t> zero_points;
         uint64_t scale_count = 0, zero_count = 0;
+        Vec scale_vector, zero_vector;
         if (auto v = q->vector(quant_field::kScale, 4, named + "'s scale")) {
           scales = read_scalars<float>(flat, *v, kMaxListed);
           scale_count = v->size;
+          scale_vector = *v;
         }
         if (auto v = q->vector(quant_field::kZeroPoint, 8, named + "'s zero_point")) {
           zero_points = read_scalars<int64_t>(flat, *v, kMaxListed);
           zero_count = v->size;
+          zero_vector = *v;
         }
         if (auto v = q->vector(quant_field::kMin, 4, named + "'s min"))
           j["min"] = read_scalars<float>(flat, *v, kMaxListed);
@@ -471,12 +474,27 @@ Catalog open_file(const ModelFile& model) {
         if (details != 0) j["details_type"] = details;
         // One scale and zero point (and no details): affine per tensor,
         // dequantized in the .npy where the storage type allows.
-        if (scale_count == 1 && zero_count == 1 && details == 0 &&
-            (spec.dtype == DType::Int8 || spec.dtype == DType::UInt8 || spec.dtype == DType::Int32)) {
+        const bool affine_storage =
+            details == 0 &&
+            (spec.dtype == DType::Int8 || spec.dtype == DType::UInt8 || spec.dtype == DType::Int32);
+        if (affine_storage && scale_count == 1 && zero_count == 1) {
           BasicQuantization<std::string> bq;
           bq.scheme = QScheme::PerTensorAffine;
           bq.scale = scales[0];
           bq.zero_point = zero_points[0];
+          spec.quantization = std::move(bq);
+        } else if (affine_storage && scale_count > 1 && zero_count == scale_count && axis >= 0 &&
+                   static_cast<uint64_t>(axis) < spec.shape.size() &&
+                   spec.shape[static_cast<size_t>(axis)] == scale_count) {
+          // Per channel along quantized_dimension: the scales (float32) and
+          // zero points (int64) read where the flatbuffer holds them.
+          BasicQuantization<std::string> bq;
+          bq.scheme = QScheme::PerChannelAffine;
+          bq.axis = axis;
+          bq.channel_scales = ByteSpan::mapped(model.mapped, scale_vector.at, 4 * scale_count);
+          bq.channel_scales_dtype = DType::Float32;
+          bq.channel_zero_points = ByteSpan::mapped(model.mapped, zero_vector.at, 8 * zero_count);
+          bq.channel_zero_points_dtype = DType::Int64;
           spec.quantization = std::move(bq);
         }
         if (!j.empty()) spec.extras["tflite_quantization"] = std::move(j);

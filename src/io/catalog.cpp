@@ -74,7 +74,7 @@ nlohmann::json Tensor::typed_extras() const {
     if (q.min) j["min"] = *q.min;
     if (q.scheme == QScheme::MinScaleAffine || q.scheme == QScheme::Widened)
       j["values_dtype"] = modelfs::dtype_name(q.values);
-    if (!qscheme_per_tensor(q.scheme)) {
+    if (!qscheme_per_tensor(q.scheme) && !q.scales.empty()) {
       j["scales"] = q.scales;
       j["zero_points"] = q.zero_points;
     }
@@ -121,8 +121,18 @@ const Tensor& Catalog::add(const TensorSpec& spec) {
   // A view of the spec, copied into the stores as another catalog's tensor is.
   std::optional<Quantization> quantization;
   if (const auto& q = spec.quantization)
-    quantization = Quantization{q->scheme, q->scale,       q->zero_point, q->axis,
-                                q->scales, q->zero_points, q->min,        q->values};
+    quantization = Quantization{q->scheme,
+                                q->scale,
+                                q->zero_point,
+                                q->axis,
+                                q->scales,
+                                q->zero_points,
+                                q->min,
+                                q->values,
+                                q->channel_scales,
+                                q->channel_scales_dtype,
+                                q->channel_zero_points,
+                                q->channel_zero_points_dtype};
   Tensor view{.name = spec.name,
               .dtype = spec.dtype,
               .ggml = spec.ggml,

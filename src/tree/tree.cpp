@@ -490,18 +490,33 @@ class TreeBuilder {
     if (!q.axis) return nullptr;
     const int64_t a = *q.axis;
     if (a < 0 || static_cast<uint64_t>(a) >= shape.size()) return nullptr;
-    const Tensor* scales = catalog_tensor(q.scales);
-    const Tensor* zeros = catalog_tensor(q.zero_points);
     const uint64_t channels = shape[static_cast<size_t>(a)];
-    auto one_per_channel = [channels](const Tensor* t) {
-      return t != nullptr && t->shape.size() == 1 && t->shape[0] == channels && t->is_c_contiguous();
-    };
-    if (!one_per_channel(scales) || !one_per_channel(zeros)) return nullptr;
     PerChannelAffine p;
-    p.scales = scales->bytes;
-    p.scales_dtype = scales->dtype;
-    p.zero_points = zeros->bytes;
-    p.zero_points_dtype = zeros->dtype;
+    if (q.scales.empty()) {
+      // Kept beside the tensor: one entry per channel.
+      auto one_per_channel = [channels](const ByteSpan& bytes, DType dtype) {
+        return channels > 0 && bytes.size() / (dtype_bits(dtype) / 8) == channels &&
+               bytes.size() % (dtype_bits(dtype) / 8) == 0;
+      };
+      if (!one_per_channel(q.channel_scales, q.channel_scales_dtype) ||
+          !one_per_channel(q.channel_zero_points, q.channel_zero_points_dtype))
+        return nullptr;
+      p.scales = q.channel_scales;
+      p.scales_dtype = q.channel_scales_dtype;
+      p.zero_points = q.channel_zero_points;
+      p.zero_points_dtype = q.channel_zero_points_dtype;
+    } else {
+      const Tensor* scales = catalog_tensor(q.scales);
+      const Tensor* zeros = catalog_tensor(q.zero_points);
+      auto one_per_channel = [channels](const Tensor* t) {
+        return t != nullptr && t->shape.size() == 1 && t->shape[0] == channels && t->is_c_contiguous();
+      };
+      if (!one_per_channel(scales) || !one_per_channel(zeros)) return nullptr;
+      p.scales = scales->bytes;
+      p.scales_dtype = scales->dtype;
+      p.zero_points = zeros->bytes;
+      p.zero_points_dtype = zeros->dtype;
+    }
     p.float_qparams = q.scheme == QScheme::PerChannelAffineFloatQParams;
     p.channels = channels;
     auto inner = checked_numel(shape.subspan(static_cast<size_t>(a) + 1));

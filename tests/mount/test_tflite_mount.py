@@ -226,14 +226,17 @@ def written(tmp):
         "mask": np.array([True, False, True]),
         "conv/q": rng.integers(-128, 127, (2, 3), dtype=np.int8),
         "fc/q": rng.integers(-128, 127, (6,), dtype=np.int8),
+        "conv/q1": rng.integers(-128, 127, (2, 3), dtype=np.int8),
     }
     buffers = [None,  # the sentinel
                arrays["dense/kernel"].tobytes(), arrays["dense/bias"].tobytes(), arrays["half"].tobytes(),
-               arrays["mask"].tobytes(), arrays["conv/q"].tobytes(), arrays["fc/q"].tobytes(), b""]
+               arrays["mask"].tobytes(), arrays["conv/q"].tobytes(), arrays["fc/q"].tobytes(), b"",
+               arrays["conv/q1"].tobytes()]
     main = [T("dense/kernel", (3, 4), 0, 1), T("dense/bias", (4,), 2, 2), T("half", (5,), 1, 3),
             T("mask", (3,), 6, 4),
             T("conv/q", (2, 3), 9, 5, scale=[0.5, 0.25], zero_point=[1, -3], axis=0),
             T("fc/q", (6,), 9, 6, scale=[0.125], zero_point=[-4]),
+            T("conv/q1", (2, 3), 9, 8, scale=[0.5, 2.0, 0.03125], zero_point=[0, 7, -2], axis=1),
             T("activation", (1, 4), 0, 0), T("no_data", (2,), 0, 7),
             T("kernel_again", (3, 4), 0, 1)]
     second = [T("w", (3, 4), 0, 1)]
@@ -247,9 +250,9 @@ def test_written_model_mounts_exactly(written):
     with mounted(path) as mnt:
         paths, index = index_paths(mnt)
         names = [t["name"] for t in index["tensors"]]
-        assert names == ["dense/kernel", "dense/bias", "half", "mask", "conv/q", "fc/q", "kernel_again",
+        assert names == ["dense/kernel", "dense/bias", "half", "mask", "conv/q", "fc/q", "conv/q1", "kernel_again",
                          "cond_true/w", "subgraph2/b"]
-        for name in ["dense/kernel", "dense/bias", "half", "mask", "conv/q", "fc/q"]:
+        for name in ["dense/kernel", "dense/bias", "half", "mask", "conv/q", "fc/q", "conv/q1"]:
             arr = arrays[name]
             assert cat(paths[name]) == arr.tobytes(), name
             meta = sidecar(paths[name])
@@ -260,10 +263,19 @@ def test_written_model_mounts_exactly(written):
         # Shared buffers: the same bytes under every name.
         assert cat(paths["kernel_again"]) == cat(paths["cond_true/w"]) == arrays["dense/kernel"].tobytes()
         assert cat(paths["subgraph2/b"]) == arrays["dense/bias"].tobytes()
-        # Per channel: the .npy is the stored int8; the parameters in the sidecar.
-        np.testing.assert_array_equal(npy_values(paths["conv/q"]), arrays["conv/q"])
-        q = sidecar(paths["conv/q"])["tflite_quantization"]
-        assert q["scale"] == [0.5, 0.25] and q["zero_point"] == [1, -3] and q["quantized_dimension"] == 0
+        # Per channel along quantized_dimension: scale[c] x (q - zero_point[c]),
+        # in float32, with c the index along that axis; the parameters in the sidecar.
+        for name, axis, scale, zero in [("conv/q", 0, [0.5, 0.25], [1, -3]),
+                                        ("conv/q1", 1, [0.5, 2.0, 0.03125], [0, 7, -2])]:
+            shape = [1, 1]
+            shape[axis] = len(scale)
+            want = ((arrays[name].astype(np.int64) - np.array(zero).reshape(shape)).astype(np.float32)
+                    * np.array(scale, dtype=np.float32).reshape(shape))
+            got = npy_values(paths[name])
+            assert got.dtype == np.float32, name
+            np.testing.assert_array_equal(got, want)
+            q = sidecar(paths[name])["tflite_quantization"]
+            assert q["scale"] == scale and q["zero_point"] == zero and q["quantized_dimension"] == axis
         # Per tensor: (q - zero_point) x scale, in float32.
         want = (arrays["fc/q"].astype(np.int64) + 4).astype(np.float32) * np.float32(0.125)
         got = npy_values(paths["fc/q"])
