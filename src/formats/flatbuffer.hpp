@@ -109,8 +109,12 @@ class Table {
     if (slot + 2 > vtable_size_) return std::nullopt;
     const uint16_t offset = flat_->scalar<uint16_t>(vtable_ + slot, what_ + "'s vtable");
     if (offset == 0) return std::nullopt;
-    if (offset < 4 || offset + size > table_size_)
-      flat_->fail(vtable_ + slot, what_ + "'s field " + std::to_string(id) + " lies outside its table");
+    // As the flatbuffers verifier: a field must lie in the buffer, not
+    // necessarily within the table size its vtable gives (some writers,
+    // e.g. ExecuTorch's exporter, record a table size short of a last
+    // 8-byte field).
+    if (offset < 4 || !range_fits(at_ + offset, size, flat_->limit()))
+      flat_->fail(vtable_ + slot, what_ + "'s field " + std::to_string(id) + " lies outside the flatbuffer");
     return at_ + offset;
   }
 
