@@ -41,6 +41,7 @@ struct Options {
   uint32_t segment_index = 0;   // constant_segment.segment_index
   bool both = false;            // constant_buffer and constant_segment both used
   uint64_t extra_offset = 0;    // an extra constant_segment offset value, appended
+  bool overlap = false;         // a second segment over the first one's bytes
 };
 
 std::string f32(const std::vector<float>& v) {
@@ -111,7 +112,13 @@ std::string build(const std::vector<Const>& consts, const std::vector<std::strin
     start = fbb.StartTable();
     fbb.AddElement<uint64_t>(slot(0), opt.segment_offset, 0);
     fbb.AddElement<uint64_t>(slot(1), segment.size(), 0);
-    const std::vector<flatbuffers::Offset<void>> segs{flatbuffers::Offset<void>(fbb.EndTable(start))};
+    std::vector<flatbuffers::Offset<void>> segs{flatbuffers::Offset<void>(fbb.EndTable(start))};
+    if (opt.overlap) {
+      start = fbb.StartTable();
+      fbb.AddElement<uint64_t>(slot(0), 0, 0);
+      fbb.AddElement<uint64_t>(slot(1), 4, 0);
+      segs.push_back(flatbuffers::Offset<void>(fbb.EndTable(start)));
+    }
     segment_vector = fbb.CreateVector(segs);
     const auto offs = fbb.CreateVector(offsets);
     start = fbb.StartTable();
@@ -268,6 +275,94 @@ TEST(Executorch, RefusesFlatbufferViolations) {
   const uint32_t huge = 0x7ffffff0;
   std::memcpy(past.data(), &huge, 4);
   EXPECT_TRUE(has(refusal(past), "past the flatbuffer"));
+}
+
+TEST(Executorch, CheckRefusesOverlappingSegments) {
+  const std::string a = f32({1, 2});
+  Options o;
+  o.overlap = true;
+  TempDir dir;
+  const auto path = dir.write("m.pte", build({{{2}, 6, 1, a}}, {a}, Layout::Segment, o));
+  EXPECT_EQ(open_model(path).tensors().size(), 1U);  // a mount serves it; --check refuses
+  EXPECT_TRUE(
+      has(refusal(build({{{2}, 6, 1, a}}, {a}, Layout::Segment, o)), "overlaps the segment before it"));
+}
+
+// A FlatTensor (.ptd) of one segment holding `data`, one named entry `key`
+// of FLOAT `sizes`; `old_layout` adds a field at slot 4 (v0.6.0's layout).
+std::string build_ptd(const std::string& key, const std::vector<int32_t>& sizes, const std::string& data,
+                      bool old_layout = false, uint32_t segment_index = 0) {
+  flatbuffers::FlatBufferBuilder fbb;
+  auto start = fbb.StartTable();
+  fbb.AddElement<uint64_t>(slot(0), 0, 0);
+  fbb.AddElement<uint64_t>(slot(1), data.size(), 0);
+  const std::vector<flatbuffers::Offset<void>> segs{flatbuffers::Offset<void>(fbb.EndTable(start))};
+  const auto seg_vector = fbb.CreateVector(segs);
+  const auto k = fbb.CreateString(key);
+  const auto s = fbb.CreateVector(sizes);
+  start = fbb.StartTable();
+  fbb.AddElement<int8_t>(slot(0), 6, -1);
+  fbb.AddOffset(slot(1), s);
+  const auto layout = flatbuffers::Offset<void>(fbb.EndTable(start));
+  start = fbb.StartTable();
+  fbb.AddOffset(slot(0), k);
+  fbb.AddElement<uint32_t>(slot(1), segment_index, 0);
+  fbb.AddOffset(slot(2), layout);
+  const std::vector<flatbuffers::Offset<void>> named{flatbuffers::Offset<void>(fbb.EndTable(start))};
+  const auto named_vector = fbb.CreateVector(named);
+  start = fbb.StartTable();
+  fbb.AddOffset(slot(1), seg_vector);
+  fbb.AddOffset(slot(2), named_vector);
+  if (old_layout) fbb.AddElement<uint32_t>(slot(4), 1, 0);
+  fbb.Finish(flatbuffers::Offset<void>(fbb.EndTable(start)), "FT01");
+  std::string fb(reinterpret_cast<const char*>(fbb.GetBufferPointer()), fbb.GetSize());
+  const uint64_t head = 48, base = (fb.size() + head + 127) / 128 * 128;
+  uint32_t root = 0;
+  std::memcpy(&root, fb.data(), 4);
+  root += head;
+  std::string header = "FH01";
+  const uint32_t length = 40;
+  header.append(reinterpret_cast<const char*>(&length), 4);
+  for (const uint64_t v : {head, uint64_t{fb.size()}, base, uint64_t{data.size()}})
+    header.append(reinterpret_cast<const char*>(&v), 8);
+  header.resize(head, '\0');
+  std::string out(reinterpret_cast<const char*>(&root), 4);
+  out += fb.substr(4, 4) + header + fb.substr(8);
+  out.resize(base, '\0');
+  return out + data;
+}
+
+TEST(Executorch, PtdAloneAndBesideAProgram) {
+  const std::string a = f32({1, 2, 3, 4});
+  TempDir dir;
+  const Catalog alone = open_model(dir.write("w.ptd", build_ptd("fc.w", {2, 2}, a)));
+  ASSERT_EQ(alone.tensors().size(), 1U);
+  EXPECT_EQ(alone.tensors()[0].name, "fc.w");
+  EXPECT_EQ(alone.tensors()[0].bytes.view(), a);
+  dir.write("_default_external_constant.ptd", build_ptd("fc.w", {2, 2}, a));
+  const Catalog program =
+      open_model(dir.write("model.pte", build({{{2, 2}, 6, 0, "", {}, "fc.w", true}}, {}, Layout::Inline)));
+  ASSERT_EQ(program.tensors().size(), 1U);
+  EXPECT_EQ(program.tensors()[0].bytes.view(), a);
+  // Another shape in the .ptd than in the program.
+  dir.write("model.ptd", build_ptd("fc.w", {4}, a));
+  try {
+    open_model(dir.path() / "model.pte");
+    ADD_FAILURE() << "accepted";
+  } catch (const ModelError& e) {
+    EXPECT_TRUE(has(e.reason(), "another type, shape or dim_order"));
+  }
+}
+
+TEST(Executorch, RefusesBadPtds) {
+  const std::string a = f32({1, 2, 3, 4});
+  EXPECT_TRUE(has(refusal(build_ptd("w", {2, 2}, a, true), "w.ptd"), "older (v0.6.0) layout"));
+  EXPECT_TRUE(has(refusal(build_ptd("w", {2, 2}, a, false, 3), "w.ptd"), "names segment 3"));
+  EXPECT_TRUE(has(refusal(build_ptd("w", {3, 2}, a), "w.ptd"), "needs 24 bytes"));
+  std::string bad = build_ptd("w", {2, 2}, a);
+  const uint64_t far = uint64_t{1} << 40;
+  std::memcpy(bad.data() + 32, &far, 8);  // segment_base_offset
+  EXPECT_TRUE(has(refusal(bad, "w.ptd"), "past the end of the file"));
 }
 
 TEST(Executorch, ProbeNeedsTheIdentifier) {
