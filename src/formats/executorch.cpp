@@ -38,7 +38,7 @@ constexpr std::string_view kDefaultPtd = "_default_external_constant.ptd";
 // Field ids (slot numbers) of program.fbs and flat_tensor.fbs (docs/formats.md).
 namespace program_field {
 constexpr uint32_t kVersion = 0, kExecutionPlan = 1, kConstantBuffer = 2, kBackendDelegateData = 3,
-                   kSegments = 4, kConstantSegment = 5, kMutableDataSegments = 6, kNamedData = 7;
+                   kSegments = 4, kConstantSegment = 5, kNamedData = 7;
 }
 namespace plan_field {
 constexpr uint32_t kName = 0, kValues = 2, kDelegates = 7;
@@ -72,7 +72,7 @@ namespace layout_field {
 constexpr uint32_t kScalarType = 0, kSizes = 1, kDimOrder = 2;
 }
 namespace flat_tensor_field {
-constexpr uint32_t kVersion = 0, kSegments = 1, kNamedData = 2;
+constexpr uint32_t kSegments = 1, kNamedData = 2;  // 0 is version (always 0: not read)
 }
 
 struct TypeInfo {
