@@ -79,6 +79,14 @@ PY
 done
 seed fuzz_tfjs
 seed fuzz_tflite "$SHARED"/realworld2/files/tflite/*.tflite
+# ExecuTorch seeds: each program; the data_map program with its .ptd after
+# the marker fuzz_executorch.cpp splits at; the .ptd alone.
+seed fuzz_executorch "$SHARED"/realworld2/files/executorch/*.pte \
+  "$SHARED"/realworld2/files/executorch/etrs_data_map/*.ptd
+for p in "$SHARED"/realworld2/files/executorch/*/model.pte; do
+  { cat "$p"; printf '\n--ptd--\n'; cat "$(dirname "$p")"/*.ptd; } \
+    >"$BUILD/corpus/fuzz_executorch/$(basename "$(dirname "$p")")_pair" || true
+done
 # OpenVINO IR seeds: each fixture's .xml, a NUL, its .bin (the input
 # fuzz_openvino.cpp takes).
 mkdir -p "$BUILD/corpus/fuzz_openvino"

@@ -28,8 +28,8 @@ TEST=(
   python3-pytest python3-torch python3-onnx
   python3-h5py  # tests/mount/test_keras_mount.py: the oracle for HDF5 files
   python3-snappy  # tests/mount/test_tfckpt_mount.py: the test's bundle writer
-  libflatbuffers-dev  # tests/unit/tflite_test.cpp: flatbuffers::FlatBufferBuilder writes the test models
-  python3-flatbuffers  # tests/mount/test_tflite_mount.py: the test's .tflite writer
+  libflatbuffers-dev  # tests/unit/tflite_test.cpp, executorch_test.cpp: flatbuffers::FlatBufferBuilder writes the test models
+  python3-flatbuffers  # tests/mount/test_tflite_mount.py, test_executorch_mount.py: the tests' writers
   attr dpkg-dev bash-completion man-db
   nginx-light  # tests/mount/test_remote.py: the HTTP server remote models are mounted from
   time      # /usr/bin/time: peak RSS in tests/mount/test_hostile_corpus.py

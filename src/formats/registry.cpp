@@ -5,6 +5,7 @@
 
 #include <array>
 
+#include "executorch.hpp"
 #include "gguf.hpp"
 #include "hdf5.hpp"
 #include "numpy.hpp"
@@ -64,6 +65,12 @@ const std::array kReaders{
                  .family = "TensorFlow Lite",
                  .probe_file = tflite::probe_file,
                  .open_file = tflite::open_file},
+    // Flatbuffers too, told by their file identifiers: "ET12" (a .pte
+    // program; its .ptd beside it) or "FT01" (a .ptd alone).
+    FormatReader{.name = "executorch",
+                 .family = "ExecuTorch",
+                 .probe_file = executorch::probe_file,
+                 .open_file = executorch::open_file},
     // An XML document whose root is <net version=...>; its .bin is beside it
     // (of the same stem): a URL's too.
     FormatReader{.name = "OpenVINO IR",

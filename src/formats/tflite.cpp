@@ -3,6 +3,8 @@
 // fields modelfs needs, each access bounds-checked first.
 #include "tflite.hpp"
 
+#include "flatbuffer.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -23,9 +25,13 @@
 namespace modelfs::tflite {
 namespace {
 
+using flatbuffer::Flat;
+using flatbuffer::read_scalars;
+using flatbuffer::Table;
+using flatbuffer::Vec;
+
 constexpr std::string_view kFormat = "TensorFlow Lite";  // what messages call it
 constexpr std::string_view kCatalogFormat = "tflite";    // the catalog's name of the format
-constexpr uint64_t kMaxFlatbuffer = 0x7fffffff;          // flatbuffers' 2 GiB - 1
 // How many entries of a list metadata.json and sidecars print.
 constexpr uint64_t kMaxListed = 4096;
 
@@ -89,146 +95,6 @@ constexpr std::array<TypeInfo, 23> kTypes{{
     {"FLOAT8_E5M2", DType::Float8E5M2},
 }};
 
-// The flatbuffer: the first min(size, 2^31 - 1) bytes of the file. Every
-// read is checked against that limit first; a fault is a ModelError at
-// the offset it happened.
-class Flat {
- public:
-  explicit Flat(const MappedFile& file)
-      : file_(file), name_(file.display_name()), limit_(std::min<uint64_t>(file.size(), kMaxFlatbuffer)) {}
-
-  [[noreturn]] void fail(uint64_t at, const std::string& reason) const {
-    throw ModelError(name_, std::string(kFormat), at, reason);
-  }
-  const std::string& name() const { return name_; }
-  uint64_t limit() const { return limit_; }
-
-  template <typename T>
-  T scalar(uint64_t at, std::string_view what) const {
-    if (!range_fits(at, sizeof(T), limit_)) fail(at, std::string(what) + " lies past the flatbuffer");
-    T value{};
-    std::memcpy(&value, file_.read(at, sizeof(T)).data(), sizeof(T));
-    return value;
-  }
-
-  // The position an uoffset_t at `at` points to.
-  uint64_t follow(uint64_t at, std::string_view what) const {
-    const uint64_t target = at + scalar<uint32_t>(at, what);  // both < 2^32: no overflow
-    if (target >= limit_) fail(at, std::string(what) + " points past the flatbuffer");
-    return target;
-  }
-
-  void count_table(uint64_t at) {
-    check_budget();
-    if (++tables_ > kMaxTables)
-      fail(at, "more than " + std::to_string(kMaxTables) + " tables (the flatbuffers verifier's limit)");
-  }
-
-  std::span<const std::byte> bytes(uint64_t at, uint64_t length) const { return file_.read(at, length); }
-
- private:
-  const MappedFile& file_;
-  std::string name_;
-  uint64_t limit_;
-  uint64_t tables_ = 0;
-};
-
-struct Vec {
-  uint64_t at = 0;  // first element
-  uint64_t size = 0;
-};
-
-class Table {
- public:
-  Table(Flat& flat, uint64_t at, std::string what) : flat_(&flat), at_(at), what_(std::move(what)) {
-    flat.count_table(at);
-    const int32_t soffset = flat.scalar<int32_t>(at, what_ + "'s vtable offset");
-    const int64_t vt = static_cast<int64_t>(at) - soffset;
-    if (vt < 0 || static_cast<uint64_t>(vt) + 4 > flat.limit())
-      flat.fail(at, what_ + "'s vtable lies outside the flatbuffer");
-    vtable_ = static_cast<uint64_t>(vt);
-    vtable_size_ = flat.scalar<uint16_t>(vtable_, what_ + "'s vtable size");
-    table_size_ = flat.scalar<uint16_t>(vtable_ + 2, what_ + "'s table size");
-    if (vtable_size_ < 4 || vtable_size_ % 2 != 0 || vtable_ + vtable_size_ > flat.limit())
-      flat.fail(vtable_, what_ + "'s vtable size " + std::to_string(vtable_size_) + " is not valid");
-    if (table_size_ < 4 || at + table_size_ > flat.limit())
-      flat.fail(at, what_ + "'s table size " + std::to_string(table_size_) + " runs past the flatbuffer");
-  }
-
-  const std::string& what() const { return what_; }
-  uint64_t at() const { return at_; }
-
-  // Where field `id` of `size` bytes lies, or none when absent.
-  std::optional<uint64_t> field(uint32_t id, uint64_t size) const {
-    const uint64_t slot = 4 + 2 * uint64_t{id};
-    if (slot + 2 > vtable_size_) return std::nullopt;
-    const uint16_t offset = flat_->scalar<uint16_t>(vtable_ + slot, what_ + "'s vtable");
-    if (offset == 0) return std::nullopt;
-    if (offset < 4 || offset + size > table_size_)
-      flat_->fail(vtable_ + slot, what_ + "'s field " + std::to_string(id) + " lies outside its table");
-    return at_ + offset;
-  }
-
-  template <typename T>
-  T get(uint32_t id, T fallback) const {
-    const auto at = field(id, sizeof(T));
-    return at ? flat_->scalar<T>(*at, what_) : fallback;
-  }
-
-  std::optional<Table> table(uint32_t id, const std::string& what) const {
-    const auto at = field(id, 4);
-    if (!at) return std::nullopt;
-    return Table(*flat_, flat_->follow(*at, what), what);
-  }
-
-  // A vector of `element` bytes each.
-  std::optional<Vec> vector(uint32_t id, uint64_t element, const std::string& what) const {
-    const auto at = field(id, 4);
-    if (!at) return std::nullopt;
-    return vector_at(*flat_, flat_->follow(*at, what), element, what);
-  }
-
-  static Vec vector_at(const Flat& flat, uint64_t at, uint64_t element, const std::string& what) {
-    const uint64_t size = flat.scalar<uint32_t>(at, what + "'s length");
-    const uint64_t start = at + 4;
-    if (!range_fits(start, size * element, flat.limit()))  // size < 2^32, element <= 8
-      flat.fail(at, what + " of " + std::to_string(size) + " entries runs past the flatbuffer");
-    return {start, size};
-  }
-
-  std::optional<std::string> string(uint32_t id, const std::string& what) const {
-    const auto v = vector(id, 1, what);
-    if (!v) return std::nullopt;
-    const auto raw = flat_->bytes(v->at, v->size);
-    return std::string(reinterpret_cast<const char*>(raw.data()), raw.size());
-  }
-
-  // Entry `i` of a vector of tables.
-  Table entry(const Vec& v, uint64_t i, const std::string& what) const {
-    const uint64_t slot = v.at + 4 * i;
-    return Table(*flat_, flat_->follow(slot, what), what);
-  }
-
-  Flat& flat() const { return *flat_; }
-
- private:
-  Flat* flat_;
-  uint64_t at_;
-  std::string what_;
-  uint64_t vtable_ = 0;
-  uint16_t vtable_size_ = 0;
-  uint16_t table_size_ = 0;
-};
-
-template <typename T>
-std::vector<T> read_scalars(const Flat& flat, const Vec& v, uint64_t max) {
-  std::vector<T> out;
-  const uint64_t n = std::min(v.size, max);
-  out.reserve(n);
-  for (uint64_t i = 0; i < n; ++i) out.push_back(flat.scalar<T>(v.at + sizeof(T) * i, "vector"));
-  return out;
-}
-
 // A STRING buffer (docs/formats.md, "STRING tensors") as JSON Lines.
 std::string string_lines(const Flat& flat, std::span<const std::byte> bytes, uint64_t numel, uint64_t at,
                          const std::string& what, uint64_t& text_total) {
@@ -276,7 +142,7 @@ bool probe_file(std::span<const std::byte> head) {
 Catalog open_file(const ModelFile& model) {
   const MappedFile& file = *model.mapped;
   const std::string file_name = model.path.filename().string();
-  Flat flat(file);
+  Flat flat(file, kFormat);
   if (flat.limit() < 8) flat.fail(0, "the file is too short for a flatbuffer");
   if (std::memcmp(flat.bytes(4, 4).data(), "TFL3", 4) != 0) flat.fail(4, "no file identifier TFL3");
   const Table root(flat, flat.follow(0, "the root offset"), "Model");
@@ -514,7 +380,7 @@ Catalog open_file(const ModelFile& model) {
     const std::shared_ptr<const MappedFile> mapped = model.mapped;
     model.checks->push_back(
         {"TensorFlow Lite buffer ranges", 0, [mapped, count](const std::function<void(uint64_t)>& progress) {
-           Flat f(*mapped);
+           Flat f(*mapped, kFormat);
            const Table r(f, f.follow(0, "the root offset"), "Model");
            const auto bufs = r.vector(model_field::kBuffers, 4, "Model.buffers");
            for (uint64_t i = 0; bufs && i < count; ++i) {

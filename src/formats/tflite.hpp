@@ -16,7 +16,8 @@
 // vector length is checked against the file (at most its first 2^31 - 1
 // bytes, a flatbuffer's limit) before use, and the walk follows the fixed
 // schema, so a cyclic or deep offset graph cannot make it recurse; at most
-// kMaxTables tables are visited, as the flatbuffers verifier's default.
+// flatbuffer::kMaxTables tables are visited, as the flatbuffers verifier's
+// default (the walker is src/formats/flatbuffer.hpp, shared with ExecuTorch).
 //
 // Refused: a root, table, vtable, vector or string that does not lie in
 // the flatbuffer; a tensor's buffer index past Model.buffers; a buffer's
@@ -32,7 +33,6 @@
 
 namespace modelfs::tflite {
 
-inline constexpr uint64_t kMaxTables = 1'000'000;
 inline constexpr uint64_t kMaxRank = 64;
 // What a model's string tensors may take as JSON Lines, in all.
 inline constexpr uint64_t kMaxStringTextBytes = uint64_t{1} << 30;

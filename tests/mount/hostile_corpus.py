@@ -1131,6 +1131,106 @@ def openvino_huge_attribute(folder):
                         head=' label="%s"' % ("x" * (MiB + 1)))
 
 
+# --- executorch cases ---
+class _EtFlat(_Flat):
+    """A hand-laid ExecuTorch program: root offset, "ET12", and (when
+    `header`) a 32-byte extended header "eh00" whose fields are patched."""
+
+    def __init__(self, header=False):
+        super().__init__()
+        self.buf = bytearray(b"\0\0\0\0ET12")
+        if header:
+            self.buf += b"eh00" + struct.pack("<IQQQ", 32, 0, 0, 0)
+
+
+def _et_program(f, plan_count):
+    """Program {execution_plan: [plan_count slots]}: the slots' position."""
+    program, pf = f.table({1: ("I", 0)})
+    f.root(program)
+    plans, first = f.vector(plan_count)
+    f.point(pf[1], plans)
+    return program, first
+
+
+def executorch_vector_2_31(folder):
+    """An ExecuTorch program whose execution_plan vector claims 2^31 entries."""
+    f = _EtFlat()
+    program, pf = f.table({1: ("I", 0)})
+    f.root(program)
+    plans, _ = f.vector(0)
+    struct.pack_into("<I", f.buf, plans, 1 << 31)
+    f.point(pf[1], plans)
+    path = folder / "vector.pte"
+    path.write_bytes(bytes(f.buf))
+    return path
+
+
+def executorch_segment_past_file(folder):
+    """An ExecuTorch program (extended header) whose one segment, holding the
+    constant segment, lies 1 TiB past the end of a small file."""
+    f = _EtFlat(header=True)
+    program, pf = f.table({4: ("I", 0), 5: ("I", 0)})
+    f.root(program)
+    segs, first = f.vector(1)
+    f.point(pf[4], segs)
+    f.point(first, f.table({0: ("Q", 1 << 40), 1: ("Q", 64)})[0])
+    cs, cf = f.table({0: ("I", 0), 1: ("I", 0)})
+    f.point(pf[5], cs)
+    offs, _ = f.vector(2, 8)
+    f.point(cf[1], offs)
+    f._align(128)
+    base = len(f.buf)
+    struct.pack_into("<QQQ", f.buf, 16, base, base, 64)  # program_size, segment base, data size
+    f.buf += bytes(64)
+    path = folder / "segment.pte"
+    path.write_bytes(bytes(f.buf))
+    return path
+
+
+def executorch_million_evalues(folder, count=1_000_000):
+    """An ExecuTorch method of 1 000 000 EValues, every entry naming one
+    Tensor EValue (4 MB of offsets) whose constant is 4 inline bytes."""
+    f = _EtFlat()
+    program, pf = f.table({1: ("I", 0), 2: ("I", 0)})
+    f.root(program)
+    plans, pfirst = f.vector(1)
+    f.point(pf[1], plans)
+    plan, plf = f.table({2: ("I", 0)})
+    f.point(pfirst, plan)
+    values, vfirst = f.vector(count)
+    f.point(plf[2], values)
+    bufs, bfirst = f.vector(2)
+    f.point(pf[2], bufs)
+    for i, data in enumerate((b"", b"\1\2\3\4")):
+        buf, bf = f.table({0: ("I", 0)})
+        vec, _ = f.vector(len(data), 1, data)
+        f.point(bf[0], vec)
+        f.point(bfirst + 4 * i, buf)
+    ev, ef = f.table({0: ("B", 5), 1: ("I", 0)})
+    tensor, tf = f.table({0: ("b", 6), 2: ("I", 0), 5: ("I", 1)})
+    f.point(ef[1], tensor)
+    dims, _ = f.vector(1, 4, struct.pack("<i", 1))
+    f.point(tf[2], dims)
+    slots = np.arange(count, dtype=np.int64) * 4 + vfirst
+    f.buf[vfirst:vfirst + 4 * count] = (ev - slots).astype("<u4").tobytes()
+    path = folder / "million.pte"
+    path.write_bytes(bytes(f.buf))
+    return path
+
+
+def executorch_cyclic_offsets(folder, count=100_000):
+    """An ExecuTorch program whose 100 000 execution plans are all the
+    Program table itself (backward offsets wrapping around 2^32), and whose
+    Program's values are read from its own execution_plan vector."""
+    f = _EtFlat()
+    program, first = _et_program(f, count)
+    for i in range(count):
+        struct.pack_into("<I", f.buf, first + 4 * i, (program - (first + 4 * i)) % (1 << 32))
+    path = folder / "cyclic.pte"
+    path.write_bytes(bytes(f.buf))
+    return path
+
+
 CASES = {
     "long_name": (long_name, False),
     "shared_pickle_dict": (shared_pickle_dict, True),
@@ -1205,6 +1305,11 @@ CASES = {
     "openvino_200k_consts": (openvino_many_consts, False),
     "openvino_deep_nesting": (openvino_deep_nesting, False),
     "openvino_1mib_attribute": (openvino_huge_attribute, False),
+    # --- executorch cases ---
+    "executorch_vector_2_31": (executorch_vector_2_31, False),
+    "executorch_segment_past_file": (executorch_segment_past_file, False),
+    "executorch_million_evalues": (executorch_million_evalues, False),
+    "executorch_cyclic_offsets": (executorch_cyclic_offsets, False),
 }
 
 

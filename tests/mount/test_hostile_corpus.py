@@ -415,6 +415,11 @@ EXPECT = {
     "openvino_const_2_62": {"exits": (2,)},
     "openvino_deep_nesting": {"exits": (2,)},
     "openvino_1mib_attribute": {"exits": (2,)},
+    # ExecuTorch: each refused, one line.
+    "executorch_vector_2_31": {"exits": (2,)},
+    "executorch_segment_past_file": {"exits": (2,)},
+    "executorch_million_evalues": {"exits": (2,)},
+    "executorch_cyclic_offsets": {"exits": (2,)},
 }
 
 
