@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import cat, index_paths, metadata, mounted, one_line, run_modelfs, sidecar, unmount
+from flatbuffer_walker import Walker
 
 flatbuffers = pytest.importorskip("flatbuffers", reason="needs python3-flatbuffers (the test's writer)")
 
@@ -243,56 +244,7 @@ def build_ptd(consts):
     return out, {c.name: base + off for c, off, _ in entries}
 
 
-# -- the oracle for real files: a flatbuffer walker ----------------------------
-
-class Walker:
-    def __init__(self, data):
-        self.d = data
-
-    def u(self, fmt, at):
-        return struct.unpack_from("<" + fmt, self.d, at)[0]
-
-    def root(self):
-        return self.u("I", 0)
-
-    def ref(self, at):
-        return at + self.u("I", at)
-
-    def field(self, table, fid):
-        vt = table - self.u("i", table)
-        if 4 + 2 * fid >= self.u("H", vt):
-            return None
-        off = self.u("H", vt + 4 + 2 * fid)
-        return table + off if off else None
-
-    def scalar(self, table, fid, fmt, default=0):
-        at = self.field(table, fid)
-        return default if at is None else self.u(fmt, at)
-
-    def table(self, table, fid):
-        at = self.field(table, fid)
-        return None if at is None else self.ref(at)
-
-    def vector(self, table, fid):
-        at = self.field(table, fid)
-        if at is None:
-            return None, 0
-        v = self.ref(at)
-        return v + 4, self.u("I", v)
-
-    def tables(self, table, fid):
-        start, n = self.vector(table, fid)
-        return [self.ref(start + 4 * i) for i in range(n)]
-
-    def string(self, table, fid):
-        start, n = self.vector(table, fid)
-        return None if start is None else self.d[start:start + n].decode()
-
-    def scalars(self, table, fid, fmt):
-        start, n = self.vector(table, fid)
-        size = struct.calcsize(fmt)
-        return [self.u(fmt, start + size * i) for i in range(n)]
-
+# -- the oracle for real files: flatbuffer_walker.Walker -----------------------
 
 def expected_ptd(data):
     """{key: (numpy dtype, shape, file offset)} of a .ptd's tensors."""

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import cat, index_paths, metadata, mounted, one_line, run_modelfs, sidecar, unmount
+from flatbuffer_walker import Walker
 from remote_servers import Nginx
 
 flatbuffers = pytest.importorskip("flatbuffers", reason="needs python3-flatbuffers (the test's writer)")
@@ -133,44 +134,7 @@ def build_with_offsets(subgraphs, buffers, outside):
     return head2 + bytes(at - len(head2)) + tail, real
 
 
-# -- the oracle for real files: a flatbuffer walker ----------------------------
-
-class Walker:
-    def __init__(self, data):
-        self.d = data
-
-    def u(self, fmt, at):
-        return struct.unpack_from("<" + fmt, self.d, at)[0]
-
-    def ref(self, at):
-        return at + self.u("I", at)
-
-    def field(self, table, fid):
-        vt = table - self.u("i", table)
-        if 4 + 2 * fid >= self.u("H", vt):
-            return None
-        off = self.u("H", vt + 4 + 2 * fid)
-        return table + off if off else None
-
-    def scalar(self, table, fid, fmt, default=0):
-        at = self.field(table, fid)
-        return default if at is None else self.u(fmt, at)
-
-    def vector(self, table, fid):
-        at = self.field(table, fid)
-        if at is None:
-            return None, 0
-        v = self.ref(at)
-        return v + 4, self.u("I", v)
-
-    def tables(self, table, fid):
-        start, n = self.vector(table, fid)
-        return [self.ref(start + 4 * i) for i in range(n)]
-
-    def string(self, table, fid):
-        start, n = self.vector(table, fid)
-        return b"" if start is None else self.d[start:start + n]
-
+# -- the oracle for real files: flatbuffer_walker.Walker -----------------------
 
 def expected_tensors(data):
     """[(name, dtype name, shape, bytes)] of the tensors with bytes, in
@@ -180,7 +144,7 @@ def expected_tensors(data):
     buffers = w.tables(model, 4)
     out = []
     for g, graph in enumerate(w.tables(model, 2)):
-        gname = w.string(graph, 4).decode()
+        gname = w.string(graph, 4) or ""
         prefix = "" if g == 0 else (gname or f"subgraph{g}") + "/"
         for t in w.tables(graph, 0):
             index = w.scalar(t, 2, "I")
@@ -197,7 +161,7 @@ def expected_tensors(data):
                 continue
             s_start, s_n = w.vector(t, 0)
             shape = [w.u("i", s_start + 4 * i) for i in range(s_n)] if s_start is not None else []
-            out.append((prefix + w.string(t, 3).decode(), DTYPE_NAMES[w.scalar(t, 1, "b")], shape, raw))
+            out.append((prefix + (w.string(t, 3) or ""), DTYPE_NAMES[w.scalar(t, 1, "b")], shape, raw))
     return out
 
 
