@@ -114,14 +114,6 @@ constexpr std::array<TypeInfo, 30> kTypes{{
     {"UINT64", DType::UInt64},
 }};
 
-std::string shown(std::string_view text) {
-  constexpr size_t kShown = 80;
-  std::string out = "\"";
-  out.append(text.substr(0, kShown));
-  if (text.size() > kShown) out += "...";
-  return out + "\"";
-}
-
 uint64_t u32_at(const MappedFile& file, uint64_t at) {
   uint32_t v = 0;
   std::memcpy(&v, file.read(at, 4).data(), 4);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "modelfs/catalog.hpp"
@@ -29,5 +30,15 @@ struct ModelFile {
     return {path, MappedFile::open(path), checks};
   }
 };
+
+// A value of the file quoted in a reader's message: its first 80 bytes,
+// "..." when there are more (the message's own bound cuts the rest).
+inline std::string shown(std::string_view text) {
+  constexpr size_t kShown = 80;
+  std::string out = "\"";
+  out.append(text.substr(0, kShown));
+  if (text.size() > kShown) out += "...";
+  return out + "\"";
+}
 
 }  // namespace modelfs

@@ -116,14 +116,6 @@ std::optional<std::vector<uint64_t>> parse_shape(std::string_view text) {
   }
 }
 
-std::string shown(std::string_view text) {
-  constexpr size_t kShown = 80;
-  std::string out = "\"";
-  out.append(text.substr(0, kShown));
-  if (text.size() > kShown) out += "...";
-  return out + "\"";
-}
-
 // Drops the resident pages of mapped bytes (whole pages inside them). The
 // mapping is a read-only file mapping (a remote model's: of its cache file,
 // whose bytes were fetched before they were read): what is read again is

@@ -492,12 +492,7 @@ class FetchPool {
   void stop_for_fork() {
     std::unique_lock guard(lock_);
     quiet_.wait(guard, [&] { return jobs_.empty() && running_ == 0; });
-    stopping_ = true;
-    wake_.notify_all();
-    std::vector<std::thread> ending = std::move(threads_);
-    threads_.clear();
-    guard.unlock();
-    for (std::thread& t : ending) t.join();
+    end_threads(guard);
     guard.lock();
     stopping_ = false;
     guard.release();
@@ -506,6 +501,11 @@ class FetchPool {
     if (in_pool_thread) return;  // a job that exits cannot join itself
     process_ending.store(true);
     std::unique_lock guard(lock_);
+    end_threads(guard);
+  }
+  // Every thread told to stop once the queue is empty, and joined outside
+  // the lock (`guard` is released).
+  void end_threads(std::unique_lock<std::mutex>& guard) {
     stopping_ = true;
     wake_.notify_all();
     std::vector<std::thread> ending = std::move(threads_);
