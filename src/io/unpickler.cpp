@@ -126,6 +126,23 @@ constexpr NamedGlobal kNamedGlobals[] = {
     {"torch.jit._pickle", "build_doublelist", KnownGlobal::JitPassThrough},
     {"torch.jit._pickle", "build_boollist", KnownGlobal::JitPassThrough},
     {"torch.jit._pickle", "restore_type_tag", KnownGlobal::JitPassThrough},
+    // docs/formats.md, "torch.distributed.checkpoint": the classes of a
+    // .metadata pickle.
+    {"torch.distributed.checkpoint.metadata", "Metadata", KnownGlobal::DistributedCheckpoint},
+    {"torch.distributed.checkpoint.metadata", "TensorStorageMetadata", KnownGlobal::DistributedCheckpoint},
+    {"torch.distributed.checkpoint.metadata", "ChunkStorageMetadata", KnownGlobal::DistributedCheckpoint},
+    {"torch.distributed.checkpoint.metadata", "BytesStorageMetadata", KnownGlobal::DistributedCheckpoint},
+    {"torch.distributed.checkpoint.metadata", "MetadataIndex", KnownGlobal::DistributedCheckpoint},
+    {"torch.distributed.checkpoint.metadata", "StorageMeta", KnownGlobal::DistributedCheckpoint},
+    {"torch.distributed.checkpoint.metadata", "TensorProperties", KnownGlobal::DistributedCheckpoint},
+    {"torch.distributed.checkpoint.metadata", "_MEM_FORMAT_ENCODING", KnownGlobal::DistributedCheckpoint},
+    {"torch.distributed._shard.sharded_tensor.metadata", "TensorProperties",
+     KnownGlobal::DistributedCheckpoint},
+    {"torch.distributed._shard.sharded_tensor.metadata", "MEM_FORMAT_ENCODING",
+     KnownGlobal::DistributedCheckpoint},
+    {"torch.distributed.checkpoint.filesystem", "_StorageInfo", KnownGlobal::DistributedCheckpoint},
+    {"pathlib", "PosixPath", KnownGlobal::DistributedCheckpoint},
+    {"pathlib._local", "PosixPath", KnownGlobal::DistributedCheckpoint},
 };
 
 // What modelfs knows the global module.name to be.

@@ -95,6 +95,9 @@ enum class KnownGlobal : uint8_t {
   LoadFromBytes,     // torch.storage._load_from_bytes: a legacy blob inside
   JitPassThrough,    // torch.jit._pickle build_*list / restore_type_tag: value = args[0]
   TorchScriptClass,  // __torch__.*: a TorchScript module or class object
+  // torch.distributed.checkpoint's .metadata classes (and the pathlib
+  // paths it records): recorded as calls, read by formats/dcp.cpp only.
+  DistributedCheckpoint,
 };
 
 struct Value {
