@@ -77,6 +77,12 @@ std::string_view class_of(const Value* v) {
   return v->callable->name;
 }
 
+// A global naming one of DCP's classes.
+bool class_of_global(const Value* v) {
+  return v && v->kind == Kind::Global && v->known == KnownGlobal::DistributedCheckpoint &&
+         v->name != "getattr";
+}
+
 // Where a pickle's storage record points: a range of one data file.
 struct Storage {
   std::string file;
@@ -199,6 +205,14 @@ class Reader {
   // (docs/formats.md, "Classes / module paths"): nothing else is read.
   void check_globals(const pickle::Pickle& pickled) const {
     for (const Value& v : pickled.values) {
+      // getattr only as an enum member is pickled: getattr(DCP class, name).
+      if (v.kind == Kind::Call && v.callable && v.callable->kind == Kind::Global &&
+          v.callable->name == "getattr" && v.callable->module == "builtins") {
+        const bool member = v.args && v.args->kind == Kind::Tuple && v.args->items.size() == 2 &&
+                            class_of_global(v.args->items[0]) && v.args->items[1]->is_string();
+        if (!member)
+          refuse(v.offset, "the pickle calls builtins.getattr on something other than a DCP class");
+      }
       if (v.kind != Kind::Global) continue;
       switch (v.known) {
         case KnownGlobal::DistributedCheckpoint:

@@ -142,6 +142,9 @@ constexpr NamedGlobal kNamedGlobals[] = {
      KnownGlobal::DistributedCheckpoint},
     {"torch.distributed.checkpoint.filesystem", "_StorageInfo", KnownGlobal::DistributedCheckpoint},
     {"pathlib", "PosixPath", KnownGlobal::DistributedCheckpoint},
+    // How Python 3.11+ pickles an enum member (_MEM_FORMAT_ENCODING's):
+    // getattr(cls, name), which formats/dcp.cpp reads only in that form.
+    {"builtins", "getattr", KnownGlobal::DistributedCheckpoint},
     {"pathlib._local", "PosixPath", KnownGlobal::DistributedCheckpoint},
 };
 
