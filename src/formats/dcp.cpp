@@ -197,6 +197,11 @@ class Reader {
   [[noreturn]] void refuse(std::optional<uint64_t> offset, const std::string& reason) const {
     throw ModelError(file_, std::string(kFormat), offset, reason);
   }
+  // A fault of a data file's bytes, named by that file.
+  [[noreturn]] static void refuse_in(const MappedFile& file, std::optional<uint64_t> offset,
+                                     const std::string& reason) {
+    throw ModelError(file.display_name(), std::string(kFormat), offset, reason);
+  }
   static std::optional<uint64_t> at(const Value* v) {
     return v ? std::optional<uint64_t>(v->offset) : std::nullopt;
   }
@@ -442,9 +447,9 @@ class Reader {
     const std::string which = chunk_name(t, i);
     const auto& file = files_.at(s.file);
     if (!range_fits(s.offset, s.length, file->size()))
-      refuse(std::nullopt, which + ": its slice [" + std::to_string(s.offset) + ", +" +
-                               std::to_string(s.length) + ") runs past the end of " + s.file + " (" +
-                               std::to_string(file->size()) + " bytes)");
+      refuse_in(*file, std::nullopt,
+                which + ": its slice [" + std::to_string(s.offset) + ", +" + std::to_string(s.length) +
+                    ") runs past the end of " + s.file + " (" + std::to_string(file->size()) + " bytes)");
     const std::string where = which + ": the slice [" + std::to_string(s.offset) + ", +" +
                               std::to_string(s.length) + ") of " + s.file +
                               " is not a torch.save archive of one tensor: ";
@@ -460,28 +465,30 @@ class Reader {
       if (model_.checks)
         for (auto& check : zip.crc_checks()) model_.checks->push_back(std::move(check));
     } catch (const ModelError& e) {
-      refuse(s.offset, where + e.reason());
+      refuse_in(*file, s.offset, where + e.reason());
     }
     if (contents.tensors.size() != 1)
-      refuse(s.offset, where + "it holds " + std::to_string(contents.tensors.size()) + " tensors");
+      refuse_in(*file, s.offset, where + "it holds " + std::to_string(contents.tensors.size()) + " tensors");
     TensorSpec& c = contents.tensors.front();
     const auto sizes = t.sizes(i);
     if (c.dtype != t.dtype || c.quantization || c.extras.contains("torch_dtype"))
-      refuse(s.offset,
-             which + " is stored as " +
-                 std::string(c.extras.contains("torch_dtype") ? c.extras["torch_dtype"].get<std::string>()
-                                                              : std::string(dtype_name(c.dtype))) +
-                 ", but the metadata says " + t.dtype_name);
+      refuse_in(*file, s.offset,
+                which + " is stored as " +
+                    std::string(c.extras.contains("torch_dtype") ? c.extras["torch_dtype"].get<std::string>()
+                                                                 : std::string(dtype_name(c.dtype))) +
+                    ", but the metadata says " + t.dtype_name);
     if (!std::equal(c.shape.begin(), c.shape.end(), sizes.begin(), sizes.end()))
-      refuse(s.offset, which + " is stored with shape " + dims_text(c.shape) + ", but its sizes are " +
-                           dims_text(sizes));
+      refuse_in(
+          *file, s.offset,
+          which + " is stored with shape " + dims_text(c.shape) + ", but its sizes are " + dims_text(sizes));
     const auto strides = contiguous_strides(c.shape);
     if (!strides || c.strides != *strides || !c.pieces.empty() || c.encoded)
-      refuse(s.offset, which + " is not stored as one C-order array");
+      refuse_in(*file, s.offset, which + " is not stored as one C-order array");
     const uint64_t expected = volume(sizes) * (dtype_bits(t.dtype) / 8);
     if (c.bytes.size() != expected)
-      refuse(s.offset, which + " holds " + std::to_string(c.bytes.size()) + " bytes, its sizes need " +
-                           std::to_string(expected));
+      refuse_in(*file, s.offset,
+                which + " holds " + std::to_string(c.bytes.size()) + " bytes, its sizes need " +
+                    std::to_string(expected));
     return std::move(c);
   }
 

@@ -415,6 +415,11 @@ EXPECT = {
     "openvino_const_2_62": {"exits": (2,)},
     "openvino_deep_nesting": {"exits": (2,)},
     "openvino_1mib_attribute": {"exits": (2,)},
+    # torch.distributed.checkpoint: each refused, one line.
+    "dcp_million_chunks": {"exits": (2,)},
+    "dcp_chunk_2_62": {"exits": (2,)},
+    "dcp_deep_pickle": {"exits": (2,)},
+    "dcp_overlapping_chunks": {"exits": (2,)},
 }
 
 
