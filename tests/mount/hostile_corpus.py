@@ -1192,6 +1192,42 @@ def _dcp_write(folder, entries, storage, extra=b"", data=b""):
     return folder
 
 
+def _dcp_archive(folder, name, rows, cols, first):
+    """A torch.save archive of one float32 tensor rows x cols, values first.."""
+    n = rows * cols
+    pkl = (b"\x80\x02" + _pk_global(b"torch._utils", b"_rebuild_tensor_v2") + b"((" + _pk_str("storage")
+           + _pk_global(b"torch", b"FloatStorage") + _pk_str("0") + _pk_str("cpu") + _pk_int(n) + b"tQ"
+           + _pk_int(0) + b"(" + _pk_int(rows) + _pk_int(cols) + b"t(" + _pk_int(cols) + _pk_int(1) + b"t\x89"
+           + _pk_global(b"collections", b"OrderedDict") + b")RtR.")
+    data = struct.pack("<%df" % n, *range(first, first + n))
+    return write_zip(folder / name, torch_zip_members(pkl, [Member("archive/data/0", data)])).read_bytes()
+
+
+def dcp_fuzz_seed(folder):
+    """Not a hostile case: fuzz_dcp's seed, one file that is both the
+    .metadata and every data file (the pickle ends at its STOP): a 4 x 2
+    tensor in two row chunks and a 2 x 4 one in two column chunks, whose
+    archives follow the pickle."""
+    archives = [_dcp_archive(folder, "a%d" % i, r, c, 10 * i) for i, (r, c) in enumerate([(2, 2), (2, 2), (2, 2), (2, 2)])]
+    chunks_w = b"](" + _dcp_chunk((0, 0), (2, 2)) + _dcp_chunk((2, 0), (2, 2)) + b"e"
+    chunks_v = b"](" + _dcp_chunk((0, 0), (2, 2)) + _dcp_chunk((0, 2), (2, 2)) + b"e"
+    entries = (_pk_str("w") + _dcp_tensor(b"float32", (4, 2), chunks_w)
+               + _pk_str("v") + _dcp_tensor(b"float32", (2, 4), chunks_v))
+
+    def pickle_at(base):
+        at, storage = base, b""
+        for (fqn, offsets), blob in zip([("w", (0, 0)), ("w", (2, 0)), ("v", (0, 0)), ("v", (0, 2))], archives):
+            storage += _dcp_storage(fqn, offsets, "__0_0.distcp", at, len(blob))
+            at += len(blob)
+        return (b"\x80\x02" + _pk_obj(_DCP_META, b"Metadata", _pk_str("state_dict_metadata") + b"}(" + entries
+                                       + b"u" + _pk_str("storage_data") + b"}(" + storage + b"u") + b".")
+    pkl = pickle_at(0)
+    pkl = pickle_at(len(pkl))  # fixed-width integers: the length does not change
+    path = folder / "dcp.metadata"
+    path.write_bytes(pkl + b"".join(archives))
+    return path
+
+
 DCP_CHUNKS = 1_000_000
 
 
