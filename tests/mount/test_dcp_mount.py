@@ -10,10 +10,13 @@ no archive, a dtype or size mismatch, an unknown class).
 Oracle: the unsharded tensors the test wrote (torch, Debian's 1.13) and the
 test's own writer (dcp_writer.py), which records where it put every chunk;
 never modelfs's own output."""
+import io
 import json
 import pickle
 import random
+import struct
 import subprocess
+import zipfile
 
 import numpy as np
 import pytest
@@ -272,3 +275,29 @@ def test_remote_folder(tmp, nginx):
     for url in (f"{nginx.url}/ckpt/.metadata", f"{nginx.url}/ckpt/"):
         with mounted(url, "-o", f"cache_dir={cache}") as mnt:
             check_tensors(mnt, tensors)
+
+
+def test_check_reads_every_chunk_crc(tmp):
+    """--check verifies each chunk archive's CRC-32s (a mount and --list do
+    not read them): one flipped byte of a chunk's stored tensor bytes."""
+    t = {"w": torch.arange(16, dtype=torch.float32).reshape(4, 4)}
+    folder = tmp / "ckpt"
+    written = w.write_checkpoint(folder, t, {"w": w.by_cols((4, 4), 2)}, ranks=2)
+    name, at, length = written[("w", (0, 2))]
+    data = bytearray((folder / name).read_bytes())
+    # The stored member data/0 of that archive, found by the test's own
+    # reading: zipfile over the slice for its local header, whose name and
+    # extra lengths (bytes 26..30) give where its data starts.
+    archive = zipfile.ZipFile(io.BytesIO(bytes(data[at:at + length])))
+    member = [i for i in archive.infolist() if i.filename.endswith("data/0")][0]
+    header = at + member.header_offset
+    assert data[header:header + 4] == b"PK\x03\x04"
+    n, e = struct.unpack("<HH", data[header + 26:header + 30])
+    start = header + 30 + n + e
+    data[start] ^= 0xFF
+    (folder / name).write_bytes(bytes(data))
+    assert run_modelfs("--list", folder).returncode == 0
+    check = run_modelfs("--check", folder)
+    assert check.returncode == 2
+    line = one_line(check.stderr)
+    assert "CRC" in line and name in line, line
