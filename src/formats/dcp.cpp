@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -138,8 +139,12 @@ class Reader {
     nlohmann::json bytes_entries = nlohmann::json::array();
     uint64_t bytes_count = 0;
     std::vector<std::string> names;  // data files needed, in first-use order
+    std::set<std::string, std::less<>> named;
     auto need = [&](const std::string& file) {
-      if (std::find(names.begin(), names.end(), file) == names.end()) names.push_back(file);
+      if (!named.insert(file).second) return;
+      if (names.size() >= kMaxFiles)
+        refuse(std::nullopt, "storage_data names more than " + std::to_string(kMaxFiles) + " data files");
+      names.push_back(file);
     };
     for (const auto& [key, value] : entries->entries) {
       check_budget();

@@ -46,6 +46,8 @@ inline constexpr uint64_t kMaxMetadataBytes = uint64_t{1} << 30;
 // Chunks in all; each needs its own archive in a data file, so a real
 // checkpoint has far fewer.
 inline constexpr uint64_t kMaxChunks = 4'000'000;
+// Data files: one or a few per rank.
+inline constexpr uint64_t kMaxFiles = 65'536;
 // planner_data keys and bytes entries listed in metadata.json.
 inline constexpr uint64_t kMaxListed = 10'000;
 inline constexpr size_t kMaxRank = 64;

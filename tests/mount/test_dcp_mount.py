@@ -38,6 +38,7 @@ def state():
         "layers.0.attn.w": torch.randn(4, 4, 3, generator=g),                 # nested FQN, 3-d by rows
         "replicated.bias": torch.arange(7, dtype=torch.int64) * 1000003,      # one chunk, rank 0
         "step": torch.tensor(42, dtype=torch.int64),                          # 0-d
+        "empty": torch.zeros(0, 3),                                           # no elements
     }
 
 
@@ -49,6 +50,7 @@ def plans(tensors):
         "layers.0.attn.w": w.by_rows((4, 4, 3), RANKS),
         "replicated.bias": w.whole((7,)),
         "step": w.whole(()),
+        "empty": w.whole((0, 3)),
     }
 
 

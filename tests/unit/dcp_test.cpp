@@ -268,6 +268,21 @@ TEST(Dcp, RefusesUnknownClassesAndShapes) {
   expect_refused(metadata(c.entries, c.storage).substr(0, 60), "torch.distributed.checkpoint");
 }
 
+TEST(Dcp, ReadsTheOlderTensorPropertiesAsADict) {
+  // Before torch ~2.3, TensorProperties was the sharded-tensor package's,
+  // a dataclass whose state may be its field dict.
+  TempDir dir;
+  Checkpoint c = two_rows();
+  const std::string old_props = obj("torch.distributed._shard.sharded_tensor.metadata", "TensorProperties",
+                                    u("dtype") + g("torch", "float") + u("requires_grad") + "\x89");
+  c.entries = u("w") + obj(kMeta, "TensorStorageMetadata",
+                           u("properties") + old_props + u("size") + size({4, 2}) + u("chunks") + "](" +
+                               chunk({0, 0}, {2, 2}) + chunk({2, 0}, {2, 2}) + "e");
+  const Catalog catalog = open(dir, metadata(c.entries, c.storage), c);
+  ASSERT_EQ(catalog.tensors().size(), 1u);
+  EXPECT_EQ(catalog.tensors()[0].dtype, DType::Float32);
+}
+
 TEST(Dcp, ListsBytesEntries) {
   TempDir dir;
   Checkpoint c = two_rows();
