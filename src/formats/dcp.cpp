@@ -122,7 +122,8 @@ class Reader {
       refuse(std::nullopt, "the .metadata pickle is " + std::to_string(mapped->size()) +
                                " bytes, over the limit of " + std::to_string(kMaxMetadataBytes));
     // Not made present here: the unpickler's cursor makes present what it reads.
-    pickle::Pickle pickled = pickle::unpickle(mapped->unchecked_bytes(), file_, std::string(kFormat));
+    pickle::Pickle pickled =
+        pickle::unpickle(mapped->unchecked_bytes(), file_, std::string(kFormat), 0, false);
     check_globals(pickled);
     const auto root = fields(pickled.root, "Metadata", "the pickle's top object");
 

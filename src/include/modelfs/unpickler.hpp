@@ -209,8 +209,9 @@ struct Pickle {
 // Reads one pickle from the start of `bytes` up to its STOP. `file`,
 // `format` and `base` (file offset of bytes[0]) are for messages; ModelError
 // on any malformed, truncated or over-limit input. Unknown globals are
-// logged with spdlog::warn.
+// logged with spdlog::warn, unless `warn_unknown` is false (a reader that
+// refuses them by name itself: formats/dcp.cpp).
 Pickle unpickle(std::span<const std::byte> bytes, const std::string& file, const std::string& format,
-                uint64_t base = 0);
+                uint64_t base = 0, bool warn_unknown = true);
 
 }  // namespace modelfs::pickle
