@@ -147,13 +147,18 @@ class Reader {
         refuse(std::nullopt, "storage_data names more than " + std::to_string(kMaxFiles) + " data files");
       names.push_back(file);
     };
+    std::set<std::string_view> fqns;
+    std::vector<std::pair<std::string_view, const Storage*>> bytes_storage;
     for (const auto& [key, value] : entries->entries) {
       check_budget();
       if (!key->is_string()) refuse(at(key), "a state_dict_metadata key is not a string");
+      if (!fqns.insert(key->text).second)
+        refuse(at(key), "state_dict_metadata lists " + in_quotes(key->text) + " twice");
       const std::string_view cls = class_of(value);
       if (cls == "BytesStorageMetadata") {
         const Storage& s = storage_for({key->text, std::nullopt}, "bytes entry " + in_quotes(key->text));
         need(s.file);
+        bytes_storage.emplace_back(key->text, &s);
         if (++bytes_count <= kMaxListed)
           bytes_entries.push_back(
               {{"fqn", key->text}, {"file", s.file}, {"offset", s.offset}, {"length", s.length}});
@@ -170,6 +175,12 @@ class Reader {
     }
 
     open_files(names);
+    // A bytes item is listed, never read: its range must still lie in its file.
+    for (const auto& [fqn, s] : bytes_storage)
+      if (!range_fits(s->offset, s->length, files_.at(s->file)->size()))
+        refuse_in(*files_.at(s->file), std::nullopt,
+                  "bytes entry " + in_quotes(fqn) + ": its slice [" + std::to_string(s->offset) + ", +" +
+                      std::to_string(s->length) + ") runs past the end of " + s->file);
     for (const TensorEntry& t : tensors) add_tensor(t);
 
     nlohmann::json info = nlohmann::json::object();

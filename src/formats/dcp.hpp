@@ -30,7 +30,8 @@
 // does not parse or names a class not on the list; a Metadata, entry,
 // chunk or storage record of the wrong shape; a dtype modelfs does not
 // serve; a chunk outside the tensor's size, chunks that overlap or leave a
-// hole; a chunk without its storage record; a relative_path that is not a
+// hole; an FQN twice; a chunk without its storage record (or a record
+// twice); a bytes item's range past its file; a relative_path that is not a
 // file inside the folder (ModelFolder); a slice past its file; a slice that
 // is not a torch.save archive of one tensor of the declared dtype and size.
 #include <cstdint>

@@ -295,6 +295,11 @@ TEST(Dcp, ListsBytesEntries) {
   EXPECT_EQ(catalog.metadata["bytes_entries"][0]["fqn"], "extra");
   EXPECT_EQ(catalog.metadata["bytes_entries"][0]["offset"], 3);
   EXPECT_EQ(catalog.metadata["dcp"]["counts"]["bytes_entries"], 1);
+  const std::string past = c.storage +
+                           obj(kMeta, "MetadataIndex", u("fqn") + u("extra") + u("offset") + "N") +
+                           info("__1_0.distcp", 3, c.rank1.size());
+  expect_refused(metadata(entries, past), "bytes entry \"extra\": its slice [3, +");
+  expect_refused(metadata(c.entries + c.entries, c.storage), "state_dict_metadata lists \"w\" twice");
 }
 
 }  // namespace
