@@ -104,6 +104,16 @@ SEEDS = {
                              lambda d: hc.openvino_many_consts(d, count=400)),
     "openvino_deep_nesting": (("fuzz_openvino", "fuzz_open_model"),
                               lambda d: hc.openvino_deep_nesting(d, depth=5_000)),
+    "dcp_million_chunks": (("fuzz_dcp", "fuzz_open_model"),
+                           lambda d: hc.dcp_million_chunks(d, count=2000) / ".metadata"),
+    "dcp_chunk_2_62": (("fuzz_dcp", "fuzz_open_model"), lambda d: hc.dcp_chunk_2_62(d) / ".metadata"),
+    "dcp_deep_pickle": (("fuzz_dcp", "fuzz_open_model"), lambda d: hc.dcp_deep_pickle(d, depth=5000) / ".metadata"),
+    "dcp_overlapping_chunks": (("fuzz_dcp", "fuzz_open_model"),
+                               lambda d: hc.dcp_overlapping_chunks(d) / ".metadata"),
+}
+# Seeds that are no hostile case: name -> (targets, make(folder) -> path).
+EXTRA_SEEDS = {
+    "dcp_rows_and_columns": (("fuzz_dcp",), hc.dcp_fuzz_seed),
 }
 # The unpickler is given the pickles inside the torch cases.
 PICKLE_TARGET = "fuzz_unpickler"
@@ -114,8 +124,8 @@ def make_seeds(root):
     root = pathlib.Path(root)
     written = []
     with tempfile.TemporaryDirectory() as scratch:
-        for case, (targets, make) in SEEDS.items():
-            if hc.CASES[case][1] and hc.torch is None:
+        for case, (targets, make) in list(SEEDS.items()) + list(EXTRA_SEEDS.items()):
+            if case in hc.CASES and hc.CASES[case][1] and hc.torch is None:
                 print(f"make_seeds: {case} left out (needs torch)", file=sys.stderr)
                 continue
             folder = pathlib.Path(scratch) / case

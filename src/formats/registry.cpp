@@ -5,6 +5,7 @@
 
 #include <array>
 
+#include "dcp.hpp"
 #include "executorch.hpp"
 #include "gguf.hpp"
 #include "hdf5.hpp"
@@ -27,6 +28,8 @@ constexpr std::array<std::string_view, 1> kTorchRemoteIndexes{"pytorch_model.bin
 // A remote SavedModel folder's bundle.
 constexpr std::array<std::string_view, 1> kTfckptRemoteIndexes{"variables/variables.index"};
 constexpr std::array<std::string_view, 1> kTfjsRemoteIndexes{"model.json"};
+// A remote torch.distributed.checkpoint folder's pickle.
+constexpr std::array<std::string_view, 1> kDcpRemoteIndexes{".metadata"};
 
 // Any ZIP no reader before it claimed: the torch reader then says why it is
 // not a PyTorch archive either.
@@ -113,6 +116,16 @@ const std::array kReaders{
                  .open_folder = torch::open_folder,
                  .folder_holds = "*.bin.index.json",
                  .remote_index_names = kTorchRemoteIndexes},
+    // A pickle (protocol 2+) whose first class is DCP's Metadata; its data
+    // files are beside it.
+    FormatReader{.name = "torch.distributed.checkpoint",
+                 .family = "torch.distributed.checkpoint",
+                 .probe_file = dcp::probe_file,
+                 .open_file = dcp::open_file,
+                 .probe_folder = dcp::probe_folder,
+                 .open_folder = dcp::open_folder,
+                 .folder_holds = ".metadata (torch.distributed.checkpoint)",
+                 .remote_index_names = kDcpRemoteIndexes},
     // The table's magic is in its last bytes, past the probed head: probed
     // by its first entry, key "" and a BundleHeaderProto.
     FormatReader{.name = "tensorflow checkpoint",

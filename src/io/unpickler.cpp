@@ -126,6 +126,26 @@ constexpr NamedGlobal kNamedGlobals[] = {
     {"torch.jit._pickle", "build_doublelist", KnownGlobal::JitPassThrough},
     {"torch.jit._pickle", "build_boollist", KnownGlobal::JitPassThrough},
     {"torch.jit._pickle", "restore_type_tag", KnownGlobal::JitPassThrough},
+    // docs/formats.md, "torch.distributed.checkpoint": the classes of a
+    // .metadata pickle.
+    {"torch.distributed.checkpoint.metadata", "Metadata", KnownGlobal::DistributedCheckpoint},
+    {"torch.distributed.checkpoint.metadata", "TensorStorageMetadata", KnownGlobal::DistributedCheckpoint},
+    {"torch.distributed.checkpoint.metadata", "ChunkStorageMetadata", KnownGlobal::DistributedCheckpoint},
+    {"torch.distributed.checkpoint.metadata", "BytesStorageMetadata", KnownGlobal::DistributedCheckpoint},
+    {"torch.distributed.checkpoint.metadata", "MetadataIndex", KnownGlobal::DistributedCheckpoint},
+    {"torch.distributed.checkpoint.metadata", "StorageMeta", KnownGlobal::DistributedCheckpoint},
+    {"torch.distributed.checkpoint.metadata", "TensorProperties", KnownGlobal::DistributedCheckpoint},
+    {"torch.distributed.checkpoint.metadata", "_MEM_FORMAT_ENCODING", KnownGlobal::DistributedCheckpoint},
+    {"torch.distributed._shard.sharded_tensor.metadata", "TensorProperties",
+     KnownGlobal::DistributedCheckpoint},
+    {"torch.distributed._shard.sharded_tensor.metadata", "MEM_FORMAT_ENCODING",
+     KnownGlobal::DistributedCheckpoint},
+    {"torch.distributed.checkpoint.filesystem", "_StorageInfo", KnownGlobal::DistributedCheckpoint},
+    {"pathlib", "PosixPath", KnownGlobal::DistributedCheckpoint},
+    // How Python 3.11+ pickles an enum member (_MEM_FORMAT_ENCODING's):
+    // getattr(cls, name), which formats/dcp.cpp reads only in that form.
+    {"builtins", "getattr", KnownGlobal::DistributedCheckpoint},
+    {"pathlib._local", "PosixPath", KnownGlobal::DistributedCheckpoint},
 };
 
 // What modelfs knows the global module.name to be.
@@ -194,12 +214,14 @@ std::optional<std::string> latin1_bytes(std::string_view utf8) {
 
 class Machine {
  public:
-  Machine(std::span<const std::byte> bytes, const std::string& file, const std::string& format, uint64_t base)
+  Machine(std::span<const std::byte> bytes, const std::string& file, const std::string& format, uint64_t base,
+          bool warn_unknown)
       : in_(bytes, file, format, base),
         file_(file),
         format_(format),
         base_(base),
-        copy_budget_(kMaxCopiedBytes + kCopiedBytesPerPickleByte * bytes.size()) {}
+        copy_budget_(kMaxCopiedBytes + kCopiedBytesPerPickleByte * bytes.size()),
+        warn_unknown_(warn_unknown) {}
 
   Pickle run() {
     // The budget grows with the pickle as it is read, ahead of the values
@@ -346,10 +368,11 @@ class Machine {
     if (v->known == KnownGlobal::Unknown) {
       std::string qualified = v->module + "." + v->name;
       if (unknown_seen_.insert(qualified).second) {
-        spdlog::warn(
-            "{}: {}: pickle names {}, which modelfs does not know; it is never called, "
-            "its arguments and state are only searched for tensors",
-            file_, format_, qualified);
+        if (warn_unknown_)
+          spdlog::warn(
+              "{}: {}: pickle names {}, which modelfs does not know; it is never called, "
+              "its arguments and state are only searched for tensors",
+              file_, format_, qualified);
         out_.unknown_globals.push_back(std::move(qualified));
       }
     }
@@ -815,6 +838,7 @@ class Machine {
   std::unordered_map<uint64_t, Value*> memo_;
   uint64_t next_memo_ = 0;
   std::unordered_set<std::string> unknown_seen_;
+  bool warn_unknown_ = true;
 };
 
 }  // namespace
@@ -826,8 +850,8 @@ std::string Value::qualified_name() const {
 }
 
 Pickle unpickle(std::span<const std::byte> bytes, const std::string& file, const std::string& format,
-                uint64_t base) {
-  Pickle pickle = Machine(bytes, file, format, base).run();
+                uint64_t base, bool warn_unknown) {
+  Pickle pickle = Machine(bytes, file, format, base, warn_unknown).run();
   return pickle;
 }
 

@@ -1229,6 +1229,134 @@ def executorch_cyclic_offsets(folder, count=100_000):
     path = folder / "cyclic.pte"
     path.write_bytes(bytes(f.buf))
     return path
+# --------------------------------------------------------------------------
+# torch.distributed.checkpoint: a .metadata pickle written by hand
+# (protocol 2, as Python pickles the dataclasses: NEWOBJ of the class, BUILD
+# of its field dict; TensorProperties as its 5-tuple), beside data files.
+
+_DCP_META = b"torch.distributed.checkpoint.metadata"
+
+
+def _pk_str(s):
+    s = s.encode() if isinstance(s, str) else s
+    return b"X" + struct.pack("<I", len(s)) + s
+
+
+def _pk_int(v):
+    if v < (1 << 31):
+        return b"J" + struct.pack("<i", v)
+    return b"\x8a\x08" + struct.pack("<q", v)
+
+
+def _pk_global(module, name):
+    return b"c" + module + b"\n" + name + b"\n"
+
+
+def _pk_size(dims):
+    return _pk_global(b"torch", b"Size") + b"((" + b"".join(_pk_int(d) for d in dims) + b"ttR"
+
+
+def _pk_obj(module, cls, fields):
+    return _pk_global(module, cls) + b")\x81}(" + fields + b"ub"
+
+
+def _dcp_chunk(offsets, sizes):
+    return _pk_obj(_DCP_META, b"ChunkStorageMetadata",
+                   _pk_str("offsets") + _pk_size(offsets) + _pk_str("sizes") + _pk_size(sizes))
+
+
+def _dcp_tensor(dtype, shape, chunks_list):
+    props = _pk_global(_DCP_META, b"TensorProperties") + b")\x81(" + _pk_global(b"torch", dtype) + b"N\x89N\x89tb"
+    return _pk_obj(_DCP_META, b"TensorStorageMetadata",
+                   _pk_str("properties") + props + _pk_str("size") + _pk_size(shape) + _pk_str("chunks")
+                   + chunks_list)
+
+
+def _dcp_storage(fqn, offsets, path, offset, length):
+    key = _pk_obj(_DCP_META, b"MetadataIndex", _pk_str("fqn") + _pk_str(fqn) + _pk_str("offset") + _pk_size(offsets))
+    info = _pk_obj(b"torch.distributed.checkpoint.filesystem", b"_StorageInfo",
+                   _pk_str("relative_path") + _pk_str(path) + _pk_str("offset") + _pk_int(offset)
+                   + _pk_str("length") + _pk_int(length))
+    return key + info
+
+
+def _dcp_write(folder, entries, storage, extra=b"", data=b""):
+    pkl = (b"\x80\x02" + _pk_obj(_DCP_META, b"Metadata", _pk_str("state_dict_metadata") + b"}(" + entries + b"u"
+                                 + _pk_str("storage_data") + b"}(" + storage + b"u" + extra) + b".")
+    folder = folder / "dcp"
+    folder.mkdir()
+    (folder / ".metadata").write_bytes(pkl)
+    (folder / "__0_0.distcp").write_bytes(data)
+    return folder
+
+
+def _dcp_archive(folder, name, rows, cols, first):
+    """A torch.save archive of one float32 tensor rows x cols, values first.."""
+    n = rows * cols
+    pkl = (b"\x80\x02" + _pk_global(b"torch._utils", b"_rebuild_tensor_v2") + b"((" + _pk_str("storage")
+           + _pk_global(b"torch", b"FloatStorage") + _pk_str("0") + _pk_str("cpu") + _pk_int(n) + b"tQ"
+           + _pk_int(0) + b"(" + _pk_int(rows) + _pk_int(cols) + b"t(" + _pk_int(cols) + _pk_int(1) + b"t\x89"
+           + _pk_global(b"collections", b"OrderedDict") + b")RtR.")
+    data = struct.pack("<%df" % n, *range(first, first + n))
+    return write_zip(folder / name, torch_zip_members(pkl, [Member("archive/data/0", data)])).read_bytes()
+
+
+def dcp_fuzz_seed(folder):
+    """Not a hostile case: fuzz_dcp's seed, one file that is both the
+    .metadata and every data file (the pickle ends at its STOP): a 4 x 2
+    tensor in two row chunks and a 2 x 4 one in two column chunks, whose
+    archives follow the pickle."""
+    archives = [_dcp_archive(folder, "a%d" % i, r, c, 10 * i) for i, (r, c) in enumerate([(2, 2), (2, 2), (2, 2), (2, 2)])]
+    chunks_w = b"](" + _dcp_chunk((0, 0), (2, 2)) + _dcp_chunk((2, 0), (2, 2)) + b"e"
+    chunks_v = b"](" + _dcp_chunk((0, 0), (2, 2)) + _dcp_chunk((0, 2), (2, 2)) + b"e"
+    entries = (_pk_str("w") + _dcp_tensor(b"float32", (4, 2), chunks_w)
+               + _pk_str("v") + _dcp_tensor(b"float32", (2, 4), chunks_v))
+
+    def pickle_at(base):
+        at, storage = base, b""
+        for (fqn, offsets), blob in zip([("w", (0, 0)), ("w", (2, 0)), ("v", (0, 0)), ("v", (0, 2))], archives):
+            storage += _dcp_storage(fqn, offsets, "__0_0.distcp", at, len(blob))
+            at += len(blob)
+        return (b"\x80\x02" + _pk_obj(_DCP_META, b"Metadata", _pk_str("state_dict_metadata") + b"}(" + entries
+                                       + b"u" + _pk_str("storage_data") + b"}(" + storage + b"u") + b".")
+    pkl = pickle_at(0)
+    pkl = pickle_at(len(pkl))  # fixed-width integers: the length does not change
+    path = folder / "dcp.metadata"
+    path.write_bytes(pkl + b"".join(archives))
+    return path
+
+
+DCP_CHUNKS = 1_000_000
+
+
+def dcp_million_chunks(folder, count=DCP_CHUNKS):
+    """A DCP tensor declaring 1 000 000 chunks: one chunk object memoized
+    and fetched again 999 999 times (BINGET), a ~2 MB pickle."""
+    chunks = b"](" + _dcp_chunk((0, 0), (4, 2)) + b"q\x00" + b"h\x00" * (count - 1) + b"e"
+    return _dcp_write(folder, _pk_str("w") + _dcp_tensor(b"float32", (4, 2), chunks),
+                      _dcp_storage("w", (0, 0), "__0_0.distcp", 0, 0))
+
+
+def dcp_chunk_2_62(folder):
+    """A DCP uint8 tensor of 2^62 x 1 elements in one chunk of 2^62 rows,
+    its storage record a 64-byte slice that holds no such archive."""
+    chunks = b"](" + _dcp_chunk((0, 0), (1 << 62, 1)) + b"e"
+    return _dcp_write(folder, _pk_str("w") + _dcp_tensor(b"uint8", (1 << 62, 1), chunks),
+                      _dcp_storage("w", (0, 0), "__0_0.distcp", 0, 64), data=bytes(64))
+
+
+def dcp_deep_pickle(folder, depth=DEEP_PICKLE):
+    """A DCP .metadata whose planner_data nests 100 000 lists."""
+    extra = _pk_str("planner_data") + b"]" * depth + b"a" * (depth - 1)
+    return _dcp_write(folder, b"", b"", extra=extra)
+
+
+def dcp_overlapping_chunks(folder):
+    """Two DCP chunks of rows [0, 3) and [2, 4) of a 4 x 2 tensor."""
+    chunks = b"](" + _dcp_chunk((0, 0), (3, 2)) + _dcp_chunk((2, 0), (2, 2)) + b"e"
+    return _dcp_write(folder, _pk_str("w") + _dcp_tensor(b"float32", (4, 2), chunks),
+                      _dcp_storage("w", (0, 0), "__0_0.distcp", 0, 0)
+                      + _dcp_storage("w", (2, 0), "__0_0.distcp", 0, 0))
 
 
 CASES = {
@@ -1310,6 +1438,11 @@ CASES = {
     "executorch_segment_past_file": (executorch_segment_past_file, False),
     "executorch_million_evalues": (executorch_million_evalues, False),
     "executorch_cyclic_offsets": (executorch_cyclic_offsets, False),
+    # --- dcp cases ---
+    "dcp_million_chunks": (dcp_million_chunks, False),
+    "dcp_chunk_2_62": (dcp_chunk_2_62, False),
+    "dcp_deep_pickle": (dcp_deep_pickle, False),
+    "dcp_overlapping_chunks": (dcp_overlapping_chunks, False),
 }
 
 

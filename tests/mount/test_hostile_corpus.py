@@ -420,6 +420,11 @@ EXPECT = {
     "executorch_segment_past_file": {"exits": (2,)},
     "executorch_million_evalues": {"exits": (2,)},
     "executorch_cyclic_offsets": {"exits": (2,)},
+    # torch.distributed.checkpoint: each refused, one line.
+    "dcp_million_chunks": {"exits": (2,)},
+    "dcp_chunk_2_62": {"exits": (2,)},
+    "dcp_deep_pickle": {"exits": (2,)},
+    "dcp_overlapping_chunks": {"exits": (2,)},
 }
 
 

@@ -95,6 +95,9 @@ enum class KnownGlobal : uint8_t {
   LoadFromBytes,     // torch.storage._load_from_bytes: a legacy blob inside
   JitPassThrough,    // torch.jit._pickle build_*list / restore_type_tag: value = args[0]
   TorchScriptClass,  // __torch__.*: a TorchScript module or class object
+  // torch.distributed.checkpoint's .metadata classes (and the pathlib
+  // paths it records): recorded as calls, read by formats/dcp.cpp only.
+  DistributedCheckpoint,
 };
 
 struct Value {
@@ -206,8 +209,9 @@ struct Pickle {
 // Reads one pickle from the start of `bytes` up to its STOP. `file`,
 // `format` and `base` (file offset of bytes[0]) are for messages; ModelError
 // on any malformed, truncated or over-limit input. Unknown globals are
-// logged with spdlog::warn.
+// logged with spdlog::warn, unless `warn_unknown` is false (a reader that
+// refuses them by name itself: formats/dcp.cpp).
 Pickle unpickle(std::span<const std::byte> bytes, const std::string& file, const std::string& format,
-                uint64_t base = 0);
+                uint64_t base = 0, bool warn_unknown = true);
 
 }  // namespace modelfs::pickle
