@@ -118,6 +118,27 @@ def shared():
     return SHARED
 
 
+@pytest.fixture
+def www(tmp):
+    """The folder the `nginx` fixture serves (empty; a test adds to it)."""
+    root = tmp / "www"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def nginx(tmp, www):
+    """nginx on 127.0.0.1 serving `www` (its `.root`, `.url`), stopped in
+    teardown."""
+    from remote_servers import Nginx
+
+    server = Nginx(tmp / "nginx", www)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def pytest_sessionstart(session):
     if not MODELFS.exists():
         raise pytest.UsageError(f"modelfs binary not found at {MODELFS}; build first or set MODELFS_BIN")

@@ -24,7 +24,6 @@ import torch
 
 import dcp_writer as w
 from conftest import cat, index_paths, metadata, mounted, one_line, run_modelfs, sidecar
-from remote_servers import Nginx
 
 RANKS = 4
 
@@ -253,17 +252,6 @@ def test_export_matches(checkpoint, tmp):
     for name, t in tensors.items():
         begin, end = header[name]["data_offsets"]
         assert data[8 + n + begin:8 + n + end] == raw(t), name
-
-
-@pytest.fixture
-def nginx(tmp):
-    root = tmp / "www"
-    root.mkdir()
-    server = Nginx(tmp / "nginx", root)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_remote_folder(tmp, nginx):

@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 from conftest import cat, index_paths, metadata, mounted, one_line, run_modelfs, sidecar
-from remote_servers import Nginx
 
 REAL = "fixtures/realworld2/files/openvino"
 HOSTILE = "fixtures/realworld2/files/hostile/openvino_underallocated"
@@ -271,17 +270,6 @@ def test_refusals(tmp):
 
 
 # -- remote ----------------------------------------------------------------------
-
-@pytest.fixture
-def nginx(tmp):
-    root = tmp / "www"
-    root.mkdir()
-    server = Nginx(tmp / "nginx", root)
-    try:
-        yield server
-    finally:
-        server.stop()
-
 
 def test_remote_ir(tmp, nginx):
     consts, arrays, bits, nibbles = sample()

@@ -20,7 +20,7 @@ import pytest
 
 import safetensors_writer as st
 from conftest import MODELFS, cat, index_paths, is_mounted, mounted, run_modelfs, sidecar, unmount
-from remote_servers import HUB_COMMIT, MOTO_PYTHON, Moto, Nginx
+from remote_servers import HUB_COMMIT, MOTO_PYTHON, Moto
 
 MIB = 1 << 20
 
@@ -32,15 +32,6 @@ def www(tmp, shared):
     root.mkdir()
     (root / "fixtures").symlink_to(shared / "fixtures")
     return root
-
-
-@pytest.fixture
-def nginx(tmp, www):
-    server = Nginx(tmp / "nginx", www)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

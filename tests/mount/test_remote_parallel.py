@@ -20,7 +20,7 @@ import safetensors_writer as st
 from conftest import MODELFS, cat, index_paths, is_mounted, run_modelfs, unmount
 from remote_servers import LatencyProxy, most_at_once
 # nginx, moto and cache are fixtures: nginx serves this file's own www.
-from test_remote import cache, moto, nginx, remote_mount  # noqa: F401
+from test_remote import cache, moto, remote_mount  # noqa: F401
 
 MIB = 1 << 20
 BLOCK = 256 << 10

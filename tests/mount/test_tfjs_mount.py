@@ -21,7 +21,6 @@ import pytest
 
 import safetensors_writer as st
 from conftest import cat, index_paths, metadata, mounted, one_line, run_modelfs, sidecar
-from remote_servers import Nginx
 
 REAL = "fixtures/realworld2/files/tfjs"
 # Tensor counts per realworld2's MANIFEST.md ("mount exact, N tensors").
@@ -345,17 +344,6 @@ def test_refusals(tmp):
 
 
 # -- remote ----------------------------------------------------------------------
-
-@pytest.fixture
-def nginx(tmp):
-    root = tmp / "www"
-    root.mkdir()
-    server = Nginx(tmp / "nginx", root)
-    try:
-        yield server
-    finally:
-        server.stop()
-
 
 def test_remote_model_json(tmp, nginx):
     weights = sample_weights()

@@ -19,7 +19,6 @@ import pytest
 
 from conftest import cat, index_paths, metadata, mounted, one_line, run_modelfs, sidecar, unmount
 from flatbuffer_walker import Walker
-from remote_servers import Nginx
 
 flatbuffers = pytest.importorskip("flatbuffers", reason="needs python3-flatbuffers (the test's writer)")
 
@@ -318,26 +317,20 @@ def test_corrupt_files_are_refused(tmp, shared):
 
 # -- remote ----------------------------------------------------------------------
 
-def test_url_mounts_lazily(tmp):
+def test_url_mounts_lazily(tmp, nginx):
     """A .tflite by URL: the mount reads the tables, not the 8 MiB buffer
     inside the flatbuffer; a tensor's read fetches about its bytes."""
     rng = np.random.default_rng(3)
     big = rng.standard_normal((1024, 2048)).astype(np.float32)
     small = np.arange(16, dtype=np.int32)
-    root = tmp / "www"
-    root.mkdir()
-    (root / "model.tflite").write_bytes(
+    (nginx.root / "model.tflite").write_bytes(
         build([(None, [T("big", big.shape, 0, 1), T("small", small.shape, 2, 2)])],
               [None, big.tobytes(), small.tobytes()]))
-    server = Nginx(tmp / "nginx", root)
-    try:
-        with mounted(f"{server.url}/model.tflite", "-o", f"cache_dir={tmp / 'cache'}") as mnt:
-            paths, _ = index_paths(mnt)
-            at_mount = server.bytes_sent("/model.tflite")
-            assert at_mount < big.nbytes // 8, at_mount
-            assert cat(paths["small"]) == small.tobytes()
-            assert server.bytes_sent("/model.tflite") - at_mount < big.nbytes // 8
-            assert cat(paths["big"]) == big.tobytes()
-            np.testing.assert_array_equal(npy_values(paths["big"]), big)
-    finally:
-        server.stop()
+    with mounted(f"{nginx.url}/model.tflite", "-o", f"cache_dir={tmp / 'cache'}") as mnt:
+        paths, _ = index_paths(mnt)
+        at_mount = nginx.bytes_sent("/model.tflite")
+        assert at_mount < big.nbytes // 8, at_mount
+        assert cat(paths["small"]) == small.tobytes()
+        assert nginx.bytes_sent("/model.tflite") - at_mount < big.nbytes // 8
+        assert cat(paths["big"]) == big.tobytes()
+        np.testing.assert_array_equal(npy_values(paths["big"]), big)
