@@ -73,6 +73,29 @@ def one_line(stderr):
     return lines[0]
 
 
+def refused(model, *words, command="--list"):
+    """`command` on `model` is refused: exit 2 and one line, holding each of
+    `words`; returns the line."""
+    result = run_modelfs(command, model)
+    assert result.returncode == 2, result.stdout + result.stderr
+    line = one_line(result.stderr)
+    for word in words:
+        assert word in line, line
+    return line
+
+
+def refused_by_every_command(model, mnt, *words):
+    """--list and --check refused as `refused` says, and a mount on `mnt`
+    (made here) exits 2, nothing left mounted."""
+    for command in ("--list", "--check"):
+        refused(model, *words, command=command)
+    mnt.mkdir()
+    result = run_modelfs(model, mnt)
+    if result.returncode == 0:
+        unmount(mnt)
+    assert result.returncode == 2, (model, result.stderr)
+
+
 def daemon_pids(mnt):
     """Pids of modelfs processes whose command line names `mnt`."""
     pids, want, binary = [], os.fsencode(str(mnt)), os.fsencode(str(MODELFS))

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import dcp_writer as w
-from conftest import cat, index_paths, metadata, mounted, one_line, run_modelfs, sidecar
+from conftest import cat, index_paths, metadata, mounted, one_line, refused, run_modelfs, sidecar
 
 RANKS = 4
 
@@ -145,15 +145,6 @@ def test_list_info_check(checkpoint):
         assert name in listing
     info = run_modelfs("--info", folder).stdout
     assert "torch.distributed.checkpoint" in info and "__3_0.distcp" in info
-
-
-def refused(model, *words):
-    result = run_modelfs("--list", model)
-    assert result.returncode == 2, result.stdout + result.stderr
-    line = one_line(result.stderr)
-    for word in words:
-        assert word in line, line
-    return line
 
 
 def test_overlap_and_hole_refused(tmp):

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import safetensors_writer as st
-from conftest import cat, index_paths, metadata, mounted, one_line, run_modelfs, sidecar
+from conftest import cat, index_paths, metadata, mounted, refused, run_modelfs, sidecar
 
 REAL = "fixtures/realworld2/files"
 
@@ -70,15 +70,6 @@ def write_npy(path, descr, shape, data, version=(1, 0), fortran=False, pad_to=0)
     header = text + b" " * (total - len(text) - 1) + b"\n"
     length = struct.pack("<H" if version[0] == 1 else "<I", len(header))
     path.write_bytes(b"\x93NUMPY" + bytes(version) + length + header + data)
-
-
-def refused(model, *words):
-    result = run_modelfs("--list", model)
-    assert result.returncode == 2, result.stderr
-    line = one_line(result.stderr)
-    for word in words:
-        assert word in line, line
-    return line
 
 
 def test_every_dtype_c_order(tmp):

@@ -18,6 +18,7 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
+import conftest
 from conftest import cat, index_paths, metadata, mounted, one_line, run_modelfs, sidecar
 
 REAL = "fixtures/realworld2/files/openvino"
@@ -236,12 +237,7 @@ def test_underallocated_fixture_refused(shared, tmp):
 # -- refusals --------------------------------------------------------------------
 
 def refused(model, *words):
-    result = run_modelfs("--list", model)
-    assert result.returncode == 2, result.stderr
-    line = one_line(result.stderr)
-    assert "OpenVINO IR" in line
-    for word in words:
-        assert word in line, line
+    conftest.refused(model, "OpenVINO IR", *words)
 
 
 def test_refusals(tmp):

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import safetensors_writer as st
-from conftest import cat, index_paths, metadata, mounted, one_line, run_modelfs, sidecar
+from conftest import cat, index_paths, metadata, mounted, refused, run_modelfs, sidecar
 
 REAL = "fixtures/realworld2/files/tfjs"
 # Tensor counts per realworld2's MANIFEST.md ("mount exact, N tensors").
@@ -169,15 +169,6 @@ def check_weight(path, w):
         assert typed["values_dtype"] == w.dtype
     elif q == "float16":
         assert meta["quantization"]["qscheme"] == "widened"
-
-
-def refused(model, *words):
-    result = run_modelfs("--list", model)
-    assert result.returncode == 2, result.stdout + result.stderr
-    line = one_line(result.stderr)
-    for word in words:
-        assert word in line, line
-    return line
 
 
 # -- mounts ----------------------------------------------------------------------
