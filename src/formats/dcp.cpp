@@ -33,35 +33,6 @@ constexpr std::string_view kMetadataModule = "torch.distributed.checkpoint.metad
 // What the export's __metadata__ says of the tensors: torch's names and layouts.
 constexpr std::string_view kCheckpointFormat = "pt";
 
-struct TorchDType {
-  std::string_view name;
-  std::string_view alias;
-  DType dtype;
-};
-// The dtypes served (docs/formats.md, "Storage classes"): those whose torch.save
-// storages the torch reader serves as plain elements.
-constexpr TorchDType kDTypes[] = {
-    {"float64", "double", DType::Float64},
-    {"float32", "float", DType::Float32},
-    {"float16", "half", DType::Float16},
-    {"bfloat16", "", DType::BFloat16},
-    {"int64", "long", DType::Int64},
-    {"int32", "int", DType::Int32},
-    {"int16", "short", DType::Int16},
-    {"int8", "", DType::Int8},
-    {"uint8", "", DType::UInt8},
-    {"bool", "", DType::Bool},
-    {"complex64", "cfloat", DType::Complex64},
-    {"complex128", "cdouble", DType::Complex128},
-    {"uint16", "", DType::UInt16},
-    {"uint32", "", DType::UInt32},
-    {"uint64", "", DType::UInt64},
-    {"float8_e4m3fn", "", DType::Float8E4M3FN},
-    {"float8_e5m2", "", DType::Float8E5M2},
-    {"float8_e4m3fnuz", "", DType::Float8E4M3FNUZ},
-    {"float8_e5m2fnuz", "", DType::Float8E5M2FNUZ},
-};
-
 std::string in_quotes(std::string_view text) { return "\"" + std::string(text) + "\""; }
 
 std::string dims_text(std::span<const uint64_t> dims) {
@@ -358,14 +329,13 @@ class Reader {
     }
     if (!dtype || dtype->kind != Kind::Global || dtype->known != KnownGlobal::DType)
       refuse(at(props), what + ": properties name no torch dtype");
-    const auto known = std::find_if(std::begin(kDTypes), std::end(kDTypes), [&](const TorchDType& d) {
-      return d.name == dtype->name || (!d.alias.empty() && d.alias == dtype->name);
-    });
-    if (known == std::end(kDTypes))
+    // The dtypes whose torch.save storages are served as plain elements.
+    const auto known = torch::plain_dtype(dtype->name);
+    if (!known)
       refuse(at(dtype), what + " has dtype torch." + dtype->name +
                             ", which modelfs does not serve from a DCP checkpoint");
     t.dtype = known->dtype;
-    t.dtype_name = std::string(known->name);
+    t.dtype_name = known->torch_name;
     if (layout && layout->is_call_of(KnownGlobal::Layout) && layout->args && layout->args->is_sequence() &&
         !layout->args->items.empty() && layout->args->items[0]->is_string() &&
         layout->args->items[0]->text != "torch.strided")

@@ -25,6 +25,7 @@ struct TypeEntry {
   uint32_t element_size;
   bool quantized = false;
   bool packed = false;
+  bool stand_in = false;  // `as` stands in for a type modelfs has no dtype of
 };
 
 // docs/formats.md, "Storage classes" and "Tensor rebuilds" (v3 dtypes). Types with
@@ -43,7 +44,7 @@ constexpr TypeEntry kTypes[] = {
     {"BoolStorage", "bool", "", DType::Bool, 1},
     {"ComplexFloatStorage", "complex64", "cfloat", DType::Complex64, 8},
     {"ComplexDoubleStorage", "complex128", "cdouble", DType::Complex128, 16},
-    {"ComplexHalfStorage", "complex32", "chalf", DType::UInt32, 4},
+    {"ComplexHalfStorage", "complex32", "chalf", DType::UInt32, 4, false, false, true},
     {"QInt8Storage", "qint8", "", DType::Int8, 1, true},
     {"QUInt8Storage", "quint8", "", DType::UInt8, 1, true},
     {"QInt32Storage", "qint32", "", DType::Int32, 4, true},
@@ -58,8 +59,8 @@ constexpr TypeEntry kTypes[] = {
     {"Float8_e4m3fnuzStorage", "float8_e4m3fnuz", "", DType::Float8E4M3FNUZ, 1},
     {"Float8_e8m0fnuStorage", "float8_e8m0fnu", "", DType::Float8E8M0FNU, 1},
     {"Float4_e2m1fn_x2Storage", "float4_e2m1fn_x2", "", DType::UInt8, 1, false, true},
-    {"Bits8Storage", "bits8", "", DType::UInt8, 1},
-    {"Bits16Storage", "bits16", "", DType::UInt16, 2},
+    {"Bits8Storage", "bits8", "", DType::UInt8, 1, false, false, true},
+    {"Bits16Storage", "bits16", "", DType::UInt16, 2, false, false, true},
     {"Bits1x8Storage", "bits1x8", "", DType::UInt8, 1, false, true},
     {"Bits2x4Storage", "bits2x4", "", DType::UInt8, 1, false, true},
     {"Bits4x2Storage", "bits4x2", "", DType::UInt8, 1, false, true},
@@ -652,6 +653,13 @@ void ObjectWalker::storage_only(const Value* v, const ObjectPath& path) {
   t.source = {options_.source, bytes.file_offset};
   t.extras = {{"kind", "storage"}, {"storage", {{"key", id->key}, {"offset", 0}}}};
   tensors_.push_back(std::move(t));
+}
+
+std::optional<StorageType> plain_dtype(std::string_view name) {
+  const auto type = storage_type_from_dtype(name);
+  const auto entry = std::ranges::find(kTypes, type ? type->torch_name : "", &TypeEntry::dtype);
+  if (!type || type->quantized || type->packed || entry->stand_in) return std::nullopt;
+  return type;
 }
 
 }  // namespace modelfs::torch

@@ -38,6 +38,12 @@ struct StorageBytes {
   std::optional<uint64_t> file_offset;  // absent for inflated or swapped bytes
 };
 
+// The type of `torch.<name>` (or its alias: "float", "long", ...) when its
+// elements are served as they are: not quantized, not packed several to a
+// byte, not a stand-in of the same width for a type modelfs has no dtype of
+// (complex32, bits8, bits16). Its torch_name is the canonical name.
+std::optional<StorageType> plain_dtype(std::string_view name);
+
 // A storage reference taken apart: ('storage', type, key, location, numel[, view]).
 struct StorageId {
   StorageType type;

@@ -249,6 +249,26 @@ def test_check_of_a_url_fetches_in_parallel(nginx, www, cache):
         assert first > last, asked
 
 
+def test_export_of_a_url_fetches_in_parallel_and_shows_its_rate(nginx, www, cache, tmp):
+    value = one_tensor_model(www, 72 * MIB)  # past the progress line's 64 MiB
+    url = f"{nginx.url}/rated/big.safetensors"
+    out = tmp / "export.safetensors"
+    nginx.clear_log()
+    # A terminal (script(1) gives the command one): the line says what came and how fast.
+    command = f"{MODELFS} -o cache_dir={cache} --export {out} {url}"
+    shown = subprocess.run(["script", "-qec", command, "/dev/null"], capture_output=True, text=True,
+                           timeout=300)
+    assert shown.returncode == 0, shown.stdout
+    assert "exporting [" in shown.stdout and "fetched" in shown.stdout and "MiB/s" in shown.stdout
+    timed = [r for r in nginx.timed_requests() if r[3] != "bytes=0-0"]
+    assert most_at_once([(start, end) for *_, start, end, _ in timed]) >= 4
+    asked = sorted(ranges(timed, "/rated/big.safetensors"))
+    for (_, last, _), (first, _, _) in zip(asked, asked[1:]):
+        assert first > last, asked  # each byte asked for once
+    tensors, _ = st.read_reference(out)
+    assert tensors["w"][2] == value.tobytes()
+
+
 def test_two_daemons_on_one_cache_fetch_each_block_once(nginx, www, cache):
     value = one_tensor_model(www, 32 * MIB)
     url = f"{nginx.url}/rated/big.safetensors"
