@@ -140,6 +140,9 @@ struct Encoded {
 enum class PieceFilter : uint8_t {
   Deflate,  // a zlib stream (HDF5's gzip filter)
   Shuffle,  // bytes transposed by element size (HDF5's shuffle filter)
+  // The bytes and 4 more: HDF5's Fletcher-32 checksum of them (its
+  // fletcher32 filter), only as the last filter applied.
+  Fletcher32,
 };
 
 template <typename Text, typename Dims, typename Filters>

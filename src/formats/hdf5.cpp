@@ -13,6 +13,7 @@
 #include "modelfs/byte_reader.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
+#include "modelfs/pieces.hpp"
 
 namespace modelfs::hdf5 {
 namespace {
@@ -106,7 +107,7 @@ class Records {
       for (uint8_t i = 0; i < n; ++i) d.filters.push_back(u32());
       d.fill_zero = u8() != 0;
       d.chunk_count = u64();
-      if (d.chunk_count != kUndefined) {
+      if (d.chunk_count != kUndefined && d.chunk_count != kTooManyLookups) {
         if (d.chunk_count > kMaxChunkCells) fail("more than " + std::to_string(kMaxChunkCells) + " chunks");
         // Each record takes at least 20 bytes: a count the stream cannot hold is refused before anything is
         // allocated for it.
@@ -327,10 +328,14 @@ class Builder {
         pipeline.push_back(PieceFilter::Deflate);
       } else if (id == kFilterShuffle) {
         pipeline.push_back(PieceFilter::Shuffle);
+      } else if (id == kFilterFletcher32 && names.size() == d.filters.size()) {
+        pipeline.push_back(PieceFilter::Fletcher32);  // checked and cut off first
       } else {
-        const std::string why = id == kFilterFletcher32
-                                    ? "the fletcher32 checksum filter, which modelfs does not strip"
-                                    : "the " + filter_name(id) + " filter, which modelfs does not decode";
+        const std::string why =
+            id == kFilterFletcher32
+                ? "the fletcher32 checksum filter before another filter, an order modelfs "
+                  "does not undo"
+                : "the " + filter_name(id) + " filter, which modelfs does not decode";
         leave_out(d.path, "chunks stored through " + why);
         return false;
       }
@@ -345,6 +350,13 @@ class Builder {
     const auto chunk_bytes = (chunk_elements * element).get();
     // HDF5 stores a chunk's size in 32 bits.
     if (!chunk_bytes || *chunk_bytes > UINT32_MAX) fail(d, "chunks of more than 4 GiB");
+    if (d.chunk_count == kTooManyLookups) {
+      leave_out(d.path,
+                "its chunks would take libhdf5 more than " + std::to_string(kMaxChunkLookupSteps) +
+                    " steps to find, with the datasets before it (libhdf5 1.10 walks a dataset's chunk "
+                    "index from its start for each chunk)");
+      return false;
+    }
     if (d.chunk_count == kUndefined || !grid.get() || *grid.get() > kMaxChunkCells) {
       leave_out(d.path, "more than " + std::to_string(kMaxChunkCells) + " chunks");
       return false;
@@ -407,9 +419,11 @@ class Builder {
         if ((c.mask >> i & 1) == 0) piece.filters.push_back(pipeline[i]);
       const bool deflated =
           std::find(piece.filters.begin(), piece.filters.end(), PieceFilter::Deflate) != piece.filters.end();
-      if (!deflated && c.size != *chunk_bytes)
-        fail(d, "an unfiltered chunk of " + std::to_string(c.size) + " bytes (a chunk is " +
-                    std::to_string(*chunk_bytes) + ")");
+      const uint64_t checksum =
+          !piece.filters.empty() && piece.filters.back() == PieceFilter::Fletcher32 ? 4 : 0;
+      if (!deflated && c.size != *chunk_bytes + checksum)
+        fail(d, "a chunk of " + std::to_string(c.size) + " bytes that is not deflated (a chunk is " +
+                    std::to_string(*chunk_bytes + checksum) + ")");
       if (deflated && *chunk_bytes / kMaxDeflateRatio > c.size)
         fail(d, "a chunk of " + std::to_string(c.size) + " deflated bytes cannot make " +
                     std::to_string(*chunk_bytes));
@@ -441,6 +455,7 @@ void add_chunk_check(const Catalog& catalog, IntegrityChecks& checks, const std:
     ByteSpan bytes;
     uint64_t size;
     bool deflated;
+    bool checksummed;  // fletcher32's 4 bytes at its end
   };
   auto ranges = std::make_shared<std::vector<Range>>();
   uint64_t total = 0;
@@ -449,7 +464,8 @@ void add_chunk_check(const Catalog& catalog, IntegrityChecks& checks, const std:
       if (p.zeros) continue;
       const bool deflated =
           std::find(p.filters.begin(), p.filters.end(), PieceFilter::Deflate) != p.filters.end();
-      ranges->push_back({std::string(t.name), p.bytes, p.size, deflated});
+      const bool checksummed = !p.filters.empty() && p.filters.back() == PieceFilter::Fletcher32;
+      ranges->push_back({std::string(t.name), p.bytes, p.size, deflated, checksummed});
       total += p.bytes.size();
     }
   if (ranges->empty()) return;
@@ -458,7 +474,13 @@ void add_chunk_check(const Catalog& catalog, IntegrityChecks& checks, const std:
       {"the chunks of the HDF5 datasets", total, [ranges, display, format](const auto& progress) {
          std::string out;
          for (const Range& r : *ranges) {
-           const auto in = r.bytes.span();
+           auto in = r.bytes.span();
+           if (r.checksummed) {
+             if (!fletcher32_holds(in))
+               throw ModelError(display, format, r.bytes.file_offset(),
+                                "a chunk of \"" + r.name + "\" does not match its Fletcher-32 checksum");
+             in = in.first(in.size() - 4);
+           }
            if (r.deflated) {
              out.resize(r.size + 1);
              uLongf produced = static_cast<uLongf>(out.size());
@@ -469,7 +491,7 @@ void add_chunk_check(const Catalog& catalog, IntegrityChecks& checks, const std:
                                 "a chunk of \"" + r.name + "\" does not inflate to its " +
                                     std::to_string(r.size) + " bytes");
            }
-           progress(in.size());
+           progress(r.bytes.size());
          }
        }});
 }

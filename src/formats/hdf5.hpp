@@ -62,6 +62,13 @@ inline constexpr uint64_t kMaxAttributeBytes = uint64_t{16} << 20;
 inline constexpr uint64_t kMaxCompactBytes = 64 * 1024;  // HDF5's own bound on a compact dataset
 inline constexpr uint64_t kMaxChunkCells = 1'000'000;    // per dataset
 inline constexpr uint64_t kMaxFileChunkCells = 4'000'000;
+// libhdf5 1.10 finds a chunk by walking the dataset's chunk index from its
+// start (there is no chunk iterator before 1.14), so looking up every cell
+// of a grid costs cells x stored chunks steps: a file may take this many
+// (about a second), a dataset past what is left is left out. Its chunk
+// count is then sent as kTooManyLookups.
+inline constexpr uint64_t kMaxChunkLookupSteps = uint64_t{1} << 25;
+inline constexpr uint64_t kTooManyLookups = kUndefined - 1;
 
 // The HDF5 signature at 0, 512, 1024, ... of the probed head.
 bool probe_file(std::span<const std::byte> head);

@@ -150,12 +150,34 @@ struct Walk {
   hid_t file = -1;
   std::unordered_set<haddr_t> visited;
   uint64_t objects = 0;
-  uint64_t cells = 0;  // chunk-grid cells looked up, over the file
+  uint64_t cells = 0;         // chunk-grid cells looked up, over the file
+  uint64_t lookup_steps = 0;  // their cost in libhdf5 (kMaxChunkLookupSteps)
   std::string failure;
 };
 
+// What libhdf5 last said went wrong, the innermost entry of its error
+// stack ("incorrect metadata checksum after all read attempts", "truncated
+// file: ..."), "" when it said nothing.
+std::string library_error() {
+  std::string said;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_UPWARD,
+      [](unsigned n, const H5E_error2_t* e, void* out) -> herr_t {
+        if (n == 0 && e != nullptr && e->desc != nullptr) *static_cast<std::string*>(out) = e->desc;
+        return 0;
+      },
+      &said);
+  return said.size() > 200 ? said.substr(0, 200) + "..." : said;
+}
+
+// `why`, with what libhdf5 said of it when it said something.
+std::string with_library_error(std::string why) {
+  const std::string said = library_error();
+  return said.empty() ? why : why + " (libhdf5: " + said + ")";
+}
+
 bool failed(Walk& walk, std::string why) {
-  if (walk.failure.empty()) walk.failure = std::move(why);
+  if (walk.failure.empty()) walk.failure = with_library_error(std::move(why));
   return false;
 }
 
@@ -320,6 +342,19 @@ bool describe_dataset(Walk& walk, hid_t dset, const std::string& path) {
         walk.cells += grid;
         if (walk.cells > kMaxFileChunkCells)
           return failed(walk, "more than " + std::to_string(kMaxFileChunkCells) + " chunks in the file");
+        // One walk of the index counts the stored chunks; each cell's
+        // lookup then walks up to all of them.
+        hsize_t stored = 0;
+        if (H5Dget_num_chunks(dset, space, &stored) < 0)
+          return failed(walk, "cannot count the chunks of " + path);
+        const uint64_t steps = stored == 0                            ? 0
+                               : grid > kMaxChunkLookupSteps / stored ? kMaxChunkLookupSteps + 1
+                                                                      : grid * stored;
+        if (steps > kMaxChunkLookupSteps - walk.lookup_steps) {
+          g_out.u64(kTooManyLookups);
+          return true;
+        }
+        walk.lookup_steps += steps;
         std::vector<hsize_t> at(static_cast<size_t>(rank), 0);
         std::vector<std::pair<std::vector<hsize_t>, std::array<uint64_t, 3>>> found;
         for (uint64_t cell = 0; cell < grid; ++cell) {
@@ -454,7 +489,10 @@ int walk_hdf5_child(int socket, uint64_t length) {
     Walk walk;
     walk.file = H5Fopen("modelfs", H5F_ACC_RDONLY, fapl);
     if (walk.file < 0) {
-      const std::string_view why = "not an HDF5 file it can open (no superblock, or a damaged one)";
+      const std::string said = library_error();
+      const std::string why =
+          "not an HDF5 file it can open (" +
+          (said.empty() ? std::string("no superblock, or a damaged one") : "libhdf5: " + said) + ")";
       send_packet(socket, Packet::Failure, why.data(), why.size());
       return 3;
     }

@@ -56,6 +56,11 @@ Filter build_filter(const std::string& display) {
                          SCMP_SYS(mprotect), SCMP_SYS(futex), SCMP_SYS(clock_gettime), SCMP_SYS(gettimeofday),
                          SCMP_SYS(getpid), SCMP_SYS(rt_sigreturn), SCMP_SYS(exit), SCMP_SYS(exit_group)})
     ok = ok && seccomp_rule_add(ctx, SCMP_ACT_ALLOW, call, 0) == 0;
+  // libhdf5 sleeps between its tries at reading metadata whose checksum
+  // does not match (then says so): sleeping is harmless, the deadline
+  // bounds it.
+  for (const int call : {SCMP_SYS(nanosleep), SCMP_SYS(clock_nanosleep)})
+    ok = ok && seccomp_rule_add(ctx, SCMP_ACT_ALLOW, call, 0) == 0;
   // libhdf5 asks for the working directory when it opens a file (to
   // resolve external links later, which the walk never follows): it is
   // told there is none to see, rather than killed for asking.
@@ -144,7 +149,13 @@ struct Fd {
   }
 };
 
-std::string ended(int status) {
+std::string ended(int status, const SandboxLimits& limits) {
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGXCPU)
+    return "the HDF5 library took more than its " + std::to_string(limits.cpu_seconds) +
+           " s of CPU time on it";
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGSYS)
+    return "the HDF5 library made a system call its sandbox forbids (killed by signal " +
+           std::to_string(SIGSYS) + ")";
   if (WIFSIGNALED(status))
     return "the HDF5 library failed on it (killed by signal " + std::to_string(WTERMSIG(status)) + ")";
   return "the HDF5 library failed on it (its process ended with status " +
@@ -237,7 +248,7 @@ std::string run_sandboxed(const MappedFile& file, uint64_t base, uint64_t length
     if (got <= 0) {
       kill(child.pid, SIGKILL);  // it closed its socket: it is ending, or made to
       child.reap();
-      fail(display, ended(child.status));
+      fail(display, ended(child.status, limits));
     }
     if (static_cast<uint64_t>(got) > kMaxPacket) fail(display, "the HDF5 process sent an oversized packet");
     const auto kind = static_cast<Packet>(packet[0]);
@@ -258,7 +269,7 @@ std::string run_sandboxed(const MappedFile& file, uint64_t base, uint64_t length
             static_cast<ssize_t>(reply.size())) {
           kill(child.pid, SIGKILL);
           child.reap();
-          fail(display, ended(child.status));
+          fail(display, ended(child.status, limits));
         }
         break;
       }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "modelfs/error.hpp"
+#include "modelfs/mapped_bytes.hpp"
 #include "modelfs/remote.hpp"
 
 namespace modelfs {
@@ -79,6 +80,14 @@ std::span<const std::byte> MappedFile::read(uint64_t offset, uint64_t length) co
     throw ModelError(display_name(), "file", offset,
                      "a read of " + std::to_string(length) + " bytes passes the end (" +
                          std::to_string(size_) + " bytes)");
+  // A local file cut under the mount (a remote one's cache file keeps its
+  // size): a served read past its end now fails rather than read zeros.
+  if (fetcher_ == nullptr) {
+    if (const uint64_t now = served_size(this, fd_, size_); offset + length > now)
+      throw ModelError(display_name(), "file", offset,
+                       "the file is " + std::to_string(now) + " bytes now, " + std::to_string(size_) +
+                           " when it was opened: it shrank under the mount");
+  }
   ensure(offset, length);
   return {data_ + offset, length};
 }

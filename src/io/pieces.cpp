@@ -19,8 +19,45 @@ std::string_view piece_filter_name(PieceFilter filter) noexcept {
       return "deflate";
     case PieceFilter::Shuffle:
       return "shuffle";
+    case PieceFilter::Fletcher32:
+      return "fletcher32";
   }
   return "unknown";
+}
+
+uint32_t fletcher32(std::span<const std::byte> bytes) noexcept {
+  uint32_t sum1 = 0, sum2 = 0;
+  const auto at = [&](size_t i) { return static_cast<uint32_t>(bytes[i]); };
+  size_t words = bytes.size() / 2, i = 0;
+  // 360 words at most between folds keep both sums inside 32 bits.
+  while (words > 0) {
+    const size_t run = std::min<size_t>(words, 360);
+    words -= run;
+    for (size_t k = 0; k < run; ++k, i += 2) {
+      sum1 += at(i) << 8 | at(i + 1);
+      sum2 += sum1;
+    }
+    sum1 = (sum1 & 0xffff) + (sum1 >> 16);
+    sum2 = (sum2 & 0xffff) + (sum2 >> 16);
+  }
+  if (bytes.size() % 2 != 0) {
+    sum1 += at(i) << 8;
+    sum2 += sum1;
+    sum1 = (sum1 & 0xffff) + (sum1 >> 16);
+    sum2 = (sum2 & 0xffff) + (sum2 >> 16);
+  }
+  sum1 = (sum1 & 0xffff) + (sum1 >> 16);
+  sum2 = (sum2 & 0xffff) + (sum2 >> 16);
+  return sum2 << 16 | sum1;
+}
+
+bool fletcher32_holds(std::span<const std::byte> stored) noexcept {
+  if (stored.size() < 4) return false;
+  const size_t n = stored.size() - 4;
+  uint32_t kept = 0;
+  for (size_t i = 0; i < 4; ++i) kept |= static_cast<uint32_t>(stored[n + i]) << (8 * i);
+  const uint32_t sum = fletcher32(stored.first(n));
+  return kept == sum || kept == __builtin_bswap32(sum);
 }
 
 void append_pieces_json(std::string& out, const Tensor& tensor) {
@@ -173,20 +210,25 @@ void check_pieces(const Tensor& t, std::string_view file, std::string_view forma
     if (is_box != box) refuse(i, "is not of the kind of piece 0 (run pieces and box pieces mixed)");
     if (p.zeros && (p.bytes.size() != 0 || !p.filters.empty()))
       refuse(i, "reads as zeros but has stored bytes or filters");
-    bool deflate = false, shuffle = false;
+    bool deflate = false, shuffle = false, fletcher = false;
     for (const PieceFilter f : p.filters) {
-      bool& seen = f == PieceFilter::Deflate ? deflate : shuffle;
+      bool& seen = f == PieceFilter::Deflate ? deflate : f == PieceFilter::Shuffle ? shuffle : fletcher;
       if (seen) refuse(i, "applies the filter " + std::string(piece_filter_name(f)) + " twice");
       seen = true;
     }
+    if (fletcher && p.filters.back() != PieceFilter::Fletcher32)
+      refuse(i, "applies fletcher32 before another filter (only as the last one)");
+    // The checksum's 4 bytes follow what the other filters stored.
+    const uint64_t checksum = fletcher ? 4 : 0;
     if (!p.filters.empty() && p.size > kMaxDecodedPiece)
       refuse(i, "decodes to " + number(p.size) + " bytes, more than the " + number(kMaxDecodedPiece) +
                     " a piece decoded whole may take");
     if (!p.zeros && p.filters.empty() && p.bytes.size() != p.size)
       refuse(i, "holds " + number(p.bytes.size()) + " bytes but says " + number(p.size));
     if (!p.filters.empty() && p.bytes.size() == 0) refuse(i, "is filtered but stores no bytes");
-    if (!p.filters.empty() && !deflate && p.bytes.size() != p.size)
-      refuse(i, "is only shuffled but holds " + number(p.bytes.size()) + " bytes, not " + number(p.size));
+    if (!p.filters.empty() && !deflate && p.bytes.size() != p.size + checksum)
+      refuse(i, "is not deflated but holds " + number(p.bytes.size()) + " bytes, not " +
+                    number(p.size + checksum));
     total += p.size;
     if (!box) {
       if (!p.filters.empty()) refuse(i, "is a run of the raw bytes: run pieces cannot be filtered");

@@ -90,6 +90,13 @@ void ExportPlan::add(const ExportInput& input) {
     }
   }
   if (!part) return leave_out(std::move(reason));
+  // (A total past 2^64 is the file's to refuse: it is not made.)
+  const Size total = total_ + part->size();
+  if (total.ok() && !kViewBound.allows(total.value(), model_stored_))
+    return leave_out("with it the export would pass the bound on the whole export, " +
+                     std::to_string(kViewBound.floor) + " bytes or " + std::to_string(kViewBound.growth) +
+                     " times the " + std::to_string(model_stored_) + " bytes the model stores");
+  total_ = total;
   keys_.insert(std::move(key));
   entries_.push_back({t.name, dtype, t.shape, *part});
 }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "modelfs/catalog.hpp"
+#include "modelfs/checked_math.hpp"
 #include "modelfs/tree.hpp"
 #include "tree_parts.hpp"
 
@@ -65,6 +66,12 @@ class ExportPlan {
 
   // Room for `tensors` adds, so the plan is not copied as it grows.
   void reserve(size_t tensors) { entries_.reserve(tensors); }
+  // The bytes the whole model stores (its tensors' stored bytes, chunks
+  // never written counting none), before the first add: the export as a
+  // whole keeps the view bound against it, so that many views each just
+  // under the bound (expand()s, unwritten HDF5 datasets) cannot add up to a
+  // terabyte file from a small one.
+  void set_model_stored(uint64_t bytes) { model_stored_ = bytes; }
   // The next tensor in catalog order.
   void add(const ExportInput& input);
   // The file of the tensors whose names start with `prefix`, named without
@@ -84,6 +91,8 @@ class ExportPlan {
   };
 
   bool float32_;
+  uint64_t model_stored_ = 0;
+  Size total_ = 0;  // the entries' bytes
   std::vector<Entry> entries_;
   std::vector<std::pair<std::string_view, std::string>> left_out_;
   std::vector<std::pair<std::string_view, std::string>> converted_;

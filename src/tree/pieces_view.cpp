@@ -148,6 +148,17 @@ void PiecesView::decode(uint32_t index, std::vector<std::byte>& out) const {
   uint64_t in_size = stored.size();
   // Undone last first; the last undone lands in `out`.
   for (size_t k = p.filters.size(); k-- > 0;) {
+    if (p.filters[k] == PieceFilter::Fletcher32) {
+      // Checked, then cut off: what it follows is the next filter's input.
+      bool holds = false;
+      read_mapped([&] { holds = fletcher32_holds({in, in_size}); });
+      if (!holds) fault(index, "its Fletcher-32 checksum does not match its bytes");
+      in_size -= 4;
+      if (k > 0) continue;
+      if (in_size != p.size) fault(index, "its checksummed bytes are not the size its box holds");
+      read_mapped([&] { std::memcpy(out.data(), in, in_size); });
+      return;
+    }
     std::vector<std::byte>& to = k == 0 ? out : t_filter_scratch;
     if (to.size() < p.size) to.resize(p.size);
     if (p.filters[k] == PieceFilter::Deflate) {

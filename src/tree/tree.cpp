@@ -191,6 +191,12 @@ class TreeBuilder {
     folder_ordinal_.reserve(tree_.nodes_.size() + more);
 
     export_.reserve(tensors.size());
+    Size stored = 0;
+    for (const Tensor& t : tensors) {
+      if (t.pieces.empty()) stored += t.bytes.size();
+      for (const Piece& p : t.pieces) stored += p.bytes.size();
+    }
+    export_.set_model_stored(stored.ok() ? stored.value() : UINT64_MAX);
     tree_.tensor_files_.reserve(tensors.size());
     tree_.npy_.reserve(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i)
@@ -887,6 +893,9 @@ size_t Tree::read(const Node& file, uint64_t offset, uint64_t length, std::span<
     scratch = sidecar_text(*file.tensor, impl_->catalog_.format, npy_of(*file.tensor));
     return slice_text(scratch, offset, length, out);
   }
+  // Each local file this read reaches is sized once (a file cut inside its
+  // last page reads as zeros there, without a fault).
+  const ServedRead sized;
   return slice_parts(parts(file), offset, length, out, scratch);
 }
 

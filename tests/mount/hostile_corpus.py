@@ -392,6 +392,20 @@ def export_size_wraps(folder, views=EXPORT_WRAP_VIEWS, numel=EXPORT_WRAP_NUMEL):
 
 
 TIB_VIEW_NUMEL = 1 << 40  # float32: 4 TiB in C order
+MANY_VIEWS = 2000
+MANY_VIEWS_NUMEL = 1 << 26  # float32: 256 MiB each in C order, under the bound on one view
+
+
+def many_expanded_views(folder, views=MANY_VIEWS, numel=MANY_VIEWS_NUMEL):
+    """2000 views of one 4-byte storage, each 256 MiB in C order and so
+    within the bound on one view (160 KB on disk): together a 500 GiB
+    export, unless the export as a whole is bounded."""
+    s = torch.ones(1)
+    tensors = {"w": torch.tensor(EXPORT_PLAIN)}
+    tensors.update({f"v{i}": s.expand(numel) for i in range(views)})
+    path = folder / "many_views.pt"
+    torch.save(tensors, path)
+    return path
 
 
 def tib_expanded_view(folder, numel=TIB_VIEW_NUMEL):
@@ -766,6 +780,35 @@ def hdf5_deep_groups(folder, depth=10_000):
     path = folder / "deep.h5"
     with h5py.File(path, "w", libver="latest") as f:
         f.create_group("/".join(["g"] * depth))
+    return path
+
+
+HDF5_UNWRITTEN = 1000
+
+
+def hdf5_many_chunks(folder, count=40_000):
+    """A dataset of 40 000 one-element chunks, all written, beside a small
+    one: libhdf5 1.10 walks the chunk index from its start for each chunk
+    looked up (1.6 billion steps, minutes), so the big one is left out by
+    the cap on lookup steps, and the small one served."""
+    h5py = _h5py()
+    path = folder / "many_chunks.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        f.create_dataset("many", data=np.arange(count, dtype="<f4"), chunks=(1,))
+        f["small"] = np.arange(4, dtype="<f4")
+    return path
+
+
+
+def hdf5_unwritten_datasets(folder, count=HDF5_UNWRITTEN):
+    """1000 gzip-chunked float32 datasets of 2^28 elements never written
+    (their chunks read as zeros): 1 TiB of tensors and export from a file
+    of a few hundred KB."""
+    h5py = _h5py()
+    path = folder / "unwritten.h5"
+    with h5py.File(path, "w") as f:
+        for i in range(count):
+            f.create_dataset(f"d{i}", shape=(1 << 28,), dtype="<f4", chunks=(1 << 22,), compression="gzip")
     return path
 
 
@@ -1384,6 +1427,7 @@ CASES = {
     "split_member_links_out": (split_member_links_out, False),
     "export_size_wraps": (export_size_wraps, True),
     "tib_expanded_view": (tib_expanded_view, True),
+    "many_expanded_views": (many_expanded_views, True),
     "stride_overflow": (stride_overflow, False),
     "safetensors_metadata_million_keys": (safetensors_metadata_keys, False),
     "gguf_120k_keys": (gguf_keys, False),
@@ -1412,6 +1456,8 @@ CASES = {
     "hdf5_chunk_past_file": (hdf5_chunk_past_file, False),
     "hdf5_truncated": (hdf5_truncated, False),
     "hdf5_huge_dataspace": (hdf5_huge_dataspace, False),
+    "hdf5_unwritten_1000": (hdf5_unwritten_datasets, False),
+    "hdf5_40k_chunks": (hdf5_many_chunks, False),
     # --- tfckpt cases ---
     "tfckpt_restarts_lie": (tfckpt_restarts_lie, False),
     "tfckpt_prefix_lies": (tfckpt_prefix_lies, False),

@@ -339,6 +339,46 @@ def check_views_left_out_of_export(views, kept):
     return check
 
 
+def check_left_out(reasons, served):
+    """Each of `reasons`' tensors is left out, its reason in metadata.json
+    holding the given words; each of `served` is a file of the mount."""
+    def check(mnt, problems):
+        meta = json.loads((mnt / ".modelfs" / "metadata.json").read_text())
+        left = {e["name"]: e["reason"] for e in meta.get("left_out", [])}
+        for name, words in reasons.items():
+            if words not in left.get(name, ""):
+                problems.append(f"{name} not left out for {words!r}: {left.get(name)!r}")
+        for name in served:
+            if not (mnt / name).is_file():
+                problems.append(f"{name} is not served")
+    return check
+
+
+def check_export_bounded_as_a_whole(views, kept):
+    """Views each within the bound on one view but together past it: the
+    export keeps what fits the bound on the whole export (1 GiB here, the
+    model storing a few bytes) and names every other view as left out for
+    it; `kept` is in it."""
+    def check(mnt, problems):
+        export = mnt / ".modelfs" / "model.safetensors"
+        if export.stat().st_size > VIEW_BOUND_FLOOR + (16 << 20):
+            problems.append(f"model.safetensors is {export.stat().st_size} bytes")
+        with open(export, "rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(length))
+        report = json.loads((mnt / ".modelfs" / "export.json").read_text())
+        for name in kept:
+            if name not in header:
+                problems.append(f"model.safetensors lacks {name}")
+        for view in views:
+            why = report["left_out"].get(view, "")
+            if view not in header and "whole export" not in why:
+                problems.append(f"export.json: {view} neither exported nor left out for the whole export: {why!r}")
+        if not report["left_out"]:
+            problems.append("export.json leaves nothing out")
+    return check
+
+
 def expect_stride_refusal(step, run, problems):
     """Refused (exit 2, checked by within_bounds) saying the strides do not fit."""
     if "strides" not in _one_line(run):
@@ -394,6 +434,11 @@ EXPECT = {
     "tib_expanded_view": {"exits": (0,), "mounted": check_views_left_out_of_export(
         ["big"], {"a": lambda: hc.torch.tensor(hc.EXPORT_PLAIN),
                   "b": lambda: hc.torch.arange(12, dtype=hc.torch.int16).reshape(3, 4)})},
+    "many_expanded_views": {"exits": (0,), "mounted": check_export_bounded_as_a_whole(
+        [f"v{i}" for i in range(hc.MANY_VIEWS)], ["w"])},
+    "hdf5_40k_chunks": {"exits": (0,), "mounted": check_left_out({"many": "steps"}, ["small"])},
+    "hdf5_unwritten_1000": {"exits": (0,), "mounted": check_export_bounded_as_a_whole(
+        [f"d{i}" for i in range(hc.HDF5_UNWRITTEN)], [])},
     "stride_overflow": {"exits": (2,), "--list": expect_stride_refusal, "--check": expect_stride_refusal,
                         "mount": expect_stride_refusal},
     "safetensors_metadata_million_keys": {"exits": (0,), "--info": expect_info},

@@ -232,3 +232,37 @@ def test_truncated_model_fails_reads_with_eio_and_the_daemon_survives(tmp, kind,
         assert alive(pid), "the daemon died"
         with open(mnt / ".modelfs" / "metadata.json", "rb") as f:
             assert f.read() == before[str(mnt / ".modelfs" / "metadata.json")]
+
+
+def test_a_cut_inside_the_last_page_fails_the_reads_past_it(tmp):
+    """The rest of a truncated file's last page reads as zeros, without a
+    fault: a tensor whose bytes the cut removed still fails with EIO there
+    (raw file and .npy), never reads as zeros."""
+    model = tmp / "tail.safetensors"
+    tensors = {f"t{i:03d}": np.full(256, i + 1, np.float32) for i in range(64)}
+    st.write(model, tensors)
+    with open(model, "rb") as f:
+        header = int.from_bytes(f.read(8), "little")
+    start = 8 + header
+    cut = start + 20 * 1024 + 700  # inside t020, not at a page's end
+    assert cut % 4096 != 0
+    with mounted(model) as mnt:
+        pid = daemon_pid(mnt)
+        os.truncate(model, cut)
+        drop_cached_pages([str(p) for p in mnt.iterdir() if p.is_file()])
+        for i, (name, value) in enumerate(tensors.items()):
+            end = start + (i + 1) * 1024
+            for path, want in ((mnt / name, value.tobytes()), (mnt / f"{name}.npy", None)):
+                try:
+                    with open(path, "rb") as f:
+                        got = f.read()
+                except OSError as e:
+                    assert e.errno == errno.EIO, (path, e)
+                    assert end > cut, f"{path} lies before the cut yet failed"
+                    continue
+                assert end <= cut, f"{path} read whole though the cut removed its bytes"
+                if want is not None:
+                    assert got == want, path
+                else:
+                    np.testing.assert_array_equal(np.load(io.BytesIO(got)), value)
+        assert alive(pid), "the daemon died"

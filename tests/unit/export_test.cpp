@@ -187,8 +187,9 @@ Catalog expanded_views(std::vector<std::pair<std::string, uint64_t>> views) {
 
 TEST(ExportBound, AViewPastTheBoundIsLeftOutWithWhyAndHasNoNpy) {
   // 2^40 float32 from 4 bytes: 4 TiB in C order, past the floor and past
-  // 1024 times what it stores. One at the floor is made (its .npy too).
-  constexpr uint64_t kAtFloor = kViewBound.floor / 4;
+  // 1024 times what it stores. One at the floor is made (its .npy too),
+  // with the small one the export as a whole just at the floor too.
+  constexpr uint64_t kAtFloor = kViewBound.floor / 4 - 3;
   auto tree =
       Tree::build(expanded_views({{"big", uint64_t{1} << 40}, {"floor", kAtFloor}, {"small", 3}}), {});
   const auto report =
@@ -200,7 +201,7 @@ TEST(ExportBound, AViewPastTheBoundIsLeftOutWithWhyAndHasNoNpy) {
   EXPECT_EQ(report["left_out"].size(), 1u);
   EXPECT_FALSE(tree->resolve("big.npy"));  // the .npy follows the same bound
   ASSERT_TRUE(tree->resolve("floor.npy"));
-  EXPECT_GT(tree->node(*tree->resolve("floor.npy"))->size, kViewBound.floor);
+  EXPECT_GT(tree->node(*tree->resolve("floor.npy"))->size, kViewBound.floor - 12);
 
   const Node* file = tree->node(*tree->resolve(".modelfs/model.safetensors"));
   std::array<iovec, 4> iov{};
@@ -211,9 +212,9 @@ TEST(ExportBound, AViewPastTheBoundIsLeftOutWithWhyAndHasNoNpy) {
   uint64_t start = 0;
   const auto header = header_of(head, &start);
   EXPECT_FALSE(header.contains("big"));
-  EXPECT_EQ(header["floor"]["data_offsets"], nlohmann::json({0, kViewBound.floor}));
-  EXPECT_EQ(header["small"]["data_offsets"], nlohmann::json({kViewBound.floor, kViewBound.floor + 12}));
-  EXPECT_EQ(file->size, start + kViewBound.floor + 12);
+  EXPECT_EQ(header["floor"]["data_offsets"], nlohmann::json({0, kViewBound.floor - 12}));
+  EXPECT_EQ(header["small"]["data_offsets"], nlohmann::json({kViewBound.floor - 12, kViewBound.floor}));
+  EXPECT_EQ(file->size, start + kViewBound.floor);
   // The last tensor's values, read at the end of the file.
   const size_t n = tree->read(*file, file->size - 12, 12, iov, scratch);
   std::string tail;
@@ -221,6 +222,26 @@ TEST(ExportBound, AViewPastTheBoundIsLeftOutWithWhyAndHasNoNpy) {
   const float one = 1.5f;
   const std::string value(reinterpret_cast<const char*>(&one), 4);
   EXPECT_EQ(tail, value + value + value);
+}
+
+TEST(ExportBound, TheWholeExportKeepsTheBoundAgainstWhatTheModelStores) {
+  // Views each within the bound on one view, together past the bound on
+  // the export: those past it are left out, named, in catalog order.
+  constexpr uint64_t kQuarter = kViewBound.floor / 16;  // float32: a quarter of the floor each
+  auto tree = Tree::build(
+      expanded_views(
+          {{"a", kQuarter}, {"b", kQuarter}, {"c", kQuarter}, {"d", kQuarter}, {"e", kQuarter}, {"f", 3}}),
+      {});
+  const auto report =
+      nlohmann::json::parse(tree->content(*tree->node(*tree->resolve(".modelfs/export.json"))));
+  ASSERT_TRUE(report["left_out"].contains("e"));
+  ASSERT_TRUE(report["left_out"].contains("f"));
+  EXPECT_EQ(report["left_out"].size(), 2u);
+  const std::string why = report["left_out"]["e"];
+  EXPECT_NE(why.find("the bound on the whole export"), std::string::npos) << why;
+  EXPECT_NE(why.find("24 bytes the model stores"), std::string::npos) << why;
+  EXPECT_EQ(report["tensors"], 4);
+  ASSERT_TRUE(tree->resolve("e.npy"));  // each view keeps its .npy
 }
 
 TEST(ExportBound, TheBoundIsAFloorOrAGrowthOfTheStoredBytes) {

@@ -104,7 +104,7 @@ TEST(Hdf5Sandbox, TheCpuLimitEndsAChildThatSpins) {
   limits.cpu_seconds = 1;
   limits.deadline_ms = 20'000;
   const std::string why = refusal_of([&] { run_sandboxed(*file, 0, 64, "model.h5", hangs, limits); });
-  EXPECT_NE(why.find("killed by signal"), std::string::npos) << why;
+  EXPECT_NE(why.find("more than its 1 s of CPU time"), std::string::npos) << why;
 }
 
 TEST(Hdf5Sandbox, ReadsPastTheRangeAreRefused) {
@@ -229,7 +229,7 @@ TEST(Hdf5Records, ChunkRulesAreEnforced) {
   };
   for (const Case& c :
        {Case{1, 100, 8, 0, "off the chunk grid"}, Case{6, 100, 8, 0, "outside the shape"},
-        Case{0, 4095, 8, 0, "past the end of the file"}, Case{0, 100, 7, 0, "unfiltered chunk"},
+        Case{0, 4095, 8, 0, "past the end of the file"}, Case{0, 100, 7, 0, "that is not deflated"},
         Case{0, 100, 8, 2, "filter mask names no filter"}}) {
     Parent p;
     Stream s;

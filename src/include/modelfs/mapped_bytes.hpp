@@ -19,6 +19,7 @@
 // copy and convert loops into a caller's buffer. Work that allocates, locks
 // or fetches (MappedFile::ensure) happens before, outside the guard.
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 namespace modelfs {
@@ -38,5 +39,22 @@ void read_mapped(Body&& body) {
 
 // `size` bytes from `from` (mapped) into `to`, under the guard.
 void copy_mapped(void* to, const void* from, size_t size);
+
+// The guard cannot see a file cut inside its last page: the rest of that
+// page reads as zeros, without a fault. So while a ServedRead lives on a
+// thread (the tree's reads: FUSE, --export), MappedFile::read looks up each
+// local file's size once (fstat of its descriptor) and refuses bytes past
+// it (ModelError: EIO), as it refuses bytes past the size it was mapped at.
+class ServedRead {
+ public:
+  ServedRead();
+  ~ServedRead();
+  ServedRead(const ServedRead&) = delete;
+  ServedRead& operator=(const ServedRead&) = delete;
+};
+
+// The size `fd` has now when a ServedRead lives on this thread (looked up
+// once per file and read), else `mapped`: what a read of the file may reach.
+uint64_t served_size(const void* file, int fd, uint64_t mapped);
 
 }  // namespace modelfs

@@ -15,6 +15,7 @@
 // next) is refused: with a grid, coverage is checked in O(n log n) and a
 // read finds its pieces by a binary search per dimension.
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,8 +30,17 @@ namespace modelfs {
 // read never holds more than this of a piece.
 inline constexpr uint64_t kMaxDecodedPiece = uint64_t{256} << 20;
 
-// "deflate", "shuffle": the sidecar's names.
+// "deflate", "shuffle", "fletcher32": the sidecar's names.
 std::string_view piece_filter_name(PieceFilter filter) noexcept;
+
+// HDF5's Fletcher-32 checksum of `bytes` (16-bit big-endian words, an odd
+// last byte as the high byte of one).
+uint32_t fletcher32(std::span<const std::byte> bytes) noexcept;
+
+// Whether `stored` (bytes, then their 4-byte checksum) holds its bytes'
+// Fletcher-32: stored little-endian, or byte-swapped as HDF5 1.6.0-1.6.2
+// wrote it, which libhdf5 accepts too.
+bool fletcher32_holds(std::span<const std::byte> stored) noexcept;
 
 // The sidecar's "pieces" value, appended to `out` on one line: per piece,
 // its file, offset and stored size; for box pieces its start, extent and
