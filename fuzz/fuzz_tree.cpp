@@ -19,6 +19,7 @@
 #include "modelfs/budget.hpp"
 #include "modelfs/catalog.hpp"
 #include "modelfs/error.hpp"
+#include "modelfs/pieces.hpp"
 #include "modelfs/tensor_spec.hpp"
 #include "modelfs/tree.hpp"
 #include "tree/ggml_dequant.hpp"
@@ -64,6 +65,11 @@ std::string stored(FuzzedDataProvider& in, std::string decoded,
       for (size_t i = 0; i < n; ++i)
         for (size_t b = 0; b < element; ++b) out[b * n + i] = decoded[i * element + b];
       decoded = out;
+    } else if (f == modelfs::PieceFilter::Fletcher32) {
+      // The sum after the bytes, little-endian; now and then one bit off.
+      uint32_t sum = modelfs::fletcher32(std::as_bytes(std::span(decoded.data(), decoded.size())));
+      if (in.ConsumeIntegralInRange(0, 7) == 0) sum ^= 1u << in.ConsumeIntegralInRange(0, 31);
+      for (int i = 0; i < 4; ++i) decoded.push_back(static_cast<char>(sum >> (8 * i)));
     } else {
       uLongf size = compressBound(decoded.size());
       std::string out(size, '\0');
@@ -106,10 +112,14 @@ void add_pieces(FuzzedDataProvider& in, modelfs::TensorSpec& t) {
   }
   const size_t count = std::min<uint64_t>(total, 64);
   std::vector<modelfs::PieceFilter> filters;
-  const uint8_t which = in.ConsumeIntegralInRange<uint8_t>(0, 4);
+  const uint8_t which = in.ConsumeIntegralInRange<uint8_t>(0, 6);
   if (which == 1) filters = {modelfs::PieceFilter::Deflate};
   if (which == 2) filters = {modelfs::PieceFilter::Shuffle, modelfs::PieceFilter::Deflate};
   if (which == 3) filters = {modelfs::PieceFilter::Shuffle};
+  if (which == 5)
+    filters = {modelfs::PieceFilter::Shuffle, modelfs::PieceFilter::Deflate,
+               modelfs::PieceFilter::Fletcher32};
+  if (which == 6) filters = {modelfs::PieceFilter::Fletcher32};
   for (size_t i = 0; i < count; ++i) {
     SpecPiece p;
     p.start.resize(rank);

@@ -339,11 +339,18 @@ def test_sandbox_refusals(tmp):
     assert "libhdf5" in one_line(result.stderr)
 
 
-def test_remote_h5_and_keras(tmp):
+def test_remote_h5_and_keras_mount_lazily(tmp):
+    """A URL of an .h5 and of a stored .keras (nginx), each with a 16 MiB
+    dataset beside small ones: the sandboxed libhdf5 reads the structure
+    through the parent, which fetches about that, not the big dataset,
+    and a small tensor's read about its own bytes."""
     www = tmp / "www"
     www.mkdir()
     model = www / "model.h5"
     arrays = write_contiguous(model)
+    big = sample(np.float32, (4096, 1024))
+    with h5py.File(model, "a") as f:
+        f["big"] = big
     with zipfile.ZipFile(www / "model.keras", "w") as z:
         z.writestr("metadata.json", json.dumps({"keras_version": "3.6.0"}))
         z.writestr("config.json", "{}")
@@ -351,9 +358,14 @@ def test_remote_h5_and_keras(tmp):
     server = Nginx(tmp / "nginx", www)
     try:
         for name in ("model.h5", "model.keras"):
+            server.clear_log()
             with mounted(f"{server.url}/{name}", "-o", f"cache_dir={tmp / name}") as mnt:
+                at_mount = server.bytes_sent(f"/{name}")
+                assert at_mount < big.nbytes // 8, (name, at_mount)
                 for tensor in ("types/float32", "types/uint16", "bool"):
                     assert cat(mnt / tensor) == arrays[tensor].tobytes()
+                assert server.bytes_sent(f"/{name}") - at_mount < big.nbytes // 8, name
+                assert cat(mnt / "big") == big.tobytes()
     finally:
         server.stop()
 

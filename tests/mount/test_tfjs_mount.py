@@ -346,3 +346,20 @@ def test_remote_model_json(tmp, nginx):
             assert sorted(paths) == sorted(w.name for w in weights)
             for w in weights:
                 check_weight(paths[w.name], w)
+
+
+def test_remote_model_json_mounts_lazily(tmp, nginx):
+    """A 16 MiB weight in shards of 4 MiB beside a small one: a mount
+    fetches the manifest and little of the shards, a read of the small
+    weight about its own bytes."""
+    big = Weight("big", np.random.default_rng(3).standard_normal((4096, 1024)).astype(np.float32))
+    small = Weight("small", np.arange(8, dtype=np.float32))
+    write_model(nginx.root / "lazy", [[small, big]])
+    nginx.clear_log()
+    with mounted(f"{nginx.url}/lazy/model.json", "-o", f"cache_dir={tmp / 'lazy-cache'}") as mnt:
+        at_mount = nginx.bytes_sent("/lazy/")
+        assert at_mount < big.values.nbytes // 8, at_mount
+        paths, _ = index_paths(mnt)
+        check_weight(paths["small"], small)
+        assert nginx.bytes_sent("/lazy/") - at_mount < big.values.nbytes // 8
+        check_weight(paths["big"], big)
