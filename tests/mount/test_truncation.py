@@ -2,7 +2,8 @@
 """A model file truncated under a live mount (to half, and to nothing), then
 read by 32 concurrent readers over every kind of file the mount has: raw
 tensors and sidecars, bfloat16 .npy (converted in the daemon), strided views
-(gathered in the daemon), ggml q8_0 / q4_0 (dequantized in the daemon), the
+(gathered in the daemon), ggml q8_0 / q4_0 (dequantized in the daemon), a
+deflated .npz member and gzipped HDF5 chunks (decoded in the daemon), the
 export file (held parts, a gathered view, and a read spanning more tensors
 than one reply has iovecs, whose rest the daemon copies), index.json and
 metadata.json. Every read either succeeds or fails with EIO, none hangs,
@@ -14,6 +15,7 @@ import io
 import os
 import random
 import subprocess
+import zipfile
 
 import numpy as np
 import pytest
@@ -87,10 +89,39 @@ def gguf_model(path):
     return {"q8.npy": q8_0_values(blocks, 64 * 1024).reshape(64, 1024)}
 
 
+def npz_model(path):
+    """A stored member (held) first, then a deflated one (its raw file and
+    .npy inflated in the daemon), past the half of the file."""
+    rng = np.random.default_rng(5)
+    held = np.arange(4096, dtype=np.float32)
+    deflated = rng.integers(0, 16, (512, 512)).astype(np.int32)
+    with zipfile.ZipFile(path, "w") as z:
+        for name, value, method in (("held", held, zipfile.ZIP_STORED), ("deflated", deflated, zipfile.ZIP_DEFLATED)):
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, value)
+            z.writestr(zipfile.ZipInfo(f"{name}.npy"), buf.getvalue(), compress_type=method)
+    return {"held": held, "deflated": deflated, "deflated.npy": deflated}
+
+
+def hdf5_model(path):
+    """A contiguous dataset (held) first, then a shuffled and gzipped
+    chunked one (its chunks decoded in the daemon), past the half."""
+    import h5py
+
+    held = np.arange(4096, dtype=np.float32)
+    chunked = np.random.default_rng(6).standard_normal((256, 512)).astype(np.float32)
+    with h5py.File(path, "w") as f:
+        f["held"] = held
+        f.create_dataset("chunked", data=chunked, chunks=(32, 64), compression="gzip", shuffle=True)
+    return {"held": held, "chunked": chunked, "chunked.npy": chunked}
+
+
 MODELS = {
     "safetensors": ("m.safetensors", safetensors_model),
     "torch": ("m.pt", torch_model),
     "gguf": ("m.gguf", gguf_model),
+    "npz": ("m.npz", npz_model),
+    "hdf5": ("m.h5", hdf5_model),
 }
 
 
@@ -208,7 +239,9 @@ def test_truncated_model_fails_reads_with_eio_and_the_daemon_survives(tmp, kind,
         # The daemon computed these, and they reach bytes past the cut.
         computed = {"safetensors": ["bf.npy", ".modelfs/model.safetensors"],
                     "torch": ["transposed.npy", ".modelfs/model.safetensors"],
-                    "gguf": ["q8.npy", "q4.npy"]}[kind]
+                    "gguf": ["q8.npy", "q4.npy"],
+                    "npz": ["deflated", "deflated.npy", ".modelfs/model.safetensors"],
+                    "hdf5": ["chunked", "chunked.npy", ".modelfs/model.safetensors"]}[kind]
         for relative in computed:
             assert str(mnt / relative) in failed, f"{relative} read whole past the cut"
         if cut == "zero":
@@ -216,7 +249,7 @@ def test_truncated_model_fails_reads_with_eio_and_the_daemon_survives(tmp, kind,
             assert npy and npy <= failed, sorted(npy - failed)[:5]
             # Served as iovecs into the mapping: the kernel's copy fails,
             # the reader gets EIO, the daemon is untouched.
-            held = {"safetensors": "raw", "torch": "plain", "gguf": "f"}[kind]
+            held = {"safetensors": "raw", "torch": "plain", "gguf": "f", "npz": "held", "hdf5": "held"}[kind]
             assert str(mnt / held) in failed
         # After the cut, a tensor reads as it was written or fails with EIO:
         # never other bytes.
