@@ -502,9 +502,20 @@ void ElementView::values(uint64_t position, size_t count, std::byte* out) const 
   }
 }
 
-void ElementView::prepare(uint64_t, uint64_t) const {
-  prepare_stored();
+void ElementView::prepare(uint64_t offset, uint64_t length) const {
   conversion_->prepare();
+  if (!contiguous_ || length == 0) return prepare_stored();
+  // Elements in order: those of the values [offset, offset + length).
+  const uint64_t value_size = conversion_->value_size(), bits = conversion_->stored_bits();
+  const uint64_t first = offset / value_size, end = (offset + length - 1) / value_size + 1;
+  prepare_stored(first * bits / 8, (end * bits + 7) / 8 - first * bits / 8);
+}
+
+void BlockView::prepare(uint64_t offset, uint64_t length) const {
+  if (length == 0) return;
+  const uint64_t block_bytes = uint64_t{type_->block_size} * 4;  // of float32 values
+  const uint64_t first = offset / block_bytes, end = (offset + length - 1) / block_bytes + 1;
+  prepare_stored(first * type_->type_size, (end - first) * type_->type_size);
 }
 
 void ElementView::fill(uint64_t offset, std::span<std::byte> out) const {

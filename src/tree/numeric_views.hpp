@@ -100,8 +100,10 @@ std::unique_ptr<ElementConversion> affine_conversion(DType stored, const PerChan
 
 // What both views are: bytes computed from a tensor's stored bytes, which
 // they keep with their source, so that prepare() makes present, through the
-// tensor's own file, what a fill reads (a remote model's tensor whole: a
-// strided view reaches any of it).
+// tensor's own file, what a fill reads: for a remote model, the stored
+// bytes of the values a read asks for when they lie in order (C-contiguous
+// elements, ggml blocks), the tensor whole for a strided view, which
+// reaches any of it.
 class StoredView : public ComputedBytes {
  public:
   uint64_t size() const noexcept { return size_; }
@@ -109,8 +111,13 @@ class StoredView : public ComputedBytes {
  protected:
   StoredView(const ByteSpan& stored, uint64_t reach, uint64_t size)
       : stored_(stored.subspan(0, reach)), size_(size) {}
-  // The stored bytes made present (ModelError when they cannot be had).
+  // The stored bytes made present (ModelError when they cannot be had):
+  // all, or [offset, offset + length) of them (clamped).
   void prepare_stored() const { stored_.span(); }
+  void prepare_stored(uint64_t offset, uint64_t length) const {
+    if (offset >= stored_.size()) return;
+    stored_.subspan(offset, std::min(length, stored_.size() - offset)).span();
+  }
   // Where they lie: read by fill() only, after prepare().
   const std::byte* base() const noexcept { return stored_.data(); }
 
@@ -187,7 +194,7 @@ class BlockView final : public StoredView {
   // number of blocks, the blocks do not fit or the view would pass
   // kViewBound (npy.hpp).
   static std::unique_ptr<BlockView> make(const ByteSpan& stored, const GgmlType& type, uint64_t numel);
-  void prepare(uint64_t, uint64_t) const override { prepare_stored(); }
+  void prepare(uint64_t offset, uint64_t length) const override;
   void fill(uint64_t offset, std::span<std::byte> out) const override;
   BlockView(BlockView&&) = default;
 

@@ -91,6 +91,32 @@ def test_random_reader_fetches_about_what_it_reads(nginx, www, cache):
     assert fetched <= reads * 2 * BLOCK, fetched
 
 
+def test_random_reads_of_a_converted_npy_fetch_about_their_values(nginx, www, cache):
+    """A bfloat16 tensor's .npy is converted in the daemon: a read of a few
+    of its values fetches their stored bytes (a block or two), not the
+    tensor's 32 MiB."""
+    values = np.random.default_rng(12).standard_normal(16 * MIB).astype(np.float32)
+    bf16 = (values.view(np.uint32) >> 16).astype("<u2")
+    st.write(www / "bf.safetensors", {"w": st.Raw("BF16", [16 * MIB], bf16.tobytes())})
+    widened = (bf16.astype(np.uint32) << 16).view(np.float32)
+    with remote_mount(f"{nginx.url}/bf.safetensors", cache) as mnt:
+        paths, _ = index_paths(mnt)
+        npy = str(paths["w"]) + ".npy"
+        with open(npy, "rb") as f:
+            header = len(f.read(128).split(b"\n")[0]) + 1  # numpy pads its header to a newline
+        nginx.clear_log()
+        rng = random.Random(13)
+        reads = 20
+        with open(npy, "rb", buffering=0) as f:
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
+            for _ in range(reads):
+                at = rng.randrange(0, 16 * MIB - 1024) & ~1023
+                got = os.pread(f.fileno(), 4096, header + 4 * at)
+                assert got == widened[at:at + 1024].tobytes()
+    fetched = sum(last - first + 1 for first, last, _ in ranges(nginx.requests(), "/bf.safetensors"))
+    assert fetched <= reads * 2 * BLOCK, fetched
+
+
 def test_object_changed_mid_window_is_eio_and_never_mixed(nginx, www, cache):
     value = one_tensor_model(www, 48 * MIB)
     # Same size, other bytes, another ETag (nginx's is mtime and size).
