@@ -107,19 +107,24 @@ struct BasicQuantization {
 };
 using Quantization = BasicQuantization<std::string_view>;
 
-// A tensor whose bytes are stored encoded (a deflated .npz member): its
-// `bytes` are the encoded stream (a range of the mapping), and its raw
-// file is `size` bytes from `decoded_offset` of what the stream decodes
-// to. The tree decodes what each read asks for (src/tree/inflate_view.hpp);
+// A tensor whose bytes are stored encoded (a deflated .npz member, a
+// big-endian array): its `bytes` are the encoded stream (a range of the
+// mapping), and its raw file is `size` bytes from `decoded_offset` of what
+// the stream decodes to. The tree decodes what each read asks for
+// (src/tree/inflate_view.hpp, SwapView in src/tree/numeric_views.hpp);
 // nothing is decoded whole.
 struct Encoded {
-  enum class Method : uint8_t { Deflate };  // raw deflate (ZIP method 8)
+  enum class Method : uint8_t {
+    Deflate,   // raw deflate (ZIP method 8)
+    ByteSwap,  // big-endian: every `swap_bytes` bytes reversed (both parts of a complex number)
+  };
   Method method = Method::Deflate;
   uint64_t decoded_offset = 0;
   uint64_t size = 0;
   // What the whole stream decodes to: a stream that yields more or less is
   // a fault of the read that reaches its end.
   uint64_t decoded_size = 0;
+  uint8_t swap_bytes = 0;  // ByteSwap: 2, 4 or 8; the stream is `size` bytes from 0
 };
 
 // A tensor whose bytes are not one range of one file is a list of pieces

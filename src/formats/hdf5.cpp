@@ -143,24 +143,21 @@ class Records {
 struct TypeOf {
   std::optional<DType> dtype;
   std::string refusal;
+  bool big_endian = false;  // served byte-swapped where not chunked
 };
 
 TypeOf type_of(const Dataset& d) {
   // H5T_class_t: INTEGER 0, FLOAT 1, TIME 2, STRING 3, BITFIELD 4, OPAQUE 5, COMPOUND 6, REFERENCE 7,
   // ENUM 8, VLEN 9, ARRAY 10; H5T_order_t LE 0, BE 1.
-  const bool little = d.order == 0 || d.size == 1;
-  auto big_endian = [] {
-    return TypeOf{std::nullopt, "big-endian elements (modelfs serves little-endian bytes)"};
-  };
+  const bool big = d.order == 1 && d.size > 1;
+  if (d.size > 1 && d.order > 1 && (d.cls == 0 || d.cls == 1))
+    return {std::nullopt, "a byte order other than little- or big-endian (VAX, mixed or none)"};
   switch (d.cls) {
     case 0: {
       static constexpr DType kSigned[] = {DType::Int8, DType::Int16, DType::Int32, DType::Int64};
       static constexpr DType kUnsigned[] = {DType::UInt8, DType::UInt16, DType::UInt32, DType::UInt64};
       for (size_t i = 0; i < 4; ++i)
-        if (d.size == uint64_t{1} << i) {
-          if (!little) return big_endian();
-          return {d.sign == 1 ? kSigned[i] : kUnsigned[i], {}};
-        }
+        if (d.size == uint64_t{1} << i) return {d.sign == 1 ? kSigned[i] : kUnsigned[i], {}, big};
       return {std::nullopt, std::to_string(d.size) + "-byte integers"};
     }
     case 1: {
@@ -172,10 +169,8 @@ TypeOf type_of(const Dataset& d) {
                                          {4, {31, 23, 8, 0, 23}, 127, DType::Float32},
                                          {8, {63, 52, 11, 0, 52}, 1023, DType::Float64}};
       for (const auto& f : kFloats)
-        if (d.size == f.size && std::equal(d.fields, d.fields + 5, f.fields) && d.bias == f.bias) {
-          if (!little) return big_endian();
-          return {f.dtype, {}};
-        }
+        if (d.size == f.size && std::equal(d.fields, d.fields + 5, f.fields) && d.bias == f.bias)
+          return {f.dtype, {}, big};
       return {std::nullopt, "a floating-point layout that is not IEEE float16, float32 or float64"};
     }
     case 8:
@@ -313,7 +308,17 @@ class Builder {
       t.bytes = ByteSpan::owned(std::move(d.compact));
       t.extras["hdf5_layout"] = "compact";
     } else {
+      if (type.big_endian)
+        return leave_out(d.path,
+                         "big-endian elements in chunks (modelfs swaps the bytes of contiguous and "
+                         "compact datasets only)");
       if (!chunked(d, t, element, *nbytes)) return;
+    }
+    if (type.big_endian && *nbytes > 0) {
+      // Served little-endian, swapped per read.
+      t.encoded = big_endian_encoding(t.dtype, *nbytes);
+      t.source.offset.reset();
+      t.extras["byte_order_in_file"] = "big";
     }
     catalog_.add(t);
   }

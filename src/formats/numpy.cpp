@@ -363,14 +363,11 @@ DescrKind descr_kind(std::string_view descr) {
   for (const auto& [name, dtype] : kTypes) {
     if (code != name) continue;
     const bool one_byte = dtype_bits(dtype) == 8;
-    if (!one_byte && order == '>') {
-      out.refusal =
-          "a big-endian array: modelfs serves the bytes as stored and its dtypes are little-endian "
-          "(np.save of arr.astype(arr.dtype.newbyteorder('<')) writes it so)";
-    } else if (!one_byte && order == '|') {
+    if (!one_byte && order == '|') {
       out.refusal = "a multi-byte type without a byte order";
     } else {
       out.dtype = dtype;
+      out.big_endian = !one_byte && order == '>';
     }
     return out;
   }
@@ -436,6 +433,13 @@ Catalog open_file(const ModelFile& model) {
   t.strides = array.strides;
   t.bytes = ByteSpan::mapped(model.mapped, start, array.nbytes);
   t.source = {name, start};
+  if (kind.big_endian) {
+    // Served little-endian, swapped per read: the raw file's bytes lie
+    // nowhere in the file as they are.
+    t.encoded = big_endian_encoding(t.dtype, array.nbytes);
+    t.source.offset.reset();
+    t.extras["byte_order_in_file"] = "big";
+  }
   catalog.add(t);
   return catalog;
 }
@@ -511,11 +515,14 @@ Catalog open_npz(const ModelFile& model, const ZipArchive& zip) {
     if (kind.object)
       fail(where, preamble.header_start,
            "an object array (descr '" + header.descr + "'): its data is a pickle, never loaded");
-    if (structured || !kind.dtype) {
-      // Strings and the other types no tensor has are left out, and named.
+    if (structured || !kind.dtype || (kind.big_endian && deflated)) {
+      // Strings and the other types no tensor has are left out, and named
+      // (and big-endian deflated members: one encoding per tensor).
       left_out.push_back({{"name", array_name},
                           {"descr", structured ? "(structured)" : header.descr},
-                          {"reason", kind_refusal(header, structured, kind)}});
+                          {"reason", kind.dtype ? "a big-endian member that is also deflated (modelfs swaps "
+                                                  "stored members' bytes, or inflates little-endian ones)"
+                                                : kind_refusal(header, structured, kind)}});
       continue;
     }
     const Array array = array_of(header, *kind.dtype, where, preamble.header_start);
@@ -537,6 +544,11 @@ Catalog open_npz(const ModelFile& model, const ZipArchive& zip) {
     } else {
       t.bytes = ByteSpan::mapped(model.mapped, at + start, array.nbytes);
       t.source = {name, at + start};
+      if (kind.big_endian) {
+        t.encoded = big_endian_encoding(t.dtype, array.nbytes);
+        t.source.offset.reset();
+        t.extras["byte_order_in_file"] = "big";
+      }
     }
     catalog.add(t);
   }

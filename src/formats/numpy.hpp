@@ -52,9 +52,10 @@ struct Header {
 // What a descr is for modelfs: a tensor dtype, or why it is not one.
 struct DescrKind {
   std::optional<DType> dtype;
-  bool object = false;  // '|O': a pickle
-  bool text = false;    // 'S', 'U', 'a': strings, left out of an .npz
-  std::string refusal;  // when no dtype: what the array is, for a message
+  bool object = false;      // '|O': a pickle
+  bool text = false;        // 'S', 'U', 'a': strings, left out of an .npz
+  bool big_endian = false;  // '>' and more than a byte: served byte-swapped
+  std::string refusal;      // when no dtype: what the array is, for a message
 };
 
 // Every error is a ModelError naming `file`, `format` and the offset in the

@@ -511,6 +511,21 @@ void ElementView::prepare(uint64_t offset, uint64_t length) const {
   prepare_stored(first * bits / 8, (end * bits + 7) / 8 - first * bits / 8);
 }
 
+void SwapView::prepare(uint64_t offset, uint64_t length) const {
+  if (length == 0) return;
+  // The whole elements the range lies in.
+  const uint64_t first = offset / swap_ * swap_, end = (offset + length - 1) / swap_ * swap_ + swap_;
+  prepare_stored(first, end - first);
+}
+
+void SwapView::fill(uint64_t offset, std::span<std::byte> out) const {
+  const std::byte* in = base();
+  for (size_t i = 0; i < out.size(); ++i) {
+    const uint64_t at = offset + i, within = at % swap_;
+    out[i] = in[at - within + swap_ - 1 - within];
+  }
+}
+
 void BlockView::prepare(uint64_t offset, uint64_t length) const {
   if (length == 0) return;
   const uint64_t block_bytes = uint64_t{type_->block_size} * 4;  // of float32 values

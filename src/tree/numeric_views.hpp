@@ -126,6 +126,20 @@ class StoredView : public ComputedBytes {
   uint64_t size_ = 0;
 };
 
+// The elements of a big-endian tensor (Encoded::Method::ByteSwap): its raw
+// file, and its .npy's body, made per read by reversing every `swap` bytes
+// of the stored ones.
+class SwapView final : public StoredView {
+ public:
+  SwapView(const ByteSpan& stored, uint32_t swap)
+      : StoredView(stored, stored.size(), stored.size()), swap_(swap) {}
+  void prepare(uint64_t offset, uint64_t length) const override;
+  void fill(uint64_t offset, std::span<std::byte> out) const override;
+
+ private:
+  uint64_t swap_;
+};
+
 class ElementView final : public StoredView {
  public:
   static constexpr uint32_t kMaxValueSize = 16;  // complex128

@@ -631,6 +631,16 @@ class TreeBuilder {
   std::optional<Part> decoded_part(const Tensor& tensor) {
     if (!tensor.encoded) return std::nullopt;
     const auto& catalog = tree_.catalog_;
+    if (tensor.encoded->method == Encoded::Method::ByteSwap) {
+      const Encoded& e = *tensor.encoded;
+      if (e.decoded_offset != 0 || e.size != tensor.bytes.size() || e.decoded_size != e.size ||
+          (e.swap_bytes != 2 && e.swap_bytes != 4 && e.swap_bytes != 8) || e.size % e.swap_bytes != 0)
+        throw std::logic_error("a byte-swapped tensor whose sizes disagree");
+      auto view = std::make_unique<SwapView>(tensor.bytes, e.swap_bytes);
+      const Part part{nullptr, view.get(), view->size()};
+      tree_.decoded_views_.push_back(std::move(view));
+      return part;
+    }
     auto view = std::make_unique<InflateView>(tensor, std::string(tensor.source.file), catalog.format);
     const Part part{nullptr, view.get(), view->size()};
     tree_.decoded_views_.push_back(std::move(view));

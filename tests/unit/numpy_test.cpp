@@ -143,7 +143,6 @@ std::vector<Bad> bad_files() {
   add("element count overflows", npy(dict("<f4", "False", "(4294967296, 4294967296)"), ""), "passes 2^64");
   add("strides pass int64", npy(dict("|u1", "False", "(4611686018427387904, 3)"), ""), "pass 2^63");
   add("object array", npy(dict("|O", "False", "(3,)"), "\x80\x04."), "pickle, never loaded");
-  add("big-endian", npy(dict(">f4", "False", "(3,)"), f4x3), "big-endian");
   add("void", npy(dict("|V2", "False", "(3,)"), std::string(6, '\0')), "void");
   add("string", npy(dict("<U3", "False", "(1,)"), f4x3), "string array");
   add("datetime", npy(dict("<M8[ns]", "False", "(1,)"), std::string(8, '\0')), "datetime64");
@@ -223,8 +222,25 @@ TEST(Numpy, DescrsMapToDtypes) {
   EXPECT_TRUE(numpy::descr_kind("|O").object);
   EXPECT_TRUE(numpy::descr_kind("<U5").text);
   EXPECT_TRUE(numpy::descr_kind("|S5").text);
-  EXPECT_FALSE(numpy::descr_kind(">f8").dtype.has_value());
+  // Big-endian: its dtype, served byte-swapped (one byte has no order).
+  EXPECT_EQ(numpy::descr_kind(">f8").dtype, DType::Float64);
+  EXPECT_TRUE(numpy::descr_kind(">f8").big_endian);
+  EXPECT_FALSE(numpy::descr_kind(">u1").big_endian);
+  EXPECT_FALSE(numpy::descr_kind("<f8").big_endian);
   EXPECT_FALSE(numpy::descr_kind("|f4").dtype.has_value());
+}
+
+TEST(Numpy, BigEndianArraysAreSwappedPerRead) {
+  TempDir dir;
+  const Catalog c = open_bytes(dir, npy(dict(">c8", "False", "(2,)"), std::string(16, '\1')));
+  ASSERT_EQ(c.tensors().size(), 1u);
+  const Tensor& t = c.tensors()[0];
+  EXPECT_EQ(t.dtype, DType::Complex64);
+  ASSERT_TRUE(t.encoded.has_value());
+  EXPECT_EQ(t.encoded->method, Encoded::Method::ByteSwap);
+  EXPECT_EQ(t.encoded->swap_bytes, 4);  // each part of the complex number
+  EXPECT_EQ(t.nbytes(), 16u);
+  EXPECT_FALSE(t.source.offset.has_value());
 }
 
 TEST(Numpy, FortranOrderKeepsTheBytesWithColumnMajorStrides) {

@@ -38,4 +38,12 @@ struct TensorSpec {
   std::vector<BasicPiece<std::string, std::vector<uint64_t>, std::vector<PieceFilter>>> pieces;
 };
 
+// The Encoded of a big-endian tensor of `dtype` whose elements are `size`
+// stored bytes (a complex number's parts are swapped each).
+inline Encoded big_endian_encoding(DType dtype, uint64_t size) {
+  const bool complex = dtype == DType::Complex64 || dtype == DType::Complex128;
+  const uint32_t bits = complex ? dtype_bits(dtype) / 2 : dtype_bits(dtype);
+  return {Encoded::Method::ByteSwap, 0, size, size, static_cast<uint8_t>(bits / 8)};
+}
+
 }  // namespace modelfs
