@@ -259,6 +259,10 @@ class Catalog {
   const Tensor& add(const TensorSpec& spec);
   // Appends another catalog's tensor (a shard's), into this one's stores.
   const Tensor& add(const Tensor& tensor);
+  // Room for `count` tensors, when a reader knows how many it will add:
+  // the table is then made once at its size, not doubled as it grows
+  // (each doubling holding both copies at once).
+  void reserve(size_t count) { tensors_.reserve(count); }
   // In the order added (file order).
   std::span<const Tensor> tensors() const noexcept { return tensors_; }
   // Gives back the table's spare room once every tensor is added (the tree

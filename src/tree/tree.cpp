@@ -188,7 +188,8 @@ class TreeBuilder {
     // A tensor's raw file, .npy header and body, and its export part; a
     // document's one. Growing past it would copy the table.
     tree_.parts_.reserve(4 * tensors.size() + tree_.catalog_.documents.size() + 8);
-    folder_ordinal_.reserve(tree_.nodes_.size() + more);
+    // Every node but the root is one folder entry.
+    tree_.entries_.reserve(tree_.nodes_.size() + more);
 
     export_.reserve(tensors.size());
     tree_.tensor_files_.reserve(tensors.size());
@@ -198,19 +199,17 @@ class TreeBuilder {
     add_export();
     add_documents();
     finish_folders();
-    // Several export files (a PT2 archive's models) may pass the reservation.
-    tree_.parts_.shrink_to_fit();
+    // Several export files (a PT2 archive's models) may pass the reservation,
+    // growing the table to up to twice what it holds: given back then. (A
+    // table that fits its reservation is not copied for a few spare parts.)
+    if (tree_.parts_.capacity() - tree_.parts_.size() > tree_.parts_.size() / 8) tree_.parts_.shrink_to_fit();
   }
 
  private:
-  static constexpr uint32_t kNotFolder = UINT32_MAX;
   static constexpr size_t kMaxModelFiles = 64;
   // Sidecars up to this size are printed for each read (most are a few
   // hundred bytes, and a read asks for the whole file).
   static constexpr size_t kPrintedWhenRead = 16 << 10;
-  // Folders with at least kBigFolder entries get a map of their names.
-  static constexpr size_t kBigFolder = 16;
-  using NameMap = std::unordered_map<std::string_view, uint64_t>;
   // For each folder, .npy or not, and base that clashed: the first suffix
   // free_name has not found taken.
   std::unordered_map<std::string, uint64_t> next_suffix_;
@@ -218,38 +217,56 @@ class TreeBuilder {
   Node& node(uint64_t ino) { return tree_.nodes_[ino - 1]; }
 
   uint64_t push(Node value) {
-    const bool folder = value.kind == NodeKind::Directory;
     tree_.nodes_.push_back(std::move(value));
-    folder_ordinal_.push_back(folder ? static_cast<uint32_t>(folders_.size()) : kNotFolder);
-    if (folder) folders_.emplace_back();
     return tree_.nodes_.size();
   }
 
+  // Every node but the root is an entry of its folder: the tree's entries
+  // table holds them in the order they are made while building (sorted by
+  // folder and name at the end, in place), and a table of entry indices
+  // hashed by folder and name finds them.
   uint64_t add_node(uint64_t parent, std::string_view name, Node value) {
     value.parent = parent;
     const uint64_t ino = push(std::move(value));
-    auto& [children, names] = folders_[folder_ordinal_[parent - 1]];
-    children.push_back({tree_.texts_.add(name), ino});
-    if (names) {
-      names->emplace(children.back().name, ino);
-    } else if (children.size() >= kBigFolder) {
-      names = std::make_unique<NameMap>();
-      for (const auto& entry : children) names->emplace(entry.name, entry.ino);
-    }
+    auto& entries = tree_.entries_;
+    if ((entries.size() + 1) * 2 > slots_.size()) rehash(std::max<size_t>(64, slots_.size() * 2));
+    entries.push_back({tree_.texts_.add(name), ino});
+    slots_[slot_of(parent, name)] = static_cast<uint32_t>(entries.size());
     return ino;
   }
 
-  // The entry `name` of `dir`: a scan while the folder is small (a tensor's
-  // folder holds a few files), a map once it is big.
-  std::optional<uint64_t> find(uint64_t dir, std::string_view name) const {
-    const auto& [children, names] = folders_[folder_ordinal_[dir - 1]];
-    if (names) {
-      auto it = names->find(name);
-      return it == names->end() ? std::nullopt : std::optional(it->second);
+  static size_t hash(uint64_t dir, std::string_view name) noexcept {
+    return std::hash<std::string_view>()(name) ^ (dir * 0x9E3779B97F4A7C15ULL);
+  }
+
+  // The slot of `name` in `dir`, or the empty slot where it would go.
+  size_t slot_of(uint64_t dir, std::string_view name) const {
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = hash(dir, name) & mask;; i = (i + 1) & mask) {
+      const uint32_t at = slots_[i];
+      if (at == 0) return i;
+      const DirEntry& entry = tree_.entries_[at - 1];
+      if (entry.name == name && tree_.nodes_[entry.ino - 1].parent == dir) return i;
     }
-    for (const auto& entry : children)
-      if (entry.name == name) return entry.ino;
-    return std::nullopt;
+  }
+
+  void rehash(size_t size) {
+    std::vector<uint32_t>(size, 0).swap(slots_);
+    const size_t mask = size - 1;
+    const auto& entries = tree_.entries_;
+    for (size_t e = 0; e < entries.size(); ++e) {
+      size_t i = hash(tree_.nodes_[entries[e].ino - 1].parent, entries[e].name) & mask;
+      while (slots_[i] != 0) i = (i + 1) & mask;
+      slots_[i] = static_cast<uint32_t>(e + 1);
+    }
+  }
+
+  // The entry `name` of `dir`.
+  std::optional<uint64_t> find(uint64_t dir, std::string_view name) const {
+    if (slots_.empty()) return std::nullopt;
+    const uint32_t at = slots_[slot_of(dir, name)];
+    if (at == 0) return std::nullopt;
+    return tree_.entries_[at - 1].ino;
   }
 
   uint64_t directory(uint64_t parent, std::string_view name) {
@@ -677,7 +694,7 @@ class TreeBuilder {
         return;
       }
       const std::string& header = tree_.documents_.emplace_back(std::move(file->header));
-      file->tensors.insert(file->tensors.begin(), Part::held(std::as_bytes(std::span(header))));
+      file->tensors.front() = Part::held(std::as_bytes(std::span(header)));
       add_document(path, file->tensors);
     };
     add("model.safetensors", "");
@@ -690,6 +707,8 @@ class TreeBuilder {
       note += std::to_string(models.size()) + " models: no file of each (at most " +
               std::to_string(kMaxModelFiles) + "). ";
     std::string report = export_.report(note);
+    // The plan's table is done with: given back before the rest is built.
+    export_ = ExportPlan(options_.export_float32);
     add_made_document("export.json", std::move(report));
   }
 
@@ -721,35 +740,32 @@ class TreeBuilder {
     }
   }
 
-  // Each folder's entries, sorted by name, laid end to end in one table.
+  // Each folder's entries, sorted by name, laid end to end in one table:
+  // the entries sorted in place by folder (in inode order) and name.
   void finish_folders() {
-    size_t total = 0;
-    for (const auto& folder : folders_) total += folder.children.size();
+    std::vector<uint32_t>().swap(slots_);
     auto& entries = tree_.entries_;
-    entries.reserve(total);  // exact: the spans below stay valid
-    for (size_t i = 0; i < tree_.nodes_.size(); ++i) {
-      if (folder_ordinal_[i] == kNotFolder) continue;
-      auto& children = folders_[folder_ordinal_[i]].children;
-      std::sort(children.begin(), children.end(),
-                [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
-      const size_t first = entries.size();
-      entries.insert(entries.end(), children.begin(), children.end());
-      tree_.nodes_[i].children = std::span(entries.data() + first, children.size());
-      std::vector<DirEntry>().swap(children);
+    auto& nodes = tree_.nodes_;
+    std::sort(entries.begin(), entries.end(), [&nodes](const DirEntry& a, const DirEntry& b) {
+      const uint64_t pa = nodes[a.ino - 1].parent, pb = nodes[b.ino - 1].parent;
+      return pa != pb ? pa < pb : a.name < b.name;
+    });
+    // The spans below stay valid: the table is not grown again.
+    for (size_t first = 0; first < entries.size();) {
+      const uint64_t dir = nodes[entries[first].ino - 1].parent;
+      size_t end = first + 1;
+      while (end < entries.size() && nodes[entries[end].ino - 1].parent == dir) ++end;
+      nodes[dir - 1].children = std::span(entries.data() + first, end - first);
+      first = end;
     }
   }
 
   Tree::Impl& tree_;
   const TreeOptions& options_;
   uint64_t meta_dir_ = 0;
-  // While building: for each node, its folder ordinal (or kNotFolder); for
-  // each folder, its entries so far and, once big, a map of their names.
-  struct Folder {
-    std::vector<DirEntry> children;
-    std::unique_ptr<NameMap> names;
-  };
-  std::vector<uint32_t> folder_ordinal_;
-  std::vector<Folder> folders_;
+  // While building: the entries' indices plus one (0: free), by folder
+  // and name, open addressing, at most half full.
+  std::vector<uint32_t> slots_;
   // The previous tensor's folders: names and inodes, outermost first.
   std::vector<std::pair<std::string, uint64_t>> chain_;
   // index.json's size, its lines measured as the tensors are added.
