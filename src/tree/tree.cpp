@@ -345,8 +345,7 @@ class TreeBuilder {
   }
 
   // What the tree allocates while it is built is charged as it is allocated
-  // (budget.hpp); index.json is printed later, by its first reader, outside
-  // the budget, so its size is charged here, ahead.
+  // (budget.hpp); what it charges by hand is memory it will hold later.
   void charge(uint64_t bytes, std::string_view what) {
     const auto& catalog = tree_.catalog_;
     charge_budget(bytes, catalog.files.empty() ? std::string() : catalog.files.front(), catalog.format, what);
@@ -634,6 +633,8 @@ class TreeBuilder {
     scratch_line_.clear();
     const bool last = tree_.tensor_files_.size() == tree_.catalog_.tensors().size();
     append_index_line(scratch_line_, tensor, path, last);
+    if ((tree_.tensor_files_.size() - 1) % Tree::Impl::kIndexStride == 0)
+      tree_.index_marks_.push_back(index_size_.value());
     index_size_ += scratch_line_.size();
   }
 
@@ -716,11 +717,11 @@ class TreeBuilder {
     const auto& catalog = tree_.catalog_;
     std::string ends;
     append_index_head(ends, catalog);
+    tree_.index_head_size_ = ends.size();
     append_index_tail(ends);
     const uint64_t index =
         add_file(meta_dir_, free_name(meta_dir_, "index.json", false), FileRole::Index, {}, nullptr);
     node(index).size = (index_size_ + ends.size()).value();
-    charge(node(index).size, "index.json");
 
     nlohmann::ordered_json metadata;
     metadata["format"] = catalog.format;
@@ -758,6 +759,9 @@ class TreeBuilder {
       nodes[dir - 1].children = std::span(entries.data() + first, end - first);
       first = end;
     }
+    tree_.entry_of_.resize(nodes.size());
+    for (size_t i = 0; i < entries.size(); ++i)
+      tree_.entry_of_[entries[i].ino - 1] = static_cast<uint32_t>(i);
   }
 
   Tree::Impl& tree_;
@@ -825,59 +829,62 @@ size_t Tree::node_count() const noexcept { return impl_->nodes_.size(); }
 
 uint64_t Tree::total_bytes() const noexcept { return impl_->total_bytes_; }
 
-void Tree::Impl::for_each_tensor_path(const std::function<void(size_t, std::string_view)>& visit) const {
-  // Each node's name, from its folder's entries; then each tensor file's
-  // path, walking up to the root (a folder's parent is always built before
-  // it, so the walk ends).
-  std::vector<std::string_view> name_of(nodes_.size() + 1);
-  for (const auto& entry : entries_) name_of[entry.ino] = entry.name;
-  std::vector<std::string_view> parts;
-  std::string path;
-  for (size_t i = 0; i < tensor_files_.size(); ++i) {
-    parts.clear();
-    for (uint64_t ino = tensor_files_[i]; ino != kRootIno; ino = nodes_[ino - 1].parent)
-      parts.push_back(name_of[ino]);
-    path.clear();
-    for (auto part = parts.rbegin(); part != parts.rend(); ++part) {
-      if (!path.empty()) path += '/';
-      path += *part;
-    }
-    visit(i, path);
+void Tree::Impl::tensor_path(size_t i, std::string& out) const {
+  out.clear();
+  // Built from the leaf up, each name reversed, then the whole reversed once.
+  for (uint64_t ino = tensor_files_[i]; ino != kRootIno; ino = nodes_[ino - 1].parent) {
+    if (!out.empty()) out += '/';
+    const std::string_view name = entries_[entry_of_[ino - 1]].name;
+    out.append(name.rbegin(), name.rend());
   }
+  std::reverse(out.begin(), out.end());
 }
 
 void Tree::path(uint64_t ino, std::string& out) const {
   out.clear();
   if (node(ino) == nullptr) return;
-  // Built from the leaf up, each name reversed, then the whole reversed once.
   for (; ino != kRootIno; ino = impl_->nodes_[ino - 1].parent) {
-    const auto& siblings = impl_->nodes_[impl_->nodes_[ino - 1].parent - 1].children;
-    const auto entry =
-        std::find_if(siblings.begin(), siblings.end(), [ino](const DirEntry& e) { return e.ino == ino; });
-    if (entry == siblings.end()) return out.clear();
     if (!out.empty()) out += '/';
-    out.append(entry->name.rbegin(), entry->name.rend());
+    const std::string_view name = impl_->entries_[impl_->entry_of_[ino - 1]].name;
+    out.append(name.rbegin(), name.rend());
   }
   std::reverse(out.begin(), out.end());
 }
 
 std::vector<std::string> Tree::tensor_paths() const {
-  std::vector<std::string> paths;
-  paths.reserve(impl_->tensor_files_.size());
-  impl_->for_each_tensor_path([&](size_t, std::string_view path) { paths.emplace_back(path); });
+  std::vector<std::string> paths(impl_->tensor_files_.size());
+  for (size_t i = 0; i < paths.size(); ++i) impl_->tensor_path(i, paths[i]);
   return paths;
 }
 
-const std::string& Tree::Impl::index_text(uint64_t size) const {
-  std::call_once(index_printed_, [this, size] {
-    index_text_.reserve(size);
-    append_index_head(index_text_, catalog_);
-    for_each_tensor_path([this](size_t i, std::string_view path) {
-      append_index_line(index_text_, catalog_.tensors()[i], path, i + 1 == tensor_files_.size());
-    });
-    append_index_tail(index_text_);
-  });
-  return index_text_;
+size_t Tree::Impl::read_index(const Node& file, uint64_t offset, uint64_t length, std::span<iovec> out,
+                              std::string& scratch) const {
+  if (offset >= file.size || out.empty()) return 0;
+  length = std::min(length, file.size - offset);
+  const auto tensors = catalog_.tensors();
+  // From the head, or from the last mark at or before `offset`.
+  scratch.clear();
+  uint64_t at = 0;  // where scratch starts in the file
+  size_t k = 0;     // the next tensor to print
+  if (offset < index_head_size_ || index_marks_.empty()) {
+    append_index_head(scratch, catalog_);
+  } else {
+    const auto mark = std::upper_bound(index_marks_.begin(), index_marks_.end(), offset - index_head_size_);
+    const auto m = static_cast<size_t>(mark - index_marks_.begin()) - 1;
+    k = m * kIndexStride;
+    at = index_head_size_ + index_marks_[m];
+  }
+  std::string path;
+  for (; k < tensor_files_.size() && at + scratch.size() < offset + length; ++k) {
+    tensor_path(k, path);
+    append_index_line(scratch, tensors[k], path, k + 1 == tensor_files_.size());
+  }
+  if (k == tensor_files_.size()) append_index_tail(scratch);
+  // Never past the size the builder measured (the file's).
+  const uint64_t within = offset - at;
+  if (within >= scratch.size()) return 0;
+  out[0] = iovec{scratch.data() + within, std::min<uint64_t>(length, scratch.size() - within)};
+  return 1;
 }
 
 namespace {
@@ -895,10 +902,7 @@ size_t Tree::read(const Node& file, uint64_t offset, uint64_t length, std::span<
                   std::string& scratch) const {
   // Printed files are served as printed, never past the size the builder
   // measured (the file's size).
-  if (file.role == FileRole::Index) {
-    const std::string_view text = impl_->index_text(file.size);
-    return slice_text(text.substr(0, file.size), offset, length, out);
-  }
+  if (file.role == FileRole::Index) return impl_->read_index(file, offset, length, out, scratch);
   if (file.role == FileRole::Sidecar && file.part_count == 0 && file.tensor != nullptr) {
     scratch = sidecar_text(*file.tensor, impl_->catalog_.format, npy_of(*file.tensor));
     return slice_text(scratch, offset, length, out);
