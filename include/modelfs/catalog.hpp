@@ -178,7 +178,10 @@ struct MODELFS_API Tensor {
   // The sidecar's lines for the format extras, as printed once by the
   // catalog: ",\n  \"key\": value" each, in key order; empty for none.
   std::string_view extras_lines;
-  std::optional<Encoded> encoded;  // as TensorSpec::encoded
+  // As TensorSpec::encoded, in the catalog's stores (null: stored as it
+  // is, as nearly every tensor is: a pointer, not the 40 bytes of an
+  // optional, in every tensor).
+  const Encoded* encoded = nullptr;
   // As TensorSpec::pieces (then `bytes` is empty), in the catalog's stores.
   std::span<const Piece> pieces;
 
@@ -281,6 +284,7 @@ class Catalog {
   BlockStore<uint64_t> shapes_;
   BlockStore<int64_t> strides_;
   BlockStore<Quantization> quantizations_;
+  BlockStore<Encoded> encodings_;
   BlockStore<Piece> pieces_;
   BlockStore<PieceFilter> filters_;
 };

@@ -252,10 +252,10 @@ TEST(Numpy, NpzStoredAndDeflatedMembers) {
   ASSERT_EQ(c.tensors().size(), 2u);
   EXPECT_EQ(c.tensors()[0].name, "dir/a");
   EXPECT_EQ(c.tensors()[0].bytes.view(), a.substr(a.size() - 8));
-  EXPECT_FALSE(c.tensors()[0].encoded.has_value());
+  EXPECT_EQ(c.tensors()[0].encoded, nullptr);
   const Tensor& deflated = c.tensors()[1];
   EXPECT_EQ(deflated.name, "b");
-  ASSERT_TRUE(deflated.encoded.has_value());
+  ASSERT_NE(deflated.encoded, nullptr);
   EXPECT_EQ(deflated.encoded->decoded_offset, b.size() - 3);
   EXPECT_EQ(deflated.nbytes(), 3u);
   EXPECT_EQ(c.metadata["left_out"][0]["name"], "s");
