@@ -874,6 +874,10 @@ size_t Tree::Impl::read_index(const Node& file, uint64_t offset, uint64_t length
     k = m * kIndexStride;
     at = index_head_size_ + index_marks_[m];
   }
+  // Room for what the range needs and a line past it, so that the scratch
+  // (each FUSE thread's) is not doubled as it grows: it stays about the
+  // largest request's size.
+  scratch.reserve(offset + length - at + 4096);
   std::string path;
   for (; k < tensor_files_.size() && at + scratch.size() < offset + length; ++k) {
     tensor_path(k, path);
