@@ -186,7 +186,10 @@ struct MODELFS_API Tensor {
   // The sidecar's lines for the format extras, as printed once by the
   // catalog: ",\n  \"key\": value" each, in key order; empty for none.
   std::string_view extras_lines;
-  std::optional<Encoded> encoded;  // as TensorSpec::encoded
+  // As TensorSpec::encoded, in the catalog's stores (null: stored as it
+  // is, as nearly every tensor is: a pointer, not the 40 bytes of an
+  // optional, in every tensor).
+  const Encoded* encoded = nullptr;
   // As TensorSpec::pieces (then `bytes` is empty), in the catalog's stores.
   std::span<const Piece> pieces;
 
@@ -267,6 +270,10 @@ class Catalog {
   const Tensor& add(const TensorSpec& spec);
   // Appends another catalog's tensor (a shard's), into this one's stores.
   const Tensor& add(const Tensor& tensor);
+  // Room for `count` tensors, when a reader knows how many it will add:
+  // the table is then made once at its size, not doubled as it grows
+  // (each doubling holding both copies at once).
+  void reserve(size_t count) { tensors_.reserve(count); }
   // In the order added (file order).
   std::span<const Tensor> tensors() const noexcept { return tensors_; }
   // Gives back the table's spare room once every tensor is added (the tree
@@ -285,6 +292,7 @@ class Catalog {
   BlockStore<uint64_t> shapes_;
   BlockStore<int64_t> strides_;
   BlockStore<Quantization> quantizations_;
+  BlockStore<Encoded> encodings_;
   BlockStore<Piece> pieces_;
   BlockStore<PieceFilter> filters_;
 };

@@ -12,8 +12,9 @@
 //   P.npy      .npy header (made) + the same mapped range, or, for a strided
 //              view, its elements gathered into C order on each read, or,
 //              for a type numpy lacks, its values converted on each read
-//   .modelfs/  index.json (printed when first read, then kept: a line per
-//              tensor that most mounts never read), metadata.json
+//   .modelfs/  index.json (printed for each read from the nearest of a
+//              mark every 256 tensors: a line per tensor is not kept),
+//              metadata.json
 //              and the format's documents; model.safetensors (export.hpp:
 //              a printed header, then one part per tensor) and export.json
 #include <sys/uio.h>
@@ -127,7 +128,7 @@ class Tree {
   // from the tree when asked: index.json and tests are the only users).
   MODELFS_API std::vector<std::string> tensor_paths() const;
   // One node's path relative to the root, '/'-separated ("" for the root),
-  // into `out`; each level's name is found among its folder's entries.
+  // into `out`; each level's name is its entry in its folder.
   MODELFS_API void path(uint64_t ino, std::string& out) const;
   MODELFS_API size_t node_count() const noexcept;
   MODELFS_API uint64_t total_bytes() const noexcept;

@@ -22,6 +22,17 @@ class Parser {
       : file_(std::move(file)), name_(name) {}
 
   File parse() {
+    File out;
+    out.metadata = parse([&out](size_t count) { out.tensors.reserve(count); },
+                         [&out](TensorSpec& t) { out.tensors.push_back(std::move(t)); });
+    return out;
+  }
+
+  // Parses the file, handing each tensor in data order to `each` (after
+  // `count` is told how many there are); returns the metadata. A catalog
+  // fills from it without a table of TensorSpecs beside its own.
+  template <typename Count, typename Each>
+  nlohmann::json parse(Count&& count, Each&& each) {
     ByteReader reader(*file_, std::string(kFormat));
     if (file_->size() < 8)
       fail(0, "file is " + std::to_string(file_->size()) + " bytes, too short for the 8-byte header length");
@@ -37,7 +48,9 @@ class Parser {
     data_start_ = 8 + n;
 
     Header header = read_header(header_, file_->display_name());
-    return File{tensors(header.entries), std::move(header.metadata)};
+    count(header.entries.size());
+    tensors(header.entries, each);
+    return std::move(header.metadata);
   }
 
  private:
@@ -51,10 +64,10 @@ class Parser {
 
   // The entries in data order, checked by rules 5-7 of docs/formats.md,
   // "safetensors validation", in the reference crate's order.
-  std::vector<TensorSpec> tensors(std::vector<HeaderEntry>& entries) const {
+  template <typename Each>
+  void tensors(std::vector<HeaderEntry>& entries, Each&& each) const {
     std::ranges::sort(entries, {}, [](const HeaderEntry& e) { return std::tie(e.begin, e.end, e.name); });
-    std::vector<TensorSpec> out;
-    out.reserve(entries.size());
+    TensorSpec t;
     const uint64_t buffer_size = file_->size() - data_start_;
     uint64_t expected_begin = 0;
     for (auto& e : entries) {
@@ -90,7 +103,7 @@ class Parser {
         fail_at_key(e.name,
                     quote() + "the strides of the shape pass 2^63 (numpy and torch refuse such a shape)");
       expected_begin = e.end;
-      TensorSpec& t = out.emplace_back();
+      t = TensorSpec();
       t.name = std::move(e.name);
       t.dtype = e.dtype;
       t.strides = std::move(*strides);
@@ -98,11 +111,13 @@ class Parser {
       t.bytes = ByteSpan::mapped(file_, data_start_ + e.begin, nbytes);
       t.source = {name_, data_start_ + e.begin};
       if (bits < 8) t.extras["element_bits"] = bits;
+      each(t);
+      // What the entry held is the spec's now, and given back with it.
+      e.shape = std::vector<uint64_t>();
     }
     if (expected_begin != buffer_size)
       fail(data_start_ + expected_begin, std::to_string(buffer_size - expected_begin) +
                                              " bytes after the last tensor are not described by the header");
-    return out;
   }
 
   std::shared_ptr<const MappedFile> file_;
@@ -150,29 +165,32 @@ bool probe_folder(const std::filesystem::path& folder) {
 
 Catalog open_file(const ModelFile& model) {
   const std::string name = model.path.filename().string();
-  File file = parse(model.mapped, name);
   Catalog catalog;
   catalog.format = std::string(kFormat);
   catalog.mtime = model.mapped->mtime();
   catalog.files.push_back(name);
-  for (const auto& t : file.tensors) catalog.add(t);
+  // Each tensor goes to the catalog as it is read.
+  nlohmann::json metadata = Parser(model.mapped, name)
+                                .parse([&catalog](size_t count) { catalog.reserve(count); },
+                                       [&catalog](const TensorSpec& t) { catalog.add(t); });
   // The file says what its tensors are laid out as itself; the export says
   // the same.
-  if (file.metadata.is_object()) {
-    const auto format = file.metadata.find("format");
-    if (format != file.metadata.end() && format->is_string())
+  if (metadata.is_object()) {
+    const auto format = metadata.find("format");
+    if (format != metadata.end() && format->is_string())
       catalog.export_hints.checkpoint_format = format->get<std::string>();
   }
-  catalog.metadata["__metadata__"] = std::move(file.metadata);
+  catalog.metadata["__metadata__"] = std::move(metadata);
   return catalog;
 }
 
 Catalog open_index_file(const ModelFile& index) {
   return open_sharded_index(index, kSharded, [](const ModelFile& shard_file, const std::string& name) {
-    File file = parse(shard_file.mapped, name);
     Catalog shard;
-    for (const auto& t : file.tensors) shard.add(t);
-    shard.metadata = std::move(file.metadata);  // the shard's __metadata__
+    // The shard's __metadata__.
+    shard.metadata = Parser(shard_file.mapped, name)
+                         .parse([&shard](size_t count) { shard.reserve(count); },
+                                [&shard](const TensorSpec& t) { shard.add(t); });
     return shard;
   });
 }

@@ -163,6 +163,7 @@ Catalog open_zip(const ModelFile& model, const ZipArchive& zip) {
   if (script) read_script_classes(zip, prefix, options);
 
   auto data = walk_record(zip, *data_pkl, prefix + "data/", options, "", true);
+  catalog.reserve(data.tensors.size());
   for (const auto& t : data.tensors) catalog.add(t);
   if (!script) catalog.metadata["values"] = std::move(data.values);
   info["protocol"] = data.protocol;
@@ -274,6 +275,7 @@ Catalog open_legacy(const ModelFile& model) {
   catalog.export_hints.checkpoint_format = std::string(kCheckpointFormat);
   catalog.mtime = file->mtime();
   catalog.files.push_back(file_name(model.path));
+  catalog.reserve(walker.tensors().size());
   for (const auto& t : walker.tensors()) catalog.add(t);
   catalog.metadata["values"] = std::move(walker.values());
   catalog.metadata["torch"] = info;

@@ -142,7 +142,7 @@ const Tensor& Catalog::add(const TensorSpec& spec) {
               .source = {spec.source.file, spec.source.offset},
               .quantization = quantization ? &*quantization : nullptr,
               .extras_lines = {},
-              .encoded = spec.encoded,
+              .encoded = spec.encoded ? &*spec.encoded : nullptr,
               .pieces = {},
               .pieces_size = 0};
   std::vector<Piece> pieces;
@@ -171,6 +171,7 @@ const Tensor& Catalog::add(const Tensor& tensor) {
     q.zero_points = intern(q.zero_points);
     t.quantization = quantizations_.add(std::span(&q, 1)).data();
   }
+  if (tensor.encoded) t.encoded = encodings_.add(std::span(tensor.encoded, 1)).data();
   t.shape = shapes_.add(tensor.shape);
   t.strides = strides_.add(tensor.strides);
   t.source.file = intern(tensor.source.file);

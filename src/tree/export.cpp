@@ -45,7 +45,9 @@ void ExportPlan::add(const ExportInput& input) {
   append_json_string(key, t.name);
   auto leave_out = [&](std::string reason) { left_out_.emplace_back(t.name, std::move(reason)); };
   if (t.name == kMetadataKey) return leave_out("the name safetensors keeps for the metadata");
-  if (keys_.contains(key)) return leave_out("a second tensor of this name (the first is written)");
+  std::string scratch;
+  if (!keys_.empty() && keys_[slot_of(key, scratch)] != 0)
+    return leave_out("a second tensor of this name (the first is written)");
 
   const auto code = safetensors_dtype(t.dtype);
   std::optional<PartList> part;
@@ -97,14 +99,57 @@ void ExportPlan::add(const ExportInput& input) {
                      std::to_string(kViewBound.floor) + " bytes or " + std::to_string(kViewBound.growth) +
                      " times the " + std::to_string(model_stored_) + " bytes the model stores");
   total_ = total;
-  keys_.insert(std::move(key));
-  entries_.push_back({t.name, dtype, t.shape, *part});
+  if ((entries_.size() + 1) * 2 > keys_.size()) {
+    std::vector<uint32_t>(std::max<size_t>(64, keys_.size() * 2), 0).swap(keys_);
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      std::string printed;
+      append_json_string(printed, entries_[i].tensor->name);
+      keys_[slot_of(printed, scratch)] = static_cast<uint32_t>(i + 1);
+    }
+  }
+  keys_[slot_of(key, scratch)] = static_cast<uint32_t>(entries_.size() + 1);
+  entries_.push_back({&t, dtype, *part});
+}
+
+size_t ExportPlan::slot_of(std::string_view key, std::string& scratch) const {
+  const size_t mask = keys_.size() - 1;
+  for (size_t i = std::hash<std::string_view>()(key) & mask;; i = (i + 1) & mask) {
+    if (keys_[i] == 0) return i;
+    scratch.clear();
+    append_json_string(scratch, entries_[keys_[i] - 1].tensor->name);
+    if (scratch == key) return i;
+  }
 }
 
 std::optional<ExportFile> ExportPlan::file(std::string_view prefix, const ExportMetadata& metadata,
                                            std::string& why_not) const {
+  // Measured first, so that the header (the size of the model's own for a
+  // safetensors file) is made once at its size, not doubled as it grows.
   ExportFile out;
-  std::string& h = out.header;
+  size_t size = 0, count = 0;
+  {
+    std::string scratch;
+    if (!print_header(prefix, metadata, scratch, size, nullptr, why_not)) return std::nullopt;
+  }
+  for (const auto& entry : entries_)
+    if (entry.tensor->name.starts_with(prefix)) count += entry.part.parts().size();
+  out.header.reserve(size);
+  out.tensors.reserve(count + 1);
+  out.tensors.emplace_back();  // the header's place
+  if (!print_header(prefix, metadata, out.header, size, &out.tensors, why_not)) return std::nullopt;
+  return out;
+}
+
+bool ExportPlan::print_header(std::string_view prefix, const ExportMetadata& metadata, std::string& h,
+                              size_t& size, std::vector<Part>* parts, std::string& why_not) const {
+  size = 0;
+  // Measuring: each piece is printed into `h` and counted, then dropped.
+  auto flush = [&] {
+    if (parts != nullptr) return;
+    size += h.size();
+    h.clear();
+  };
+  h.clear();
   h.assign(8, ' ');  // the length, written last
   h += '{';
   if (!metadata.empty()) {
@@ -119,45 +164,56 @@ std::optional<ExportFile> ExportPlan::file(std::string_view prefix, const Export
     h += '}';
   }
   Size offset = 0;
-  if (prefix.empty()) out.tensors.reserve(entries_.size());
+  bool first = metadata.empty();  // a comma before each entry after the metadata's
+  flush();
   for (const auto& entry : entries_) {
-    if (!entry.name.starts_with(prefix)) continue;
-    const std::string_view name = entry.name.substr(prefix.size());
+    if (!entry.tensor->name.starts_with(prefix)) continue;
+    const std::string_view name = entry.tensor->name.substr(prefix.size());
     // A model's own names: the prefix alone, or the metadata's key, are no
     // tensor names in its file.
     if (name.empty() || name == kMetadataKey) continue;
-    if (h.size() > 9) h += ',';
+    if (!first) h += ',';
+    first = false;
     append_json_string(h, name);
     h += ":{\"dtype\":\"";
     h += entry.dtype;
     h += "\",\"shape\":";
-    append_json_array(h, entry.shape);
+    append_json_array(h, entry.tensor->shape);
     const Size end = offset + entry.part.size();
     // Tensors that share bytes (tied weights, views of one storage) each
     // get their own: their sum is bounded by no file's size.
     if (!end.ok()) {
       why_not = "its size would pass 2^64 bytes";
-      return std::nullopt;
+      return false;
     }
     h += ",\"data_offsets\":[" + std::to_string(offset.value()) + ',' + std::to_string(end.value()) + "]}";
     offset = end;
-    const auto parts = entry.part.parts();
-    out.tensors.insert(out.tensors.end(), parts.begin(), parts.end());
-    if (h.size() > kMaxHeader + 8) break;
+    if (parts != nullptr) {
+      const auto list = entry.part.parts();
+      parts->insert(parts->end(), list.begin(), list.end());
+    }
+    flush();
+    if (size + h.size() > kMaxHeader + 8) break;
   }
   h += '}';
+  flush();
   // The data starts 8-byte aligned: the JSON padded with spaces.
-  while (h.size() % 8 != 0) h += ' ';
-  if (h.size() - 8 > kMaxHeader || !(offset + h.size()).ok()) {
-    why_not = h.size() - 8 > kMaxHeader ? "its header would pass " + std::to_string(kMaxHeader) +
-                                              " bytes (the most the reference reader takes)"
-                                        : "its size would pass 2^64 bytes";
-    return std::nullopt;
+  const size_t printed = size + h.size();
+  const size_t padded = printed + (8 - printed % 8) % 8;
+  h.append(padded - printed, ' ');
+  flush();
+  const size_t total = size + h.size();
+  if (total - 8 > kMaxHeader || !(offset + total).ok()) {
+    why_not = total - 8 > kMaxHeader ? "its header would pass " + std::to_string(kMaxHeader) +
+                                           " bytes (the most the reference reader takes)"
+                                     : "its size would pass 2^64 bytes";
+    return false;
   }
+  size = total;
+  if (parts == nullptr) return true;
   uint64_t length = h.size() - 8;
   for (size_t i = 0; i < 8; ++i, length >>= 8) h[i] = static_cast<char>(length & 0xff);
-  h.shrink_to_fit();
-  return out;
+  return true;
 }
 
 std::string ExportPlan::report(std::string_view file_note) const {

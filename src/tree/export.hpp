@@ -20,7 +20,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -47,7 +46,9 @@ struct ExportInput {
 };
 
 // One safetensors file of the plan: the header (its 8-byte length, the
-// JSON and the padding) and the tensors' parts, in header order.
+// JSON and the padding) and the file's parts: an empty one first, the
+// header's place (the header's part is its caller's to make, once the
+// header is where it stays), then the tensors', in header order.
 struct ExportFile {
   std::string header;
   std::vector<Part> tensors;
@@ -84,11 +85,17 @@ class ExportPlan {
 
  private:
   struct Entry {
-    std::string_view name;
+    const Tensor* tensor;    // its name and shape
     std::string_view dtype;  // safetensors name
-    std::span<const uint64_t> shape;
     PartList part;
   };
+  // Prints the header of `prefix`'s file into `h` (or, `parts` null, only
+  // measures it: `h` gets each entry in turn); false, and why, when it
+  // cannot be made.
+  bool print_header(std::string_view prefix, const ExportMetadata& metadata, std::string& h, size_t& size,
+                    std::vector<Part>* parts, std::string& why_not) const;
+  // The index of the entry whose name prints as `key`, or of the free slot.
+  size_t slot_of(std::string_view key, std::string& scratch) const;
 
   bool float32_;
   uint64_t model_stored_ = 0;
@@ -96,7 +103,10 @@ class ExportPlan {
   std::vector<Entry> entries_;
   std::vector<std::pair<std::string_view, std::string>> left_out_;
   std::vector<std::pair<std::string_view, std::string>> converted_;
-  std::unordered_set<std::string> keys_;  // names as the header prints them
+  // The entries by their names as the header prints them: indices plus one
+  // (0: free), open addressing, at most half full. (A set of the printed
+  // names would hold a copy of each.)
+  std::vector<uint32_t> keys_;
 };
 
 // The export's __metadata__ for `catalog`: "format" where the reader gave

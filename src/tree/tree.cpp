@@ -188,7 +188,8 @@ class TreeBuilder {
     // A tensor's raw file, .npy header and body, and its export part; a
     // document's one. Growing past it would copy the table.
     tree_.parts_.reserve(4 * tensors.size() + tree_.catalog_.documents.size() + 8);
-    folder_ordinal_.reserve(tree_.nodes_.size() + more);
+    // Every node but the root is one folder entry.
+    tree_.entries_.reserve(tree_.nodes_.size() + more);
 
     export_.reserve(tensors.size());
     Size stored = 0;
@@ -204,19 +205,17 @@ class TreeBuilder {
     add_export();
     add_documents();
     finish_folders();
-    // Several export files (a PT2 archive's models) may pass the reservation.
-    tree_.parts_.shrink_to_fit();
+    // Several export files (a PT2 archive's models) may pass the reservation,
+    // growing the table to up to twice what it holds: given back then. (A
+    // table that fits its reservation is not copied for a few spare parts.)
+    if (tree_.parts_.capacity() - tree_.parts_.size() > tree_.parts_.size() / 8) tree_.parts_.shrink_to_fit();
   }
 
  private:
-  static constexpr uint32_t kNotFolder = UINT32_MAX;
   static constexpr size_t kMaxModelFiles = 64;
   // Sidecars up to this size are printed for each read (most are a few
   // hundred bytes, and a read asks for the whole file).
   static constexpr size_t kPrintedWhenRead = 16 << 10;
-  // Folders with at least kBigFolder entries get a map of their names.
-  static constexpr size_t kBigFolder = 16;
-  using NameMap = std::unordered_map<std::string_view, uint64_t>;
   // For each folder, .npy or not, and base that clashed: the first suffix
   // free_name has not found taken.
   std::unordered_map<std::string, uint64_t> next_suffix_;
@@ -224,38 +223,56 @@ class TreeBuilder {
   Node& node(uint64_t ino) { return tree_.nodes_[ino - 1]; }
 
   uint64_t push(Node value) {
-    const bool folder = value.kind == NodeKind::Directory;
     tree_.nodes_.push_back(std::move(value));
-    folder_ordinal_.push_back(folder ? static_cast<uint32_t>(folders_.size()) : kNotFolder);
-    if (folder) folders_.emplace_back();
     return tree_.nodes_.size();
   }
 
+  // Every node but the root is an entry of its folder: the tree's entries
+  // table holds them in the order they are made while building (sorted by
+  // folder and name at the end, in place), and a table of entry indices
+  // hashed by folder and name finds them.
   uint64_t add_node(uint64_t parent, std::string_view name, Node value) {
     value.parent = parent;
     const uint64_t ino = push(std::move(value));
-    auto& [children, names] = folders_[folder_ordinal_[parent - 1]];
-    children.push_back({tree_.texts_.add(name), ino});
-    if (names) {
-      names->emplace(children.back().name, ino);
-    } else if (children.size() >= kBigFolder) {
-      names = std::make_unique<NameMap>();
-      for (const auto& entry : children) names->emplace(entry.name, entry.ino);
-    }
+    auto& entries = tree_.entries_;
+    if ((entries.size() + 1) * 2 > slots_.size()) rehash(std::max<size_t>(64, slots_.size() * 2));
+    entries.push_back({tree_.texts_.add(name), ino});
+    slots_[slot_of(parent, name)] = static_cast<uint32_t>(entries.size());
     return ino;
   }
 
-  // The entry `name` of `dir`: a scan while the folder is small (a tensor's
-  // folder holds a few files), a map once it is big.
-  std::optional<uint64_t> find(uint64_t dir, std::string_view name) const {
-    const auto& [children, names] = folders_[folder_ordinal_[dir - 1]];
-    if (names) {
-      auto it = names->find(name);
-      return it == names->end() ? std::nullopt : std::optional(it->second);
+  static size_t hash(uint64_t dir, std::string_view name) noexcept {
+    return std::hash<std::string_view>()(name) ^ (dir * 0x9E3779B97F4A7C15ULL);
+  }
+
+  // The slot of `name` in `dir`, or the empty slot where it would go.
+  size_t slot_of(uint64_t dir, std::string_view name) const {
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = hash(dir, name) & mask;; i = (i + 1) & mask) {
+      const uint32_t at = slots_[i];
+      if (at == 0) return i;
+      const DirEntry& entry = tree_.entries_[at - 1];
+      if (entry.name == name && tree_.nodes_[entry.ino - 1].parent == dir) return i;
     }
-    for (const auto& entry : children)
-      if (entry.name == name) return entry.ino;
-    return std::nullopt;
+  }
+
+  void rehash(size_t size) {
+    std::vector<uint32_t>(size, 0).swap(slots_);
+    const size_t mask = size - 1;
+    const auto& entries = tree_.entries_;
+    for (size_t e = 0; e < entries.size(); ++e) {
+      size_t i = hash(tree_.nodes_[entries[e].ino - 1].parent, entries[e].name) & mask;
+      while (slots_[i] != 0) i = (i + 1) & mask;
+      slots_[i] = static_cast<uint32_t>(e + 1);
+    }
+  }
+
+  // The entry `name` of `dir`.
+  std::optional<uint64_t> find(uint64_t dir, std::string_view name) const {
+    if (slots_.empty()) return std::nullopt;
+    const uint32_t at = slots_[slot_of(dir, name)];
+    if (at == 0) return std::nullopt;
+    return tree_.entries_[at - 1].ino;
   }
 
   uint64_t directory(uint64_t parent, std::string_view name) {
@@ -334,8 +351,7 @@ class TreeBuilder {
   }
 
   // What the tree allocates while it is built is charged as it is allocated
-  // (budget.hpp); index.json is printed later, by its first reader, outside
-  // the budget, so its size is charged here, ahead.
+  // (budget.hpp); what it charges by hand is memory it will hold later.
   void charge(uint64_t bytes, std::string_view what) {
     const auto& catalog = tree_.catalog_;
     charge_budget(bytes, catalog.files.empty() ? std::string() : catalog.files.front(), catalog.format, what);
@@ -623,6 +639,8 @@ class TreeBuilder {
     scratch_line_.clear();
     const bool last = tree_.tensor_files_.size() == tree_.catalog_.tensors().size();
     append_index_line(scratch_line_, tensor, path, last);
+    if ((tree_.tensor_files_.size() - 1) % Tree::Impl::kIndexStride == 0)
+      tree_.index_marks_.push_back(index_size_.value());
     index_size_ += scratch_line_.size();
   }
 
@@ -693,7 +711,7 @@ class TreeBuilder {
         return;
       }
       const std::string& header = tree_.documents_.emplace_back(std::move(file->header));
-      file->tensors.insert(file->tensors.begin(), Part::held(std::as_bytes(std::span(header))));
+      file->tensors.front() = Part::held(std::as_bytes(std::span(header)));
       add_document(path, file->tensors);
     };
     add("model.safetensors", "");
@@ -706,6 +724,8 @@ class TreeBuilder {
       note += std::to_string(models.size()) + " models: no file of each (at most " +
               std::to_string(kMaxModelFiles) + "). ";
     std::string report = export_.report(note);
+    // The plan's table is done with: given back before the rest is built.
+    export_ = ExportPlan(options_.export_float32);
     add_made_document("export.json", std::move(report));
   }
 
@@ -713,11 +733,11 @@ class TreeBuilder {
     const auto& catalog = tree_.catalog_;
     std::string ends;
     append_index_head(ends, catalog);
+    tree_.index_head_size_ = ends.size();
     append_index_tail(ends);
     const uint64_t index =
         add_file(meta_dir_, free_name(meta_dir_, "index.json", false), FileRole::Index, {}, nullptr);
     node(index).size = (index_size_ + ends.size()).value();
-    charge(node(index).size, "index.json");
 
     nlohmann::ordered_json metadata;
     metadata["format"] = catalog.format;
@@ -737,35 +757,35 @@ class TreeBuilder {
     }
   }
 
-  // Each folder's entries, sorted by name, laid end to end in one table.
+  // Each folder's entries, sorted by name, laid end to end in one table:
+  // the entries sorted in place by folder (in inode order) and name.
   void finish_folders() {
-    size_t total = 0;
-    for (const auto& folder : folders_) total += folder.children.size();
+    std::vector<uint32_t>().swap(slots_);
     auto& entries = tree_.entries_;
-    entries.reserve(total);  // exact: the spans below stay valid
-    for (size_t i = 0; i < tree_.nodes_.size(); ++i) {
-      if (folder_ordinal_[i] == kNotFolder) continue;
-      auto& children = folders_[folder_ordinal_[i]].children;
-      std::sort(children.begin(), children.end(),
-                [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
-      const size_t first = entries.size();
-      entries.insert(entries.end(), children.begin(), children.end());
-      tree_.nodes_[i].children = std::span(entries.data() + first, children.size());
-      std::vector<DirEntry>().swap(children);
+    auto& nodes = tree_.nodes_;
+    std::sort(entries.begin(), entries.end(), [&nodes](const DirEntry& a, const DirEntry& b) {
+      const uint64_t pa = nodes[a.ino - 1].parent, pb = nodes[b.ino - 1].parent;
+      return pa != pb ? pa < pb : a.name < b.name;
+    });
+    // The spans below stay valid: the table is not grown again.
+    for (size_t first = 0; first < entries.size();) {
+      const uint64_t dir = nodes[entries[first].ino - 1].parent;
+      size_t end = first + 1;
+      while (end < entries.size() && nodes[entries[end].ino - 1].parent == dir) ++end;
+      nodes[dir - 1].children = std::span(entries.data() + first, end - first);
+      first = end;
     }
+    tree_.entry_of_.resize(nodes.size());
+    for (size_t i = 0; i < entries.size(); ++i)
+      tree_.entry_of_[entries[i].ino - 1] = static_cast<uint32_t>(i);
   }
 
   Tree::Impl& tree_;
   const TreeOptions& options_;
   uint64_t meta_dir_ = 0;
-  // While building: for each node, its folder ordinal (or kNotFolder); for
-  // each folder, its entries so far and, once big, a map of their names.
-  struct Folder {
-    std::vector<DirEntry> children;
-    std::unique_ptr<NameMap> names;
-  };
-  std::vector<uint32_t> folder_ordinal_;
-  std::vector<Folder> folders_;
+  // While building: the entries' indices plus one (0: free), by folder
+  // and name, open addressing, at most half full.
+  std::vector<uint32_t> slots_;
   // The previous tensor's folders: names and inodes, outermost first.
   std::vector<std::pair<std::string, uint64_t>> chain_;
   // index.json's size, its lines measured as the tensors are added.
@@ -825,59 +845,66 @@ size_t Tree::node_count() const noexcept { return impl_->nodes_.size(); }
 
 uint64_t Tree::total_bytes() const noexcept { return impl_->total_bytes_; }
 
-void Tree::Impl::for_each_tensor_path(const std::function<void(size_t, std::string_view)>& visit) const {
-  // Each node's name, from its folder's entries; then each tensor file's
-  // path, walking up to the root (a folder's parent is always built before
-  // it, so the walk ends).
-  std::vector<std::string_view> name_of(nodes_.size() + 1);
-  for (const auto& entry : entries_) name_of[entry.ino] = entry.name;
-  std::vector<std::string_view> parts;
-  std::string path;
-  for (size_t i = 0; i < tensor_files_.size(); ++i) {
-    parts.clear();
-    for (uint64_t ino = tensor_files_[i]; ino != kRootIno; ino = nodes_[ino - 1].parent)
-      parts.push_back(name_of[ino]);
-    path.clear();
-    for (auto part = parts.rbegin(); part != parts.rend(); ++part) {
-      if (!path.empty()) path += '/';
-      path += *part;
-    }
-    visit(i, path);
+void Tree::Impl::tensor_path(size_t i, std::string& out) const {
+  out.clear();
+  // Built from the leaf up, each name reversed, then the whole reversed once.
+  for (uint64_t ino = tensor_files_[i]; ino != kRootIno; ino = nodes_[ino - 1].parent) {
+    if (!out.empty()) out += '/';
+    const std::string_view name = entries_[entry_of_[ino - 1]].name;
+    out.append(name.rbegin(), name.rend());
   }
+  std::reverse(out.begin(), out.end());
 }
 
 void Tree::path(uint64_t ino, std::string& out) const {
   out.clear();
   if (node(ino) == nullptr) return;
-  // Built from the leaf up, each name reversed, then the whole reversed once.
   for (; ino != kRootIno; ino = impl_->nodes_[ino - 1].parent) {
-    const auto& siblings = impl_->nodes_[impl_->nodes_[ino - 1].parent - 1].children;
-    const auto entry =
-        std::find_if(siblings.begin(), siblings.end(), [ino](const DirEntry& e) { return e.ino == ino; });
-    if (entry == siblings.end()) return out.clear();
     if (!out.empty()) out += '/';
-    out.append(entry->name.rbegin(), entry->name.rend());
+    const std::string_view name = impl_->entries_[impl_->entry_of_[ino - 1]].name;
+    out.append(name.rbegin(), name.rend());
   }
   std::reverse(out.begin(), out.end());
 }
 
 std::vector<std::string> Tree::tensor_paths() const {
-  std::vector<std::string> paths;
-  paths.reserve(impl_->tensor_files_.size());
-  impl_->for_each_tensor_path([&](size_t, std::string_view path) { paths.emplace_back(path); });
+  std::vector<std::string> paths(impl_->tensor_files_.size());
+  for (size_t i = 0; i < paths.size(); ++i) impl_->tensor_path(i, paths[i]);
   return paths;
 }
 
-const std::string& Tree::Impl::index_text(uint64_t size) const {
-  std::call_once(index_printed_, [this, size] {
-    index_text_.reserve(size);
-    append_index_head(index_text_, catalog_);
-    for_each_tensor_path([this](size_t i, std::string_view path) {
-      append_index_line(index_text_, catalog_.tensors()[i], path, i + 1 == tensor_files_.size());
-    });
-    append_index_tail(index_text_);
-  });
-  return index_text_;
+size_t Tree::Impl::read_index(const Node& file, uint64_t offset, uint64_t length, std::span<iovec> out,
+                              std::string& scratch) const {
+  if (offset >= file.size || out.empty()) return 0;
+  length = std::min(length, file.size - offset);
+  const auto tensors = catalog_.tensors();
+  // From the head, or from the last mark at or before `offset`.
+  scratch.clear();
+  uint64_t at = 0;  // where scratch starts in the file
+  size_t k = 0;     // the next tensor to print
+  if (offset < index_head_size_ || index_marks_.empty()) {
+    append_index_head(scratch, catalog_);
+  } else {
+    const auto mark = std::upper_bound(index_marks_.begin(), index_marks_.end(), offset - index_head_size_);
+    const auto m = static_cast<size_t>(mark - index_marks_.begin()) - 1;
+    k = m * kIndexStride;
+    at = index_head_size_ + index_marks_[m];
+  }
+  // Room for what the range needs and a line past it, so that the scratch
+  // (each FUSE thread's) is not doubled as it grows: it stays about the
+  // largest request's size.
+  scratch.reserve(offset + length - at + 4096);
+  std::string path;
+  for (; k < tensor_files_.size() && at + scratch.size() < offset + length; ++k) {
+    tensor_path(k, path);
+    append_index_line(scratch, tensors[k], path, k + 1 == tensor_files_.size());
+  }
+  if (k == tensor_files_.size()) append_index_tail(scratch);
+  // Never past the size the builder measured (the file's).
+  const uint64_t within = offset - at;
+  if (within >= scratch.size()) return 0;
+  out[0] = iovec{scratch.data() + within, std::min<uint64_t>(length, scratch.size() - within)};
+  return 1;
 }
 
 namespace {
@@ -895,10 +922,7 @@ size_t Tree::read(const Node& file, uint64_t offset, uint64_t length, std::span<
                   std::string& scratch) const {
   // Printed files are served as printed, never past the size the builder
   // measured (the file's size).
-  if (file.role == FileRole::Index) {
-    const std::string_view text = impl_->index_text(file.size);
-    return slice_text(text.substr(0, file.size), offset, length, out);
-  }
+  if (file.role == FileRole::Index) return impl_->read_index(file, offset, length, out, scratch);
   if (file.role == FileRole::Sidecar && file.part_count == 0 && file.tensor != nullptr) {
     scratch = sidecar_text(*file.tensor, impl_->catalog_.format, npy_of(*file.tensor));
     return slice_text(scratch, offset, length, out);

@@ -10,7 +10,6 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -136,12 +135,21 @@ struct Tree::Impl {
   std::unordered_set<std::string> npy_headers_;
   std::deque<std::string> documents_;
   std::vector<uint64_t> tensor_files_;  // each tensor's raw file
-  // index.json, printed by the first reader (its size, measured at build,
-  // is the file's).
-  mutable std::once_flag index_printed_;
-  mutable std::string index_text_;
-  const std::string& index_text(uint64_t size) const;
-  void for_each_tensor_path(const std::function<void(size_t, std::string_view)>& visit) const;
+  // Each node's entry in its folder (an index into entries_; the root's is
+  // unused): a node's name, and so its path, without a search.
+  std::vector<uint32_t> entry_of_;
+  // index.json is printed for each read, from the line of the tensor
+  // before the range that a mark gives (its size, measured at build, is the
+  // file's): the head, then a line per tensor, then the tail. Holding it
+  // printed would cost a line per tensor (~140 bytes) for the mount's life.
+  static constexpr size_t kIndexStride = 256;
+  uint64_t index_head_size_ = 0;
+  // Where the line of tensor k * kIndexStride starts, past the head.
+  std::vector<uint64_t> index_marks_;
+  size_t read_index(const Node& file, uint64_t offset, uint64_t length, std::span<iovec> out,
+                    std::string& scratch) const;
+  // The path of tensor `i`'s raw file, relative to the root, into `out`.
+  void tensor_path(size_t i, std::string& out) const;
   uint64_t total_bytes_ = 0;
 };
 

@@ -8,6 +8,7 @@ import errno
 import hashlib
 import json
 import os
+import struct
 import subprocess
 import threading
 import time
@@ -392,3 +393,34 @@ def test_list_and_json_without_mounting(tmp):
     doc = json.loads(listing.stdout)
     assert [(t["name"], t["dtype"], t["shape"], t["nbytes"]) for t in doc["tensors"]] == [
         ("b.w", "float32", [2, 3], 24), ("a.s", "int64", [], 8)]
+
+
+def test_100000_tensors_mount_under_the_default_budget(tmp):
+    # A large MoE checkpoint's shape (DeepSeek-V3 has ~91 000 tensors): 100 000
+    # tensors of 16 float32 under 1000 layers of 100 experts, an 11 MB header.
+    # Reading it and building its tree must fit the default budget (64 MiB + 8
+    # bytes per header byte, README "Limits"), no -o max_parse_mb.
+    count = 100_000
+    values = np.random.default_rng(32).standard_normal((count, 16), dtype=np.float32)
+    names = [f"model.layers.{i // 100}.mlp.experts.{i % 100}.weight" for i in range(count)]
+    model = st.write(tmp / "moe.safetensors", dict(zip(names, values)))
+    with mounted(model) as mnt:
+        index = json.loads((mnt / ".modelfs" / "index.json").read_text())
+        assert len(index["tensors"]) == count
+        paths = {t["name"]: t["path"] for t in index["tensors"]}
+        assert paths[names[0]] == "model/layers/0/mlp/experts/0/weight"
+        assert sorted(os.listdir(mnt / "model" / "layers")) == sorted(str(i) for i in range(1000))
+        assert sorted(os.listdir(mnt / "model/layers/999/mlp/experts/99")) == [
+            "weight", "weight.json", "weight.npy"]
+        for i in list(range(0, count, 997)) + [count - 1]:
+            path = mnt / paths[names[i]]
+            assert cat(path) == values[i].tobytes(), names[i]
+            assert np.array_equal(np.load(str(path) + ".npy"), values[i]), names[i]
+            assert sidecar(path)["shape"] == [16]
+        # The export holds every tensor, in the header's order.
+        export = (mnt / ".modelfs" / "model.safetensors").read_bytes()
+        (length,) = struct.unpack("<Q", export[:8])
+        header = json.loads(export[8:8 + length])
+        assert len(header) == count + 1  # and __metadata__
+        begin, end = header[names[12345]]["data_offsets"]
+        assert export[8 + length + begin:8 + length + end] == values[12345].tobytes()

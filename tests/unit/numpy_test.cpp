@@ -236,7 +236,7 @@ TEST(Numpy, BigEndianArraysAreSwappedPerRead) {
   ASSERT_EQ(c.tensors().size(), 1u);
   const Tensor& t = c.tensors()[0];
   EXPECT_EQ(t.dtype, DType::Complex64);
-  ASSERT_TRUE(t.encoded.has_value());
+  ASSERT_NE(t.encoded, nullptr);
   EXPECT_EQ(t.encoded->method, Encoded::Method::ByteSwap);
   EXPECT_EQ(t.encoded->swap_bytes, 4);  // each part of the complex number
   EXPECT_EQ(t.nbytes(), 16u);
@@ -268,10 +268,10 @@ TEST(Numpy, NpzStoredAndDeflatedMembers) {
   ASSERT_EQ(c.tensors().size(), 2u);
   EXPECT_EQ(c.tensors()[0].name, "dir/a");
   EXPECT_EQ(c.tensors()[0].bytes.view(), a.substr(a.size() - 8));
-  EXPECT_FALSE(c.tensors()[0].encoded.has_value());
+  EXPECT_EQ(c.tensors()[0].encoded, nullptr);
   const Tensor& deflated = c.tensors()[1];
   EXPECT_EQ(deflated.name, "b");
-  ASSERT_TRUE(deflated.encoded.has_value());
+  ASSERT_NE(deflated.encoded, nullptr);
   EXPECT_EQ(deflated.encoded->decoded_offset, b.size() - 3);
   EXPECT_EQ(deflated.nbytes(), 3u);
   EXPECT_EQ(c.metadata["left_out"][0]["name"], "s");
