@@ -379,16 +379,21 @@ EXPORT_WRAP_NUMEL = 1 << 58  # float32: 2^60 bytes each in C order
 EXPORT_PLAIN = [0.5, 1.5, -2.0, 3.25, 4.0, -5.5]
 
 
+def _views_of_one_storage(path, views, numel, value):
+    """`views` stride-0 views v0, v1, ... of `numel` elements of one 4-byte
+    storage holding `value`, beside a plain tensor w."""
+    s = torch.full((1,), value)
+    tensors = {"w": torch.tensor(EXPORT_PLAIN)}
+    tensors.update({f"v{i}": s.expand(numel) for i in range(views)})
+    torch.save(tensors, path)
+    return path
+
+
 def export_size_wraps(folder, views=EXPORT_WRAP_VIEWS, numel=EXPORT_WRAP_NUMEL):
     """Seventeen stride-0 views of one 4-byte storage, 2^60 bytes each in C
     order (1.9 KB on disk): their parts of the export sum past 2^64, which
     wrapped its header's offsets and its size. Beside them, a plain tensor."""
-    s = torch.zeros(1)
-    tensors = {"w": torch.tensor(EXPORT_PLAIN)}
-    tensors.update({f"v{i}": s.expand(numel) for i in range(views)})
-    path = folder / "export_wraps.pt"
-    torch.save(tensors, path)
-    return path
+    return _views_of_one_storage(folder / "export_wraps.pt", views, numel, 0.0)
 
 
 TIB_VIEW_NUMEL = 1 << 40  # float32: 4 TiB in C order
@@ -400,12 +405,7 @@ def many_expanded_views(folder, views=MANY_VIEWS, numel=MANY_VIEWS_NUMEL):
     """2000 views of one 4-byte storage, each 256 MiB in C order and so
     within the bound on one view (160 KB on disk): together a 500 GiB
     export, unless the export as a whole is bounded."""
-    s = torch.ones(1)
-    tensors = {"w": torch.tensor(EXPORT_PLAIN)}
-    tensors.update({f"v{i}": s.expand(numel) for i in range(views)})
-    path = folder / "many_views.pt"
-    torch.save(tensors, path)
-    return path
+    return _views_of_one_storage(folder / "many_views.pt", views, numel, 1.0)
 
 
 def tib_expanded_view(folder, numel=TIB_VIEW_NUMEL):
