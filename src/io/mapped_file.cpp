@@ -85,8 +85,9 @@ std::span<const std::byte> MappedFile::read(uint64_t offset, uint64_t length) co
   if (fetcher_ == nullptr) {
     if (const uint64_t now = served_size(this, fd_, size_); offset + length > now)
       throw ModelError(display_name(), "file", offset,
-                       "the file is " + std::to_string(now) + " bytes now, " + std::to_string(size_) +
-                           " when it was opened: it shrank under the mount");
+                       "a read of " + std::to_string(length) + " bytes failed: the file is " +
+                           std::to_string(now) + " bytes now, " + std::to_string(size_) +
+                           " when it was opened (it shrank under the mount)");
   }
   ensure(offset, length);
   return {data_ + offset, length};
