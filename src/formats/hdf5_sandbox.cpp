@@ -151,10 +151,10 @@ struct Fd {
 
 std::string ended(int status, const SandboxLimits& limits) {
   if (WIFSIGNALED(status) && WTERMSIG(status) == SIGXCPU)
-    return "the HDF5 library took more than its " + std::to_string(limits.cpu_seconds) +
-           " s of CPU time on it";
+    return "the HDF5 library failed on it: it took more than its " + std::to_string(limits.cpu_seconds) +
+           " s of CPU time";
   if (WIFSIGNALED(status) && WTERMSIG(status) == SIGSYS)
-    return "the HDF5 library made a system call its sandbox forbids (killed by signal " +
+    return "the HDF5 library failed on it: it made a system call its sandbox forbids (killed by signal " +
            std::to_string(SIGSYS) + ")";
   if (WIFSIGNALED(status))
     return "the HDF5 library failed on it (killed by signal " + std::to_string(WTERMSIG(status)) + ")";
