@@ -314,12 +314,7 @@ class Builder {
                          "compact datasets only)");
       if (!chunked(d, t, element, *nbytes)) return;
     }
-    if (type.big_endian && *nbytes > 0) {
-      // Served little-endian, swapped per read.
-      t.encoded = big_endian_encoding(t.dtype, *nbytes);
-      t.source.offset.reset();
-      t.extras["byte_order_in_file"] = "big";
-    }
+    if (type.big_endian && *nbytes > 0) serve_byte_swapped(t);
     catalog_.add(t);
   }
 
@@ -424,8 +419,7 @@ class Builder {
         if ((c.mask >> i & 1) == 0) piece.filters.push_back(pipeline[i]);
       const bool deflated =
           std::find(piece.filters.begin(), piece.filters.end(), PieceFilter::Deflate) != piece.filters.end();
-      const uint64_t checksum =
-          !piece.filters.empty() && piece.filters.back() == PieceFilter::Fletcher32 ? 4 : 0;
+      const uint64_t checksum = checksum_bytes(piece.filters);
       if (!deflated && c.size != *chunk_bytes + checksum)
         fail(d, "a chunk of " + std::to_string(c.size) + " bytes that is not deflated (a chunk is " +
                     std::to_string(*chunk_bytes + checksum) + ")");
@@ -460,7 +454,7 @@ void add_chunk_check(const Catalog& catalog, IntegrityChecks& checks, const std:
     ByteSpan bytes;
     uint64_t size;
     bool deflated;
-    bool checksummed;  // fletcher32's 4 bytes at its end
+    uint64_t checksum;  // its fletcher32 bytes at its end (checksum_bytes)
   };
   auto ranges = std::make_shared<std::vector<Range>>();
   uint64_t total = 0;
@@ -469,8 +463,7 @@ void add_chunk_check(const Catalog& catalog, IntegrityChecks& checks, const std:
       if (p.zeros) continue;
       const bool deflated =
           std::find(p.filters.begin(), p.filters.end(), PieceFilter::Deflate) != p.filters.end();
-      const bool checksummed = !p.filters.empty() && p.filters.back() == PieceFilter::Fletcher32;
-      ranges->push_back({std::string(t.name), p.bytes, p.size, deflated, checksummed});
+      ranges->push_back({std::string(t.name), p.bytes, p.size, deflated, checksum_bytes(p.filters)});
       total += p.bytes.size();
     }
   if (ranges->empty()) return;
@@ -480,11 +473,11 @@ void add_chunk_check(const Catalog& catalog, IntegrityChecks& checks, const std:
          std::string out;
          for (const Range& r : *ranges) {
            auto in = r.bytes.span();
-           if (r.checksummed) {
+           if (r.checksum != 0) {
              if (!fletcher32_holds(in))
                throw ModelError(display, format, r.bytes.file_offset(),
                                 "a chunk of \"" + r.name + "\" does not match its Fletcher-32 checksum");
-             in = in.first(in.size() - 4);
+             in = in.first(in.size() - r.checksum);
            }
            if (r.deflated) {
              out.resize(r.size + 1);

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 #include <vector>
 
@@ -170,10 +171,12 @@ std::string library_error() {
   return said.size() > 200 ? said.substr(0, 200) + "..." : said;
 }
 
-// `why`, with what libhdf5 said of it when it said something.
-std::string with_library_error(std::string why) {
+// `why`, with what libhdf5 said of it when it said something (else
+// `otherwise`, when given).
+std::string with_library_error(std::string why, std::string_view otherwise = {}) {
   const std::string said = library_error();
-  return said.empty() ? why : why + " (libhdf5: " + said + ")";
+  if (!said.empty()) return why + " (libhdf5: " + said + ")";
+  return otherwise.empty() ? why : why + " (" + std::string(otherwise) + ")";
 }
 
 bool failed(Walk& walk, std::string why) {
@@ -489,10 +492,8 @@ int walk_hdf5_child(int socket, uint64_t length) {
     Walk walk;
     walk.file = H5Fopen("modelfs", H5F_ACC_RDONLY, fapl);
     if (walk.file < 0) {
-      const std::string said = library_error();
       const std::string why =
-          "not an HDF5 file it can open (" +
-          (said.empty() ? std::string("no superblock, or a damaged one") : "libhdf5: " + said) + ")";
+          with_library_error("not an HDF5 file it can open", "no superblock, or a damaged one");
       send_packet(socket, Packet::Failure, why.data(), why.size());
       return 3;
     }

@@ -433,13 +433,7 @@ Catalog open_file(const ModelFile& model) {
   t.strides = array.strides;
   t.bytes = ByteSpan::mapped(model.mapped, start, array.nbytes);
   t.source = {name, start};
-  if (kind.big_endian) {
-    // Served little-endian, swapped per read: the raw file's bytes lie
-    // nowhere in the file as they are.
-    t.encoded = big_endian_encoding(t.dtype, array.nbytes);
-    t.source.offset.reset();
-    t.extras["byte_order_in_file"] = "big";
-  }
+  if (kind.big_endian) serve_byte_swapped(t);
   catalog.add(t);
   return catalog;
 }
@@ -544,11 +538,7 @@ Catalog open_npz(const ModelFile& model, const ZipArchive& zip) {
     } else {
       t.bytes = ByteSpan::mapped(model.mapped, at + start, array.nbytes);
       t.source = {name, at + start};
-      if (kind.big_endian) {
-        t.encoded = big_endian_encoding(t.dtype, array.nbytes);
-        t.source.offset.reset();
-        t.extras["byte_order_in_file"] = "big";
-      }
+      if (kind.big_endian) serve_byte_swapped(t);
     }
     catalog.add(t);
   }

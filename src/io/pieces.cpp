@@ -52,10 +52,10 @@ uint32_t fletcher32(std::span<const std::byte> bytes) noexcept {
 }
 
 bool fletcher32_holds(std::span<const std::byte> stored) noexcept {
-  if (stored.size() < 4) return false;
-  const size_t n = stored.size() - 4;
+  if (stored.size() < kFletcher32Bytes) return false;
+  const size_t n = stored.size() - kFletcher32Bytes;
   uint32_t kept = 0;
-  for (size_t i = 0; i < 4; ++i) kept |= static_cast<uint32_t>(stored[n + i]) << (8 * i);
+  for (size_t i = 0; i < kFletcher32Bytes; ++i) kept |= static_cast<uint32_t>(stored[n + i]) << (8 * i);
   const uint32_t sum = fletcher32(stored.first(n));
   return kept == sum || kept == __builtin_bswap32(sum);
 }
@@ -218,8 +218,7 @@ void check_pieces(const Tensor& t, std::string_view file, std::string_view forma
     }
     if (fletcher && p.filters.back() != PieceFilter::Fletcher32)
       refuse(i, "applies fletcher32 before another filter (only as the last one)");
-    // The checksum's 4 bytes follow what the other filters stored.
-    const uint64_t checksum = fletcher ? 4 : 0;
+    const uint64_t checksum = checksum_bytes(p.filters);
     if (!p.filters.empty() && p.size > kMaxDecodedPiece)
       refuse(i, "decodes to " + number(p.size) + " bytes, more than the " + number(kMaxDecodedPiece) +
                     " a piece decoded whole may take");

@@ -153,7 +153,7 @@ void PiecesView::decode(uint32_t index, std::vector<std::byte>& out) const {
       bool holds = false;
       read_mapped([&] { holds = fletcher32_holds({in, in_size}); });
       if (!holds) fault(index, "its Fletcher-32 checksum does not match its bytes");
-      in_size -= 4;
+      in_size -= kFletcher32Bytes;
       if (k > 0) continue;
       if (in_size != p.size) fault(index, "its checksummed bytes are not the size its box holds");
       read_mapped([&] { std::memcpy(out.data(), in, in_size); });

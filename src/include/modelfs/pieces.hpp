@@ -42,6 +42,14 @@ uint32_t fletcher32(std::span<const std::byte> bytes) noexcept;
 // wrote it, which libhdf5 accepts too.
 bool fletcher32_holds(std::span<const std::byte> stored) noexcept;
 
+// The checksum bytes a piece stores after what its other filters made:
+// Fletcher-32's 4 when it is the last filter applied (the only place
+// check_pieces lets it be), else none.
+inline constexpr uint64_t kFletcher32Bytes = 4;
+inline uint64_t checksum_bytes(std::span<const PieceFilter> filters) noexcept {
+  return !filters.empty() && filters.back() == PieceFilter::Fletcher32 ? kFletcher32Bytes : 0;
+}
+
 // The sidecar's "pieces" value, appended to `out` on one line: per piece,
 // its file, offset and stored size; for box pieces its start, extent and
 // filters; "zeros" for a piece never written.

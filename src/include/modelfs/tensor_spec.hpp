@@ -38,12 +38,17 @@ struct TensorSpec {
   std::vector<BasicPiece<std::string, std::vector<uint64_t>, std::vector<PieceFilter>>> pieces;
 };
 
-// The Encoded of a big-endian tensor of `dtype` whose elements are `size`
-// stored bytes (a complex number's parts are swapped each).
-inline Encoded big_endian_encoding(DType dtype, uint64_t size) {
-  const bool complex = dtype == DType::Complex64 || dtype == DType::Complex128;
-  const uint32_t bits = complex ? dtype_bits(dtype) / 2 : dtype_bits(dtype);
-  return {Encoded::Method::ByteSwap, 0, size, size, static_cast<uint8_t>(bits / 8)};
+// Marks `t`, whose `bytes` are its big-endian elements, as served
+// little-endian, swapped per read (a complex number's parts each): its
+// raw file's bytes then lie nowhere in the file as they are, so it has no
+// source offset, and its sidecar says the file's byte order.
+inline void serve_byte_swapped(TensorSpec& t) {
+  const bool complex = t.dtype == DType::Complex64 || t.dtype == DType::Complex128;
+  const uint32_t bits = complex ? dtype_bits(t.dtype) / 2 : dtype_bits(t.dtype);
+  const uint64_t size = t.bytes.size();
+  t.encoded = Encoded{Encoded::Method::ByteSwap, 0, size, size, static_cast<uint8_t>(bits / 8)};
+  t.source.offset.reset();
+  t.extras["byte_order_in_file"] = "big";
 }
 
 }  // namespace modelfs
