@@ -13,14 +13,26 @@
 // the limit instead. Exceeding it is a ModelError naming the file and the
 // limit.
 //
-// What is charged is what is allocated: while a budget is current on a
-// thread, every operator new on that thread is charged to it, and every
-// delete gives its bytes back (budget_new.cpp
-// replaces the global operators). No reader, view or container has to
-// remember to charge: a parser that copies a memoized string a million
-// times pays for a million copies, whatever container holds them. Memory
-// that does not come from operator new (an inflated member's memory file)
-// is charged by hand with charge().
+// What is charged depends on the program. In the modelfs executable (and
+// its unit tests and fuzzers), what is charged is what is allocated: while
+// a budget is current on a thread, every operator new on that thread is
+// charged to it, and every delete gives its bytes back (budget_new.cpp,
+// compiled into those programs, replaces the global operators). No reader,
+// view or container has to remember to charge there: a parser that copies
+// a memoized string a million times pays for a million copies, whatever
+// container holds them.
+//
+// libmodelfs.so replaces no allocator: a program that links it keeps its
+// own operator new. There the budget counts only what the library charges
+// explicitly: memory taken outside operator new (an inflated member's
+// memory file, libzip's copy of a ZIP directory), what the tree will hold,
+// and an OpenVINO .xml, charged a multiple of its size before pugixml
+// parses it. Whatever else a reader allocates in a host program is bounded
+// by the checks each reader makes before allocating (counts and lengths
+// read from the file compared with the file's size and the reader's fixed
+// limits), not by the budget: only the modelfs executable bounds everything
+// a model's reading allocates. charge() is how memory that does not come
+// from operator new is charged, in both.
 //
 // An allocation cannot always be refused where it is made: destructors
 // allocate too (nlohmann::json's flattens its children into a vector), and
@@ -67,9 +79,9 @@ class MODELFS_API Budget {
   // The most used at once (heap and charges), for tests and benchmarks.
   uint64_t peak() const noexcept { return peak_; }
 
-  // The allocator's side (budget_new.cpp): `bytes` about to be taken from
-  // the heap, BudgetExceeded when they would pass the limit; `bytes` given
-  // back. Never allocate.
+  // The allocator's side (budget_new.cpp, in modelfs's own programs):
+  // `bytes` about to be taken from the heap, BudgetExceeded when they would
+  // pass the limit; `bytes` given back. Never allocate.
   void allocate(uint64_t bytes);
   void release(uint64_t bytes) noexcept { used_ = bytes < used_ ? used_ - bytes : 0; }
   // `asked` was allocated as `got` bytes (got >= asked, by a few bytes).

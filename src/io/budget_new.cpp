@@ -5,10 +5,11 @@
 // standard library's own), and every free gives its bytes back. Outside a
 // budget they are malloc and free.
 //
-// Compiled into the library and into each program that links it: a
-// program's own definition is the one the dynamic linker binds for the
-// whole process, ahead of a sanitizer runtime's (which would otherwise win
-// over the library's).
+// Compiled into each of this project's programs (the modelfs executable,
+// the unit tests, the fuzzers), never into libmodelfs.so: a library must
+// not replace a host program's allocator. A program's own definition is
+// the one the dynamic linker binds for the whole process, ahead of a
+// sanitizer runtime's.
 #include <malloc.h>
 
 #include <cstdlib>
@@ -55,9 +56,8 @@ void give(void* p) noexcept {
 
 }  // namespace
 
-// Exported whatever the build's default (libmodelfs.so hides every other
-// symbol): a program without its own copy binds these, and a program's own
-// copy still interposes on them.
+// Exported whatever the build's default, so that the shared libraries of
+// the process (libstdc++'s own allocations among them) bind these too.
 #pragma GCC visibility push(default)
 
 void* operator new(std::size_t n) { return take(n, 0); }
