@@ -16,12 +16,16 @@
 #include "modelfs/remote.hpp"
 #include "modelfs/terminal_text.hpp"
 #include "options.hpp"
+#include "sigbus_guard.hpp"
 
 namespace {
 
 using namespace modelfs::cli;
 
 int run(int argc, char** argv) {
+  // The program's own process-wide hook (the library installs none): a
+  // model cut under the mount fails the read that faults, not the daemon.
+  install_sigbus_guard();
   modelfs::log_to_stderr(modelfs::LogLevel::Warning);
   modelfs::route_libfuse_logs();
   CommandLine line(argc, argv);

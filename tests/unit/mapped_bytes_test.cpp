@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// The mapped-bytes guard (src/include/modelfs/mapped_bytes.hpp): a model
-// file truncated under its mapping makes the read path's copies and
-// computed parts throw ModelError, where an unguarded read dies of SIGBUS.
+// The mapped-bytes guard (src/include/modelfs/mapped_bytes.hpp), as the
+// program sets it (cli/sigbus_guard.cpp, installed for these tests by
+// test_files.cpp): a model file truncated under its mapping makes the read
+// path's copies and computed parts throw ModelError, where an unguarded
+// read dies of SIGBUS.
 #include <gtest/gtest.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -153,7 +155,7 @@ TEST_F(TruncatedMapping, AFaultOutsideAGuardStillKillsTheProcess) {
   GTEST_SKIP() << "a fault outside a guard is AddressSanitizer's to report";
 #endif
   std::vector<char> out(16);
-  copy_mapped(out.data(), mapped().data(), out.size());  // the handler is installed
+  copy_mapped(out.data(), mapped().data(), out.size());
   truncate_to(0);
   // The handler passes the fault to the one before it (the default, or a
   // sanitizer's): the process dies as it would without the guard.

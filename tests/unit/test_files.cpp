@@ -6,7 +6,18 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "cli/sigbus_guard.hpp"
+
 namespace modelfs::test {
+
+namespace {
+// The unit tests stand for the program: they install its SIGBUS guard at
+// start, as main() does (the library installs none).
+const bool sigbus_guard_installed = [] {
+  cli::install_sigbus_guard();
+  return true;
+}();
+}  // namespace
 
 TempDir::TempDir() {
   std::string pattern = (std::filesystem::temp_directory_path() / "modelfs-test-XXXXXX").string();

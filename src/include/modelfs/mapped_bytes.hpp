@@ -10,23 +10,36 @@
 // which turns such a fault into a ModelError for that read (EIO at the FUSE
 // boundary).
 //
-// How: a process-wide SIGBUS handler, installed on first use, that jumps
-// back (siglongjmp) to the guard of the faulting thread, and passes any
-// fault outside a guard to the handler that was there before (the default
-// one: the process dies as it would have; AddressSanitizer's: its report).
-// A jump runs no destructor, so the guarded code must hold only trivially
-// destructible objects in every frame live while it reads mapped bytes:
-// copy and convert loops into a caller's buffer. Work that allocates, locks
-// or fetches (MappedFile::ensure) happens before, outside the guard.
+// The guard is the program's, not the library's: a library must not
+// install a process-wide signal handler in its host. The modelfs
+// executable sets one at start (set_mapped_read_guard; cli/sigbus_guard.cpp
+// holds the SIGBUS handler it installs). Without one (a host program that
+// links libmodelfs.so), a guarded body simply runs: a file shrunk before a
+// read is still refused by the per-read size check below (ServedRead), and
+// only a file cut while its bytes are being copied faults, as it would in
+// any program that reads a mapping.
+//
+// Whatever guard the program sets may leave the body by a jump that runs no
+// destructor, so the guarded code holds only trivially destructible objects
+// in every frame live while it reads mapped bytes: copy and convert loops
+// into a caller's buffer. Work that allocates, locks or fetches
+// (MappedFile::ensure) happens before, outside the guard.
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
 namespace modelfs {
 
-// Runs body(context) under the guard. Throws ModelError when a read of
+// A program's guard: runs body(context), throwing ModelError when a read of
 // mapped bytes in it faulted (what it wrote before then is left as it
-// stands); an exception thrown by the body passes through. Guards nest.
+// stands); an exception thrown by the body passes through; guards nest.
+using MappedReadGuard = void (*)(void (*body)(void*), void* context);
+
+// Sets the guard run_guarded runs bodies under (null: none, the default).
+// Set before any model is read, by the program's main.
+void set_mapped_read_guard(MappedReadGuard guard) noexcept;
+
+// Runs body(context) under the program's guard, or as is when there is none.
 void run_guarded(void (*body)(void*), void* context);
 
 // body() under the guard (run_guarded).
