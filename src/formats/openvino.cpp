@@ -12,8 +12,6 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -82,10 +80,36 @@ const ElementType* element_type(std::string_view name) {
   return nullptr;
 }
 
-// pugixml's allocations through the global operators, so that the budget
-// pays for the parsed tree as for everything else (budget_new.cpp).
-void* xml_allocate(size_t size) { return ::operator new(size, std::nothrow); }
-void xml_deallocate(void* p) { ::operator delete(p); }
+// What pugixml takes (malloc) to parse `text`, at most, so that the budget
+// is charged for it before the parse: pugixml's allocator is left as the
+// host program set it. pugixml copies the text and makes a node for each
+// element, CDATA section or DOCTYPE (each starts with a '<' not followed
+// by '/') and for each run of text that is not all whitespace (each starts
+// after a '>', or at the start), and an attribute for each name=value (each
+// has its '='). Its 1.x layout on a 64-bit machine: a node is 8 words, an
+// attribute 5; a sixteenth more for its pages' headers and partly used
+// pages. A bound from counts rather than one multiple of the size: what a
+// real IR takes is a small multiple of its text, what a crafted one of
+// tiny elements and text runs takes is several times more.
+uint64_t xml_parse_bound(std::string_view text) {
+  constexpr uint64_t kNodeBytes = 64, kAttributeBytes = 40, kDocumentBytes = 4096;
+  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+  uint64_t nodes = 1, attributes = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '=') {
+      ++attributes;
+    } else if (c == '<') {
+      if (i + 1 == text.size() || text[i + 1] != '/') ++nodes;
+    } else if (c == '>') {
+      size_t next = i + 1;
+      while (next < text.size() && space(text[next])) ++next;
+      if (next < text.size() && text[next] != '<') ++nodes;
+      i = next - 1;
+    }
+  }
+  return text.size() + 1 + (nodes * kNodeBytes + attributes * kAttributeBytes) / 16 * 17 + kDocumentBytes;
+}
 
 std::optional<uint64_t> parse_u64(std::string_view text) {
   uint64_t value = 0;
@@ -133,8 +157,6 @@ class Reader {
   explicit Reader(const ModelFile& model) : model_(model), name_(model.path.filename().string()) {}
 
   Catalog read() {
-    static std::once_flag xml_memory;
-    std::call_once(xml_memory, [] { pugi::set_memory_management_functions(xml_allocate, xml_deallocate); });
     const auto& file = model_.mapped;
     if (file->size() > kMaxXmlBytes)
       fail(std::nullopt, "is " + std::to_string(file->size()) + " bytes; an IR .xml is read whole, up to " +
@@ -150,6 +172,7 @@ class Reader {
 
     {
       // The parsed tree is given back before the document's copy is made.
+      const ScopedCharge parsing(xml_parse_bound(text_), display(), kErrorFormat, "parsing the XML");
       pugi::xml_document doc;
       read_tree(doc, bytes);
     }

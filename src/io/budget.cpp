@@ -90,6 +90,10 @@ void charge_budget(uint64_t bytes, std::string_view file, std::string_view forma
   if (current) current->charge(bytes, file, format, what);
 }
 
+void release_budget(uint64_t bytes) noexcept {
+  if (current) current->release(bytes);
+}
+
 void throw_over_budget(const BudgetExceeded& e, std::string_view file, std::string_view format,
                        std::string_view what) {
   refuse(file, format, e, what);

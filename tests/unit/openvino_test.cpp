@@ -8,7 +8,10 @@
 #include <string>
 #include <vector>
 
+#include <pugixml.hpp>
+
 #include "formats/openvino.hpp"
+#include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
 #include "test_files.hpp"
@@ -227,6 +230,30 @@ TEST(OpenVino, BinMissingOrNotAFileIsRefused) {
     const auto model = dir.write("m.xml", ir({{"a", "f32", "2", "0", "8", ""}}));
     EXPECT_NE(refusal(model).find("weights file \"m.bin\""), std::string::npos);
   }
+}
+
+// pugixml's allocator stays the host program's: the reader charges the
+// budget a bound of what the parse takes before parsing, and refuses an
+// .xml whose parse would pass it.
+TEST(OpenVino, ParsingIsChargedBeforehandAndLeavesPugixmlsAllocatorAlone) {
+  const auto allocate = pugi::get_memory_allocation_function();
+  const auto deallocate = pugi::get_memory_deallocation_function();
+  TempDir dir;
+  const auto small = write(dir, ir({{"a", "f32", "1", "0", "4", ""}}), std::string(4, '\0'));
+  EXPECT_EQ(open_model(small).tensors().size(), 1u);
+  EXPECT_EQ(pugi::get_memory_allocation_function(), allocate);
+  EXPECT_EQ(pugi::get_memory_deallocation_function(), deallocate);
+  // A million bytes of one-byte text runs between empty elements: some 27
+  // MB of parsed tree, past a fixed budget of 8 MiB.
+  std::string xml = ir({{"a", "f32", "1", "0", "4", ""}});
+  std::string runs;
+  for (int i = 0; i < 200000; ++i) runs += "<a/>x";
+  xml.insert(xml.find("</rt_info>"), "<r>" + runs + "</r>");
+  const auto big = write(dir, xml, std::string(4, '\0'));
+  Budget budget(uint64_t{8} << 20);
+  const BudgetScope scope(budget);
+  const std::string why = refusal(big);
+  EXPECT_NE(why.find("parsing the XML needs"), std::string::npos) << why;
 }
 
 }  // namespace
