@@ -4,7 +4,10 @@
 # LIMIT dynamic symbols, or any of the library's internals (the tree's
 # builder and parts, the readers' side of the catalog and of detection,
 # the budget's private charges), or any standard-library instantiation
-# (cmake/libmodelfs.map keeps those out).
+# (cmake/libmodelfs.map keeps those out). Fails too when the library would
+# change the program that links it: a global operator new or delete of its
+# own, or a use of a process-wide hook (a signal handler, a jump out of
+# one, fork or exit handlers), which are the program's to install.
 #   scripts/check_exports.sh path/to/libmodelfs.so [LIMIT]
 set -euo pipefail
 library=$1
@@ -12,6 +15,11 @@ limit=${2:-250}
 count=$(nm -D --defined-only "$library" | wc -l)
 internal='modelfs::(TreeBuilder|slice_parts|ComputedBytes|Part\b|Tree::Impl|TensorSpec|FormatReader|ModelFile|charge_budget|add_metadata_bytes|safetensors_dtype|dtype_from_safetensors)'
 leaked=$(nm -D -C --defined-only "$library" | grep -E "$internal|^[0-9a-f]+ [A-Za-z] (std|__gnu_cxx)::" || true)
+allocator=$(nm -D -C --defined-only "$library" | grep -E 'operator (new|delete)' || true)
+# pthread_atfork is glibc's __register_atfork once linked; __cxa_atexit
+# (destructors of statics) is every C++ library's and is not a hook.
+hooks=$(nm -D --undefined-only "$library" | awk '{print $NF}' | sed 's/@.*//' |
+  grep -Ex 'sigaction|signal|sigset|bsd_signal|sysv_signal|siglongjmp|longjmp|_longjmp|__longjmp_chk|__sigsetjmp|sigsetjmp|_setjmp|setjmp|pthread_atfork|__register_atfork|atexit|on_exit|at_quick_exit' || true)
 status=0
 if [ "$count" -gt "$limit" ]; then
   echo "$library exports $count symbols, more than $limit" >&2
@@ -22,5 +30,15 @@ if [ -n "$leaked" ]; then
   echo "$leaked" >&2
   status=1
 fi
-[ "$status" -ne 0 ] || echo "$library exports $count symbols, no internal"
+if [ -n "$allocator" ]; then
+  echo "$library defines global allocation operators (a host program's allocator is its own):" >&2
+  echo "$allocator" >&2
+  status=1
+fi
+if [ -n "$hooks" ]; then
+  echo "$library imports process-wide hooks (signal handlers, fork or exit handlers are the program's):" >&2
+  echo "$hooks" >&2
+  status=1
+fi
+[ "$status" -ne 0 ] || echo "$library exports $count symbols, no internal, no allocator, no process-wide hook"
 exit "$status"
