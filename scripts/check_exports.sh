@@ -21,24 +21,16 @@ allocator=$(nm -D -C --defined-only "$library" | grep -E 'operator (new|delete)'
 hooks=$(nm -D --undefined-only "$library" | awk '{print $NF}' | sed 's/@.*//' |
   grep -Ex 'sigaction|signal|sigset|bsd_signal|sysv_signal|siglongjmp|longjmp|_longjmp|__longjmp_chk|__sigsetjmp|sigsetjmp|_setjmp|setjmp|pthread_atfork|__register_atfork|atexit|on_exit|at_quick_exit' || true)
 status=0
-if [ "$count" -gt "$limit" ]; then
-  echo "$library exports $count symbols, more than $limit" >&2
+# fail WHAT FOUND: says WHAT and the lines FOUND, when there are any.
+fail() {
+  [ -n "$2" ] || return 0
+  echo "$library $1" >&2
+  echo "$2" >&2
   status=1
-fi
-if [ -n "$leaked" ]; then
-  echo "$library exports internals:" >&2
-  echo "$leaked" >&2
-  status=1
-fi
-if [ -n "$allocator" ]; then
-  echo "$library defines global allocation operators (a host program's allocator is its own):" >&2
-  echo "$allocator" >&2
-  status=1
-fi
-if [ -n "$hooks" ]; then
-  echo "$library imports process-wide hooks (signal handlers, fork or exit handlers are the program's):" >&2
-  echo "$hooks" >&2
-  status=1
-fi
+}
+[ "$count" -le "$limit" ] || fail "exports $count symbols, more than $limit" " "
+fail "exports internals:" "$leaked"
+fail "defines global allocation operators (a host program's allocator is its own):" "$allocator"
+fail "imports process-wide hooks (signal handlers, fork or exit handlers are the program's):" "$hooks"
 [ "$status" -ne 0 ] || echo "$library exports $count symbols, no internal, no allocator, no process-wide hook"
 exit "$status"
