@@ -121,6 +121,19 @@ def test_every_ggml_block_type_loads_as_the_oracle_dequantizes(tmp):
                 check_odd_reads(npy, oracle.expected(name, t.data, t.shape))
 
 
+def test_lattice_grids_of_the_oracle_are_ggmls_published_codes():
+    """The IQ decoders' grids come from src/tree/ggml_grids.txt only as far
+    as they match ggml's published code lists (lengths, SHA-256, codes at
+    positions, kept in numeric_oracle); a changed code is caught."""
+    grids = oracle.grid_codes()
+    oracle.check_grid_codes(grids)
+    for name in grids:
+        changed = {k: list(v) for k, v in grids.items()}
+        changed[name][len(changed[name]) // 2 + 1] ^= 1
+        with pytest.raises(AssertionError):
+            oracle.check_grid_codes(changed)
+
+
 def test_bfloat16_llama_shaped_model_loads_tensor_by_tensor(tmp):
     g = torch.Generator().manual_seed(5)
     hidden, inter, vocab = 64, 176, 300
