@@ -3,11 +3,13 @@
 // (libcurl) fill its blocks when MappedFile::ensure asks for them.
 //
 // The cache file CACHE/KEY.data has the object's size and holds the blocks
-// fetched so far; CACHE/KEY.blocks has a byte per block, set once the
-// block's bytes are written whole. KEY is the SHA-1 of the URL and the
-// object's identity (ETag and size), so a changed object gets a new cache
-// and two daemons serving one object share one. They may fetch the same
-// block at once: each writes the same bytes, whole, before marking it.
+// fetched so far; CACHE/KEY.blocks is its record (cache_object.hpp): a mark
+// per block, set with the block's checksum once its bytes are written
+// whole. KEY is the SHA-1 of the URL and the object's identity (ETag and
+// size), so a changed object gets a new cache and two daemons serving one
+// object share one. They may fetch the same block at once: each writes the
+// same bytes, whole, before marking it. A block this daemon did not fetch
+// is served only once its bytes match its checksum (Blocks::trusted).
 #include <curl/curl.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -29,10 +31,12 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <ranges>
 #include <thread>
 
 #include "block_table.hpp"
+#include "cache_object.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
 #include "modelfs/remote.hpp"
@@ -42,17 +46,15 @@
 namespace modelfs::remote {
 namespace {
 
-// Small enough that a mount fetches little past a small header, large
-// enough that a record of them stays small (4 KiB per GiB).
-constexpr uint64_t kBlockBytes = uint64_t{256} << 10;
+using cache::kBlockBytes;
+using cache::kMaxObjectBytes;
+using cache::lock_record;
 // The window of a sequential reader starts at this, then doubles
 // (read_window.hpp) up to -o remote_window.
 constexpr uint64_t kInitialWindow = uint64_t{1} << 20;
 // The largest piece one request of the window asks for (8 MiB): a window
 // is split into at least as many pieces as requests may be in flight.
 constexpr uint64_t kMaxPieceBlocks = 32;
-// Objects past this size are refused (a server's claim, not a file).
-constexpr uint64_t kMaxObjectBytes = uint64_t{1} << 44;
 constexpr int kAttempts = 4;
 constexpr size_t kMaxHeaderValue = 1024;
 
@@ -85,7 +87,15 @@ struct Response {
   std::string content_range;
   std::string commit;
   std::string error;  // set by the body callback when it refused the body
+  // The bytes a 206 must carry (the range asked for): one whose
+  // Content-Length claims other is cut at its headers, not waited out.
+  uint64_t expect_length = 0;
+  long current_status = 0;  // of the response whose headers are coming
+  std::optional<uint64_t> content_length;
 };
+
+// The start of the error of a 206 whose length is not the range's.
+constexpr std::string_view kClaimsLength = "the server's answer claims ";
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -101,6 +111,21 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
     response->etag.clear();
     response->last_modified.clear();
     response->content_range.clear();
+    response->content_length.reset();
+    const auto space = line.find(' ');
+    response->current_status = 0;
+    if (space != std::string_view::npos)
+      std::from_chars(line.data() + space + 1, line.data() + line.size(), response->current_status);
+    return line.size();
+  }
+  if (line == "\r\n" || line == "\n") {
+    if (response->current_status == 206 && response->expect_length != 0 && response->content_length &&
+        *response->content_length != response->expect_length) {
+      response->error = std::string(kClaimsLength) + std::to_string(*response->content_length) +
+                        " bytes (Content-Length) for a range of " + std::to_string(response->expect_length) +
+                        "; it does not serve byte ranges as HTTP says";
+      return 0;  // ends the transfer here
+    }
     return line.size();
   }
   const auto colon = line.find(':');
@@ -118,6 +143,14 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
     response->content_range = value;
   else if (name == "x-repo-commit")
     response->commit = value;
+  else if (name == "content-length") {
+    uint64_t length = 0;
+    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), length);
+    if (ec == std::errc() && end == value.data() + value.size())
+      response->content_length = length;
+    else if (ec == std::errc::result_out_of_range)
+      response->content_length = UINT64_MAX;
+  }
   return line.size();
 }
 
@@ -242,16 +275,6 @@ std::string failure_text(const Response& r) {
   throw ModelError(target.display, "remote", std::nullopt, why);
 }
 
-// An OFD lock on the first byte of a block record: each daemon mapping the
-// object holds a read lock (attach); eviction and removal need a write lock.
-int lock_record(int fd, int command, short type) {
-  struct flock lock {};
-  lock.l_type = type;
-  lock.l_whence = SEEK_SET;
-  lock.l_len = 1;
-  return ::fcntl(fd, command, &lock);
-}
-
 // What the first request learns, and what pins the version mounted: the
 // Hub's commit for an hf:// URL the Hub named one for, else the ETag, else
 // (a server without ETags) Last-Modified with the size. Every later answer
@@ -313,6 +336,7 @@ struct Body {
   uint64_t offset = 0, length = 0;
   const Identity* id = nullptr;
   bool checked = false;
+  uint32_t* crcs = nullptr;  // a checksum per block of the range, of the bytes received
 };
 
 size_t probe_body(char*, size_t size, size_t count, void* user) {
@@ -336,9 +360,11 @@ Identity probe(const Target& target) {
   for (int attempt = 0;; ++attempt) {
     CURL* c = thread_handle();
     Response response;
+    response.expect_length = 1;
     Body body{c, &response};
     perform(c, target, target.url, "0-0", "", response, probe_body, &body);
     const long status = response.status;
+    if (response.error.starts_with(kClaimsLength)) refuse(target, response.error);
     if (status == 206 && response.error == "sent more than was asked")
       refuse(target,
              "the server sent more than the one byte asked for; it does not serve byte ranges "
@@ -559,13 +585,15 @@ class Blocks final : public MappedFile::Fetcher, public std::enable_shared_from_
         id_(std::move(id)),
         streams_(kInitialWindow, cache_options.window_bytes) {}
   ~Blocks() {
+    if (const uint64_t unlogged = failures_unlogged_.load(); unlogged > 0)
+      spdlog::error("{}: {} more failures (not logged one by one)", target_.display, unlogged);
     if (write_fd_ >= 0) ::close(write_fd_);
     {
       std::lock_guard guard(open_lock);
       std::erase(open_objects, this);
     }
-    if (presence_ != nullptr) ::munmap(presence_, presence_bytes_);
-    if (presence_fd_ >= 0) ::close(presence_fd_);
+    if (record_ != nullptr) ::munmap(record_, record_bytes_);
+    if (record_fd_ >= 0) ::close(record_fd_);
   }
   void unpin(uint64_t first, uint64_t last) {
     for (uint64_t b = first; b <= last; ++b) table_->at(b).pins.fetch_sub(1, std::memory_order_seq_cst);
@@ -582,11 +610,24 @@ class Blocks final : public MappedFile::Fetcher, public std::enable_shared_from_
   void make_present(uint64_t offset, uint64_t length) override { ensure(offset, length); }
 
  private:
-  bool present(uint64_t block) const { return __atomic_load_n(presence_ + block, __ATOMIC_ACQUIRE) != 0; }
+  bool present(uint64_t block) const { return __atomic_load_n(&marks_[block].state, __ATOMIC_ACQUIRE) != 0; }
+  void set_present(uint64_t block, bool present) {
+    __atomic_store_n(&marks_[block].state, present ? 1u : 0u, __ATOMIC_SEQ_CST);
+  }
+  // Whether `block` may be served from the cache: present, and fetched by
+  // this daemon or its bytes match the checksum of its mark. One that does
+  // not is dropped from the record (and fetched again by the read).
+  bool trusted(uint64_t block);
   void attach(MappedFile& file);
+  // Under the record's flock: its header written or checked, both files
+  // sized, the blocks a cut .data lost dropped.
+  void prepare_files(const std::string& key);
   uint64_t count_present();
   void fetch(uint64_t first_block, uint64_t blocks, bool log);
-  void mark(uint64_t first_block, uint64_t blocks);
+  // Marks blocks written whole, with the checksums of their bytes.
+  void mark(uint64_t first_block, uint64_t blocks, const uint32_t* crcs);
+  // Logs a failure of this object: the first few, then a count now and then.
+  void log_failure(const std::string& line);
   // Claims the blocks of `ahead` nobody has or fetches (lock_ held), as
   // pieces for the pool.
   std::vector<Piece> claim_ahead(ReadWindow::Ahead ahead);
@@ -600,9 +641,10 @@ class Blocks final : public MappedFile::Fetcher, public std::enable_shared_from_
   Identity id_;
   int data_fd_ = -1;   // the MappedFile's descriptor (it closes it)
   int write_fd_ = -1;  // this object's own, for fetches that outlive the MappedFile
-  int presence_fd_ = -1;
-  uint8_t* presence_ = nullptr;
-  uint64_t presence_bytes_ = 0;
+  int record_fd_ = -1;
+  void* record_ = nullptr;  // the record mapped, and its marks after the header
+  uint64_t record_bytes_ = 0;
+  cache::Mark* marks_ = nullptr;
   uint64_t blocks_ = 0;
   std::mutex lock_;
   std::condition_variable fetched_;
@@ -618,6 +660,9 @@ class Blocks final : public MappedFile::Fetcher, public std::enable_shared_from_
   uint64_t failed_first_ = 1, failed_last_ = 0;
   std::chrono::steady_clock::time_point failed_until_{};
   std::string failed_why_;  // the last failed fetch's reason (under lock_)
+  std::atomic<uint64_t> failures_logged_{0};
+  std::atomic<uint64_t> failures_unlogged_{0};
+  std::atomic<int64_t> last_count_logged_{0};  // steady clock, seconds
   // The sequential readers followed, and how far ahead of each the window
   // has fetched (under window_lock_).
   std::mutex window_lock_;
@@ -681,7 +726,7 @@ void Blocks::evict_older_than(uint64_t before, uint64_t limit) {
   // Only an object no other daemon maps may lose blocks: this daemon holds
   // a read lock on its record for the life of the mount, and evicts only
   // when it can turn that into a write lock (atomically, both ways).
-  if (lock_record(presence_fd_, F_OFD_SETLK, F_WRLCK) != 0) return;
+  if (lock_record(record_fd_, F_OFD_SETLK, F_WRLCK) != 0) return;
   std::unique_lock guard(lock_);
   bool stop = false;
   table_->for_each_chunk([&](uint64_t first, uint64_t count, const BlockTable::Entry* entries) {
@@ -691,24 +736,25 @@ void Blocks::evict_older_than(uint64_t before, uint64_t limit) {
       if (!present(b) || entry.in_flight || entry.used.load(std::memory_order_relaxed) > before) continue;
       // A reader pins, then looks at the record; here the record is cleared,
       // then the pins looked at: one of the two sees the other.
-      __atomic_store_n(presence_ + b, 0, __ATOMIC_SEQ_CST);
+      set_present(b, false);
       if (entry.pins.load(std::memory_order_seq_cst) != 0) {
-        __atomic_store_n(presence_ + b, 1, __ATOMIC_SEQ_CST);
+        set_present(b, true);
         continue;
       }
       const uint64_t length = std::min(kBlockBytes, id_.size - b * kBlockBytes);
       if (::fallocate(data_fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                       static_cast<off_t>(b * kBlockBytes), static_cast<off_t>(length)) != 0) {
         // Not evicted (a file system without holes): the bytes are intact.
-        __atomic_store_n(presence_ + b, 1, __ATOMIC_SEQ_CST);
+        set_present(b, true);
         stop = true;
         break;
       }
       cached_bytes.fetch_sub(length);
+      table_->at(b).trusted.store(false, std::memory_order_release);
     }
   });
   guard.unlock();
-  lock_record(presence_fd_, F_OFD_SETLK, F_RDLCK);
+  lock_record(record_fd_, F_OFD_SETLK, F_RDLCK);
 }
 
 // Brings this daemon's cached bytes back under the bound, oldest blocks
@@ -736,51 +782,6 @@ void evict_to_bound() {
   }
 }
 
-// With a bound, the objects in the cache that no daemon has mounted (no
-// read lock on their record: a write lock can be had) and that this daemon
-// is not about to use are removed, least recently written first, while the
-// cache's allocated bytes exceed the bound: objects of earlier runs and of
-// ended mounts do not outlive it. `keep` is the key of the object opening.
-namespace {
-void remove_unmounted_objects(const std::filesystem::path& dir, const std::string& keep) {
-  const uint64_t limit = cache_options.max_bytes;
-  if (limit == 0) return;
-  struct Object {
-    std::filesystem::path blocks, data;
-    uint64_t bytes = 0;
-    timespec used{};
-  };
-  std::vector<Object> objects;
-  uint64_t total = 0;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const auto& path = entry.path();
-    if (path.extension() != ".blocks") continue;
-    Object o{path, std::filesystem::path(path).replace_extension(".data")};
-    struct stat st {};
-    if (::stat(o.data.c_str(), &st) == 0) o.bytes = static_cast<uint64_t>(st.st_blocks) * 512;
-    if (::stat(o.blocks.c_str(), &st) == 0) o.used = st.st_mtim;
-    total += o.bytes;
-    if (path.stem() != keep) objects.push_back(std::move(o));
-  }
-  std::ranges::sort(objects, {}, [](const Object& o) { return std::pair(o.used.tv_sec, o.used.tv_nsec); });
-  for (const auto& o : objects) {
-    if (total <= limit) break;
-    const int fd = ::open(o.blocks.c_str(), O_RDWR | O_CLOEXEC);
-    if (fd < 0) continue;
-    // Held while both files go. A daemon that opened them just before keeps
-    // them, nameless, for its mount (it waits for its read lock until this
-    // one is gone); later opens start a new object.
-    if (lock_record(fd, F_OFD_SETLK, F_WRLCK) == 0) {
-      ::unlink(o.data.c_str());
-      ::unlink(o.blocks.c_str());
-      total -= std::min(total, o.bytes);
-    }
-    ::close(fd);
-  }
-}
-}  // namespace
-
 std::shared_ptr<const MappedFile> Blocks::map(Target target, Identity id) {
   auto blocks = std::make_shared<Blocks>(std::move(target), std::move(id));
   std::shared_ptr<MappedFile> file(new MappedFile());
@@ -797,99 +798,179 @@ std::shared_ptr<const MappedFile> Blocks::map(Target target, Identity id) {
 void Blocks::attach(MappedFile& file) {
   const auto dir = cache_dir();
   auto fail_cache = [&](const std::string& what) {
-    throw ModelError(target_.display, "remote", std::nullopt,
-                     "cache " + dir.string() + ": " + what + ": " + std::strerror(errno));
+    throw ModelError(target_.display, "remote", std::nullopt, "cache " + dir.string() + ": " + what);
   };
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    errno = ec.value();
-    fail_cache("cannot create it");
-  }
+  auto fail_errno = [&](const std::string& what) { fail_cache(what + ": " + std::strerror(errno)); };
   Sha1 sha;
-  // An object pinned by Last-Modified (no ETag) is keyed by it too.
+  // An object pinned by Last-Modified (no ETag) is keyed by it too; the
+  // record's version too, so that no record of another format is opened.
   const std::string version =
       id_.etag.empty() && !id_.last_modified.empty() ? "last-modified " + id_.last_modified : id_.etag;
-  const std::string key_text = target_.display + "\n" + version + "\n" + std::to_string(id_.size);
+  const std::string key_text = "record " + std::to_string(cache::kVersion) + "\n" + target_.display + "\n" +
+                               version + "\n" + std::to_string(id_.size);
   sha.update(std::as_bytes(std::span(key_text.data(), key_text.size())));
   const std::string key = sha.hex_digest();
-  remove_unmounted_objects(dir, key);
-  const auto data_path = dir / (key + ".data");
-  const auto presence_path = dir / (key + ".blocks");
-  blocks_ = (id_.size + kBlockBytes - 1) / kBlockBytes;
-  presence_bytes_ = std::max<uint64_t>(blocks_, 1);
+  blocks_ = cache::block_count(id_.size);
+  record_bytes_ = cache::record_bytes(id_.size);
   table_ = std::make_unique<BlockTable>(blocks_);
-
-  data_fd_ = ::open(data_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (data_fd_ < 0) fail_cache("cannot open " + data_path.filename().string());
-  file.fd_ = data_fd_;
+  int dir_fd = -1;
+  try {
+    dir_fd = cache::open_folder(dir);
+    cache::remove_unmounted_objects(dir_fd, key, cache_options.max_bytes);
+    data_fd_ = cache::open_file(dir_fd, key + ".data");
+    file.fd_ = data_fd_;
+    record_fd_ = cache::open_file(dir_fd, key + ".blocks");
+  } catch (const cache::Refused& e) {
+    if (dir_fd >= 0) ::close(dir_fd);
+    fail_cache(e.what());
+  }
+  ::close(dir_fd);
   write_fd_ = ::fcntl(data_fd_, F_DUPFD_CLOEXEC, 0);
-  if (write_fd_ < 0) fail_cache("cannot open " + data_path.filename().string());
-  presence_fd_ = ::open(presence_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (presence_fd_ < 0) fail_cache("cannot open " + presence_path.filename().string());
+  if (write_fd_ < 0) fail_errno("cannot open " + key + ".data");
   // Sized under the lock, by whichever daemon comes first; never shrunk or
   // cleared by a second, which may be filling it.
-  if (::flock(presence_fd_, LOCK_EX) != 0) fail_cache("cannot lock");
-  struct stat st {};
-  bool ok = ::fstat(data_fd_, &st) == 0;
-  if (ok && static_cast<uint64_t>(st.st_size) != id_.size)
-    ok = ::ftruncate(data_fd_, static_cast<off_t>(id_.size)) == 0;
-  const int size_error = errno;
-  if (ok && ::fstat(presence_fd_, &st) == 0 && static_cast<uint64_t>(st.st_size) != presence_bytes_)
-    ok = ::ftruncate(presence_fd_, static_cast<off_t>(presence_bytes_)) == 0;
-  ::flock(presence_fd_, LOCK_UN);
-  if (!ok && size_error == EFBIG) {
-    errno = EFBIG;
-    fail_cache("its file system cannot hold a sparse file of the object's " + std::to_string(id_.size) +
-               " bytes (-o cache_dir= on one that can)");
+  if (::flock(record_fd_, LOCK_EX) != 0) fail_errno("cannot lock");
+  try {
+    prepare_files(key);
+  } catch (...) {
+    ::flock(record_fd_, LOCK_UN);
+    throw;
   }
-  if (!ok) fail_cache("cannot size the cache files");
+  ::flock(record_fd_, LOCK_UN);
   // Held for the life of the mount: a daemon evicts only blocks of objects
   // no other daemon holds (evict_older_than). Waits while one evicts.
-  while (lock_record(presence_fd_, F_OFD_SETLKW, F_RDLCK) != 0)
-    if (errno != EINTR) fail_cache("cannot lock the block record");
-  void* presence = ::mmap(nullptr, presence_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, presence_fd_, 0);
-  if (presence == MAP_FAILED) fail_cache("cannot map the block record");
-  presence_ = static_cast<uint8_t*>(presence);
+  while (lock_record(record_fd_, F_OFD_SETLKW, F_RDLCK) != 0)
+    if (errno != EINTR) fail_errno("cannot lock the block record");
+  void* record = ::mmap(nullptr, record_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, record_fd_, 0);
+  if (record == MAP_FAILED) fail_errno("cannot map the block record");
+  record_ = record;
+  marks_ = reinterpret_cast<cache::Mark*>(static_cast<std::byte*>(record) + cache::kHeaderBytes);
   cached_bytes.fetch_add(count_present());
   file.size_ = id_.size;
   file.mtime_ = id_.mtime;
   if (id_.size > 0) {
     void* mapping = ::mmap(nullptr, id_.size, PROT_READ, MAP_SHARED, data_fd_, 0);
-    if (mapping == MAP_FAILED) fail_cache("cannot map the cache file");
+    if (mapping == MAP_FAILED) fail_errno("cannot map the cache file");
     file.data_ = static_cast<const std::byte*>(mapping);
   }
 }
 
+void Blocks::prepare_files(const std::string& key) {
+  auto fail = [&](const std::string& what) {
+    throw ModelError(target_.display, "remote", std::nullopt, "cache " + cache_dir().string() + ": " + what);
+  };
+  auto fail_errno = [&](const std::string& what) { fail(what + ": " + std::strerror(errno)); };
+  struct stat st {};
+  if (::fstat(record_fd_, &st) != 0) fail_errno("cannot read " + key + ".blocks");
+  if (st.st_size == 0) {
+    const std::string header = cache::make_header(key, id_.size);
+    if (::pwrite(record_fd_, header.data(), header.size(), 0) != static_cast<ssize_t>(header.size()))
+      fail_errno("cannot write " + key + ".blocks");
+  } else {
+    std::byte header[cache::kHeaderBytes];
+    const bool whole = ::pread(record_fd_, header, sizeof header, 0) == static_cast<ssize_t>(sizeof header);
+    const auto parsed = whole ? cache::parse_header(header) : std::nullopt;
+    if (!parsed || parsed->key != key || parsed->object_size != id_.size ||
+        static_cast<uint64_t>(st.st_size) > record_bytes_)
+      fail(key + ".blocks is not the block record modelfs wrote for this object (remove it)");
+  }
+  if (static_cast<uint64_t>(st.st_size) != record_bytes_ &&
+      ::ftruncate(record_fd_, static_cast<off_t>(record_bytes_)) != 0)
+    fail_errno("cannot size the cache files");
+  if (::fstat(data_fd_, &st) != 0) fail_errno("cannot read " + key + ".data");
+  const auto data_size = static_cast<uint64_t>(st.st_size);
+  if (data_size == id_.size) return;
+  // A .data cut since its blocks were marked (by hand, a full disk, a
+  // crash): the blocks it lost, whole or in part, are fetched again.
+  if (data_size < id_.size) {
+    const cache::Mark absent{0, 0};
+    cache::for_each_present(record_fd_, blocks_, [&](uint64_t b) {
+      if (b * kBlockBytes + cache::block_length(b, id_.size) > data_size)
+        (void)::pwrite(record_fd_, &absent, sizeof absent,
+                       static_cast<off_t>(cache::kHeaderBytes + b * sizeof(cache::Mark)));
+    });
+  }
+  if (::ftruncate(data_fd_, static_cast<off_t>(id_.size)) != 0) {
+    if (errno == EFBIG)
+      fail_errno("its file system cannot hold a sparse file of the object's " + std::to_string(id_.size) +
+                 " bytes (-o cache_dir= on one that can)");
+    fail_errno("cannot size the cache files");
+  }
+}
+
 // The bytes of the blocks an earlier run left present, their chunks of the
-// table allocated. Only the record's data is read (SEEK_DATA skips its
-// holes), through a small buffer: neither the time nor the memory grows
-// with the size the server claims, only with what was fetched.
+// table allocated.
 uint64_t Blocks::count_present() {
   uint64_t cached = 0;
-  std::vector<uint8_t> buffer(64 << 10);
-  for (off_t at = 0; static_cast<uint64_t>(at) < presence_bytes_;) {
-    const off_t data = ::lseek(presence_fd_, at, SEEK_DATA);
-    if (data < 0) break;  // ENXIO: no data past `at`
-    const off_t hole = ::lseek(presence_fd_, data, SEEK_HOLE);
-    const uint64_t end =
-        hole < 0 ? presence_bytes_ : std::min<uint64_t>(presence_bytes_, static_cast<uint64_t>(hole));
-    for (uint64_t from = static_cast<uint64_t>(data); from < end;) {
-      const ssize_t got = ::pread(presence_fd_, buffer.data(), std::min<uint64_t>(buffer.size(), end - from),
-                                  static_cast<off_t>(from));
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) return cached;
-      for (ssize_t i = 0; i < got; ++i) {
-        const uint64_t b = from + static_cast<uint64_t>(i);
-        if (buffer[static_cast<size_t>(i)] == 0 || b >= blocks_) continue;
-        table_->at(b);
-        cached += std::min(kBlockBytes, id_.size - b * kBlockBytes);
-      }
-      from += static_cast<uint64_t>(got);
-    }
-    at = static_cast<off_t>(end);
-  }
+  cache::for_each_present(record_fd_, blocks_, [&](uint64_t b) {
+    table_->at(b);
+    cached += cache::block_length(b, id_.size);
+  });
   return cached;
+}
+
+bool Blocks::trusted(uint64_t block) {
+  if (!present(block)) return false;
+  BlockTable::Entry& entry = table_->at(block);
+  if (entry.trusted.load(std::memory_order_acquire)) return true;
+  const uint32_t want = __atomic_load_n(&marks_[block].crc, __ATOMIC_ACQUIRE);
+  const uint64_t offset = block * kBlockBytes;
+  const uint64_t length = cache::block_length(block, id_.size);
+  // Read, not through the mapping: a file cut meanwhile gives a short read
+  // here, not SIGBUS.
+  thread_local std::unique_ptr<std::byte[]> buffer;
+  constexpr uint64_t kBuffer = 64 << 10;
+  if (!buffer) buffer = std::make_unique_for_overwrite<std::byte[]>(kBuffer);
+  uint32_t crc = 0;
+  uint64_t done = 0;
+  while (done < length) {
+    const ssize_t got =
+        ::pread(write_fd_, buffer.get(), std::min(kBuffer, length - done), static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    crc = cache::checksum(crc, {buffer.get(), static_cast<size_t>(got)});
+    done += static_cast<uint64_t>(got);
+  }
+  if (done == length && crc == want) {
+    entry.trusted.store(true, std::memory_order_release);
+    return true;
+  }
+  std::lock_guard guard(lock_);
+  // Unless a fetch of this daemon marked it again meanwhile.
+  if (present(block) && !entry.trusted.load(std::memory_order_acquire)) {
+    set_present(block, false);
+    cached_bytes.fetch_sub(length);
+    log_failure(target_.display + ": cached bytes " + std::to_string(offset) + "-" +
+                std::to_string(offset + length - 1) + " " +
+                (done < length ? "are missing from the cache file (it was cut)"
+                               : "do not match the checksum stored when they were fetched") +
+                "; fetching them again");
+  }
+  return false;
+}
+
+void Blocks::log_failure(const std::string& line) {
+  // Enough to see what failed; a reader failing every read (thousands) then
+  // gets a count every few seconds, never a line each.
+  constexpr uint64_t kLogged = 5;
+  constexpr int64_t kCountEvery = 10;
+  if (failures_logged_.fetch_add(1, std::memory_order_relaxed) < kLogged) {
+    spdlog::error("{}", line);
+    return;
+  }
+  const uint64_t unlogged = failures_unlogged_.fetch_add(1, std::memory_order_relaxed) + 1;
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count();
+  int64_t last = last_count_logged_.load(std::memory_order_relaxed);
+  if (last == 0) {  // the first not logged starts the wait for a count
+    last_count_logged_.compare_exchange_strong(last, now);
+    return;
+  }
+  if (now - last < kCountEvery || !last_count_logged_.compare_exchange_strong(last, now)) return;
+  failures_unlogged_.fetch_sub(unlogged, std::memory_order_relaxed);
+  spdlog::error("{}: {} more failures like the above (not logged one by one), the last: {}", target_.display,
+                unlogged, line);
 }
 
 void Blocks::ensure(uint64_t offset, uint64_t length) {
@@ -916,7 +997,8 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
     ahead = streams_.on_read(offset, offset + length, id_.size);
   }
   bool all = true;
-  for (uint64_t b = first; b <= last && all; ++b) all = present(b);
+  for (uint64_t b = first; b <= last; ++b)
+    if (!trusted(b)) all = false;
   if (all) {
     if (!ahead.empty()) {
       std::unique_lock guard(lock_);
@@ -970,7 +1052,16 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
       fetch_ahead(std::move(pieces));
       guard.lock();
     }
-    if (mine.empty() && theirs.empty()) return;
+    if (mine.empty() && theirs.empty()) {
+      // All present: those another daemon marked meanwhile are checked too.
+      guard.unlock();
+      bool all_trusted = true;
+      for (uint64_t b = first; b <= last; ++b)
+        if (!trusted(b)) all_trusted = false;
+      if (all_trusted) return;
+      guard.lock();
+      continue;
+    }
     if (mine.empty()) {
       awaited = std::move(theirs);
       fetched_.wait(guard);
@@ -1182,6 +1273,14 @@ size_t range_body(char* data, size_t size, size_t count, void* user) {
     }
     done += static_cast<uint64_t>(wrote);
   }
+  // The checksums are of the bytes as they came, not as read back.
+  for (uint64_t done = 0; done < n;) {
+    const uint64_t at = body->received + done;
+    const uint64_t take = std::min(n - done, kBlockBytes - at % kBlockBytes);
+    uint32_t& crc = body->crcs[at / kBlockBytes];
+    crc = cache::checksum(crc, std::as_bytes(std::span(data + done, take)));
+    done += take;
+  }
   body->received += n;
   return n;
 }
@@ -1223,10 +1322,14 @@ FetchProgress::~FetchProgress() {
 
 // Marks blocks whose bytes are written whole, for this daemon and any other
 // sharing the cache.
-void Blocks::mark(uint64_t first_block, uint64_t blocks) {
+void Blocks::mark(uint64_t first_block, uint64_t blocks, const uint32_t* crcs) {
   if (blocks == 0) return;
-  for (uint64_t b = first_block; b < first_block + blocks; ++b)
-    __atomic_store_n(presence_ + b, 1, __ATOMIC_SEQ_CST);
+  for (uint64_t b = first_block; b < first_block + blocks; ++b) {
+    // The checksum before the mark: whoever sees the mark sees it.
+    __atomic_store_n(&marks_[b].crc, crcs[b - first_block], __ATOMIC_SEQ_CST);
+    table_->at(b).trusted.store(true, std::memory_order_release);
+    set_present(b, true);
+  }
   const uint64_t offset = first_block * kBlockBytes;
   const uint64_t length = std::min(blocks * kBlockBytes, id_.size - offset);
   cached_bytes.fetch_add(length);
@@ -1240,7 +1343,9 @@ void Blocks::mark(uint64_t first_block, uint64_t blocks) {
 // check), and the next asks only for the rest: a slow but steady link
 // still gets a long run in over its tries.
 void Blocks::fetch(uint64_t first_block, uint64_t blocks, bool log) {
+  std::vector<uint32_t> crcs;
   for (int attempt = 0;; ++attempt) {
+    crcs.assign(blocks, 0);
     const uint64_t offset = first_block * kBlockBytes;
     const uint64_t length = std::min(blocks * kBlockBytes, id_.size - offset);
     const std::string range = std::to_string(offset) + "-" + std::to_string(offset + length - 1);
@@ -1249,7 +1354,8 @@ void Blocks::fetch(uint64_t first_block, uint64_t blocks, bool log) {
                        "cannot fetch bytes " + range + ": modelfs is exiting");
     CURL* c = thread_handle();
     Response response;
-    Body body{c, &response, 0, write_fd_, offset, length, &id_};
+    response.expect_length = length;
+    Body body{c, &response, 0, write_fd_, offset, length, &id_, false, crcs.data()};
     perform(c, target_, id_.url, range, id_.precondition, response, range_body, &body);
     std::string why = response.error;
     if (response.code == CURLE_OK && response.status == 206 && why.empty()) {
@@ -1264,7 +1370,7 @@ void Blocks::fetch(uint64_t first_block, uint64_t blocks, bool log) {
     if (!refused && body.checked) {
       if (body.received == length) break;  // all came, the connection closed after
       const uint64_t whole = body.received / kBlockBytes;
-      mark(first_block, whole);
+      mark(first_block, whole, crcs.data());
       first_block += whole;
       blocks -= whole;
     }
@@ -1276,10 +1382,10 @@ void Blocks::fetch(uint64_t first_block, uint64_t blocks, bool log) {
     if (why.empty()) why = failure_text(response);
     // A FUSE read's failure is logged here (the reader sees only EIO); at
     // mount the error is the one line modelfs exits with.
-    if (log && !ending) spdlog::error("{}: bytes {}: {}", target_.display, range, why);
+    if (log && !ending) log_failure(target_.display + ": cannot fetch bytes " + range + ": " + why);
     throw ModelError(target_.display, "remote", offset, "cannot fetch bytes " + range + ": " + why);
   }
-  mark(first_block, blocks);
+  mark(first_block, blocks, crcs.data());
 }
 
 BlockTable::BlockTable(uint64_t blocks)
