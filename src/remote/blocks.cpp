@@ -37,6 +37,8 @@
 
 #include "block_table.hpp"
 #include "cache_object.hpp"
+#include "fetch_pool.hpp"
+#include "http.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
 #include "modelfs/remote.hpp"
@@ -47,7 +49,6 @@ namespace modelfs::remote {
 namespace {
 
 using cache::kBlockBytes;
-using cache::kMaxObjectBytes;
 using cache::lock_record;
 // The window of a sequential reader starts at this, then doubles
 // (read_window.hpp) up to -o remote_window.
@@ -55,18 +56,6 @@ constexpr uint64_t kInitialWindow = uint64_t{1} << 20;
 // The largest piece one request of the window asks for (8 MiB): a window
 // is split into at least as many pieces as requests may be in flight.
 constexpr uint64_t kMaxPieceBlocks = 32;
-constexpr int kAttempts = 4;
-constexpr size_t kMaxHeaderValue = 1024;
-
-std::once_flag curl_ready;
-CacheOptions cache_options;
-// Set once, as the process exits (FetchPool::stop_at_exit): every transfer
-// ends at its next progress callback and no fetch starts or retries.
-std::atomic<bool> process_ending{false};
-
-int end_when_the_process_does(void*, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-  return process_ending.load(std::memory_order_relaxed) ? 1 : 0;
-}
 
 std::filesystem::path cache_dir() {
   if (!cache_options.dir.empty()) return cache_options.dir;
@@ -74,351 +63,6 @@ std::filesystem::path cache_dir() {
     return std::filesystem::path(xdg) / "modelfs";
   const char* home = std::getenv("HOME");
   return std::filesystem::path(home != nullptr && *home ? home : "/root") / ".cache" / "modelfs";
-}
-
-// What a response said: libcurl's code, the status, and from its headers
-// (the last response's, after redirects; the Hub's commit from whichever
-// response carried it).
-struct Response {
-  CURLcode code = CURLE_OK;
-  long status = 0;
-  std::string etag;
-  std::string last_modified;
-  std::string content_range;
-  std::string commit;
-  std::string error;  // set by the body callback when it refused the body
-  // The bytes a 206 must carry (the range asked for): one whose
-  // Content-Length claims other is cut at its headers, not waited out.
-  uint64_t expect_length = 0;
-  long current_status = 0;  // of the response whose headers are coming
-  std::optional<uint64_t> content_length;
-};
-
-// The start of the error of a 206 whose length is not the range's.
-constexpr std::string_view kClaimsLength = "the server's answer claims ";
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-size_t on_header(char* data, size_t size, size_t count, void* user) {
-  auto* response = static_cast<Response*>(user);
-  const std::string_view line(data, size * count);
-  if (line.starts_with("HTTP/")) {
-    // A new response (after a redirect): its own headers only.
-    response->etag.clear();
-    response->last_modified.clear();
-    response->content_range.clear();
-    response->content_length.reset();
-    const auto space = line.find(' ');
-    response->current_status = 0;
-    if (space != std::string_view::npos)
-      std::from_chars(line.data() + space + 1, line.data() + line.size(), response->current_status);
-    return line.size();
-  }
-  if (line == "\r\n" || line == "\n") {
-    if (response->current_status == 206 && response->expect_length != 0 && response->content_length &&
-        *response->content_length != response->expect_length) {
-      response->error = std::string(kClaimsLength) + std::to_string(*response->content_length) +
-                        " bytes (Content-Length) for a range of " + std::to_string(response->expect_length) +
-                        "; it does not serve byte ranges as HTTP says";
-      return 0;  // ends the transfer here
-    }
-    return line.size();
-  }
-  const auto colon = line.find(':');
-  if (colon == std::string_view::npos) return line.size();
-  const std::string name = lower(line.substr(0, colon));
-  std::string_view value = line.substr(colon + 1);
-  value.remove_prefix(std::min(value.find_first_not_of(" \t"), value.size()));
-  value = value.substr(0, value.find_last_not_of("\r\n ") + 1);
-  if (value.size() > kMaxHeaderValue) return line.size();  // not one we could use
-  if (name == "etag")
-    response->etag = value;
-  else if (name == "last-modified")
-    response->last_modified = value;
-  else if (name == "content-range")
-    response->content_range = value;
-  else if (name == "x-repo-commit")
-    response->commit = value;
-  else if (name == "content-length") {
-    uint64_t length = 0;
-    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), length);
-    if (ec == std::errc() && end == value.data() + value.size())
-      response->content_length = length;
-    else if (ec == std::errc::result_out_of_range)
-      response->content_length = UINT64_MAX;
-  }
-  return line.size();
-}
-
-// "bytes FIRST-LAST/TOTAL" (TOTAL may be "*"); false when malformed.
-bool parse_content_range(std::string_view v, uint64_t& first, uint64_t& last, uint64_t& total) {
-  if (!v.starts_with("bytes ")) return false;
-  v.remove_prefix(6);
-  auto number = [&](uint64_t& out, char stop) {
-    const auto end = v.find(stop);
-    if (end == std::string_view::npos && stop != '\0') return false;
-    const auto text = v.substr(0, end);
-    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-    if (ec != std::errc() || p != text.data() + text.size() || text.empty()) return false;
-    v.remove_prefix(end == std::string_view::npos ? v.size() : end + 1);
-    return true;
-  };
-  if (v.starts_with("*/")) {
-    v.remove_prefix(2);
-    first = last = 0;
-    return number(total, '\0');
-  }
-  return number(first, '-') && number(last, '/') && number(total, '\0') && first <= last && last < total;
-}
-
-// One handle a thread, reset for each request: its connections are kept.
-CURL* thread_handle() {
-  std::call_once(curl_ready, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  thread_local std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> easy(curl_easy_init(), curl_easy_cleanup);
-  if (easy == nullptr) throw std::runtime_error("libcurl cannot make a handle");
-  curl_easy_reset(easy.get());
-  return easy.get();
-}
-
-struct Headers {
-  curl_slist* list = nullptr;
-  void add(const std::string& h) {
-    if (curl_slist* grown = curl_slist_append(list, h.c_str())) list = grown;
-  }
-  ~Headers() { curl_slist_free_all(list); }
-};
-
-// Requests `range` of `url` on `c` with the options every request shares
-// (protocols, redirects, the deadline, auth) and `precondition` (a header
-// line, or empty), the body going to `write`.
-void perform(CURL* c, const Target& target, const std::string& url, const std::string& range,
-             const std::string& precondition, Response& response, curl_write_callback write, void* body) {
-  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
-  curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
-  // One deadline for the whole request (resolving, connecting, redirects,
-  // the body): a server that trickles is cut as surely as one that stalls.
-  const long deadline_ms = static_cast<long>(std::max(1u, cache_options.timeout_seconds)) * 1000;
-  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, deadline_ms);
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, deadline_ms);
-  curl_easy_setopt(c, CURLOPT_FILETIME, 1L);
-  curl_easy_setopt(c, CURLOPT_USERAGENT, "modelfs");
-  curl_easy_setopt(c, CURLOPT_RANGE, range.c_str());
-  if (!target.sigv4.empty()) {
-    curl_easy_setopt(c, CURLOPT_AWS_SIGV4, target.sigv4.c_str());
-    curl_easy_setopt(c, CURLOPT_USERPWD, target.userpwd.c_str());
-  }
-  Headers headers;
-  for (const auto& h : target.headers) headers.add(h);
-  if (!precondition.empty()) headers.add(precondition);
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.list);
-  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(c, CURLOPT_HEADERDATA, &response);
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, body);
-  curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-  curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, end_when_the_process_does);
-  response.code = curl_easy_perform(c);
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &response.status);
-}
-
-bool transient(const Response& r) {
-  if (r.status >= 500 || r.status == 429 || r.status == 408) return true;
-  switch (r.code) {
-    case CURLE_COULDNT_CONNECT:
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_OPERATION_TIMEDOUT:
-    case CURLE_RECV_ERROR:
-    case CURLE_SEND_ERROR:
-    case CURLE_GOT_NOTHING:
-    case CURLE_PARTIAL_FILE:
-    case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-      return true;
-    default:
-      return false;
-  }
-}
-
-void back_off(int attempt) { std::this_thread::sleep_for(std::chrono::milliseconds(250) * (1 << attempt)); }
-
-// Why a request failed: libcurl's words, or the status's.
-std::string failure_text(const Response& r) {
-  if (r.code != CURLE_OK && r.status < 400) return curl_easy_strerror(r.code);
-  switch (r.status) {
-    case 401:
-      return "HTTP 401 Unauthorized (credentials missing or refused)";
-    case 403:
-      return "HTTP 403 Forbidden (credentials missing or refused)";
-    case 404:
-      return "HTTP 404 Not Found";
-    case 410:
-      return "HTTP 410 Gone";
-    case 412:
-      return "HTTP 412 Precondition Failed: the object changed on the server since it was mounted";
-    case 416:
-      return "HTTP 416 Range Not Satisfiable";
-    default:
-      return "HTTP " + std::to_string(r.status);
-  }
-}
-
-[[noreturn]] void refuse(const Target& target, const std::string& why) {
-  throw ModelError(target.display, "remote", std::nullopt, why);
-}
-
-// What the first request learns, and what pins the version mounted: the
-// Hub's commit for an hf:// URL the Hub named one for, else the ETag, else
-// (a server without ETags) Last-Modified with the size. Every later answer
-// must carry the same validator, or its bytes are refused (pinned_by).
-struct Identity {
-  uint64_t size = 0;
-  std::string etag;
-  std::string last_modified;  // the validator only when there is no ETag
-  std::string commit;         // the Hub's, when it pins the object
-  std::string url;            // pinned: redirects resolved, or the Hub's commit
-  timespec mtime{};
-  // Sent with every range so that a server which honours it refuses (412)
-  // rather than answers from another version: If-Match with a strong ETag,
-  // If-Unmodified-Since with Last-Modified when there is no ETag; none for a
-  // Hub commit (the URL itself is immutable) or a weak ETag (If-Match
-  // compares strongly, so a weak one would always fail). If-Range is never
-  // sent: a server whose object changed would answer it with 200 and the
-  // whole other version.
-  std::string precondition;
-};
-
-// Empty when `r` carries the validator `id` was pinned by; else why its
-// bytes cannot be taken as the mounted object's.
-std::string pinned_by(const Identity& id, const Response& r) {
-  auto shown = [](const std::string& v) { return v.empty() ? std::string("none") : v.substr(0, 80); };
-  if (!id.commit.empty()) {
-    if (r.commit != id.commit)
-      return "the Hub's answer names commit " + shown(r.commit) + ", not the mounted " + id.commit;
-    if (!id.etag.empty() && !r.etag.empty() && r.etag != id.etag)
-      return "the object changed on the server since it was mounted (ETag " + shown(r.etag) + ", mounted " +
-             id.etag + ")";
-    return {};
-  }
-  if (!id.etag.empty()) {
-    if (r.etag.empty())
-      return "the server's answer carries no ETag (the mounted object's is " + id.etag +
-             "): its bytes may be another version's";
-    if (r.etag != id.etag)
-      return "the object changed on the server since it was mounted (ETag " + shown(r.etag) + ", mounted " +
-             id.etag + ")";
-    return {};
-  }
-  if (r.last_modified != id.last_modified)
-    return "the object changed on the server since it was mounted (Last-Modified " + shown(r.last_modified) +
-           ", mounted " + id.last_modified + ")";
-  return {};
-}
-
-// The most of an error page (or of the probe's one byte) read before the
-// transfer is cut: a hostile server's endless body is never waited out.
-constexpr uint64_t kMaxDiscardedBytes = 64 << 10;
-
-// What a body callback keeps: the probe's uses the first three fields.
-struct Body {
-  CURL* handle = nullptr;
-  Response* response = nullptr;
-  uint64_t received = 0;
-  int fd = -1;
-  uint64_t offset = 0, length = 0;
-  const Identity* id = nullptr;
-  bool checked = false;
-  uint32_t* crcs = nullptr;  // a checksum per block of the range, of the bytes received
-};
-
-size_t probe_body(char*, size_t size, size_t count, void* user) {
-  auto* body = static_cast<Body*>(user);
-  long status = 0;
-  curl_easy_getinfo(body->handle, CURLINFO_RESPONSE_CODE, &status);
-  // A whole object where one byte was asked for: stop it here.
-  if (status == 200) {
-    body->response->error = "ignores Range";
-    return 0;
-  }
-  body->received += uint64_t(size) * count;
-  if (body->received > (status == 206 ? 1 : kMaxDiscardedBytes)) {
-    body->response->error = "sent more than was asked";
-    return 0;
-  }
-  return size * count;
-}
-
-Identity probe(const Target& target) {
-  for (int attempt = 0;; ++attempt) {
-    CURL* c = thread_handle();
-    Response response;
-    response.expect_length = 1;
-    Body body{c, &response};
-    perform(c, target, target.url, "0-0", "", response, probe_body, &body);
-    const long status = response.status;
-    if (response.error.starts_with(kClaimsLength)) refuse(target, response.error);
-    if (status == 206 && response.error == "sent more than was asked")
-      refuse(target,
-             "the server sent more than the one byte asked for; it does not serve byte ranges "
-             "as HTTP says");
-    if (status == 200 || response.error == "ignores Range")
-      refuse(target,
-             "the server ignores Range requests (it answered 200 with the whole object to a "
-             "request for one byte); modelfs mounts only from servers that serve byte ranges");
-    if (response.code == CURLE_OK && status == 206) {
-      uint64_t first = 0, last = 0, total = 0;
-      if (!parse_content_range(response.content_range, first, last, total) || first != 0 || last != 0)
-        refuse(target, "the server's Content-Range for bytes 0-0 is malformed");
-      if (total > kMaxObjectBytes)
-        refuse(target, "the server claims " + std::to_string(total) + " bytes, more than modelfs maps");
-      Identity id;
-      id.size = total;
-      id.etag = response.etag;
-      id.last_modified = response.last_modified;
-      if (!id.etag.empty() && !id.etag.starts_with("W/"))
-        id.precondition = "If-Match: " + id.etag;
-      else if (id.etag.empty() && !id.last_modified.empty())
-        id.precondition = "If-Unmodified-Since: " + id.last_modified;
-      char* effective = nullptr;
-      curl_easy_getinfo(c, CURLINFO_EFFECTIVE_URL, &effective);
-      id.url = effective != nullptr ? effective : target.url;
-      curl_off_t filetime = -1;
-      curl_easy_getinfo(c, CURLINFO_FILETIME_T, &filetime);
-      if (filetime > 0) id.mtime.tv_sec = static_cast<time_t>(filetime);
-      if (!target.hub_repo_rev.empty()) {
-        // The Hub's redirect target is signed and expires: the commit is
-        // what is pinned, and every later file of the model is read from it.
-        if (!response.commit.empty()) {
-          pin_hub_commit(target.hub_repo_rev, response.commit);
-          id.url = resolve(target.display).url;
-          id.commit = response.commit;
-          id.precondition.clear();
-        } else {
-          id.url = target.url;
-        }
-      }
-      if (id.commit.empty() && id.etag.empty() && id.last_modified.empty())
-        refuse(target,
-               "the server names no version of the object (no ETag, no Last-Modified): modelfs could "
-               "not tell its bytes from those of a changed object, and mounts only what it can pin");
-      return id;
-    }
-    if (response.code == CURLE_OK && status == 416)
-      refuse(target, "is empty (" + failure_text(response) + ")");
-    if (attempt + 1 < kAttempts && transient(response)) {
-      back_off(attempt);
-      continue;
-    }
-    refuse(target, "cannot be fetched: " + failure_text(response));
-  }
 }
 
 }  // namespace
@@ -434,122 +78,6 @@ thread_local bool in_read_scope = false;
 thread_local std::vector<Pin> read_pins;
 // --check and --export reading in order (StreamScope).
 thread_local int stream_scopes = 0;
-
-// The threads that make the window's requests and the pieces of a long run
-// a reader waits for, each on a connection of its own (thread_handle): at
-// most CacheOptions::parallel, started when a job finds none idle, never
-// ended while the process runs on. A job never waits on another, so none
-// can wait on a queued one.
-//
-// At exit (an atexit handler, so before the destructors of the globals a
-// job uses) every transfer is cut at its next progress callback, the jobs
-// left fail at once, and the threads are joined: no thread of ours runs
-// while the process's statics are destroyed.
-//
-// A fork (the mount's fuse_daemonize, the HDF5 reader's sandbox) copies the
-// pool but none of its threads: a child would wait on a condition variable
-// whose waiters it does not have, on blocks marked in flight by jobs that
-// never run there, and would hold the threads' connections and handles with
-// nothing left to reach them. So a fork first waits until no job is queued
-// or running, then ends the threads (each closes its handle on the way out)
-// and holds the lock across the fork; both sides start threads afresh as
-// jobs come.
-class FetchPool {
- public:
-  static FetchPool& get() {
-    static std::once_flag registered;
-    std::call_once(registered, [] {
-      pool_ = new FetchPool;
-      ::pthread_atfork([] { pool_->stop_for_fork(); }, [] { pool_->lock_.unlock(); },
-                       [] { pool_->lock_.unlock(); });
-      std::atexit([] { pool_->stop_at_exit(); });
-    });
-    return *pool_;
-  }
-  // False when no thread runs jobs (none could be started): the caller
-  // runs `job` itself.
-  bool submit(std::function<void()> job, bool urgent) {
-    std::lock_guard guard(lock_);
-    if (stopping_ && process_ending.load()) return false;
-    if (jobs_.size() >= idle_ && threads_.size() < std::max(1u, cache_options.parallel)) start();
-    if (threads_.empty()) return false;
-    if (urgent)
-      jobs_.push_front(std::move(job));
-    else
-      jobs_.push_back(std::move(job));
-    wake_.notify_one();
-    return true;
-  }
-
- private:
-  void start() {
-    // The signals that end the daemon are for the threads that serve it.
-    sigset_t all, previous;
-    ::sigfillset(&all);
-    ::pthread_sigmask(SIG_BLOCK, &all, &previous);
-    try {
-      threads_.emplace_back([this] { run(); });
-    } catch (const std::system_error& e) {
-      spdlog::debug("no more remote fetch threads: {}", e.what());
-    }
-    ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  }
-  void run() {
-    ::pthread_setname_np(::pthread_self(), "remote-fetch");
-    in_pool_thread = true;
-    std::unique_lock guard(lock_);
-    for (;;) {
-      ++idle_;
-      wake_.wait(guard, [&] { return !jobs_.empty() || stopping_; });
-      --idle_;
-      if (jobs_.empty()) return;  // stopping
-      std::function<void()> job = std::move(jobs_.front());
-      jobs_.pop_front();
-      ++running_;
-      guard.unlock();
-      job();
-      job = nullptr;  // what it holds is released outside the lock
-      guard.lock();
-      if (--running_ == 0 && jobs_.empty()) quiet_.notify_all();
-    }
-  }
-  // Before a fork: until no job is queued or running, then every thread
-  // joined; returns holding the lock, which each side of the fork releases.
-  void stop_for_fork() {
-    std::unique_lock guard(lock_);
-    quiet_.wait(guard, [&] { return jobs_.empty() && running_ == 0; });
-    end_threads(guard);
-    guard.lock();
-    stopping_ = false;
-    guard.release();
-  }
-  void stop_at_exit() {
-    if (in_pool_thread) return;  // a job that exits cannot join itself
-    process_ending.store(true);
-    std::unique_lock guard(lock_);
-    end_threads(guard);
-  }
-  // Every thread told to stop once the queue is empty, and joined outside
-  // the lock (`guard` is released).
-  void end_threads(std::unique_lock<std::mutex>& guard) {
-    stopping_ = true;
-    wake_.notify_all();
-    std::vector<std::thread> ending = std::move(threads_);
-    threads_.clear();
-    guard.unlock();
-    for (std::thread& t : ending) t.join();
-  }
-  static inline FetchPool* pool_ = nullptr;
-  static inline thread_local bool in_pool_thread = false;
-  std::mutex lock_;
-  std::condition_variable wake_;
-  std::condition_variable quiet_;
-  std::deque<std::function<void()>> jobs_;
-  std::vector<std::thread> threads_;
-  size_t idle_ = 0;
-  size_t running_ = 0;
-  bool stopping_ = false;
-};
 
 // The pieces a reader waits for, fetched by the pool and by itself.
 struct Batch {
@@ -856,45 +384,15 @@ void Blocks::attach(MappedFile& file) {
 }
 
 void Blocks::prepare_files(const std::string& key) {
-  auto fail = [&](const std::string& what) {
-    throw ModelError(target_.display, "remote", std::nullopt, "cache " + cache_dir().string() + ": " + what);
-  };
-  auto fail_errno = [&](const std::string& what) { fail(what + ": " + std::strerror(errno)); };
-  struct stat st {};
-  if (::fstat(record_fd_, &st) != 0) fail_errno("cannot read " + key + ".blocks");
-  if (st.st_size == 0) {
-    const std::string header = cache::make_header(key, id_.size);
-    if (::pwrite(record_fd_, header.data(), header.size(), 0) != static_cast<ssize_t>(header.size()))
-      fail_errno("cannot write " + key + ".blocks");
-  } else {
-    std::byte header[cache::kHeaderBytes];
-    const bool whole = ::pread(record_fd_, header, sizeof header, 0) == static_cast<ssize_t>(sizeof header);
-    const auto parsed = whole ? cache::parse_header(header) : std::nullopt;
-    if (!parsed || parsed->key != key || parsed->object_size != id_.size ||
-        static_cast<uint64_t>(st.st_size) > record_bytes_)
-      fail(key + ".blocks is not the block record modelfs wrote for this object (remove it)");
-  }
-  if (static_cast<uint64_t>(st.st_size) != record_bytes_ &&
-      ::ftruncate(record_fd_, static_cast<off_t>(record_bytes_)) != 0)
-    fail_errno("cannot size the cache files");
-  if (::fstat(data_fd_, &st) != 0) fail_errno("cannot read " + key + ".data");
-  const auto data_size = static_cast<uint64_t>(st.st_size);
-  if (data_size == id_.size) return;
-  // A .data cut since its blocks were marked (by hand, a full disk, a
-  // crash): the blocks it lost, whole or in part, are fetched again.
-  if (data_size < id_.size) {
-    const cache::Mark absent{0, 0};
-    cache::for_each_present(record_fd_, blocks_, [&](uint64_t b) {
-      if (b * kBlockBytes + cache::block_length(b, id_.size) > data_size)
-        (void)::pwrite(record_fd_, &absent, sizeof absent,
-                       static_cast<off_t>(cache::kHeaderBytes + b * sizeof(cache::Mark)));
-    });
-  }
-  if (::ftruncate(data_fd_, static_cast<off_t>(id_.size)) != 0) {
-    if (errno == EFBIG)
-      fail_errno("its file system cannot hold a sparse file of the object's " + std::to_string(id_.size) +
-                 " bytes (-o cache_dir= on one that can)");
-    fail_errno("cannot size the cache files");
+  try {
+    cache::prepare_record(record_fd_, key, id_.size);
+    if (const auto cut = cache::prepare_data(data_fd_, record_fd_, id_.size))
+      spdlog::warn(
+          "{}: the cache file {}.data was cut to {} of {} bytes; the blocks it lost are fetched again",
+          target_.display, key, *cut, id_.size);
+  } catch (const cache::Refused& e) {
+    throw ModelError(target_.display, "remote", std::nullopt,
+                     "cache " + cache_dir().string() + ": " + e.what());
   }
 }
 
@@ -913,28 +411,14 @@ bool Blocks::trusted(uint64_t block) {
   if (!present(block)) return false;
   BlockTable::Entry& entry = table_->at(block);
   if (entry.trusted.load(std::memory_order_acquire)) return true;
-  const uint32_t want = __atomic_load_n(&marks_[block].crc, __ATOMIC_ACQUIRE);
-  const uint64_t offset = block * kBlockBytes;
-  const uint64_t length = cache::block_length(block, id_.size);
-  // Read, not through the mapping: a file cut meanwhile gives a short read
-  // here, not SIGBUS.
-  thread_local std::unique_ptr<std::byte[]> buffer;
-  constexpr uint64_t kBuffer = 64 << 10;
-  if (!buffer) buffer = std::make_unique_for_overwrite<std::byte[]>(kBuffer);
-  uint32_t crc = 0;
-  uint64_t done = 0;
-  while (done < length) {
-    const ssize_t got =
-        ::pread(write_fd_, buffer.get(), std::min(kBuffer, length - done), static_cast<off_t>(offset + done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
-    crc = cache::checksum(crc, {buffer.get(), static_cast<size_t>(got)});
-    done += static_cast<uint64_t>(got);
-  }
-  if (done == length && crc == want) {
+  const uint32_t crc = __atomic_load_n(&marks_[block].crc, __ATOMIC_ACQUIRE);
+  const cache::Check check = cache::check_block(write_fd_, block, id_.size, crc);
+  if (check == cache::Check::kMatch) {
     entry.trusted.store(true, std::memory_order_release);
     return true;
   }
+  const uint64_t offset = block * kBlockBytes;
+  const uint64_t length = cache::block_length(block, id_.size);
   std::lock_guard guard(lock_);
   // Unless a fetch of this daemon marked it again meanwhile.
   if (present(block) && !entry.trusted.load(std::memory_order_acquire)) {
@@ -942,8 +426,9 @@ bool Blocks::trusted(uint64_t block) {
     cached_bytes.fetch_sub(length);
     log_failure(target_.display + ": cached bytes " + std::to_string(offset) + "-" +
                 std::to_string(offset + length - 1) + " " +
-                (done < length ? "are missing from the cache file (it was cut)"
-                               : "do not match the checksum stored when they were fetched") +
+                (check == cache::Check::kMissing
+                     ? "are missing from the cache file (it was cut)"
+                     : "do not match the checksum stored when they were fetched") +
                 "; fetching them again");
   }
   return false;
@@ -1231,60 +716,6 @@ void Blocks::fetch_runs(const std::vector<uint64_t>& mine) {
   }
 }
 
-size_t range_body(char* data, size_t size, size_t count, void* user) {
-  auto* body = static_cast<Body*>(user);
-  const uint64_t n = uint64_t(size) * count;
-  if (!body->checked) {
-    // The headers are in: only the bytes asked for, of this object, are written.
-    long status = 0;
-    curl_easy_getinfo(body->handle, CURLINFO_RESPONSE_CODE, &status);
-    if (status != 206) {
-      if (status == 200) body->response->error = "the server ignores Range now (answered 200)";
-      // Other statuses' bodies (an error page) are discarded, up to a bound.
-      body->received += n;
-      return status == 200 || body->received > kMaxDiscardedBytes ? 0 : n;
-    }
-    // The headers are whole when the body begins: the answer must be the
-    // pinned version's before a byte of it reaches the cache.
-    if (std::string why = pinned_by(*body->id, *body->response); !why.empty()) {
-      body->response->error = std::move(why);
-      return 0;
-    }
-    uint64_t first = 0, last = 0, total = 0;
-    if (!parse_content_range(body->response->content_range, first, last, total) || first != body->offset ||
-        last != body->offset + body->length - 1 || total != body->id->size) {
-      body->response->error = "the server answered another range than asked (Content-Range: " +
-                              body->response->content_range.substr(0, 100) + ")";
-      return 0;
-    }
-    body->checked = true;
-  }
-  if (n > body->length - body->received) {
-    body->response->error = "the server's body is longer than the range asked for";
-    return 0;
-  }
-  for (uint64_t done = 0; done < n;) {
-    const ssize_t wrote =
-        ::pwrite(body->fd, data + done, n - done, static_cast<off_t>(body->offset + body->received + done));
-    if (wrote < 0 && errno == EINTR) continue;
-    if (wrote <= 0) {
-      body->response->error = std::string("cannot write the cache file: ") + std::strerror(errno);
-      return 0;
-    }
-    done += static_cast<uint64_t>(wrote);
-  }
-  // The checksums are of the bytes as they came, not as read back.
-  for (uint64_t done = 0; done < n;) {
-    const uint64_t at = body->received + done;
-    const uint64_t take = std::min(n - done, kBlockBytes - at % kBlockBytes);
-    uint32_t& crc = body->crcs[at / kBlockBytes];
-    crc = cache::checksum(crc, std::as_bytes(std::span(data + done, take)));
-    done += take;
-  }
-  body->received += n;
-  return n;
-}
-
 namespace {
 
 // The progress of what this thread fetches before mounting (FetchProgress).
@@ -1386,41 +817,6 @@ void Blocks::fetch(uint64_t first_block, uint64_t blocks, bool log) {
     throw ModelError(target_.display, "remote", offset, "cannot fetch bytes " + range + ": " + why);
   }
   mark(first_block, blocks, crcs.data());
-}
-
-BlockTable::BlockTable(uint64_t blocks)
-    : blocks_(blocks),
-      chunk_count_((blocks + kChunkBlocks - 1) / kChunkBlocks),
-      chunks_(std::make_unique<std::atomic<Entry*>[]>(chunk_count_)) {}
-
-BlockTable::~BlockTable() {
-  for (uint64_t c = 0; c < chunk_count_; ++c) delete[] chunks_[c].load(std::memory_order_relaxed);
-}
-
-BlockTable::Entry& BlockTable::at(uint64_t block) {
-  std::atomic<Entry*>& slot = chunks_[block / kChunkBlocks];
-  Entry* chunk = slot.load(std::memory_order_acquire);
-  if (chunk == nullptr) {
-    // Two threads may touch a new chunk at once: one allocation wins.
-    auto* made = new Entry[kChunkBlocks];
-    if (slot.compare_exchange_strong(chunk, made, std::memory_order_acq_rel)) {
-      chunk = made;
-      allocated_chunks_.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      delete[] made;
-    }
-  }
-  return chunk[block % kChunkBlocks];
-}
-
-const BlockTable::Entry* BlockTable::find(uint64_t block) const {
-  const Entry* chunk = chunks_[block / kChunkBlocks].load(std::memory_order_acquire);
-  return chunk == nullptr ? nullptr : chunk + block % kChunkBlocks;
-}
-
-uint64_t BlockTable::allocated_bytes() const {
-  return chunk_count_ * sizeof(std::atomic<Entry*>) +
-         allocated_chunks_.load(std::memory_order_relaxed) * kChunkBlocks * sizeof(Entry);
 }
 
 std::shared_ptr<const MappedFile> open(std::string_view name) {

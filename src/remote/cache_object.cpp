@@ -145,6 +145,67 @@ int open_file(int dir_fd, const std::string& name) {
   throw Refused("cannot open " + name + ": it is created and removed over and over");
 }
 
+void prepare_record(int fd, const std::string& key, uint64_t object_size) {
+  const uint64_t size = record_bytes(object_size);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw Refused("cannot read " + key + ".blocks: " + errno_text());
+  if (st.st_size == 0) {
+    const std::string header = make_header(key, object_size);
+    if (::pwrite(fd, header.data(), header.size(), 0) != static_cast<ssize_t>(header.size()))
+      throw Refused("cannot write " + key + ".blocks: " + errno_text());
+  } else {
+    std::byte header[kHeaderBytes];
+    const bool whole = ::pread(fd, header, sizeof header, 0) == static_cast<ssize_t>(sizeof header);
+    const auto parsed = whole ? parse_header(header) : std::nullopt;
+    if (!parsed || parsed->key != key || parsed->object_size != object_size ||
+        static_cast<uint64_t>(st.st_size) > size)
+      throw Refused(key + ".blocks is not the block record modelfs wrote for this object (remove it)");
+  }
+  if (static_cast<uint64_t>(st.st_size) != size && ::ftruncate(fd, static_cast<off_t>(size)) != 0)
+    throw Refused("cannot size the cache files: " + errno_text());
+}
+
+std::optional<uint64_t> prepare_data(int data_fd, int record_fd, uint64_t object_size) {
+  struct stat st {};
+  if (::fstat(data_fd, &st) != 0) throw Refused("cannot read the cache file: " + errno_text());
+  const auto size = static_cast<uint64_t>(st.st_size);
+  if (size == object_size) return std::nullopt;
+  if (size < object_size) {
+    const Mark absent{0, 0};
+    for_each_present(record_fd, block_count(object_size), [&](uint64_t b) {
+      if (b * kBlockBytes + block_length(b, object_size) > size)
+        (void)::pwrite(record_fd, &absent, sizeof absent,
+                       static_cast<off_t>(kHeaderBytes + b * sizeof(Mark)));
+    });
+  }
+  if (::ftruncate(data_fd, static_cast<off_t>(object_size)) != 0) {
+    if (errno == EFBIG)
+      throw Refused("its file system cannot hold a sparse file of the object's " +
+                    std::to_string(object_size) + " bytes (-o cache_dir= on one that can)");
+    throw Refused("cannot size the cache files: " + errno_text());
+  }
+  return size < object_size && size > 0 ? std::optional(size) : std::nullopt;
+}
+
+Check check_block(int data_fd, uint64_t block, uint64_t object_size, uint32_t crc) {
+  constexpr uint64_t kBuffer = 64 << 10;
+  thread_local std::unique_ptr<std::byte[]> buffer;
+  if (!buffer) buffer = std::make_unique_for_overwrite<std::byte[]>(kBuffer);
+  const uint64_t offset = block * kBlockBytes;
+  const uint64_t length = block_length(block, object_size);
+  uint32_t got_crc = 0;
+  uint64_t done = 0;
+  while (done < length) {
+    const ssize_t got =
+        ::pread(data_fd, buffer.get(), std::min(kBuffer, length - done), static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return Check::kMissing;
+    got_crc = checksum(got_crc, {buffer.get(), static_cast<size_t>(got)});
+    done += static_cast<uint64_t>(got);
+  }
+  return got_crc == crc ? Check::kMatch : Check::kMismatch;
+}
+
 void for_each_present(int fd, uint64_t blocks, const std::function<void(uint64_t)>& f) {
   const uint64_t end_of_marks = kHeaderBytes + blocks * sizeof(Mark);
   std::vector<Mark> buffer(8192);

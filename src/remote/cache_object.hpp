@@ -91,6 +91,20 @@ int open_folder(const std::filesystem::path& dir);
 // elsewhere would be overwritten through it).
 int open_file(int dir_fd, const std::string& name);
 
+// Under the record's flock: a new record's header written, an existing
+// one's checked (Refused when it is not the record of `key` for an object
+// of `object_size` bytes), the record sized.
+void prepare_record(int fd, const std::string& key, uint64_t object_size);
+// Under the record's flock: the data file sized to the object. When it was
+// shorter (cut between two mounts), the blocks it lost, whole or in part,
+// are dropped from the record first, and its size is returned.
+std::optional<uint64_t> prepare_data(int data_fd, int record_fd, uint64_t object_size);
+
+enum class Check { kMatch, kMismatch, kMissing };
+// Whether the bytes of `block` in `data_fd` are there and match `crc`. Read,
+// not through a mapping: a file cut meanwhile gives a short read, not SIGBUS.
+Check check_block(int data_fd, uint64_t block, uint64_t object_size, uint32_t crc);
+
 // Calls f(block) for each block the record `fd` marks present. Only the
 // record's data is read (SEEK_DATA skips its holes): the time and memory
 // grow with what was fetched, never with the size a server claims.
