@@ -232,7 +232,7 @@ std::string read_name(const Node& node) {
 void warn_failed_read(const Node& node, uint64_t offset, int error) {
   log_failed_read(
       fmt::format("read of {} at offset {} failed ({}); the reader got EIO. Was the model file "
-                  "truncated or changed under the mount?",
+                  "(a remote model's: its cache file) truncated or changed under the mount?",
                   read_name(node), offset, std::strerror(error)));
 }
 

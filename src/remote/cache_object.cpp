@@ -94,8 +94,13 @@ int open_folder(const std::filesystem::path& dir) {
   std::filesystem::path made;
   for (const auto& part : dir) {
     made /= part;
-    if (::mkdir(made.c_str(), 0700) != 0 && errno != EEXIST)
-      throw Refused("cannot create " + made.string() + ": " + errno_text());
+    if (::mkdir(made.c_str(), 0700) == 0 || errno == EEXIST) continue;
+    // A folder that exists where this user may not create (a read-only
+    // mount, a parent of another user's) may say so before EEXIST.
+    const std::string why = errno_text();
+    struct stat st {};
+    if (::stat(made.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      throw Refused("cannot create " + made.string() + ": " + why);
   }
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) throw Refused("cannot open it: " + errno_text());
