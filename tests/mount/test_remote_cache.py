@@ -188,6 +188,12 @@ def test_two_mounts_sharing_one_cache_read_concurrently(served, tmp):
     assert not failures, failures
     data_file, _ = cache_object(cache)
     assert data_file.read_bytes() == data
+    # One daemon's blocks are served by the next from the cache: their marks
+    # and checksums agree with the bytes, nothing is fetched again.
+    server.ranges.clear()
+    with mounted(server.url, "-o", f"cache_dir={cache}") as mnt:
+        read_all(mnt, values)
+    assert [r for r in server.ranges if r[1] > 0] == [], server.ranges
 
 
 # -- probes and logs ---------------------------------------------------------------
