@@ -5,14 +5,13 @@
 // The cache file CACHE/KEY.data has the object's size and holds the blocks
 // fetched so far; CACHE/KEY.blocks is its record (cache_object.hpp): a mark
 // per block, set with the block's checksum once its bytes are written
-// whole. KEY is the SHA-1 of the URL and the object's identity (ETag and
-// size), so a changed object gets a new cache and two daemons serving one
-// object share one. They may fetch the same block at once: each writes the
+// whole. KEY is the SHA-1 of the record's version, the URL and the object's
+// identity (ETag and size), so a changed object gets a new cache and two
+// daemons serving one object share one. They may fetch the same block at once: each writes the
 // same bytes, whole, before marking it. A block this daemon did not fetch
 // is served only once its bytes match its checksum (Blocks::trusted).
 #include <curl/curl.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -22,13 +21,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <condition_variable>
-#include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <mutex>
 #include <optional>
