@@ -14,7 +14,7 @@
 #include <memory>
 #include <vector>
 
-#include "../formats/tfckpt.hpp"  // crc32c_extend
+#include "modelfs/crc32c.hpp"
 
 namespace modelfs::remote::cache {
 namespace {
@@ -85,9 +85,7 @@ std::optional<Header> parse_header(std::span<const std::byte> bytes) {
   return header;
 }
 
-uint32_t checksum(uint32_t crc, std::span<const std::byte> bytes) {
-  return tfckpt::crc32c_extend(crc, bytes);
-}
+uint32_t checksum(uint32_t crc, std::span<const std::byte> bytes) { return crc32c_extend(crc, bytes); }
 
 int open_folder(const std::filesystem::path& dir) {
   // The missing folders are made one by one, each the user's alone.
