@@ -10,6 +10,7 @@ the file targets, the pickle bytes for fuzz_unpickler.
 
 Called by fuzz/run.sh. Cases that need torch are left out without it."""
 import pathlib
+import struct
 import sys
 import tempfile
 import zipfile
@@ -111,9 +112,24 @@ SEEDS = {
     "dcp_overlapping_chunks": (("fuzz_dcp", "fuzz_open_model"),
                                lambda d: hc.dcp_overlapping_chunks(d) / ".metadata"),
 }
+
+
+def cache_record_seed(folder):
+    """A remote block cache's record as modelfs writes it
+    (src/remote/cache_object.hpp): the header, then the marks of an object
+    of 8 blocks, 3 of them present."""
+    key = b"0123456789abcdef0123456789abcdef01234567"
+    header = (b"MODELFSb" + struct.pack("<IIQ", 2, 256 << 10, 8 * (256 << 10) - 100) + key).ljust(64, b"\0")
+    marks = b"".join(struct.pack("<II", int(b in (0, 3, 7)), (0x9E3779B1 * (b + 1)) & 0xFFFFFFFF) for b in range(8))
+    path = folder / "record.blocks"
+    path.write_bytes(header + marks)
+    return path
+
+
 # Seeds that are no hostile case: name -> (targets, make(folder) -> path).
 EXTRA_SEEDS = {
     "dcp_rows_and_columns": (("fuzz_dcp",), hc.dcp_fuzz_seed),
+    "cache_record": (("fuzz_cache_record",), cache_record_seed),
 }
 # The unpickler is given the pickles inside the torch cases.
 PICKLE_TARGET = "fuzz_unpickler"
