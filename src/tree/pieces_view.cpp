@@ -297,7 +297,13 @@ std::shared_ptr<const std::vector<std::byte>> PiecesView::decoded(uint32_t index
   const uint64_t size = tensor_->pieces[index].size;
   if (size > kDecodedWhole) return nullptr;
   auto& pool = decoded_pool();
-  if (auto kept = pool.find(id_, index)) return kept;
+  if (auto kept = pool.find(id_, index)) {
+    // Kept from an earlier read: its stored bytes must still be there (a
+    // model file cut since fails the read, as an uncached one would).
+    const ByteSpan& stored = tensor_->pieces[index].bytes;
+    stored.subspan(stored.size() - 1, 1).span();
+    return kept;
+  }
   if (!pool.reserve(size)) return nullptr;
   std::shared_ptr<std::vector<std::byte>> bytes;
   try {
