@@ -19,6 +19,7 @@ namespace {
 // decoded bytes per step (what the sink is given at a time).
 constexpr uint64_t kInputStep = uint64_t{1} << 20;
 constexpr uint64_t kOutputStep = uint64_t{64} << 10;
+std::atomic<uint64_t> g_inflated{0};  // deflate_index_counts()
 
 struct ZDelete {
   void operator()(z_stream* zs) const {
@@ -155,6 +156,7 @@ class Inflater {
     read_mapped([&] { rc = inflate(&zs, Z_NO_FLUSH); });
     const uint64_t made = before - zs.avail_out;
     out_ += made;
+    g_inflated.fetch_add(made, std::memory_order_relaxed);
     if (rc == Z_OK || rc == Z_STREAM_END) return {rc, made};
     if (rc == Z_BUF_ERROR) {
       if (zs.avail_in == 0 && fed_ == stream_.bytes.size())
@@ -231,7 +233,7 @@ void forget_deflate_streams(uint64_t owner) {
 DeflateIndexCounts deflate_index_counts() {
   Index& index = the_index();
   const std::lock_guard lock(index.mutex);
-  return {index.fixed, index.moving};
+  return {index.fixed, index.moving, g_inflated.load(std::memory_order_relaxed)};
 }
 
 }  // namespace modelfs

@@ -72,10 +72,12 @@ uint64_t new_stream_owner() noexcept;
 // Drops the points of `owner`'s streams (a view destroyed).
 void forget_deflate_streams(uint64_t owner);
 
-// Points kept now, fixed and moving (for tests).
+// Points kept now, fixed and moving, and the decoded bytes every read of
+// the process has inflated (for tests: the work a read costs).
 struct DeflateIndexCounts {
   size_t fixed = 0;
   size_t moving = 0;
+  uint64_t inflated = 0;
 };
 DeflateIndexCounts deflate_index_counts();
 

@@ -13,6 +13,7 @@ import os
 import pathlib
 import random
 import subprocess
+import time
 import zlib
 
 import numpy as np
@@ -139,3 +140,37 @@ def test_stats_stays_bounded(model):
     code, stderr, peak = peak_kib("--stats", "--json", str(model))
     assert code == 0, stderr
     assert peak < BOUND_KIB, f"--stats peak {peak // 1024} MiB"
+
+
+# A deflated .npz member that inflates to 512 MiB: float32 zeros with every
+# 1024th element its own index, so a read of the wrong place shows.
+NPZ_ELEMENTS = 128 << 20
+NPZ_READS = 32
+# What the random reads may take in all once the member has been passed
+# through: each inflates at most one span of the deflate index (4 MiB,
+# about 10 ms); without the index each starts from the nearest of a few
+# places earlier reads stopped, 100 MiB and more (0.2-0.5 s each).
+NPZ_READS_SECONDS = 4.0
+
+
+def test_random_reads_of_a_big_npz_member_inflate_one_span(tmp_path):
+    values = np.zeros(NPZ_ELEMENTS, np.float32)
+    values[::1024] = np.arange(NPZ_ELEMENTS // 1024, dtype=np.float32)
+    path = tmp_path / "big_member.npz"
+    np.savez_compressed(path, a=values)
+    raw = values.view(np.uint8)
+    rng = random.Random(9)
+    size = NPZ_ELEMENTS * 4
+    reads = [rng.randrange(size - 4096) for _ in range(NPZ_READS)]
+    with mounted(path) as mnt:
+        with open(mnt / "a", "rb") as f:
+            f.seek(size - 4096)  # the whole member passed through once
+            assert f.read() == raw[size - 4096:].tobytes()
+            start = time.monotonic()
+            for at in reads:
+                f.seek(at)
+                assert f.read(4096) == raw[at:at + 4096].tobytes(), at
+            took = time.monotonic() - start
+        assert took < NPZ_READS_SECONDS, f"{NPZ_READS} random 4 KiB reads took {took:.1f} s"
+        # The .npy view reads through the same member: numpy loads it whole.
+        np.testing.assert_array_equal(np.load(mnt / "a.npy", mmap_mode="r")[-5000:], values[-5000:])
