@@ -10,6 +10,7 @@
 #include <mutex>
 #include <numeric>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "inflate_index.hpp"
 #include "modelfs/checked_math.hpp"
@@ -71,58 +72,65 @@ struct DecodedEntry {
   uint32_t piece = 0;
   std::shared_ptr<const std::vector<std::byte>> bytes;
 };
+// What an entry costs beside its bytes (its list and map nodes, the
+// shared_ptr's block, the allocator's headers), charged with them, so that
+// many tiny pieces stay within the bound too.
+constexpr uint64_t kEntryBytes = 256;
 struct DecodedPool {
+  struct KeyHash {
+    size_t operator()(const std::pair<uint64_t, uint32_t>& k) const noexcept {
+      return std::hash<uint64_t>()(k.first * 0x9E3779B97F4A7C15ULL ^ k.second);
+    }
+  };
   std::mutex mutex;
   std::list<DecodedEntry> entries;  // most recent first
-  uint64_t charged = 0;             // bytes of the entries and of decodes under way
+  std::unordered_map<std::pair<uint64_t, uint32_t>, std::list<DecodedEntry>::iterator, KeyHash> where;
+  uint64_t charged = 0;  // bytes of the entries and of decodes under way
 
   std::shared_ptr<const std::vector<std::byte>> find(uint64_t view, uint32_t piece) {
     const std::lock_guard lock(mutex);
-    for (auto it = entries.begin(); it != entries.end(); ++it)
-      if (it->view == view && it->piece == piece) {
-        entries.splice(entries.begin(), entries, it);
-        return it->bytes;
-      }
-    return nullptr;
+    const auto it = where.find({view, piece});
+    if (it == where.end()) return nullptr;
+    entries.splice(entries.begin(), entries, it->second);
+    return it->second->bytes;
   }
-  // Charges `n` bytes for a decode, evicting what no reader holds; false
-  // when they do not fit.
+  // Charges a decode of `n` bytes, evicting what no reader holds; false
+  // when it does not fit.
   bool reserve(uint64_t n) {
     const std::lock_guard lock(mutex);
-    for (auto it = entries.end(); charged + n > kServingDecodedBytes && it != entries.begin();) {
+    const uint64_t need = n + kEntryBytes;
+    for (auto it = entries.end(); charged + need > kServingDecodedBytes && it != entries.begin();) {
       --it;
       if (it->bytes.use_count() != 1) continue;  // a reader copies from it
-      charged -= it->bytes->size();
-      it = entries.erase(it);
+      it = erase(it);
     }
-    if (charged + n > kServingDecodedBytes) return false;
-    charged += n;
+    if (charged + need > kServingDecodedBytes) return false;
+    charged += need;
     return true;
   }
   void release(uint64_t n) {
     const std::lock_guard lock(mutex);
-    charged -= n;
+    charged -= n + kEntryBytes;
   }
   std::shared_ptr<const std::vector<std::byte>> add(uint64_t view, uint32_t piece,
                                                     std::shared_ptr<const std::vector<std::byte>> bytes) {
     const std::lock_guard lock(mutex);
-    for (auto& e : entries)
-      if (e.view == view && e.piece == piece) {  // another thread decoded it meanwhile
-        charged -= bytes->size();
-        return e.bytes;
-      }
+    if (const auto it = where.find({view, piece}); it != where.end()) {
+      charged -= bytes->size() + kEntryBytes;  // another thread decoded it meanwhile
+      return it->second->bytes;
+    }
     entries.push_front(DecodedEntry{view, piece, bytes});
+    where.emplace(std::pair(view, piece), entries.begin());
     return bytes;
   }
   void forget(uint64_t view) {
     const std::lock_guard lock(mutex);
-    for (auto it = entries.begin(); it != entries.end();)
-      if (it->view == view) {
-        charged -= it->bytes->size();
-        it = entries.erase(it);
-      } else {
-        ++it;
-      }
+    for (auto it = entries.begin(); it != entries.end();) it = it->view == view ? erase(it) : std::next(it);
+  }
+  std::list<DecodedEntry>::iterator erase(std::list<DecodedEntry>::iterator it) {
+    charged -= it->bytes->size() + kEntryBytes;
+    where.erase({it->view, it->piece});
+    return entries.erase(it);
   }
 };
 // Never destroyed: FUSE threads may still read while the process exits.
