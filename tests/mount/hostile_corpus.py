@@ -1402,6 +1402,36 @@ def dcp_overlapping_chunks(folder):
                       + _dcp_storage("w", (2, 0), "__0_0.distcp", 0, 0))
 
 
+# --- serving memory (issue 42): chunks that decode far past the file ---
+def hdf5_big_decoded_chunks(folder, chunks=2, chunk=256 << 20):
+    """Gzip chunks of zeros that each inflate to 256 MiB (two: --check
+    inflates them all within the corpus's time cap), a file of about
+    500 KB: served, checked and read within the serving bound, never a
+    whole decoded chunk a thread."""
+    h5py = _h5py()
+    path = folder / "big_chunks.h5"
+    stream = zlib.compress(bytes(chunk), 6)
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("big", shape=(chunks * chunk,), dtype="u1", chunks=(chunk,), compression="gzip")
+        for k in range(chunks):
+            d.id.write_direct_chunk((k * chunk,), stream)
+    return path
+
+
+def hdf5_big_shuffled_chunks(folder, chunks=2, elements=64 << 20):
+    """Two float32 chunks of 256 MiB with shuffle and deflate: each read
+    unshuffles from the stream, four planes 64 MiB apart."""
+    h5py = _h5py()
+    path = folder / "big_shuffled.h5"
+    stream = zlib.compress(bytes(4 * elements), 6)  # zeros shuffled are zeros
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("big", shape=(chunks * elements,), dtype="<f4", chunks=(elements,), shuffle=True,
+                             compression="gzip")
+        for k in range(chunks):
+            d.id.write_direct_chunk((k * elements,), stream)
+    return path
+
+
 CASES = {
     "long_name": (long_name, False),
     "shared_pickle_dict": (shared_pickle_dict, True),
@@ -1489,6 +1519,9 @@ CASES = {
     "dcp_chunk_2_62": (dcp_chunk_2_62, False),
     "dcp_deep_pickle": (dcp_deep_pickle, False),
     "dcp_overlapping_chunks": (dcp_overlapping_chunks, False),
+    # --- serving memory (issue 42): chunks that decode far past the file ---
+    "hdf5_big_decoded_chunks": (hdf5_big_decoded_chunks, False),
+    "hdf5_big_shuffled_chunks": (hdf5_big_shuffled_chunks, False),
 }
 
 
