@@ -138,9 +138,11 @@ int stats_command(const Options& options, Budget& budget) {
     for (size_t i = 0; i < values.size(); ++i) {
       const auto& v = values[i];
       if (v.npy == nullptr) continue;
-      total_bytes += v.count * v.element_bytes;
-      for (uint64_t first = 0; first < v.count; first += kPieceElements)
-        pieces.push_back({i, first, std::min(kPieceElements, v.count - first)});
+      // Where the .npy only repeats values, its distinct ones are read.
+      const uint64_t reads = v.reads();
+      total_bytes += reads * v.element_bytes;
+      for (uint64_t first = 0; first < reads; first += kPieceElements)
+        pieces.push_back({i, first, std::min(kPieceElements, reads - first)});
     }
     std::vector<StatsAccumulator> partial(pieces.size());
     std::atomic<uint64_t> done{0};
@@ -154,7 +156,7 @@ int stats_command(const Options& options, Budget& budget) {
           std::vector<double> buffer(kChunkElements * v.components);
           for (uint64_t at = 0; at < piece.count; at += kChunkElements) {
             const uint64_t n = std::min(kChunkElements, piece.count - at);
-            reader.read(v, piece.first + at, n, buffer);
+            reader.read_distinct(v, piece.first + at, n, buffer);
             partial[p].add(std::span(buffer).first(n * v.components));
             done += n * v.element_bytes;
           }
@@ -166,6 +168,7 @@ int stats_command(const Options& options, Budget& budget) {
     uint64_t total_count = 0;
     for (size_t p = 0; p < pieces.size(); ++p) stats[pieces[p].tensor].merge(partial[p]);
     for (size_t i = 0; i < values.size(); ++i) {
+      if (values[i].repeats) stats[i].repeat(values[i].repeats->repeats);
       total.merge(stats[i]);
       total_count += element_count(values[i]);
     }
