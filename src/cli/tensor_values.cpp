@@ -69,8 +69,7 @@ std::optional<Repeats> repeats_of(const Tensor& tensor, std::span<const Part> np
   const auto converted = [](const Part& p) {
     return dynamic_cast<const ConvertedView*>(p.computed) != nullptr;
   };
-  if (!tensor.pieces.empty() && std::ranges::all_of(tensor.pieces, &Piece::zeros) &&
-      std::ranges::none_of(npy, converted))
+  if (never_written(tensor) && std::ranges::none_of(npy, converted))
     return Repeats{.distinct = 1, .run = 1, .repeats = count, .outer = {}, .steps = {}};
   if (npy.size() != 2) return std::nullopt;
   const auto* view = dynamic_cast<const ElementView*>(npy[1].computed);
@@ -98,6 +97,10 @@ std::optional<Repeats> repeats_of(const Tensor& tensor, std::span<const Part> np
 }
 
 }  // namespace
+
+bool never_written(const Tensor& tensor) {
+  return !tensor.pieces.empty() && std::ranges::all_of(tensor.pieces, &Piece::zeros);
+}
 
 uint64_t Repeats::position(uint64_t i) const {
   uint64_t rest = i / run, at = i % run;

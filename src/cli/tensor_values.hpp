@@ -57,6 +57,10 @@ struct Repeats {
   bool operator==(const Repeats&) const = default;
 };
 
+// True for a tensor of pieces none of which was written (an HDF5
+// dataset of its fill value): its bytes are all zeros.
+bool never_written(const Tensor& tensor);
+
 // One tensor's numbers as its .npy holds them.
 struct TensorValues {
   const Tensor* tensor = nullptr;

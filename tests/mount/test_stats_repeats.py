@@ -98,3 +98,38 @@ def test_stats_of_datasets_never_written_are_their_fill_values(tmp_path):
         assert_row(rows[name], expected(np.array([fill]), int(np.prod(shapes[name]))), name)
     assert_row(rows["written"], expected(written, written.size), "written")
     assert total["zeros"] == sum(rows[n]["zeros"] for n in rows)
+
+
+def test_diff_of_expanded_views_compares_their_storages(tmp_path):
+    """--diff of two such .pt files whose storages differ: every pair of
+    the 1 GiB views compared, its numbers those of the storages' values
+    (numpy), counts scaled by the repeats; run in the same bound."""
+    a = torch.tensor([-1.5, float("nan"), 0.0, 2.5, 4.0, -8.0])
+    b = a.clone()
+    b[0], b[3], b[5] = -1.5 + 1e-7, 2.5 + 0.25, float("nan")
+    models = {}
+    for side, base in (("a", a), ("b", b)):
+        views = {f"v{i}": (base.expand(GIB_FLOATS // 6, 6) if i % 2 == 0
+                           else base.unsqueeze(1).expand(6, GIB_FLOATS // 6)) for i in range(16)}
+        models[side] = tmp_path / f"{side}.pt"
+        torch.save(views, models[side])
+    atol = 1e-6
+    result = subprocess.run([str(MODELFS), "--diff", "--json", "--atol", str(atol), models["a"], models["b"]],
+                            capture_output=True, text=True, timeout=TIMEOUT)
+    assert result.returncode == 1, result.stderr  # the models differ
+    doc = json.loads(result.stdout)
+    x, y = a.numpy().astype(np.float64), b.numpy().astype(np.float64)
+    repeats = (GIB_FLOATS // 6 * 6) // x.size
+    finite = np.isfinite(x) & np.isfinite(y)
+    d = np.abs(x[finite] - y[finite])
+    want_not_close = int((~(d <= atol)).sum() + (np.isnan(x) != np.isnan(y)).sum()) * repeats
+    assert len(doc["tensors"]) == 16
+    for row in doc["tensors"]:
+        assert row["status"] == "different", row
+        assert row["max_abs_diff"] == pytest.approx(d.max(), rel=1e-12)
+        assert row["rmse"] == pytest.approx(np.sqrt((d ** 2).mean()), rel=1e-9)
+        assert row["nmse"] == pytest.approx((d ** 2).sum() / (y[finite] ** 2).sum(), rel=1e-9)
+        cosine = (x[finite] * y[finite]).sum() / np.sqrt((x[finite] ** 2).sum() * (y[finite] ** 2).sum())
+        assert row["cosine"] == pytest.approx(cosine, rel=1e-9)
+        assert row["nan_mismatch"] == 1 * repeats
+        assert row["not_close"] == want_not_close
