@@ -1432,6 +1432,22 @@ def hdf5_big_shuffled_chunks(folder, chunks=2, elements=64 << 20):
     return path
 
 
+# Every command catches (issue 42).
+PACKED_INTS = 4_000_000
+
+
+def onnx_packed_ints(folder, count=PACKED_INTS):
+    """A node attribute of 4 million packed INTS of one byte each (4 MB):
+    its JSON array is 64 MB, and destroying it made nlohmann::json ask for
+    more than the whole budget in a destructor (an abort, not a refusal)."""
+    packed = b"\x01" * count
+    ints = _varint(8 << 3 | 2) + _varint(len(packed)) + packed
+    node = _pb(1, "w") + _pb(2, "y") + _pb(4, "Identity") + _pb(5, _pb(1, "k") + ints + _pb(20, 7))
+    path = folder / "packed_ints.onnx"
+    path.write_bytes(_onnx_model(graph_fields=_pb(1, node)))
+    return path
+
+
 CASES = {
     "long_name": (long_name, False),
     "shared_pickle_dict": (shared_pickle_dict, True),
@@ -1522,6 +1538,8 @@ CASES = {
     # --- serving memory (issue 42): chunks that decode far past the file ---
     "hdf5_big_decoded_chunks": (hdf5_big_decoded_chunks, False),
     "hdf5_big_shuffled_chunks": (hdf5_big_shuffled_chunks, False),
+    # --- every command catches (issue 42) ---
+    "onnx_4m_packed_ints": (onnx_packed_ints, False),
 }
 
 
