@@ -126,6 +126,13 @@ TEST(Hdf5Sandbox, ReadsAreServedFromTheRange) {
 
 // --- the parent's validation of records ---
 
+// The bits of a type as libhdf5 describes them (precision 0: the whole
+// word); the default is exactly a dtype's.
+struct Bits {
+  uint64_t precision = 0, offset = 0;
+  uint8_t lsb = 0, msb = 0, norm = 0, inner = 0;
+};
+
 class Stream {
  public:
   Stream& u8(uint8_t v) { return put(&v, 1); }
@@ -141,10 +148,12 @@ class Stream {
   }
   // A dataset record's head up to its layout: float32 (or `cls`/`size`) of `dims`.
   Stream& dataset(std::string_view path, std::vector<uint64_t> dims, uint8_t layout, uint8_t cls = 1,
-                  uint64_t size = 4) {
-    u8(kRecordDataset).str(path).u8(cls).u64(size).u8(0).u8(0);
+                  uint64_t size = 4, Bits bits = {}) {
+    u8(kRecordDataset).str(path).u8(cls).u64(size).u8(0).u8(cls == 0 ? 1 : 255);
     for (const uint64_t f : {31, 23, 8, 0, 23}) u64(f);
-    u64(127).u8(0).str("").str("").u8(static_cast<uint8_t>(dims.size()));
+    u64(127).u64(bits.precision == 0 ? size * 8 : bits.precision).u64(bits.offset);
+    u8(bits.lsb).u8(bits.msb).u8(bits.norm).u8(bits.inner);
+    u8(0).str("").str("").u8(static_cast<uint8_t>(dims.size()));
     for (const uint64_t d : dims) u64(d);
     return u8(layout).u8(0);
   }
@@ -242,6 +251,72 @@ TEST(Hdf5Records, ChunkRulesAreEnforced) {
   s.dataset("c", {5}, kLayoutChunked).u64(2).u8(0).u8(1).u64(2);
   s.u64(2).u32(0).u64(100).u64(8).u64(2).u32(0).u64(200).u64(8);
   EXPECT_NE(p.refusal(s).find("same coordinates"), std::string::npos);
+}
+
+TEST(Hdf5Records, AddressesCountFromTheFilesBaseAddress) {
+  Parent p;
+  Stream s;
+  s.u8(kRecordBase).u64(512);
+  s.dataset("contiguous", {2, 3}, kLayoutContiguous).u64(100).u64(24);
+  s.dataset("c", {2}, kLayoutChunked).u64(2).u8(0).u8(1).u64(1);
+  s.u64(0).u32(0).u64(200).u64(8);
+  add_records(p.catalog, s.bytes, p.source);
+  ASSERT_EQ(p.catalog.tensors().size(), 2U);
+  EXPECT_EQ(p.catalog.tensors()[0].bytes.file_offset(), 612U);
+  EXPECT_EQ(p.catalog.tensors()[1].pieces[0].bytes.file_offset(), 712U);
+  // The room after the base is what is left of the file.
+  Stream past;
+  past.u8(kRecordBase).u64(512).dataset("w", {2, 3}, kLayoutContiguous).u64(4096 - 512 - 23).u64(24);
+  EXPECT_NE(Parent().refusal(past).find("runs past the end of the file"), std::string::npos);
+  Stream chunk_past;
+  chunk_past.u8(kRecordBase).u64(512).dataset("c", {2}, kLayoutChunked).u64(2).u8(0).u8(1).u64(1);
+  chunk_past.u64(0).u32(0).u64(4096 - 512 - 7).u64(8);
+  EXPECT_NE(Parent().refusal(chunk_past).find("past the end of the file"), std::string::npos);
+}
+
+TEST(Hdf5Records, ABaseAddressIsOneAndComesFirst) {
+  Stream twice;
+  twice.u8(kRecordBase).u64(0).u8(kRecordBase).u64(0);
+  EXPECT_NE(Parent().refusal(twice).find("base address"), std::string::npos);
+  Stream late;
+  late.dataset("w", {2}, kLayoutContiguous).u64(0).u64(8).u8(kRecordBase).u64(512);
+  EXPECT_NE(Parent().refusal(late).find("base address"), std::string::npos);
+  Stream past;
+  past.u8(kRecordBase).u64(4097);
+  EXPECT_NE(Parent().refusal(past).find("base address past the end"), std::string::npos);
+}
+
+TEST(Hdf5Records, TypesWhoseBitsAreNotExactlyADtypesAreLeftOut) {
+  struct Case {
+    const char* name;
+    uint8_t cls;
+    uint64_t size;
+    Bits bits;
+    const char* why;
+  };
+  const Case cases[] = {
+      {"int16_at_8", 0, 4, {16, 8}, "16-bit values at bit 8 of 4-byte words"},
+      {"int8_low", 0, 2, {8, 0}, "8-bit values at bit 0 of 2-byte words"},
+      {"int_pad_one", 0, 4, {0, 0, 1, 1}, "padding bits"},
+      {"float_offset", 1, 4, {24, 8}, "24-bit values at bit 8"},
+      {"float_no_implied", 1, 4, {0, 0, 0, 0, 2}, "implied"},
+      {"float_msbset", 1, 4, {0, 0, 0, 0, 1}, "implied"},
+      {"float_inner_pad", 1, 4, {0, 0, 0, 0, 0, 1}, "internal padding"},
+      {"float_pad_background", 1, 4, {0, 0, 2, 0}, "padding bits"},
+      {"bool_offset", 8, 1, {1, 3}, "1-bit values at bit 3"},
+  };
+  Parent p;
+  Stream s;
+  for (const Case& c : cases)
+    s.dataset(c.name, {2}, kLayoutContiguous, c.cls, c.size, c.bits).u64(0).u64(2 * c.size);
+  s.dataset("exact_int", {2}, kLayoutContiguous, 0, 4).u64(0).u64(8);
+  s.dataset("exact_float", {2}, kLayoutContiguous).u64(0).u64(8);
+  add_records(p.catalog, s.bytes, p.source);
+  ASSERT_EQ(p.catalog.tensors().size(), 2U);
+  EXPECT_EQ(p.catalog.tensors()[0].dtype, DType::Int32);
+  EXPECT_EQ(p.catalog.tensors()[1].dtype, DType::Float32);
+  for (const Case& c : cases)
+    EXPECT_NE(p.left_out(c.name).find(c.why), std::string::npos) << c.name << ": " << p.left_out(c.name);
 }
 
 TEST(Hdf5Records, FiltersOtherThanDeflateAndShuffleAreLeftOut) {
