@@ -29,6 +29,7 @@ constexpr uint64_t kMaxDeflateRatio = 1032;  // deflate's most: 258 bytes per 2 
 constexpr uint64_t kBombBytes = uint64_t{4} << 30;
 constexpr uint64_t kBombRatio = 1000;
 constexpr uint32_t kFilterDeflate = 1, kFilterShuffle = 2, kFilterFletcher32 = 3;
+constexpr uint64_t kLibraryBytes = uint64_t{32} << 20;
 
 struct Dataset {
   std::string path;
@@ -548,10 +549,13 @@ Catalog open_source(const Source& source, std::string format, IntegrityChecks* c
   catalog.format = std::move(format);
   catalog.mtime = source.file->mtime();
   if (catalog.files.empty()) catalog.files.push_back(source.name);
-  // libhdf5's own memory: the model's budget and a margin for the library.
+  // libhdf5 is held to the model's budget as the parent is: it may use
+  // what the budget has left, and a fixed margin for the library's own
+  // state (its metadata cache, free lists, the driver's blocks).
   SandboxLimits limits;
   if (const Budget* budget = current_budget(); budget != nullptr)
-    limits.memory_bytes = budget->limit() + (uint64_t{512} << 20);
+    limits.memory_bytes =
+        (budget->limit() > budget->used() ? budget->limit() - budget->used() : 0) + kLibraryBytes;
   const std::string stream =
       run_sandboxed(*source.file, source.base, source.length, source.display, walk_hdf5_child, limits);
   add_records(catalog, stream, source);

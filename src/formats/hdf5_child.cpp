@@ -85,6 +85,7 @@ haddr_t vfd_get_eof(const H5FD_t*, H5FD_mem_t) { return g_length; }
 // asked for and kept (direct-mapped), so a walk costs one round trip to
 // the parent per block, not per object header.
 constexpr uint64_t kBlock = kMaxReadChunk;
+constexpr size_t kCacheBytes = 4 << 20;  // libhdf5's metadata cache at most
 constexpr size_t kSlots = 64;
 struct Slot {
   uint64_t block = kUndefined;
@@ -157,19 +158,38 @@ struct Walk {
   std::string failure;
 };
 
+// Whether an allocation failed in the walk (libhdf5 said so, or ours threw):
+// the process reached the memory it may use.
+bool g_out_of_memory = false;
+
 // What libhdf5 last said went wrong, the innermost entry of its error
 // stack ("incorrect metadata checksum after all read attempts", "truncated
 // file: ..."), "" when it said nothing.
 std::string library_error() {
-  std::string said;
+  struct Said {
+    std::string text;
+    bool memory = false;
+  } said;
   H5Ewalk2(
       H5E_DEFAULT, H5E_WALK_UPWARD,
       [](unsigned n, const H5E_error2_t* e, void* out) -> herr_t {
-        if (n == 0 && e != nullptr && e->desc != nullptr) *static_cast<std::string*>(out) = e->desc;
+        auto& said = *static_cast<Said*>(out);
+        if (e == nullptr) return 0;
+        if (n == 0 && e->desc != nullptr) said.text = e->desc;
+        if (e->min_num == H5E_CANTALLOC || e->min_num == H5E_NOSPACE) said.memory = true;
         return 0;
       },
       &said);
-  return said.size() > 200 ? said.substr(0, 200) + "..." : said;
+  g_out_of_memory = g_out_of_memory || said.memory;
+  return said.text.size() > 200 ? said.text.substr(0, 200) + "..." : said.text;
+}
+
+// The walk's last packet when it fails: why, marked as running out of
+// memory when it did (the parent names its limit).
+int send_failure(std::string_view why) {
+  send_packet(g_socket, g_out_of_memory ? Packet::OutOfMemory : Packet::Failure, why.data(),
+              why.size() < 1024 ? why.size() : 1024);
+  return g_out_of_memory ? 4 : 3;
 }
 
 // `why`, with what libhdf5 said of it when it said something (else
@@ -542,7 +562,10 @@ bool walk_group(Walk& walk, hid_t group, const std::string& prefix, unsigned dep
   Visit visit{&walk, &prefix, depth};
   hsize_t index = 0;
   const herr_t rc = H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, &index, visit_link, &visit);
-  return visit.ok && rc >= 0 && g_out.ok;
+  if (visit.ok && rc < 0)
+    return failed(walk, "cannot list the links of the group /" +
+                            prefix.substr(0, prefix.empty() ? 0 : prefix.size() - 1));
+  return visit.ok && g_out.ok;
 }
 
 void root_attributes(hid_t file) {
@@ -555,6 +578,22 @@ void root_attributes(hid_t file) {
   }
 }
 
+// libhdf5's caches sized so that its own state stays within a fixed
+// margin whatever the file holds: a metadata cache of a few MiB (its
+// default may grow to 32 MiB of images, several times that once decoded),
+// and free lists that give memory back to malloc beyond a few MiB.
+bool bound_library_memory(hid_t fapl) {
+  H5AC_cache_config_t config{};
+  config.version = H5AC__CURR_CACHE_CONFIG_VERSION;
+  if (H5Pget_mdc_config(fapl, &config) < 0) return false;
+  config.set_initial_size = true;
+  config.initial_size = kCacheBytes / 4;
+  config.min_size = kCacheBytes / 4;
+  config.max_size = kCacheBytes;
+  return H5Pset_mdc_config(fapl, &config) >= 0 &&
+         H5set_free_list_limits(1 << 20, 256 << 10, 1 << 20, 256 << 10, 1 << 20, 256 << 10) >= 0;
+}
+
 }  // namespace
 
 int walk_hdf5_child(int socket, uint64_t length) {
@@ -564,27 +603,19 @@ int walk_hdf5_child(int socket, uint64_t length) {
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     const hid_t driver = register_driver();
     const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    if (driver < 0 || fapl < 0 || H5Pset_driver(fapl, driver, nullptr) < 0) {
-      send_packet(socket, Packet::Failure, "cannot set up libhdf5", 21);
-      return 3;
-    }
+    if (driver < 0 || fapl < 0 || H5Pset_driver(fapl, driver, nullptr) < 0 || !bound_library_memory(fapl))
+      return send_failure(with_library_error("cannot set up libhdf5"));
     Walk walk;
     walk.file = H5Fopen("modelfs", H5F_ACC_RDONLY, fapl);
-    if (walk.file < 0) {
-      const std::string why =
-          with_library_error("not an HDF5 file it can open", "no superblock, or a damaged one");
-      send_packet(socket, Packet::Failure, why.data(), why.size());
-      return 3;
-    }
+    if (walk.file < 0)
+      return send_failure(
+          with_library_error("not an HDF5 file it can open", "no superblock, or a damaged one"));
     // Every data address goes to the parent counted from the base address
     // the file declares (libhdf5 keeps it as the user block's size).
     const hid_t fcpl = H5Fget_create_plist(walk.file);
     hsize_t base = 0;
-    if (fcpl < 0 || H5Pget_userblock(fcpl, &base) < 0) {
-      const std::string why = with_library_error("cannot read the file's base address");
-      send_packet(socket, Packet::Failure, why.data(), why.size());
-      return 3;
-    }
+    if (fcpl < 0 || H5Pget_userblock(fcpl, &base) < 0)
+      return send_failure(with_library_error("cannot read the file's base address"));
     H5Pclose(fcpl);
     walk.base = base;
     g_out.u8(kRecordBase);
@@ -592,16 +623,13 @@ int walk_hdf5_child(int socket, uint64_t length) {
     root_attributes(walk.file);
     const bool ok = walk_group(walk, walk.file, "", 0);
     g_out.flush();
-    if (!ok || !g_out.ok) {
-      const std::string why = walk.failure.empty() ? "the walk of its groups failed" : walk.failure;
-      send_packet(socket, Packet::Failure, why.data(), why.size() < 1024 ? why.size() : 1024);
-      return 3;
-    }
+    if (!ok || !g_out.ok)
+      return send_failure(walk.failure.empty() ? "the walk of its groups failed" : walk.failure);
     send_packet(socket, Packet::End, nullptr, 0);
     return 0;
   } catch (...) {
-    send_packet(socket, Packet::Failure, "out of memory", 13);
-    return 4;
+    g_out_of_memory = true;
+    return send_failure("an allocation failed");
   }
 }
 

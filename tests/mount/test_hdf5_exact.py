@@ -6,18 +6,27 @@ mount:
   shuffle+gzip, fletcher32, compact, chunks never written) served from the
   bytes libhdf5 reads, although libhdf5 1.10 gives chunk addresses from the
   base address and contiguous ones from the file's start;
+- a file whose local heap's free list is a cycle refused in one line
+  naming libhdf5's memory limit, the sandboxed child held to the model's
+  budget (it grew to 593 MB before);
 - integer and float types whose bits are not exactly a dtype's (precision
   and bit offset inside a wider word, a float without IEEE's implied
   mantissa bit) left out and named in metadata.json, never served as raw
   words; exact ones beside them served.
 
 Oracle: h5py (libhdf5) reading the same files; never modelfs's output."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 h5py = pytest.importorskip("h5py")
 
-from conftest import cat, index_paths, metadata, mounted, run_modelfs  # noqa: E402
+from conftest import MODELFS, REPO, cat, index_paths, metadata, mounted, one_line, run_modelfs  # noqa: E402
+
+sys.path.insert(0, str(REPO / "tests" / "mount"))
+import hostile_corpus as hc  # noqa: E402
 
 
 def values(dtype, shape):
@@ -111,3 +120,18 @@ def test_inexact_types_are_left_out_and_named(tmp):
         assert "8-bit values at bit 0 of 2-byte words" in left["uint8_in_uint16"]
         assert "implied" in left["float_no_implied_bit"]
         assert "implied" in left["chunked_no_implied_bit"]
+
+
+def test_heap_cycle_is_refused_within_the_budget(tmp):
+    """Fails before the fix: the child grew to 593 MB (the budget is 64 MiB
+    for a 2 KB file) and the refusal said only that the walk failed."""
+    model = hc.hdf5_heap_cycle(tmp)
+    assert model.stat().st_size < 4096
+    rusage = tmp / "rusage"
+    result = subprocess.run(["/usr/bin/time", "-o", str(rusage), "-f", "%M", str(MODELFS), "--list", str(model)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    line = one_line(result.stderr)
+    assert "MiB it may use" in line and "memory allocation failed" in line, line
+    peak_mib = int(rusage.read_text().split()[-1]) / 1024
+    assert peak_mib < 64 + 32 + 48, peak_mib  # the budget, libhdf5's margin, the program

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 #include "formats/hdf5.hpp"
@@ -66,6 +67,24 @@ int reads_the_file(int socket, uint64_t length) {
   return 0;
 }
 
+// Touches 1 MiB blocks until malloc refuses one (at most 4 GiB), then
+// sends how many it got.
+int allocates_until_refused(int socket, uint64_t) {
+  uint64_t mib = 0;
+  for (; mib < 4096; ++mib) {
+    void* block = std::malloc(1 << 20);
+    if (block == nullptr) break;
+    std::memset(block, 1, 1 << 20);
+  }
+  send_packet(socket, Packet::Record, &mib, sizeof mib);
+  send_packet(socket, Packet::End, nullptr, 0);
+  return 0;
+}
+int runs_out_of_memory(int socket, uint64_t) {
+  send_packet(socket, Packet::OutOfMemory, "memory allocation failed", 24);
+  return 4;
+}
+
 TEST(Hdf5Sandbox, AChildThatOpensAFileIsKilledBySeccomp) {
   TempDir dir;
   const auto file = file_of(dir, 64);
@@ -105,6 +124,33 @@ TEST(Hdf5Sandbox, TheCpuLimitEndsAChildThatSpins) {
   limits.deadline_ms = 20'000;
   const std::string why = refusal_of([&] { run_sandboxed(*file, 0, 64, "model.h5", hangs, limits); });
   EXPECT_NE(why.find("more than its 1 s of CPU time"), std::string::npos) << why;
+}
+
+TEST(Hdf5Sandbox, TheChildsMemoryIsHeldToItsLimit) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer's allocator does not return null when memory runs out";
+#endif
+  TempDir dir;
+  const auto file = file_of(dir, 64);
+  SandboxLimits limits;
+  limits.memory_bytes = uint64_t{48} << 20;
+  const std::string got = run_sandboxed(*file, 0, 64, "model.h5", allocates_until_refused, limits);
+  ASSERT_EQ(got.size(), 8U);
+  uint64_t mib = 0;
+  std::memcpy(&mib, got.data(), 8);
+  EXPECT_GE(mib, 40U);  // what it may use, less malloc's own
+  EXPECT_LE(mib, 48U);
+}
+
+TEST(Hdf5Sandbox, AChildOutOfMemoryNamesItsLimit) {
+  TempDir dir;
+  const auto file = file_of(dir, 64);
+  SandboxLimits limits;
+  limits.memory_bytes = uint64_t{96} << 20;
+  const std::string why =
+      refusal_of([&] { run_sandboxed(*file, 0, 64, "model.h5", runs_out_of_memory, limits); });
+  EXPECT_NE(why.find("needed more than the 96 MiB it may use"), std::string::npos) << why;
+  EXPECT_NE(why.find("memory allocation failed"), std::string::npos) << why;
 }
 
 TEST(Hdf5Sandbox, ReadsPastTheRangeAreRefused) {
