@@ -33,6 +33,13 @@ constexpr int kChildSocket = 3;
 // Address space the child may reserve beyond what it may use (a malloc
 // arena reserves 64 MiB at a time, twice that while aligning it).
 constexpr uint64_t kReservedBytes = uint64_t{512} << 20;
+#if defined(__SANITIZE_ADDRESS__)
+// AddressSanitizer keeps freed memory in a quarantine (256 MiB by default)
+// before reusing it: a sanitized build gives the child that much more.
+constexpr uint64_t kSanitizerBytes = uint64_t{512} << 20;
+#else
+constexpr uint64_t kSanitizerBytes = 0;
+#endif
 
 [[noreturn]] void fail(const std::string& display, const std::string& reason) {
   throw ModelError(display, std::string(kFormat), std::nullopt, reason);
@@ -132,8 +139,9 @@ Footprint footprint() {
   };
   // What it may allocate is counted as data; its address space may pass
   // that by what malloc reserves and never touches.
-  const rlim_t data = inherited.data + limits.memory_bytes;
-  const rlim_t address_space = inherited.address_space + limits.memory_bytes + kReservedBytes;
+  const rlim_t data = inherited.data + limits.memory_bytes + kSanitizerBytes;
+  const rlim_t address_space =
+      inherited.address_space + limits.memory_bytes + kSanitizerBytes + kReservedBytes;
   limit(RLIMIT_DATA, data, data);
   limit(RLIMIT_AS, address_space, address_space);
   limit(RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 1);
