@@ -479,9 +479,9 @@ class Builder {
     return true;
   }
 
-  // Where the data at `address` (from the base address, as every address the
-  // child sends) lies in the mapping, once [address, address + size) is
-  // known to be inside the HDF5 bytes after the base.
+  // Every address the child sends counts from the file's base address:
+  // whether [address, address + size) lies inside the HDF5 bytes after the
+  // base, and where `address` is in the mapping.
   bool inside(uint64_t address, uint64_t size) const {
     const uint64_t room = source_.length - base_;
     return address <= room && size <= room - address;
