@@ -285,7 +285,8 @@ void PiecesView::stream(uint32_t index, std::span<const PieceSegment> segments, 
   const uint64_t planes = shuffled ? element_ : 1;
   for (uint64_t plane = 0; plane < planes; ++plane) {
     Scatter scatter(segments, out, planes, p.size / planes, plane);
-    const auto [low, high] = scatter.reach();
+    // Plain copies, not a structured binding: clang 14 cannot capture one.
+    const uint64_t low = scatter.reach().first, high = scatter.reach().second;
     if (low == high) continue;
     if (!deflated) {
       const std::byte* from = stored.subspan(low, high - low).span().data();
