@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The HDF5 reader. An input that starts with the HDF5 signature is a file:
+// The HDF5 reader. An input with the HDF5 signature (at 0, 512, 1024, ...) is a file:
 // it goes the whole way (the sandboxed child walks it with libhdf5, the
 // parent validates its records, the tree is built and read). Any other
 // input is a record stream as a child sends it, given straight to the
@@ -32,7 +32,8 @@ const std::filesystem::path& fixed_file() {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const bool file = size >= 8 && std::memcmp(data, "\x89HDF\r\n\x1a\n", 8) == 0;
+  // A file as the reader probes one: the signature at 0, or after a user block.
+  const bool file = modelfs::hdf5::probe_file(std::as_bytes(std::span(data, size)));
   modelfs::Budget budget;
   modelfs::BudgetScope scope(budget);
   try {

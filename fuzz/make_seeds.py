@@ -10,6 +10,7 @@ the file targets, the pickle bytes for fuzz_unpickler.
 
 Called by fuzz/run.sh. Cases that need torch are left out without it."""
 import pathlib
+import struct
 import sys
 import tempfile
 import zipfile
@@ -110,10 +111,55 @@ SEEDS = {
     "dcp_deep_pickle": (("fuzz_dcp", "fuzz_open_model"), lambda d: hc.dcp_deep_pickle(d, depth=5000) / ".metadata"),
     "dcp_overlapping_chunks": (("fuzz_dcp", "fuzz_open_model"),
                                lambda d: hc.dcp_overlapping_chunks(d) / ".metadata"),
+    # HDF5 (issue 42): the type description's every bit property, a user block, libhdf5's memory.
+    "hdf5_odd_types": (("fuzz_hdf5", "fuzz_open_model"), hc.hdf5_odd_types),
+    "hdf5_user_block_chunks": (("fuzz_hdf5", "fuzz_open_model"), hc.hdf5_user_block_chunks),
+    "hdf5_heap_cycle": (("fuzz_hdf5", "fuzz_open_model"), hc.hdf5_heap_cycle),
 }
+
+
+def cache_record_seed(folder):
+    """A remote block cache's record as modelfs writes it
+    (src/remote/cache_object.hpp): the header, then the marks of an object
+    of 8 blocks, 3 of them present."""
+    key = b"0123456789abcdef0123456789abcdef01234567"
+    header = (b"MODELFSb" + struct.pack("<IIQ", 2, 256 << 10, 8 * (256 << 10) - 100) + key).ljust(64, b"\0")
+    marks = b"".join(struct.pack("<II", int(b in (0, 3, 7)), (0x9E3779B1 * (b + 1)) & 0xFFFFFFFF) for b in range(8))
+    path = folder / "record.blocks"
+    path.write_bytes(header + marks)
+    return path
+
+
+def hdf5_type_records(folder):
+    """A record stream as the HDF5 child sends it (src/formats/hdf5.hpp), for
+    fuzz_hdf5's record mode: a base address, then contiguous datasets whose
+    types are a dtype's bits and not (precision and bit offset, padding, a
+    float's normalization), so mutations start at the type description."""
+    def u8(v): return struct.pack("<B", v)
+    def u64(v): return struct.pack("<Q", v)
+    def text(b): return struct.pack("<I", len(b)) + b
+
+    def dataset(name, cls, size, precision, offset, pads=(0, 0), norm=0, inner=0, at=0):
+        fields = (31, 23, 8, 0, 23) if cls == 1 else (0,) * 5
+        return (u8(ord("D")) + text(name) + u8(cls) + u64(size) + u8(0) + u8(1 if cls == 0 else 255)
+                + b"".join(u64(f) for f in fields) + u64(127 if cls == 1 else 0) + u64(precision) + u64(offset)
+                + u8(pads[0]) + u8(pads[1]) + u8(norm if cls == 1 else 255) + u8(inner if cls == 1 else 255)
+                + u8(0) + text(b"") + text(b"") + u8(1) + u64(4) + u8(1) + u8(0) + u64(at) + u64(4 * size))
+    stream = (u8(ord("B")) + u64(512)
+              + dataset(b"exact_f32", 1, 4, 32, 0)
+              + dataset(b"no_implied_bit", 1, 4, 32, 0, norm=2, at=64)
+              + dataset(b"i16_at_bit_8", 0, 4, 16, 8, at=128)
+              + dataset(b"padded_ones", 0, 4, 24, 0, pads=(1, 1), at=192))
+    path = pathlib.Path(folder) / "type_records"
+    path.write_bytes(stream)
+    return path
+
+
 # Seeds that are no hostile case: name -> (targets, make(folder) -> path).
 EXTRA_SEEDS = {
     "dcp_rows_and_columns": (("fuzz_dcp",), hc.dcp_fuzz_seed),
+    "cache_record": (("fuzz_cache_record",), cache_record_seed),
+    "hdf5_type_records": (("fuzz_hdf5",), hdf5_type_records),
 }
 # The unpickler is given the pickles inside the torch cases.
 PICKLE_TARGET = "fuzz_unpickler"

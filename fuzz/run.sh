@@ -1,29 +1,22 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Builds the libFuzzer targets with clang and runs each for a while, seeded
-# from the project's sample model and ../shared/fixtures when present.
+# Builds the libFuzzer targets with clang (scripts/sanitize_build.sh) and
+# runs each for a while, seeded from the project's sample model and
+# ../shared/fixtures when present.
 #   fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]     default 30 s, every target
 # MODELFS_FUZZ_JOBS=N runs N targets at once (default: one a CPU).
-# A crash stops that target with the input saved under build-fuzz/crashes/;
+# A crash stops that target with the input saved under build-sanitize/crashes/;
 # keep it as a regression under fuzz/regressions/<target>/ once fixed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-30}
 shift || true
 
-if ! command -v clang++-14 >/dev/null || [ ! -e /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ]; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq clang-14 libclang-rt-14-dev >&2
-fi
-
-BUILD=build-fuzz
-# MODELFS_FUZZ_NO_BUILD=1: reuse the build (to run several batches at once).
-if [ "${MODELFS_FUZZ_NO_BUILD:-0}" != 1 ]; then
-  CC=clang-14 CXX=clang++-14 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DMODELFS_FUZZ=ON -DMODELFS_BUILD_TESTS=OFF >/dev/null
-  cmake --build "$BUILD" -j"$(nproc)" >/dev/null
-fi
+# The targets are built with the sanitizer pass's build (scripts/sanitize_build.sh):
+# after scripts/test.sh, nothing is left to compile.
+BUILD=build-sanitize
+# MODELFS_FUZZ_NO_BUILD=1: reuse the build as it is (to run several batches at once).
+[ "${MODELFS_FUZZ_NO_BUILD:-0}" = 1 ] || scripts/sanitize_build.sh "$BUILD"
 
 TARGETS=("$@")
 # Every target of fuzz/targets.txt, the list CMake builds.

@@ -24,6 +24,8 @@ BUILD=(
 # tests drive.
 TEST=(
   git libgtest-dev googletest
+  ccache  # scripts/test.sh: the quick start's fresh copy compiles from the plain build's cache
+  clang-14 libclang-rt-14-dev  # the sanitizer pass and the fuzz targets: one clang build (scripts/sanitize_build.sh)
   clang-format  # scripts/check_format.sh, the ctest entry style.clang_format
   python3-pytest python3-torch python3-onnx
   python3-h5py  # tests/mount/test_keras_mount.py: the oracle for HDF5 files

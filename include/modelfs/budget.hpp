@@ -41,8 +41,9 @@
 // checkpoint (check_budget(): every ByteReader read, every JSON event,
 // every pickle value walked, every tensor catalogued or given files),
 // which throws BudgetExceeded from ordinary code; only a single request
-// larger than the whole limit is refused at once, by operator new, since
-// no destructor asks for that much.
+// larger than the whole limit and than twice the bytes in use is refused
+// at once, by operator new, since no destructor asks for that much (a
+// destructor's scratch holds at most what it destroys, grown by doubling).
 //
 // Readers reach the budget of the model being opened on their thread
 // (open_model installs one when the caller has not), so no signature in

@@ -4,6 +4,7 @@
 // Exit status: 0 success; 1 usage, mountpoint or FUSE failure; 2 the model
 // cannot be read (the message names file, format, offset and reason).
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include <cstdint>
 #include <exception>
@@ -22,7 +23,21 @@ namespace {
 
 using namespace modelfs::cli;
 
+// A model of thousands of files (TensorFlow checkpoint shards, TF.js
+// shards, a DCP checkpoint's files) keeps one descriptor open per file it
+// maps; the usual soft limit of 1024 refused the 1016th. The soft limit is
+// raised to the hard one, which the system sets and modelfs cannot pass.
+// The program's choice, not the library's: a program that links
+// libmodelfs keeps its own limits.
+void raise_open_file_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &limit);  // left as it was when refused
+}
+
 int run(int argc, char** argv) {
+  raise_open_file_limit();
   // The program's own process-wide hook (the library installs none): a
   // model cut under the mount fails the read that faults, not the daemon.
   install_sigbus_guard();

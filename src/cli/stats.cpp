@@ -17,6 +17,7 @@
 #include "modelfs/terminal_text.hpp"
 #include "options.hpp"
 #include "tensor_values.hpp"
+#include "tree/npy.hpp"
 
 namespace modelfs::cli {
 namespace {
@@ -73,8 +74,40 @@ std::string numbers_line(const StatsAccumulator& s) {
   return line;
 }
 
+// Why a tensor's statistics are left out (ReadBound): in the table (within
+// its width), in the JSON.
+constexpr const char* kPastTheBoundShort = "left out: past the bound on the values read for the model";
+constexpr const char* kPastTheBound =
+    "left out: reading it would pass the bound on the values read for the whole model (1 GiB, or 1024 times "
+    "what the model stores, as for the export)";
+
+// The export's bound on the whole model (kViewBound, npy.hpp), kept on
+// what --stats reads: the values of views that do not only repeat them
+// (overlapping strides) may be a thousand times what a model stores, so
+// a few KB could ask for reading terabytes. Tensors are admitted in file
+// order while the total stays within it.
+class ReadBound {
+ public:
+  explicit ReadBound(const Tree& tree) {
+    for (const Tensor& t : tree.tensors()) {
+      if (t.pieces.empty()) stored_ += t.bytes.size();
+      for (const Piece& p : t.pieces) stored_ += p.bytes.size();
+    }
+  }
+  bool admit(uint64_t bytes) {
+    const Size total = read_ + bytes;
+    if (!total.ok() || !stored_.ok() || !kViewBound.allows(total.value(), stored_.value())) return false;
+    read_ = total;
+    return true;
+  }
+
+ private:
+  Size stored_ = 0, read_ = 0;
+};
+
 void print_stats_table(const std::vector<TensorValues>& values, const std::vector<StatsAccumulator>& stats,
-                       const StatsAccumulator& total, uint64_t total_count, std::ostream& out) {
+                       const std::vector<bool>& left_out, const StatsAccumulator& total, uint64_t total_count,
+                       std::ostream& out) {
   // Each tensor takes two lines: what it is (name, dtype, shape, count),
   // then its numbers under the headings of the second header line.
   struct Row {
@@ -106,6 +139,8 @@ void print_stats_table(const std::vector<TensorValues>& values, const std::vecto
       const char* headings[] = {"MIN", "MAX", "MEAN", "STD", "NAN", "INF", "ZEROS"};
       for (size_t c = 0; c < 7; ++c) out << right(headings[c], c < 4 ? kValueColumns : kCountColumns);
       out << "\n";
+    } else if (left_out[r - 1]) {
+      out << "  " << kPastTheBoundShort << "\n";
     } else {
       out << numbers_line(stats[r - 1]) << "\n";
     }
@@ -135,12 +170,20 @@ int stats_command(const Options& options, Budget& budget) {
     };
     std::vector<Piece> pieces;
     uint64_t total_bytes = 0;
+    ReadBound bound(tree);
+    std::vector<bool> left_out(values.size(), false);
     for (size_t i = 0; i < values.size(); ++i) {
       const auto& v = values[i];
       if (v.npy == nullptr) continue;
-      total_bytes += v.count * v.element_bytes;
-      for (uint64_t first = 0; first < v.count; first += kPieceElements)
-        pieces.push_back({i, first, std::min(kPieceElements, v.count - first)});
+      // Where the .npy only repeats values, its distinct ones are read.
+      const uint64_t reads = v.reads();
+      if (!bound.admit(reads * v.element_bytes)) {
+        left_out[i] = true;
+        continue;
+      }
+      total_bytes += reads * v.element_bytes;
+      for (uint64_t first = 0; first < reads; first += kPieceElements)
+        pieces.push_back({i, first, std::min(kPieceElements, reads - first)});
     }
     std::vector<StatsAccumulator> partial(pieces.size());
     std::atomic<uint64_t> done{0};
@@ -154,7 +197,7 @@ int stats_command(const Options& options, Budget& budget) {
           std::vector<double> buffer(kChunkElements * v.components);
           for (uint64_t at = 0; at < piece.count; at += kChunkElements) {
             const uint64_t n = std::min(kChunkElements, piece.count - at);
-            reader.read(v, piece.first + at, n, buffer);
+            reader.read_distinct(v, piece.first + at, n, buffer);
             partial[p].add(std::span(buffer).first(n * v.components));
             done += n * v.element_bytes;
           }
@@ -166,12 +209,13 @@ int stats_command(const Options& options, Budget& budget) {
     uint64_t total_count = 0;
     for (size_t p = 0; p < pieces.size(); ++p) stats[pieces[p].tensor].merge(partial[p]);
     for (size_t i = 0; i < values.size(); ++i) {
+      if (values[i].repeats) stats[i].repeat(values[i].repeats->repeats);
       total.merge(stats[i]);
       total_count += element_count(values[i]);
     }
 
     if (!options.json) {
-      print_stats_table(values, stats, total, total_count, std::cout);
+      print_stats_table(values, stats, left_out, total, total_count, std::cout);
       return kExitOk;
     }
     nlohmann::ordered_json doc;
@@ -183,8 +227,9 @@ int stats_command(const Options& options, Budget& budget) {
       row["dtype"] = t.dtype_name();
       row["shape"] = std::vector<uint64_t>(t.shape.begin(), t.shape.end());
       row["count"] = element_count(values[i]);
-      if (values[i].npy == nullptr) {
+      if (values[i].npy == nullptr || left_out[i]) {
         for (const char* key : {"min", "max", "mean", "std", "nan", "inf", "zeros"}) row[key] = nullptr;
+        if (left_out[i]) row["left_out"] = kPastTheBound;
       } else {
         fill_fields(row, stats[i]);
       }

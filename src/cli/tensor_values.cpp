@@ -17,6 +17,8 @@
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
 #include "modelfs/mapped_bytes.hpp"
+#include "tree/numeric_views.hpp"
+#include "tree/pieces_view.hpp"
 #include "tree/tree_parts.hpp"
 
 namespace modelfs::cli {
@@ -56,7 +58,58 @@ void for_each_segment(const Tree& tree, const Node& file, uint64_t offset, uint6
   for (size_t i = 0; i < count; ++i) visit(static_cast<const std::byte*>(iov[i].iov_base), iov[i].iov_len);
 }
 
+// What the .npy of `tensor` (its parts `npy`, of `count` elements, in C
+// order) only repeats, read from the structure of the tree's view: none
+// when it may hold as many distinct values as elements.
+std::optional<Repeats> repeats_of(const Tensor& tensor, std::span<const Part> npy, uint64_t count) {
+  if (count == 0) return std::nullopt;
+  // A tensor of pieces none of which was written (an HDF5 dataset of its
+  // fill value): every element has the first one's value, unless a
+  // conversion could tell the zeros apart by where they are.
+  const auto converted = [](const Part& p) {
+    return dynamic_cast<const ConvertedView*>(p.computed) != nullptr;
+  };
+  if (never_written(tensor) && std::ranges::none_of(npy, converted))
+    return Repeats{.distinct = 1, .run = 1, .repeats = count, .outer = {}, .steps = {}};
+  if (npy.size() != 2) return std::nullopt;
+  const auto* view = dynamic_cast<const ElementView*>(npy[1].computed);
+  const std::vector<bool> repeated = view != nullptr ? view->repeated_dimensions() : std::vector<bool>();
+  if (repeated.empty()) return std::nullopt;
+  const auto shape = tensor.shape;
+  size_t last = 0;  // the innermost repeated dimension
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (repeated[d]) last = d;
+  Repeats r;
+  uint64_t step = 1;  // elements of the .npy a step along dimension d moves
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (d > last) {
+      r.run *= shape[d];
+    } else if (repeated[d]) {
+      r.repeats *= shape[d];
+    } else if (shape[d] > 1) {
+      r.outer.insert(r.outer.begin(), shape[d]);
+      r.steps.insert(r.steps.begin(), step);
+    }
+    step *= shape[d];
+  }
+  r.distinct = count / r.repeats;
+  return r;
+}
+
 }  // namespace
+
+bool never_written(const Tensor& tensor) {
+  return !tensor.pieces.empty() && std::ranges::all_of(tensor.pieces, &Piece::zeros);
+}
+
+uint64_t Repeats::position(uint64_t i) const {
+  uint64_t rest = i / run, at = i % run;
+  for (size_t d = outer.size(); d-- > 0;) {
+    at += rest % outer[d] * steps[d];
+    rest /= outer[d];
+  }
+  return at;
+}
 
 OpenModel open_for_values(const std::string& path, Budget& budget) {
   BudgetScope scope(budget);
@@ -91,6 +144,7 @@ std::vector<TensorValues> tensor_values(const Tree& tree) {
     // The header is the tree's own text (npy.cpp), not mapped bytes.
     const std::string_view header(reinterpret_cast<const char*>(parts[0].bytes), parts[0].size);
     v.fortran = header.find("'fortran_order': True") != std::string_view::npos;
+    if (!v.fortran) v.repeats = repeats_of(tensors[i], parts, v.count);
   }
   return out;
 }
@@ -149,6 +203,18 @@ void ValueReader::read_bytes(const Node& file, uint64_t offset, uint64_t length)
 void ValueReader::read(const TensorValues& values, uint64_t first, uint64_t n, std::span<double> out) {
   read_bytes(*values.npy, values.body + first * values.element_bytes, n * values.element_bytes);
   to_doubles(values.dtype, bytes_.data(), n, out.data());
+}
+
+void ValueReader::read_distinct(const TensorValues& values, uint64_t first, uint64_t n,
+                                std::span<double> out) {
+  if (!values.repeats) return read(values, first, n, out);
+  const Repeats& r = *values.repeats;
+  for (uint64_t done = 0; done < n;) {
+    const uint64_t i = first + done;
+    const uint64_t take = std::min(n - done, r.run - i % r.run);
+    read(values, r.position(i), take, out.subspan(done * values.components));
+    done += take;
+  }
 }
 
 void ValueReader::read_c_order(const TensorValues& values, uint64_t first, uint64_t n,
@@ -260,6 +326,15 @@ void StatsAccumulator::merge(const StatsAccumulator& other) {
   max = std::max(max, other.max);
 }
 
+void StatsAccumulator::repeat(uint64_t times) {
+  values *= times;
+  nan *= times;
+  inf *= times;
+  zeros *= times;
+  finite *= times;
+  m2 *= static_cast<double>(times);
+}
+
 double StatsAccumulator::std_dev() const {
   return finite == 0 ? 0.0 : std::sqrt(m2 / static_cast<double>(finite));
 }
@@ -306,6 +381,20 @@ void DiffAccumulator::merge(const DiffAccumulator& o) {
   sum_aa += o.sum_aa;
   sum_bb += o.sum_bb;
   sum_ab += o.sum_ab;
+}
+
+void DiffAccumulator::repeat(uint64_t times) {
+  pairs *= times;
+  finite *= times;
+  unequal *= times;
+  not_close *= times;
+  nan_mismatch *= times;
+  inf_mismatch *= times;
+  const auto k = static_cast<double>(times);
+  sum_sq_diff *= k;
+  sum_aa *= k;
+  sum_bb *= k;
+  sum_ab *= k;
 }
 
 double DiffAccumulator::rmse() const {

@@ -40,6 +40,27 @@ struct OpenModel {
 // throws ModelError.
 OpenModel open_for_values(const std::string& path, Budget& budget);
 
+// Where a tensor's .npy only repeats values (a broadcast view, whose
+// repeated dimensions have stride 0; a tensor of pieces never written,
+// all zeros), the values that stand for all of them: `distinct` elements
+// of the .npy, in runs of `run` consecutive ones, each standing for
+// `repeats` values. Statistics of the tensor are theirs, counts scaled.
+struct Repeats {
+  uint64_t distinct = 0;
+  uint64_t run = 1;
+  uint64_t repeats = 1;
+  // Run k starts at the element whose index's digits over `outer` (C
+  // order) times `steps` give.
+  std::vector<uint64_t> outer, steps;
+  // The .npy element of distinct value `i`.
+  uint64_t position(uint64_t i) const;
+  bool operator==(const Repeats&) const = default;
+};
+
+// True for a tensor of pieces none of which was written (an HDF5
+// dataset of its fill value): its bytes are all zeros.
+bool never_written(const Tensor& tensor);
+
 // One tensor's numbers as its .npy holds them.
 struct TensorValues {
   const Tensor* tensor = nullptr;
@@ -49,8 +70,11 @@ struct TensorValues {
   uint64_t count = 0;            // elements
   DType dtype = DType::Float32;  // the .npy's element type
   unsigned element_bytes = 0;
-  unsigned components = 1;  // 2 for complex: real and imaginary parts, as numpy's .view(float)
-  bool fortran = false;     // the .npy holds the values in Fortran order
+  unsigned components = 1;         // 2 for complex: real and imaginary parts, as numpy's .view(float)
+  bool fortran = false;            // the .npy holds the values in Fortran order
+  std::optional<Repeats> repeats;  // when its .npy only repeats values
+  // Elements read for its statistics: the distinct ones, or all.
+  uint64_t reads() const { return repeats ? repeats->distinct : count; }
 };
 // Every tensor of the tree, in file order.
 std::vector<TensorValues> tensor_values(const Tree& tree);
@@ -63,6 +87,9 @@ class ValueReader {
  public:
   explicit ValueReader(const Tree& tree) : tree_(tree) {}
   void read(const TensorValues& values, uint64_t first, uint64_t n, std::span<double> out);
+  // The values of reads [first, first + n) of `values` (TensorValues::reads:
+  // its distinct values where it repeats them, otherwise its elements).
+  void read_distinct(const TensorValues& values, uint64_t first, uint64_t n, std::span<double> out);
   // Elements [first, first + n) in C order, where the .npy holds Fortran
   // order: gathered element by element.
   void read_c_order(const TensorValues& values, uint64_t first, uint64_t n, std::span<double> out);
@@ -93,6 +120,9 @@ struct StatsAccumulator {
 
   void add(std::span<const double> chunk);
   void merge(const StatsAccumulator& other);
+  // The statistics of these values each repeated `times` times: counts
+  // and squared deviations scaled; extremes and mean the same.
+  void repeat(uint64_t times);
   double std_dev() const;
 };
 
@@ -115,6 +145,8 @@ struct DiffAccumulator {
 
   void add(std::span<const double> a, std::span<const double> b, double atol, double rtol);
   void merge(const DiffAccumulator& other);
+  // These pairs each repeated `times` times: counts and sums scaled.
+  void repeat(uint64_t times);
   double rmse() const;
   // None where undefined (B all zeros against a nonzero A; a zero vector).
   std::optional<double> nmse() const;

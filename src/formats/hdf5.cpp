@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <unordered_set>
 
@@ -29,6 +30,7 @@ constexpr uint64_t kMaxDeflateRatio = 1032;  // deflate's most: 258 bytes per 2 
 constexpr uint64_t kBombBytes = uint64_t{4} << 30;
 constexpr uint64_t kBombRatio = 1000;
 constexpr uint32_t kFilterDeflate = 1, kFilterShuffle = 2, kFilterFletcher32 = 3;
+constexpr uint64_t kLibraryBytes = uint64_t{32} << 20;
 
 struct Dataset {
   std::string path;
@@ -38,6 +40,8 @@ struct Dataset {
   uint8_t sign = 0;
   uint64_t fields[5] = {};
   uint64_t bias = 0;
+  uint64_t precision = 0, bit_offset = 0;
+  uint8_t lsb_pad = 0, msb_pad = 0, norm = 0, inner_pad = 0;
   bool is_bool = false;
   std::string tag;
   std::string dtype_attr;
@@ -89,6 +93,12 @@ class Records {
     d.sign = u8();
     for (auto& f : d.fields) f = u64();
     d.bias = u64();
+    d.precision = u64();
+    d.bit_offset = u64();
+    d.lsb_pad = u8();
+    d.msb_pad = u8();
+    d.norm = u8();
+    d.inner_pad = u8();
     d.is_bool = u8() != 0;
     d.tag = str(256);
     d.dtype_attr = str(64);
@@ -146,14 +156,36 @@ struct TypeOf {
   bool big_endian = false;  // served byte-swapped where not chunked
 };
 
+// H5T_pad_t ZERO, H5T_norm_t IMPLIED; H5T_sign_t NONE and 2 (two's complement).
+constexpr uint8_t kPadZero = 0, kNormImplied = 0, kSignNone = 0, kSignTwos = 1;
+
+// Why the bits of an integer, enum or float type are not a whole word of
+// its size with nothing around them (libhdf5 would shift, mask or extend
+// them as it read), or "".
+std::string odd_bits(const Dataset& d) {
+  if (d.precision != d.size * 8 || d.bit_offset != 0)
+    return std::to_string(d.precision) + "-bit values at bit " +
+           (d.bit_offset == kUndefined ? std::string("?") : std::to_string(d.bit_offset)) + " of " +
+           std::to_string(d.size) + "-byte words";
+  if (d.lsb_pad != kPadZero || d.msb_pad != kPadZero) return "padding bits that are not zeros";
+  return {};
+}
+
 TypeOf type_of(const Dataset& d) {
   // H5T_class_t: INTEGER 0, FLOAT 1, TIME 2, STRING 3, BITFIELD 4, OPAQUE 5, COMPOUND 6, REFERENCE 7,
   // ENUM 8, VLEN 9, ARRAY 10; H5T_order_t LE 0, BE 1.
   const bool big = d.order == 1 && d.size > 1;
   if (d.size > 1 && d.order > 1 && (d.cls == 0 || d.cls == 1))
     return {std::nullopt, "a byte order other than little- or big-endian (VAX, mixed or none)"};
+  // Served in place only when the stored bits are exactly the dtype's.
+  if (d.cls == 0 || d.cls == 1 || d.cls == 8)
+    if (const std::string odd = odd_bits(d); !odd.empty())
+      return {std::nullopt,
+              (d.cls == 1 ? "floats of " : "integers of ") + odd + " (modelfs serves whole words only)"};
   switch (d.cls) {
     case 0: {
+      if (d.sign != kSignNone && d.sign != kSignTwos)
+        return {std::nullopt, "integers of an unknown sign scheme"};
       static constexpr DType kSigned[] = {DType::Int8, DType::Int16, DType::Int32, DType::Int64};
       static constexpr DType kUnsigned[] = {DType::UInt8, DType::UInt16, DType::UInt32, DType::UInt64};
       for (size_t i = 0; i < 4; ++i)
@@ -169,8 +201,12 @@ TypeOf type_of(const Dataset& d) {
                                          {4, {31, 23, 8, 0, 23}, 127, DType::Float32},
                                          {8, {63, 52, 11, 0, 52}, 1023, DType::Float64}};
       for (const auto& f : kFloats)
-        if (d.size == f.size && std::equal(d.fields, d.fields + 5, f.fields) && d.bias == f.bias)
+        if (d.size == f.size && std::equal(d.fields, d.fields + 5, f.fields) && d.bias == f.bias) {
+          if (d.norm != kNormImplied)
+            return {std::nullopt, "floats whose mantissa has no implied leading bit (not IEEE)"};
+          if (d.inner_pad != kPadZero) return {std::nullopt, "floats whose internal padding is not zeros"};
           return {f.dtype, {}, big};
+        }
       return {std::nullopt, "a floating-point layout that is not IEEE float16, float32 or float64"};
     }
     case 8:
@@ -225,7 +261,12 @@ class Builder {
     while (!records.done()) {
       check_budget();
       const uint8_t kind = records.u8();
-      if (kind == kRecordAttribute) {
+      if (kind == kRecordBase) {
+        if (based_ || !paths_.empty()) records.fail("a base address after the first dataset or twice");
+        base_ = records.u64();
+        if (base_ > source_.length) records.fail("a base address past the end of the file");
+        based_ = true;
+      } else if (kind == kRecordAttribute) {
         const std::string name = records.str(64);
         const std::string value = records.str(kMaxAttributeBytes);
         attribute(name, value);
@@ -293,10 +334,10 @@ class Builder {
         if (d.storage != *nbytes)
           fail(d, "its storage is " + std::to_string(d.storage) + " bytes but shape and type need " +
                       std::to_string(*nbytes));
-        if (d.offset > source_.length || *nbytes > source_.length - d.offset)
+        if (!inside(d.offset, *nbytes))
           fail(d, "its data at " + std::to_string(d.offset) + " runs past the end of the file");
-        t.bytes = ByteSpan::mapped(source_.file, source_.base + d.offset, *nbytes);
-        t.source.offset = source_.base + d.offset;
+        t.bytes = ByteSpan::mapped(source_.file, in_mapping(d.offset), *nbytes);
+        t.source.offset = in_mapping(d.offset);
       }
       t.extras["hdf5_layout"] = "contiguous";
     } else if (d.layout == kLayoutCompact) {
@@ -381,7 +422,7 @@ class Builder {
       }
       if (chunk_at[cell] != kNone) fail(d, "two chunks at the same coordinates");
       chunk_at[cell] = static_cast<uint32_t>(index);
-      if (c.address > source_.length || c.size > source_.length - c.address || c.size == 0)
+      if (!inside(c.address, c.size) || c.size == 0)
         fail(d, "a chunk at " + std::to_string(c.address) + " of " + std::to_string(c.size) +
                     " bytes runs past the end of the file");
       if (d.filters.size() < 32 && (c.mask >> d.filters.size()) != 0)
@@ -426,8 +467,8 @@ class Builder {
       if (deflated && *chunk_bytes / kMaxDeflateRatio > c.size)
         fail(d, "a chunk of " + std::to_string(c.size) + " deflated bytes cannot make " +
                     std::to_string(*chunk_bytes));
-      piece.bytes = ByteSpan::mapped(source_.file, source_.base + c.address, c.size);
-      piece.source = {source_.name, source_.base + c.address};
+      piece.bytes = ByteSpan::mapped(source_.file, in_mapping(c.address), c.size);
+      piece.source = {source_.name, in_mapping(c.address)};
     }
     if (nbytes == 0) {
       t.pieces.clear();
@@ -439,11 +480,48 @@ class Builder {
     return true;
   }
 
+  // Every address the child sends counts from the file's base address:
+  // whether [address, address + size) lies inside the HDF5 bytes after the
+  // base, and where `address` is in the mapping.
+  bool inside(uint64_t address, uint64_t size) const {
+    const uint64_t room = source_.length - base_;
+    return address <= room && size <= room - address;
+  }
+  uint64_t in_mapping(uint64_t address) const { return source_.base + base_ + address; }
+
   Catalog& catalog_;
   const Source& source_;
+  uint64_t base_ = 0;  // the file's base address, from the start of the HDF5 bytes
+  bool based_ = false;
   nlohmann::json left_out_ = nlohmann::json::array();
   std::unordered_set<std::string> paths_;
 };
+
+// What the zlib stream `in` inflates to, counted through a small buffer
+// (a chunk may decode to far more than the check may hold), stopping past
+// `expected`; UINT64_MAX when it is corrupt or ends early.
+uint64_t inflated_size(std::span<const std::byte> in, uint64_t expected) {
+  z_stream zs{};
+  if (inflateInit(&zs) != Z_OK) return UINT64_MAX;
+  std::array<Bytef, 64 * 1024> out{};
+  uint64_t fed = 0, made = 0;
+  int rc = Z_OK;
+  while (rc == Z_OK && made <= expected) {
+    if (zs.avail_in == 0 && fed < in.size()) {
+      const uint64_t n = std::min<uint64_t>(in.size() - fed, uint64_t{1} << 30);
+      zs.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(in.data() + fed));
+      zs.avail_in = static_cast<uInt>(n);
+      fed += n;
+    }
+    zs.next_out = out.data();
+    zs.avail_out = static_cast<uInt>(out.size());
+    rc = inflate(&zs, Z_NO_FLUSH);
+    made += out.size() - zs.avail_out;
+    if (rc == Z_BUF_ERROR && zs.avail_in == 0 && fed < in.size()) rc = Z_OK;  // more to feed
+  }
+  inflateEnd(&zs);
+  return rc == Z_STREAM_END ? made : UINT64_MAX;
+}
 
 // --check: every stored chunk read back and, when deflated, inflated to
 // its end (a chunk that does not decode, or decodes to another size, is a
@@ -470,7 +548,6 @@ void add_chunk_check(const Catalog& catalog, IntegrityChecks& checks, const std:
   const std::string format = catalog.format;
   checks.push_back(
       {"the chunks of the HDF5 datasets", total, [ranges, display, format](const auto& progress) {
-         std::string out;
          for (const Range& r : *ranges) {
            auto in = r.bytes.span();
            if (r.checksum != 0) {
@@ -479,16 +556,10 @@ void add_chunk_check(const Catalog& catalog, IntegrityChecks& checks, const std:
                                 "a chunk of \"" + r.name + "\" does not match its Fletcher-32 checksum");
              in = in.first(in.size() - r.checksum);
            }
-           if (r.deflated) {
-             out.resize(r.size + 1);
-             uLongf produced = static_cast<uLongf>(out.size());
-             const int rc = uncompress(reinterpret_cast<Bytef*>(out.data()), &produced,
-                                       reinterpret_cast<const Bytef*>(in.data()), in.size());
-             if (rc != Z_OK || produced != r.size)
-               throw ModelError(display, format, r.bytes.file_offset(),
-                                "a chunk of \"" + r.name + "\" does not inflate to its " +
-                                    std::to_string(r.size) + " bytes");
-           }
+           if (r.deflated && inflated_size(in, r.size) != r.size)
+             throw ModelError(display, format, r.bytes.file_offset(),
+                              "a chunk of \"" + r.name + "\" does not inflate to its " +
+                                  std::to_string(r.size) + " bytes");
            progress(r.bytes.size());
          }
        }});
@@ -498,10 +569,13 @@ Catalog open_source(const Source& source, std::string format, IntegrityChecks* c
   catalog.format = std::move(format);
   catalog.mtime = source.file->mtime();
   if (catalog.files.empty()) catalog.files.push_back(source.name);
-  // libhdf5's own memory: the model's budget and a margin for the library.
+  // libhdf5 is held to the model's budget as the parent is: it may use
+  // what the budget has left, and a fixed margin for the library's own
+  // state (its metadata cache, free lists, the driver's blocks).
   SandboxLimits limits;
   if (const Budget* budget = current_budget(); budget != nullptr)
-    limits.memory_bytes = budget->limit() + (uint64_t{512} << 20);
+    limits.memory_bytes =
+        (budget->limit() > budget->used() ? budget->limit() - budget->used() : 0) + kLibraryBytes;
   const std::string stream =
       run_sandboxed(*source.file, source.base, source.length, source.display, walk_hdf5_child, limits);
   add_records(catalog, stream, source);

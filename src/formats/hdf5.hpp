@@ -16,7 +16,8 @@
 // as it would a file: every offset and size inside the HDF5 bytes, sizes
 // equal to shape x element size, chunk coordinates on the chunk grid and
 // inside the shape, filters only Deflate and Shuffle, names and counts
-// bounded. Tensors are then served from the mapping: contiguous datasets
+// bounded, and a type served in place only when every property of its
+// bits equals its dtype's. Tensors are then served from the mapping: contiguous datasets
 // as ranges, chunked ones as box pieces (catalog.hpp, Piece), compact ones
 // as owned bytes. Datasets of other types (strings, compound, references,
 // variable length) and layouts (virtual, external) are left out and
@@ -24,10 +25,15 @@
 //
 // The record stream (child -> parent, little-endian; str = u32 length +
 // bytes):
+//   'B' u64 base address                     where the superblock is (after a user
+//                                            block); at most once, before any 'D'.
+//                                            Every data address below counts from it
 //   'A' str name, str value                  a root attribute (Keras metadata)
 //   'S' str path, str reason                 an object left out by the child
 //   'D' str path, u8 class, u64 size, u8 order, u8 sign,
 //       u64 x 5 float fields (sign pos, exp pos, exp size, mant pos, mant size), u64 exp bias,
+//       u64 precision, u64 bit offset, u8 lsb pad, u8 msb pad, u8 norm, u8 internal pad
+//       (libhdf5's enum values; 255 where the class has no such property),
 //       u8 is_bool, str opaque tag, str dtype attribute,
 //       u8 rank, u64 dims[rank], u8 layout, u8 external, then by layout:
 //         contiguous: u64 offset (kUndefined: none), u64 storage size
@@ -50,6 +56,7 @@ namespace modelfs::hdf5 {
 inline constexpr uint8_t kRecordAttribute = 'A';
 inline constexpr uint8_t kRecordSkipped = 'S';
 inline constexpr uint8_t kRecordDataset = 'D';
+inline constexpr uint8_t kRecordBase = 'B';
 inline constexpr uint8_t kLayoutCompact = 0, kLayoutContiguous = 1, kLayoutChunked = 2, kLayoutVirtual = 3,
                          kLayoutOther = 255;
 inline constexpr uint64_t kUndefined = ~uint64_t{0};

@@ -85,6 +85,7 @@ haddr_t vfd_get_eof(const H5FD_t*, H5FD_mem_t) { return g_length; }
 // asked for and kept (direct-mapped), so a walk costs one round trip to
 // the parent per block, not per object header.
 constexpr uint64_t kBlock = kMaxReadChunk;
+constexpr size_t kCacheBytes = 4 << 20;  // libhdf5's metadata cache at most
 constexpr size_t kSlots = 64;
 struct Slot {
   uint64_t block = kUndefined;
@@ -153,22 +154,42 @@ struct Walk {
   uint64_t objects = 0;
   uint64_t cells = 0;         // chunk-grid cells looked up, over the file
   uint64_t lookup_steps = 0;  // their cost in libhdf5 (kMaxChunkLookupSteps)
+  uint64_t base = 0;          // the base address: where the superblock is, after any user block
   std::string failure;
 };
+
+// Whether an allocation failed in the walk (libhdf5 said so, or ours threw):
+// the process reached the memory it may use.
+bool g_out_of_memory = false;
 
 // What libhdf5 last said went wrong, the innermost entry of its error
 // stack ("incorrect metadata checksum after all read attempts", "truncated
 // file: ..."), "" when it said nothing.
 std::string library_error() {
-  std::string said;
+  struct Said {
+    std::string text;
+    bool memory = false;
+  } said;
   H5Ewalk2(
       H5E_DEFAULT, H5E_WALK_UPWARD,
       [](unsigned n, const H5E_error2_t* e, void* out) -> herr_t {
-        if (n == 0 && e != nullptr && e->desc != nullptr) *static_cast<std::string*>(out) = e->desc;
+        auto& said = *static_cast<Said*>(out);
+        if (e == nullptr) return 0;
+        if (n == 0 && e->desc != nullptr) said.text = e->desc;
+        if (e->min_num == H5E_CANTALLOC || e->min_num == H5E_NOSPACE) said.memory = true;
         return 0;
       },
       &said);
-  return said.size() > 200 ? said.substr(0, 200) + "..." : said;
+  g_out_of_memory = g_out_of_memory || said.memory;
+  return said.text.size() > 200 ? said.text.substr(0, 200) + "..." : said.text;
+}
+
+// The walk's last packet when it fails: why, marked as running out of
+// memory when it did (the parent names its limit).
+int send_failure(std::string_view why) {
+  send_packet(g_socket, g_out_of_memory ? Packet::OutOfMemory : Packet::Failure, why.data(),
+              why.size() < 1024 ? why.size() : 1024);
+  return g_out_of_memory ? 4 : 3;
 }
 
 // `why`, with what libhdf5 said of it when it said something (else
@@ -233,170 +254,248 @@ void skipped(const std::string& path, std::string_view why) {
   g_out.str(why);
 }
 
-bool describe_dataset(Walk& walk, hid_t dset, const std::string& path) {
-  const hid_t type = H5Dget_type(dset);
-  const hid_t space = H5Dget_space(dset);
-  const hid_t dcpl = H5Dget_create_plist(dset);
-  if (type < 0 || space < 0 || dcpl < 0) return failed(walk, "cannot read the dataset " + path);
+// The element type as the parent needs it to decide whether the stored
+// bytes are a tensor's: class, size, order and sign, and every other
+// property of the bits (precision, bit offset, padding; a float's fields,
+// bias, normalization and internal padding), which the parent compares
+// with its dtype's. Properties a class does not have are sent as 255 (a
+// failed libhdf5 call's -1).
+void describe_type(hid_t dset, hid_t type) {
   const H5T_class_t cls = H5Tget_class(type);
-  const int rank = H5Sget_simple_extent_ndims(space);
-  const H5D_layout_t layout = H5Pget_layout(dcpl);
-  bool ok = true;
-  if (rank < 0 || rank > static_cast<int>(kMaxRank) || H5Sget_simple_extent_type(space) == H5S_NULL) {
-    skipped(path, rank < 0 || H5Sget_simple_extent_type(space) == H5S_NULL
-                      ? "a dataset with no dataspace"
-                      : "more than " + std::to_string(kMaxRank) + " dimensions");
-  } else {
-    std::vector<hsize_t> dims(static_cast<size_t>(rank));
-    H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-    g_out.u8(kRecordDataset);
-    g_out.str(path);
-    g_out.u8(static_cast<uint8_t>(cls));
-    g_out.u64(H5Tget_size(type));
-    g_out.u8(static_cast<uint8_t>(H5Tget_order(type)));
-    g_out.u8(cls == H5T_INTEGER ? static_cast<uint8_t>(H5Tget_sign(type)) : 0);
-    size_t fields[5] = {};
-    size_t bias = 0;
-    if (cls == H5T_FLOAT) {
-      H5Tget_fields(type, &fields[0], &fields[1], &fields[2], &fields[3], &fields[4]);
-      bias = H5Tget_ebias(type);
-    }
-    for (const size_t f : fields) g_out.u64(f);
-    g_out.u64(bias);
-    // h5py's bool: an enum over a 1-byte integer of FALSE = 0, TRUE = 1.
-    bool is_bool = false;
-    if (cls == H5T_ENUM && H5Tget_size(type) == 1 && H5Tget_nmembers(type) == 2) {
-      is_bool = true;
-      for (unsigned i = 0; i < 2; ++i) {
-        char* name = H5Tget_member_name(type, i);
-        int8_t value = -1;
-        H5Tget_member_value(type, i, &value);
-        if (name == nullptr || value != static_cast<int8_t>(i) ||
-            std::strcmp(name, i ? "TRUE" : "FALSE") != 0)
-          is_bool = false;
-        if (name != nullptr) H5free_memory(name);
-      }
-    }
-    g_out.u8(is_bool);
-    std::string tag;
-    if (cls == H5T_OPAQUE) {
-      char* text = H5Tget_tag(type);
-      if (text != nullptr) {
-        tag.assign(text, strnlen(text, 256));
-        H5free_memory(text);
-      }
-    }
-    g_out.str(tag);
-    std::string dtype_attr;
-    read_string_attribute(dset, "dtype", dtype_attr);
-    g_out.str(dtype_attr.substr(0, 64));
-    g_out.u8(static_cast<uint8_t>(rank));
-    for (const hsize_t d : dims) g_out.u64(d);
-    const int external = H5Pget_external_count(dcpl);
-    g_out.u8(layout == H5D_COMPACT      ? kLayoutCompact
-             : layout == H5D_CONTIGUOUS ? kLayoutContiguous
-             : layout == H5D_CHUNKED    ? kLayoutChunked
-             : layout == H5D_VIRTUAL    ? kLayoutVirtual
-                                        : kLayoutOther);
-    g_out.u8(external != 0);
-    if (layout == H5D_CONTIGUOUS && external == 0) {
-      const haddr_t offset = H5Dget_offset(dset);
-      g_out.u64(offset == HADDR_UNDEF ? kUndefined : offset);
-      g_out.u64(H5Dget_storage_size(dset));
-    } else if (layout == H5D_CHUNKED) {
-      std::vector<hsize_t> chunk(static_cast<size_t>(rank));
-      if (H5Pget_chunk(dcpl, rank, chunk.data()) != rank)
-        return failed(walk, "cannot read the chunks of " + path);
-      for (const hsize_t c : chunk) g_out.u64(c);
-      const int filters = H5Pget_nfilters(dcpl);
-      g_out.u8(static_cast<uint8_t>(filters < 0 ? 0 : filters > 32 ? 32 : filters));
-      for (int i = 0; i < filters && i < 32; ++i) {
-        unsigned flags = 0;
-        size_t nvalues = 0;
-        g_out.u32(static_cast<uint32_t>(
-            H5Pget_filter2(dcpl, static_cast<unsigned>(i), &flags, &nvalues, nullptr, 0, nullptr, nullptr)));
-      }
-      // Whether a chunk never written reads as zero bytes.
-      bool fill_zero = false;
-      unsigned char fill[64] = {};
-      if (H5Tget_size(type) <= sizeof fill && H5Pget_fill_value(dcpl, type, fill) >= 0) {
-        fill_zero = true;
-        for (const unsigned char b : fill) fill_zero = fill_zero && b == 0;
-      }
-      g_out.u8(fill_zero);
-      // The grid's cells, each looked up by its coordinates (an index
-      // lookup each; H5Dget_chunk_info by number walks the index from its
-      // start every time).
-      bool empty = false;
-      for (int i = 0; i < rank; ++i) {
-        if (chunk[i] == 0) return failed(walk, "a chunk dimension of 0 in " + path);
-        empty = empty || dims[i] == 0;
-      }
-      uint64_t grid = 1;
-      for (int i = 0; i < rank && !empty && grid != 0; ++i) {
-        const uint64_t n = dims[i] / chunk[i] + (dims[i] % chunk[i] != 0);
-        grid = grid > kMaxChunkCells / n ? 0 : grid * n;
-      }
-      if (empty) {
-        g_out.u64(0);
-      } else if (grid == 0) {
-        g_out.u64(kUndefined);  // more cells than a dataset may have: the parent leaves it out
-      } else {
-        walk.cells += grid;
-        if (walk.cells > kMaxFileChunkCells)
-          return failed(walk, "more than " + std::to_string(kMaxFileChunkCells) + " chunks in the file");
-        // One walk of the index counts the stored chunks; each cell's
-        // lookup then walks up to all of them.
-        hsize_t stored = 0;
-        if (H5Dget_num_chunks(dset, space, &stored) < 0)
-          return failed(walk, "cannot count the chunks of " + path);
-        const uint64_t steps = stored == 0                            ? 0
-                               : grid > kMaxChunkLookupSteps / stored ? kMaxChunkLookupSteps + 1
-                                                                      : grid * stored;
-        if (steps > kMaxChunkLookupSteps - walk.lookup_steps) {
-          g_out.u64(kTooManyLookups);
-          return true;
-        }
-        walk.lookup_steps += steps;
-        std::vector<hsize_t> at(static_cast<size_t>(rank), 0);
-        std::vector<std::pair<std::vector<hsize_t>, std::array<uint64_t, 3>>> found;
-        for (uint64_t cell = 0; cell < grid; ++cell) {
-          unsigned mask = 0;
-          haddr_t addr = HADDR_UNDEF;
-          hsize_t size = 0;
-          if (H5Dget_chunk_info_by_coord(dset, at.data(), &mask, &addr, &size) >= 0 && addr != HADDR_UNDEF)
-            found.push_back({at, {mask, addr, size}});
-          for (int i = rank - 1; i >= 0; --i) {
-            at[i] += chunk[i];
-            if (at[i] < dims[i]) break;
-            at[i] = 0;
-          }
-        }
-        g_out.u64(found.size());
-        for (const auto& [coords, info] : found) {
-          for (const hsize_t c : coords) g_out.u64(c);
-          g_out.u32(static_cast<uint32_t>(info[0]));
-          g_out.u64(info[1]);
-          g_out.u64(info[2]);
-        }
-      }
-    } else if (layout == H5D_COMPACT) {
-      const hssize_t n = H5Sget_simple_extent_npoints(space);
-      const size_t size = H5Tget_size(type);
-      if (n < 0 || size == 0 || static_cast<uint64_t>(n) > kMaxCompactBytes / size) {
-        g_out.u64(kUndefined);
-      } else {
-        std::string bytes(static_cast<size_t>(n) * size, '\0');
-        if (n > 0 && H5Dread(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) < 0)
-          return failed(walk, "cannot read the compact dataset " + path);
-        g_out.u64(bytes.size());
-        g_out.put(bytes.data(), bytes.size());
-      }
+  const bool numeric = cls == H5T_INTEGER || cls == H5T_FLOAT || cls == H5T_ENUM;
+  constexpr uint8_t kNone = 255;
+  g_out.u8(static_cast<uint8_t>(cls));
+  g_out.u64(H5Tget_size(type));
+  g_out.u8(static_cast<uint8_t>(H5Tget_order(type)));
+  g_out.u8(cls == H5T_INTEGER || cls == H5T_ENUM ? static_cast<uint8_t>(H5Tget_sign(type)) : kNone);
+  size_t fields[5] = {};
+  size_t bias = 0;
+  if (cls == H5T_FLOAT) {
+    H5Tget_fields(type, &fields[0], &fields[1], &fields[2], &fields[3], &fields[4]);
+    bias = H5Tget_ebias(type);
+  }
+  for (const size_t f : fields) g_out.u64(f);
+  g_out.u64(bias);
+  // An enum's bits are its base integer's (libhdf5 answers for the base).
+  const int offset = numeric ? H5Tget_offset(type) : -1;
+  H5T_pad_t lsb = H5T_PAD_ERROR, msb = H5T_PAD_ERROR;
+  if (numeric) H5Tget_pad(type, &lsb, &msb);
+  g_out.u64(numeric ? H5Tget_precision(type) : 0);
+  g_out.u64(offset < 0 ? kUndefined : static_cast<uint64_t>(offset));
+  g_out.u8(static_cast<uint8_t>(lsb));
+  g_out.u8(static_cast<uint8_t>(msb));
+  g_out.u8(cls == H5T_FLOAT ? static_cast<uint8_t>(H5Tget_norm(type)) : kNone);
+  g_out.u8(cls == H5T_FLOAT ? static_cast<uint8_t>(H5Tget_inpad(type)) : kNone);
+  // h5py's bool: an enum over a 1-byte integer of FALSE = 0, TRUE = 1.
+  bool is_bool = false;
+  if (cls == H5T_ENUM && H5Tget_size(type) == 1 && H5Tget_nmembers(type) == 2) {
+    is_bool = true;
+    for (unsigned i = 0; i < 2; ++i) {
+      char* name = H5Tget_member_name(type, i);
+      int8_t value = -1;
+      H5Tget_member_value(type, i, &value);
+      if (name == nullptr || value != static_cast<int8_t>(i) || std::strcmp(name, i ? "TRUE" : "FALSE") != 0)
+        is_bool = false;
+      if (name != nullptr) H5free_memory(name);
     }
   }
-  H5Pclose(dcpl);
-  H5Sclose(space);
-  H5Tclose(type);
+  g_out.u8(is_bool);
+  std::string tag;
+  if (cls == H5T_OPAQUE) {
+    char* text = H5Tget_tag(type);
+    if (text != nullptr) {
+      tag.assign(text, strnlen(text, 256));
+      H5free_memory(text);
+    }
+  }
+  g_out.str(tag);
+  std::string dtype_attr;
+  read_string_attribute(dset, "dtype", dtype_attr);
+  g_out.str(dtype_attr.substr(0, 64));
+}
+
+// A dataset's handles, closed on every way out.
+struct DatasetHandles {
+  hid_t type = -1, space = -1, dcpl = -1;
+  explicit DatasetHandles(hid_t dset)
+      : type(H5Dget_type(dset)), space(H5Dget_space(dset)), dcpl(H5Dget_create_plist(dset)) {}
+  DatasetHandles(const DatasetHandles&) = delete;
+  DatasetHandles& operator=(const DatasetHandles&) = delete;
+  ~DatasetHandles() {
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (space >= 0) H5Sclose(space);
+    if (type >= 0) H5Tclose(type);
+  }
+};
+
+// Whether libhdf5 gives chunk addresses from the start of the file: 1.14.4
+// on (HDFGroup/hdf5 #4236) adds the base address, as H5Dget_offset always
+// has; before, they count from the base address.
+bool chunk_addresses_from_file_start() {
+  unsigned major = 0, minor = 0, release = 0;
+  H5get_libversion(&major, &minor, &release);
+  return major > 1 || (major == 1 && (minor > 14 || (minor == 14 && release >= 4)));
+}
+
+// An address libhdf5 gave counted from the file's start, sent from its base.
+bool from_base(Walk& walk, haddr_t& address, const std::string& path) {
+  if (address == HADDR_UNDEF) return true;
+  if (address < walk.base) return failed(walk, "data of " + path + " before the file's base address");
+  address -= walk.base;
+  return true;
+}
+
+bool describe_contiguous(Walk& walk, hid_t dset, const std::string& path) {
+  // From the file's start: libhdf5 adds the base address, also to the
+  // undefined address of storage never allocated (wrapping it).
+  haddr_t offset = H5Dget_offset(dset);
+  if (offset == HADDR_UNDEF + walk.base) offset = HADDR_UNDEF;
+  if (!from_base(walk, offset, path)) return false;
+  g_out.u64(offset == HADDR_UNDEF ? kUndefined : offset);
+  g_out.u64(H5Dget_storage_size(dset));
+  return true;
+}
+
+bool describe_compact(Walk& walk, hid_t dset, const DatasetHandles& h, const std::string& path) {
+  const hssize_t n = H5Sget_simple_extent_npoints(h.space);
+  const size_t size = H5Tget_size(h.type);
+  if (n < 0 || size == 0 || static_cast<uint64_t>(n) > kMaxCompactBytes / size) {
+    g_out.u64(kUndefined);
+    return true;
+  }
+  std::string bytes(static_cast<size_t>(n) * size, '\0');
+  if (n > 0 && H5Dread(dset, h.type, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) < 0)
+    return failed(walk, "cannot read the compact dataset " + path);
+  g_out.u64(bytes.size());
+  g_out.put(bytes.data(), bytes.size());
+  return true;
+}
+
+// The grid's cells, each looked up by its coordinates (an index lookup
+// each; H5Dget_chunk_info by number walks the index from its start every
+// time): the count, then each stored chunk.
+bool describe_chunk_grid(Walk& walk, hid_t dset, hid_t space, const std::vector<hsize_t>& dims,
+                         const std::vector<hsize_t>& chunk, const std::string& path) {
+  const size_t rank = dims.size();
+  bool empty = false;
+  for (size_t i = 0; i < rank; ++i) {
+    if (chunk[i] == 0) return failed(walk, "a chunk dimension of 0 in " + path);
+    empty = empty || dims[i] == 0;
+  }
+  uint64_t grid = 1;
+  for (size_t i = 0; i < rank && !empty && grid != 0; ++i) {
+    const uint64_t n = dims[i] / chunk[i] + (dims[i] % chunk[i] != 0);
+    grid = grid > kMaxChunkCells / n ? 0 : grid * n;
+  }
+  if (empty) {
+    g_out.u64(0);
+    return true;
+  }
+  if (grid == 0) {
+    g_out.u64(kUndefined);  // more cells than a dataset may have: the parent leaves it out
+    return true;
+  }
+  walk.cells += grid;
+  if (walk.cells > kMaxFileChunkCells)
+    return failed(walk, "more than " + std::to_string(kMaxFileChunkCells) + " chunks in the file");
+  // One walk of the index counts the stored chunks; each cell's lookup
+  // then walks up to all of them.
+  hsize_t stored = 0;
+  if (H5Dget_num_chunks(dset, space, &stored) < 0) return failed(walk, "cannot count the chunks of " + path);
+  const uint64_t steps = stored == 0                            ? 0
+                         : grid > kMaxChunkLookupSteps / stored ? kMaxChunkLookupSteps + 1
+                                                                : grid * stored;
+  if (steps > kMaxChunkLookupSteps - walk.lookup_steps) {
+    g_out.u64(kTooManyLookups);
+    return true;
+  }
+  walk.lookup_steps += steps;
+  const bool from_start = chunk_addresses_from_file_start();
+  std::vector<hsize_t> at(rank, 0);
+  std::vector<std::pair<std::vector<hsize_t>, std::array<uint64_t, 3>>> found;
+  for (uint64_t cell = 0; cell < grid; ++cell) {
+    unsigned mask = 0;
+    haddr_t addr = HADDR_UNDEF;
+    hsize_t size = 0;
+    if (H5Dget_chunk_info_by_coord(dset, at.data(), &mask, &addr, &size) >= 0 && addr != HADDR_UNDEF) {
+      if (from_start && !from_base(walk, addr, path)) return false;
+      found.push_back({at, {mask, addr, size}});
+    }
+    for (size_t i = rank; i-- > 0;) {
+      at[i] += chunk[i];
+      if (at[i] < dims[i]) break;
+      at[i] = 0;
+    }
+  }
+  g_out.u64(found.size());
+  for (const auto& [coords, info] : found) {
+    for (const hsize_t c : coords) g_out.u64(c);
+    g_out.u32(static_cast<uint32_t>(info[0]));
+    g_out.u64(info[1]);
+    g_out.u64(info[2]);
+  }
+  return true;
+}
+
+bool describe_chunked(Walk& walk, hid_t dset, const DatasetHandles& h, const std::vector<hsize_t>& dims,
+                      const std::string& path) {
+  const int rank = static_cast<int>(dims.size());
+  std::vector<hsize_t> chunk(dims.size());
+  if (H5Pget_chunk(h.dcpl, rank, chunk.data()) != rank)
+    return failed(walk, "cannot read the chunks of " + path);
+  for (const hsize_t c : chunk) g_out.u64(c);
+  const int filters = H5Pget_nfilters(h.dcpl);
+  g_out.u8(static_cast<uint8_t>(filters < 0 ? 0 : filters > 32 ? 32 : filters));
+  for (int i = 0; i < filters && i < 32; ++i) {
+    unsigned flags = 0;
+    size_t nvalues = 0;
+    g_out.u32(static_cast<uint32_t>(
+        H5Pget_filter2(h.dcpl, static_cast<unsigned>(i), &flags, &nvalues, nullptr, 0, nullptr, nullptr)));
+  }
+  // Whether a chunk never written reads as zero bytes.
+  bool fill_zero = false;
+  unsigned char fill[64] = {};
+  if (H5Tget_size(h.type) <= sizeof fill && H5Pget_fill_value(h.dcpl, h.type, fill) >= 0) {
+    fill_zero = true;
+    for (const unsigned char b : fill) fill_zero = fill_zero && b == 0;
+  }
+  g_out.u8(fill_zero);
+  return describe_chunk_grid(walk, dset, h.space, dims, chunk, path);
+}
+
+bool describe_dataset(Walk& walk, hid_t dset, const std::string& path) {
+  const DatasetHandles h(dset);
+  if (h.type < 0 || h.space < 0 || h.dcpl < 0) return failed(walk, "cannot read the dataset " + path);
+  const int rank = H5Sget_simple_extent_ndims(h.space);
+  const bool null_space = H5Sget_simple_extent_type(h.space) == H5S_NULL;
+  if (rank < 0 || rank > static_cast<int>(kMaxRank) || null_space) {
+    skipped(path, rank < 0 || null_space ? "a dataset with no dataspace"
+                                         : "more than " + std::to_string(kMaxRank) + " dimensions");
+    return g_out.ok;
+  }
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  H5Sget_simple_extent_dims(h.space, dims.data(), nullptr);
+  g_out.u8(kRecordDataset);
+  g_out.str(path);
+  describe_type(dset, h.type);
+  g_out.u8(static_cast<uint8_t>(rank));
+  for (const hsize_t d : dims) g_out.u64(d);
+  const H5D_layout_t layout = H5Pget_layout(h.dcpl);
+  const int external = H5Pget_external_count(h.dcpl);
+  g_out.u8(layout == H5D_COMPACT      ? kLayoutCompact
+           : layout == H5D_CONTIGUOUS ? kLayoutContiguous
+           : layout == H5D_CHUNKED    ? kLayoutChunked
+           : layout == H5D_VIRTUAL    ? kLayoutVirtual
+                                      : kLayoutOther);
+  g_out.u8(external != 0);
+  bool ok = true;
+  if (layout == H5D_CONTIGUOUS && external == 0) {
+    ok = describe_contiguous(walk, dset, path);
+  } else if (layout == H5D_CHUNKED) {
+    ok = describe_chunked(walk, dset, h, dims, path);
+  } else if (layout == H5D_COMPACT) {
+    ok = describe_compact(walk, dset, h, path);
+  }
   return ok && g_out.ok;
 }
 
@@ -463,7 +562,10 @@ bool walk_group(Walk& walk, hid_t group, const std::string& prefix, unsigned dep
   Visit visit{&walk, &prefix, depth};
   hsize_t index = 0;
   const herr_t rc = H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, &index, visit_link, &visit);
-  return visit.ok && rc >= 0 && g_out.ok;
+  if (visit.ok && rc < 0)
+    return failed(walk, "cannot list the links of the group /" +
+                            prefix.substr(0, prefix.empty() ? 0 : prefix.size() - 1));
+  return visit.ok && g_out.ok;
 }
 
 void root_attributes(hid_t file) {
@@ -476,6 +578,22 @@ void root_attributes(hid_t file) {
   }
 }
 
+// libhdf5's caches sized so that its own state stays within a fixed
+// margin whatever the file holds: a metadata cache of a few MiB (its
+// default may grow to 32 MiB of images, several times that once decoded),
+// and free lists that give memory back to malloc beyond a few MiB.
+bool bound_library_memory(hid_t fapl) {
+  H5AC_cache_config_t config{};
+  config.version = H5AC__CURR_CACHE_CONFIG_VERSION;
+  if (H5Pget_mdc_config(fapl, &config) < 0) return false;
+  config.set_initial_size = true;
+  config.initial_size = kCacheBytes / 4;
+  config.min_size = kCacheBytes / 4;
+  config.max_size = kCacheBytes;
+  return H5Pset_mdc_config(fapl, &config) >= 0 &&
+         H5set_free_list_limits(1 << 20, 256 << 10, 1 << 20, 256 << 10, 1 << 20, 256 << 10) >= 0;
+}
+
 }  // namespace
 
 int walk_hdf5_child(int socket, uint64_t length) {
@@ -485,31 +603,33 @@ int walk_hdf5_child(int socket, uint64_t length) {
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     const hid_t driver = register_driver();
     const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    if (driver < 0 || fapl < 0 || H5Pset_driver(fapl, driver, nullptr) < 0) {
-      send_packet(socket, Packet::Failure, "cannot set up libhdf5", 21);
-      return 3;
-    }
+    if (driver < 0 || fapl < 0 || H5Pset_driver(fapl, driver, nullptr) < 0 || !bound_library_memory(fapl))
+      return send_failure(with_library_error("cannot set up libhdf5"));
     Walk walk;
     walk.file = H5Fopen("modelfs", H5F_ACC_RDONLY, fapl);
-    if (walk.file < 0) {
-      const std::string why =
-          with_library_error("not an HDF5 file it can open", "no superblock, or a damaged one");
-      send_packet(socket, Packet::Failure, why.data(), why.size());
-      return 3;
-    }
+    if (walk.file < 0)
+      return send_failure(
+          with_library_error("not an HDF5 file it can open", "no superblock, or a damaged one"));
+    // Every data address goes to the parent counted from the base address
+    // the file declares (libhdf5 keeps it as the user block's size).
+    const hid_t fcpl = H5Fget_create_plist(walk.file);
+    hsize_t base = 0;
+    if (fcpl < 0 || H5Pget_userblock(fcpl, &base) < 0)
+      return send_failure(with_library_error("cannot read the file's base address"));
+    H5Pclose(fcpl);
+    walk.base = base;
+    g_out.u8(kRecordBase);
+    g_out.u64(base);
     root_attributes(walk.file);
     const bool ok = walk_group(walk, walk.file, "", 0);
     g_out.flush();
-    if (!ok || !g_out.ok) {
-      const std::string why = walk.failure.empty() ? "the walk of its groups failed" : walk.failure;
-      send_packet(socket, Packet::Failure, why.data(), why.size() < 1024 ? why.size() : 1024);
-      return 3;
-    }
+    if (!ok || !g_out.ok)
+      return send_failure(walk.failure.empty() ? "the walk of its groups failed" : walk.failure);
     send_packet(socket, Packet::End, nullptr, 0);
     return 0;
   } catch (...) {
-    send_packet(socket, Packet::Failure, "out of memory", 13);
-    return 4;
+    g_out_of_memory = true;
+    return send_failure("an allocation failed");
   }
 }
 

@@ -30,6 +30,28 @@ constexpr std::string_view kFormat = "hdf5";
 // The child's socket, at a fixed number so the seccomp filter, built in
 // the parent, can name it.
 constexpr int kChildSocket = 3;
+// Address space the child may reserve beyond what it may use (a malloc
+// arena reserves 64 MiB at a time, twice that while aligning it).
+constexpr uint64_t kReservedBytes = uint64_t{512} << 20;
+// (gcc says AddressSanitizer is on with __SANITIZE_ADDRESS__, older clang
+// only through __has_feature.)
+#if defined(__SANITIZE_ADDRESS__)
+#define MODELFS_HDF5_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MODELFS_HDF5_ASAN 1
+#endif
+#endif
+#if defined(MODELFS_HDF5_ASAN)
+// AddressSanitizer keeps freed memory in a quarantine (256 MiB by default)
+// and pads every allocation with redzones: a walk of 20 000 datasets that
+// takes 35 MiB needs some 400 MiB under it, so a sanitized build gives the
+// child 1 GiB more (its allocator then ends the child where malloc would
+// fail).
+constexpr uint64_t kSanitizerBytes = uint64_t{1} << 30;
+#else
+constexpr uint64_t kSanitizerBytes = 0;
+#endif
 
 [[noreturn]] void fail(const std::string& display, const std::string& reason) {
   throw ModelError(display, std::string(kFormat), std::nullopt, reason);
@@ -84,20 +106,33 @@ Filter build_filter(const std::string& display) {
   return filter;
 }
 
-// The process's address space now, which the child inherits.
-uint64_t address_space_bytes() {
+// The process's memory now, which the child inherits: its whole address
+// space, and its data (what RLIMIT_DATA counts: heap and private writable
+// mappings; statm's "data" adds the stack, a few pages).
+struct Footprint {
+  uint64_t address_space = uint64_t{64} << 30;
+  uint64_t data = uint64_t{64} << 30;
+};
+Footprint footprint() {
+  Footprint out;
   const int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return uint64_t{64} << 30;
-  char text[128] = {};
+  if (fd < 0) return out;
+  char text[256] = {};
   const ssize_t n = read(fd, text, sizeof text - 1);
   close(fd);
-  if (n <= 0) return uint64_t{64} << 30;
-  return std::strtoull(text, nullptr, 10) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (n <= 0) return out;
+  // size resident shared text lib data dt, in pages
+  uint64_t fields[7] = {};
+  char* at = text;
+  for (uint64_t& field : fields) field = std::strtoull(at, &at, 10);
+  const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (fields[0] == 0 || fields[5] == 0) return out;
+  return {fields[0] * page, fields[5] * page};
 }
 
 // Only async-signal-safe calls until the filter is in place (the header
 // says why).
-[[noreturn]] void child_main(int socket, pid_t parent, sock_fprog program, uint64_t address_space,
+[[noreturn]] void child_main(int socket, pid_t parent, sock_fprog program, Footprint inherited,
                              const SandboxLimits& limits, ChildBody body, uint64_t length) {
   if (socket != kChildSocket && dup2(socket, kChildSocket) != kChildSocket) _exit(120);
   for (int fd = 0; fd < kChildSocket; ++fd) close(fd);
@@ -114,6 +149,12 @@ uint64_t address_space_bytes() {
     value = {soft, hard};
     if (setrlimit(resource, &value) != 0) _exit(122);
   };
+  // What it may allocate is counted as data; its address space may pass
+  // that by what malloc reserves and never touches.
+  const rlim_t data = inherited.data + limits.memory_bytes + kSanitizerBytes;
+  const rlim_t address_space =
+      inherited.address_space + limits.memory_bytes + kSanitizerBytes + kReservedBytes;
+  limit(RLIMIT_DATA, data, data);
   limit(RLIMIT_AS, address_space, address_space);
   limit(RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 1);
   limit(RLIMIT_FSIZE, 0, 0);
@@ -212,7 +253,7 @@ std::string run_sandboxed(const MappedFile& file, uint64_t base, uint64_t length
   if (base > file.size() || length > file.size() - base) fail(display, "the HDF5 bytes run past the file");
   Filter filter = build_filter(display);
   const sock_fprog program = filter.program();
-  const uint64_t address_space = address_space_bytes() + limits.memory_bytes;
+  const Footprint inherited = footprint();
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
     fail(display, std::string("cannot start the HDF5 process: ") + std::strerror(errno));
@@ -224,7 +265,7 @@ std::string run_sandboxed(const MappedFile& file, uint64_t base, uint64_t length
     close(pair[1]);
     fail(display, std::string("cannot start the HDF5 process: ") + std::strerror(errno));
   }
-  if (child.pid == 0) child_main(pair[1], parent, program, address_space, limits, body, length);
+  if (child.pid == 0) child_main(pair[1], parent, program, inherited, limits, body, length);
   close(pair[1]);
 
   using Clock = std::chrono::steady_clock;
@@ -284,6 +325,11 @@ std::string run_sandboxed(const MappedFile& file, uint64_t base, uint64_t length
         return records;  // the child is killed and reaped on the way out
       case Packet::Failure:
         fail(display, "libhdf5 refused it: " + printable(payload.substr(0, 512)));
+      case Packet::OutOfMemory:
+        fail(display, "libhdf5 needed more than the " + std::to_string(limits.memory_bytes >> 20) +
+                          " MiB it may use (what the model's memory budget has left, and a margin for the "
+                          "library; raise the budget with -o max_parse_mb=N): " +
+                          printable(payload.substr(0, 512)));
       default:
         fail(display, "the HDF5 process sent an unknown packet");
     }

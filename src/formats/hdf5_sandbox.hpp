@@ -5,8 +5,11 @@
 // HDF5 file is walked once, at open, by a forked child that
 //   - keeps one descriptor, its end of a SOCK_SEQPACKET socketpair, and
 //     closes every other;
-//   - runs under rlimits (address space: what it inherited plus the budget
-//     and a margin; CPU seconds; no file writes, no core, few descriptors),
+//   - runs under rlimits (data: what it inherited plus what the model's
+//     budget has left and a fixed margin for libhdf5, so a crafted file
+//     cannot make it grow past the budget as the parent cannot; address
+//     space: that and room for malloc's reservations; CPU seconds; no
+//     file writes, no core, few descriptors),
 //     PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, and a seccomp filter that
 //     kills it on any system call but reading and writing its socket,
 //     memory management, futex and exiting (so it cannot open a file);
@@ -39,10 +42,11 @@ namespace modelfs::hdf5 {
 
 // Child -> parent packets start with one of these bytes.
 enum class Packet : uint8_t {
-  Read = 'R',     // u64 offset, u64 length: answered with the bytes
-  Record = 'D',   // a record for the parent (hdf5.cpp parses them)
-  End = 'E',      // the walk ended; the child exits 0
-  Failure = 'F',  // libhdf5 refused the file: the text says why
+  Read = 'R',         // u64 offset, u64 length: answered with the bytes
+  Record = 'D',       // a record for the parent (hdf5.cpp parses them)
+  End = 'E',          // the walk ended; the child exits 0
+  Failure = 'F',      // libhdf5 refused the file: the text says why
+  OutOfMemory = 'M',  // as Failure, where an allocation failed: it reached its memory limit
 };
 // The largest read the child asks for at once, and the largest packet.
 inline constexpr uint64_t kMaxReadChunk = 64 * 1024;
@@ -51,7 +55,9 @@ inline constexpr uint64_t kMaxPacket = kMaxReadChunk + 64;
 struct SandboxLimits {
   uint64_t deadline_ms = 15'000;  // wall time the child may take, beyond the parent's own reads
   unsigned cpu_seconds = 8;
-  uint64_t memory_bytes = uint64_t{1} << 30;        // on top of what the child inherits
+  // What the child may allocate on top of what it inherits (RLIMIT_DATA):
+  // past it, malloc fails in the child and the walk with it.
+  uint64_t memory_bytes = uint64_t{1} << 30;
   uint64_t max_record_bytes = uint64_t{256} << 20;  // all records together
 };
 

@@ -233,7 +233,11 @@ class Reader {
     meta["doc_string"] = last_text(fields, model_field::kDocString);
     meta["metadata_props"] = string_map(model, fields.every(model_field::kMetadataProps));
 
-    Json graph_doc;
+    // Room for its three keys first: an ordered object that grows copies
+    // its values (their keys are const, so not moved), and the graph's
+    // may be most of the model.
+    Json graph_doc = Json::object();
+    graph_doc.get_ref<Json::object_t&>().reserve(3);
     const auto graph = fields.message(model_field::kGraph);
     if (!graph) fail(0, "the model has no graph (ModelProto field 7)");
     if (remote::is_url(model_path_.native())) open_remote_external(*graph);
@@ -256,6 +260,9 @@ class Reader {
     for (size_t i = 0; i < training.size(); ++i)
       graph_doc["training_info"].push_back(read_training_info(model.child(training[i]), i));
 
+    // Printing the graph may take several times its memory: not once the
+    // graph has passed the budget.
+    check_budget();
     const auto replace = nlohmann::json::error_handler_t::replace;
     catalog_.documents.push_back({"graph.json", graph_doc.dump(2, ' ', false, replace) + "\n"});
     return std::move(catalog_);
@@ -571,6 +578,7 @@ class Reader {
         value["unknown_type"] = type;
         break;
     }
+    check_budget();
     return {name, value};
   }
 

@@ -47,6 +47,7 @@
 
 #include "format_reader.hpp"
 #include "modelfs/catalog.hpp"
+#include "modelfs/crc32c.hpp"
 
 namespace modelfs::tfckpt {
 
@@ -62,9 +63,9 @@ inline constexpr size_t kMaxRank = 254;  // TensorShape's own limit
 // The JSON Lines text made for a bundle's DT_STRING tensors, in all.
 inline constexpr uint64_t kMaxStringTextBytes = uint64_t{1} << 30;
 
-// CRC-32C (Castagnoli) of `bytes`, continuing from `crc`.
-uint32_t crc32c_extend(uint32_t crc, std::span<const std::byte> bytes) noexcept;
-inline uint32_t crc32c(std::span<const std::byte> bytes) noexcept { return crc32c_extend(0, bytes); }
+// CRC-32C (modelfs/crc32c.hpp), as the bundle's checksums use it.
+using modelfs::crc32c;
+using modelfs::crc32c_extend;
 // LevelDB's masking of a stored CRC (a CRC of bytes holding CRCs is weak).
 constexpr uint32_t mask_crc(uint32_t crc) noexcept { return ((crc >> 15) | (crc << 17)) + 0xa282ead8U; }
 constexpr uint32_t unmask_crc(uint32_t masked) noexcept {

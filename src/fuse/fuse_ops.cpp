@@ -26,13 +26,16 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace modelfs {
@@ -195,17 +198,42 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   });
 }
 
-// Logged a bounded number of times: a truncated model can fail every read.
+// Failed reads: the first few logged, then a count every few seconds. A
+// truncated model or a server gone fails every read, and 32 readers would
+// write thousands of lines; a foreground daemon whose stderr nobody drains
+// would then block every worker on the log.
+void log_failed_read(const std::string& line) {
+  constexpr uint64_t kLogged = 5;
+  constexpr auto kCountEvery = std::chrono::seconds(10);
+  static std::mutex lock;
+  static uint64_t logged = 0, unlogged = 0;
+  static std::chrono::steady_clock::time_point counted{};
+  std::unique_lock guard(lock);
+  const auto now = std::chrono::steady_clock::now();
+  if (logged < kLogged) {
+    const bool last = ++logged == kLogged;
+    if (last) counted = now;
+    guard.unlock();
+    spdlog::error("{}{}", line, last ? " (more failed reads are counted, not logged)" : "");
+    return;
+  }
+  ++unlogged;
+  if (now - counted < kCountEvery) return;
+  const uint64_t count = std::exchange(unlogged, 0);
+  counted = now;
+  guard.unlock();
+  spdlog::error("{} more failed reads (not logged one by one), the last: {}", count, line);
+}
+
+std::string read_name(const Node& node) {
+  return node.tensor ? std::string(node.tensor->name) : std::string("a document");
+}
+
 void warn_failed_read(const Node& node, uint64_t offset, int error) {
-  static std::atomic<int> warnings{0};
-  constexpr int kMaxWarnings = 20;
-  const int n = warnings.fetch_add(1, std::memory_order_relaxed);
-  if (n >= kMaxWarnings) return;
-  const std::string name = node.tensor ? std::string(node.tensor->name) : std::string("a document");
-  spdlog::warn(
-      "read of {} at offset {} failed ({}); the reader got EIO. Was the model file "
-      "truncated or changed under the mount?{}",
-      name, offset, std::strerror(error), n + 1 == kMaxWarnings ? " (further failures not logged)" : "");
+  log_failed_read(
+      fmt::format("read of {} at offset {} failed ({}); the reader got EIO. Was the model file "
+                  "(a remote model's: its cache file) truncated or changed under the mount?",
+                  read_name(node), offset, std::strerror(error)));
 }
 
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
@@ -231,10 +259,17 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
     // If the model file shrank under the mount, that copy faults in the
     // kernel (EFAULT here, never SIGBUS in the daemon) and the kernel answers
     // the reader EIO: an error, never wrong bytes.
-    const int error =
-        context(req).tree->serve(*node, start, length, iov, scratch, [req](std::span<const iovec> v) {
-          return fuse_reply_iov(req, v.data(), static_cast<int>(v.size()));
-        });
+    int error = 0;
+    try {
+      error = context(req).tree->serve(*node, start, length, iov, scratch, [req](std::span<const iovec> v) {
+        return fuse_reply_iov(req, v.data(), static_cast<int>(v.size()));
+      });
+    } catch (const std::exception& e) {
+      // Why it failed (a remote fetch says what the server did).
+      log_failed_read(fmt::format("read of {} at offset {} failed: {}; the reader got EIO", read_name(*node),
+                                  start, e.what()));
+      return (void)fuse_reply_err(req, EIO);
+    }
     if (error < 0) return warn_failed_read(*node, start, -error);
     if (prefetcher != nullptr) prefetcher->note_read(ino, start, length, reader);
   });

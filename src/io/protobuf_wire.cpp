@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "modelfs/protobuf_wire.hpp"
 
+#include "modelfs/budget.hpp"
+
 #include <algorithm>
 
 #include "modelfs/error.hpp"
@@ -131,7 +133,12 @@ void append_varints(const WireField& field, const WireContext& context, std::vec
   expect_type(field, WireType::Length, "hold varints", context);
   uint64_t pos = 0;
   MappedFile::ensure_at(field.payload.data(), field.payload.size());
-  while (pos < field.payload.size()) out.push_back(read_varint(field.payload, pos, context, field.offset));
+  // A packed list of a few MB is millions of values: the vector's growth is
+  // refused as it passes the budget, not after the list is copied on.
+  while (pos < field.payload.size()) {
+    out.push_back(read_varint(field.payload, pos, context, field.offset));
+    check_budget();
+  }
 }
 
 std::span<const std::byte> payload_bytes(const WireField& field) {

@@ -9,7 +9,8 @@
 namespace modelfs::remote {
 
 // What a remote object keeps for each block in memory: the readers pinning
-// it, its last use, whether a fetch has claimed it. Entries live in chunks
+// it, its last use, whether a fetch has claimed it, whether its cached
+// bytes were checked. Entries live in chunks
 // allocated when one of their blocks is first touched, so the table costs
 // what the blocks fetched and read need (64 KiB per GiB of the object
 // touched), not what the size a server claims would (a pointer per GiB).
@@ -19,6 +20,9 @@ class BlockTable {
     std::atomic<uint32_t> pins{0};
     bool in_flight = false;  // guarded by the owner's lock
     std::atomic<uint64_t> used{0};
+    // Set once its bytes are known to be the object's: fetched by this
+    // daemon, or matched against the checksum of its mark.
+    std::atomic<bool> trusted{false};
   };
   static constexpr uint64_t kChunkBlocks = 4096;
 

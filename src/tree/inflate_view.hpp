@@ -4,20 +4,19 @@
 // member), inflated for exactly what each read asks. Nothing is inflated
 // ahead of a read and no member is ever held whole.
 //
-// Deflate cannot be entered in the middle, so a read at offset N inflates
-// from the last point reached before N. A few inflate states, shared by
-// every view of the process, are kept where the last reads stopped
-// (checkpoints): a sequential reader continues from its previous read and
-// pays in proportion to what it reads; a read behind every checkpoint
-// starts the stream again. Memory is those few states (zlib's 32 KiB window
-// each) and one read's output per reading thread.
+// Deflate cannot be entered in the middle: a read inflates from the
+// nearest state the process's deflate index (inflate_index.hpp) keeps at
+// or before its offset: a fixed point every few MiB of output, so a random
+// read inflates at most one span once the stream has been passed through,
+// or where a read stopped, so a sequential reader pays in proportion to
+// what it reads. Memory is the index's (bounded for the process) and one
+// read's output per reading thread.
 //
-// The mapped-bytes rule (ARCHITECTURE.md): zlib's state must be taken under
-// a lock, and a lock may not be held where a SIGBUS jump can pass. So the
-// work is done in prepare(): it locks, makes the compressed bytes present,
-// inflates under its own guard (zlib's frames hold nothing to destroy) into
-// the calling thread's buffer, and unlocks as it returns or throws; fill()
-// only copies from that buffer and reads no mapping.
+// The mapped-bytes rule (ARCHITECTURE.md): the work is done in prepare(),
+// which inflates under read_mapped's guard (zlib's frames hold nothing to
+// destroy; the index's lock is never held there) into the calling
+// thread's buffer; fill() only copies from that buffer and reads no
+// mapping.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -45,9 +44,8 @@ class InflateView final : public ComputedBytes {
   void fill(uint64_t offset, std::span<std::byte> out) const override;
 
  private:
-  uint64_t id_;      // which checkpoints are this view's (addresses are reused)
+  uint64_t id_;      // which index points are this view's (addresses are reused)
   ByteSpan stream_;  // the deflate stream, in the mapping
-  uint64_t stream_size_;
   uint64_t decoded_offset_;
   uint64_t size_;
   uint64_t decoded_size_;

@@ -182,6 +182,7 @@ class PerChannelConversion final : public ElementConversion {
  public:
   PerChannelConversion(DType stored, const PerChannelAffine& p) : stored_(stored), p_(p) {}
   uint32_t stored_bits() const noexcept override { return quantized_bits(stored_); }
+  bool by_position() const noexcept override { return true; }
   uint32_t value_size() const noexcept override { return 4; }
   // The scales and zero points may lie in a remote model's mapping.
   void prepare() const override {
@@ -466,6 +467,17 @@ std::unique_ptr<ElementView> ElementView::make(const ByteSpan& stored, std::span
   view->contiguous_ = contiguous;
   view->conversion_ = std::move(conversion);
   return view;
+}
+
+std::vector<bool> ElementView::repeated_dimensions() const {
+  std::vector<bool> repeated(shape_.size(), false);
+  bool any = false;
+  for (size_t d = 0; d < shape_.size(); ++d) {
+    repeated[d] = strides_[d] == 0 && shape_[d] > 1;
+    any = any || repeated[d];
+  }
+  if (!any || conversion_->by_position()) return {};
+  return repeated;
 }
 
 void ElementView::values(uint64_t position, size_t count, std::byte* out) const {

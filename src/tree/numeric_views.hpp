@@ -56,6 +56,9 @@ class ElementConversion {
   // Makes present the mapped bytes it reads beyond `stored` (a remote
   // model's blocks): a per-channel conversion's scales and zero points.
   virtual void prepare() const {}
+  // True when a stored element's value depends on its position (a
+  // per-channel scale), not on its bits alone.
+  virtual bool by_position() const noexcept { return false; }
 };
 
 // The numpy type the .npy of a plain dtype numpy lacks holds (float32;
@@ -155,6 +158,13 @@ class ElementView final : public StoredView {
   void prepare(uint64_t offset, uint64_t length) const override;
   void fill(uint64_t offset, std::span<std::byte> out) const override;
   ElementView(ElementView&&) = default;
+  // The dimensions along which the view only repeats values (stride 0,
+  // more than one long), when it has any and its conversion gives a stored
+  // element one value wherever it appears: then the view's values are
+  // those with these dimensions' indices at 0, each appearing as many
+  // times as the product of their lengths (an expand() of a tensor has
+  // the tensor's statistics). Empty otherwise.
+  std::vector<bool> repeated_dimensions() const;
 
  private:
   ElementView(const ByteSpan& stored, uint64_t reach, uint64_t size) : StoredView(stored, reach, size) {}

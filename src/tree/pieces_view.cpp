@@ -7,9 +7,12 @@
 #include <atomic>
 #include <cstring>
 #include <list>
+#include <mutex>
 #include <numeric>
 #include <stdexcept>
+#include <unordered_map>
 
+#include "inflate_index.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_bytes.hpp"
@@ -52,35 +55,146 @@ struct ReadOut {
 thread_local ReadOut t_gathered;
 thread_local ReadOut t_converted;
 
-// Where one read's bytes come from: `length` bytes at `from` of a piece's
-// decoded bytes, to `to` of the read's output.
-struct Segment {
-  uint32_t piece;
-  uint64_t from;
-  uint64_t to;
-  uint64_t length;
-};
+using Segment = PieceSegment;
 // Segments gathered at a time: a read of a tensor whose rows are a few
 // bytes is done in steps, its memory bounded.
-constexpr size_t kSegments = 1 << 16;
+constexpr size_t kSegments = 1 << 14;
 thread_local std::vector<Segment> t_segments;
 
-// Decoded pieces kept per thread: a sequential reader's next read mostly
-// touches the pieces its last one did (a row of chunks). Bounded in bytes
-// and count; the piece a read is copying is never evicted under it.
-constexpr uint64_t kCacheBytes = uint64_t{32} << 20;
-constexpr size_t kCacheSlots = 256;
-struct Decoded {
+// Decoded pieces, shared by every thread of the process (a sequential
+// reader's next read mostly touches the pieces its last one did, a row of
+// chunks; readers of one piece share its one copy). Their bytes, and those
+// of decodes under way, are bounded by kServingDecodedBytes in all: a piece
+// is evicted, least recent first, only once no reader holds it, and a
+// piece that finds no room is streamed instead.
+struct DecodedEntry {
   uint64_t view = 0;
   uint32_t piece = 0;
-  std::vector<std::byte> bytes;
+  std::shared_ptr<const std::vector<std::byte>> bytes;
 };
-struct DecodedCache {
-  std::list<Decoded> slots;  // most recent first
-  uint64_t bytes = 0;
+// What an entry costs beside its bytes (its list and map nodes, the
+// shared_ptr's block, the allocator's headers), charged with them, so that
+// many tiny pieces stay within the bound too.
+constexpr uint64_t kEntryBytes = 256;
+struct DecodedPool {
+  struct KeyHash {
+    size_t operator()(const std::pair<uint64_t, uint32_t>& k) const noexcept {
+      return std::hash<uint64_t>()(k.first * 0x9E3779B97F4A7C15ULL ^ k.second);
+    }
+  };
+  std::mutex mutex;
+  std::list<DecodedEntry> entries;  // most recent first
+  std::unordered_map<std::pair<uint64_t, uint32_t>, std::list<DecodedEntry>::iterator, KeyHash> where;
+  uint64_t charged = 0;  // bytes of the entries and of decodes under way
+
+  std::shared_ptr<const std::vector<std::byte>> find(uint64_t view, uint32_t piece) {
+    const std::lock_guard lock(mutex);
+    const auto it = where.find({view, piece});
+    if (it == where.end()) return nullptr;
+    entries.splice(entries.begin(), entries, it->second);
+    return it->second->bytes;
+  }
+  // Charges a decode of `n` bytes, evicting what no reader holds; false
+  // when it does not fit.
+  bool reserve(uint64_t n) {
+    const std::lock_guard lock(mutex);
+    const uint64_t need = n + kEntryBytes;
+    for (auto it = entries.end(); charged + need > kServingDecodedBytes && it != entries.begin();) {
+      --it;
+      if (it->bytes.use_count() != 1) continue;  // a reader copies from it
+      it = erase(it);
+    }
+    if (charged + need > kServingDecodedBytes) return false;
+    charged += need;
+    return true;
+  }
+  void release(uint64_t n) {
+    const std::lock_guard lock(mutex);
+    charged -= n + kEntryBytes;
+  }
+  std::shared_ptr<const std::vector<std::byte>> add(uint64_t view, uint32_t piece,
+                                                    std::shared_ptr<const std::vector<std::byte>> bytes) {
+    const std::lock_guard lock(mutex);
+    if (const auto it = where.find({view, piece}); it != where.end()) {
+      charged -= bytes->size() + kEntryBytes;  // another thread decoded it meanwhile
+      return it->second->bytes;
+    }
+    entries.push_front(DecodedEntry{view, piece, bytes});
+    where.emplace(std::pair(view, piece), entries.begin());
+    return bytes;
+  }
+  void forget(uint64_t view) {
+    const std::lock_guard lock(mutex);
+    for (auto it = entries.begin(); it != entries.end();) it = it->view == view ? erase(it) : std::next(it);
+  }
+  std::list<DecodedEntry>::iterator erase(std::list<DecodedEntry>::iterator it) {
+    charged -= it->bytes->size() + kEntryBytes;
+    where.erase({it->view, it->piece});
+    return entries.erase(it);
+  }
 };
-thread_local DecodedCache t_cache;
-thread_local std::vector<std::byte> t_filter_scratch;
+// Never destroyed: FUSE threads may still read while the process exits.
+DecodedPool& decoded_pool() {
+  static DecodedPool* kept = new DecodedPool;
+  return *kept;
+}
+
+// Scatters bytes [at, at + n) of plane `plane` of a piece's unfiltered
+// stream to the segments (sorted by `from`) that want them. A shuffled
+// piece's stream holds byte `plane` of every element, then the next byte:
+// element i's byte b is at b * count + i. Unshuffled: one plane, the
+// piece's bytes as they are.
+class Scatter {
+ public:
+  Scatter(std::span<const Segment> segments, std::byte* out, uint64_t element, uint64_t count, uint64_t plane)
+      : segments_(segments), out_(out), element_(element), count_(count), plane_(plane) {}
+
+  // The elements (bytes, when unshuffled) of the plane segment k wants.
+  std::pair<uint64_t, uint64_t> wanted(size_t k) const {
+    const Segment& s = segments_[k];
+    auto first = [&](uint64_t q) { return q > plane_ ? (q - plane_ + element_ - 1) / element_ : 0; };
+    return {first(s.from), first(s.from + s.length)};
+  }
+  // The plane's positions some segment wants, [low, high) of the stream.
+  std::pair<uint64_t, uint64_t> reach() const {
+    uint64_t low = UINT64_MAX, high = 0;
+    for (size_t k = 0; k < segments_.size(); ++k) {
+      const auto [a, b] = wanted(k);
+      if (a < b) {
+        low = std::min(low, a);
+        high = std::max(high, b);
+      }
+    }
+    if (low >= high) return {0, 0};
+    return {plane_ * count_ + low, plane_ * count_ + high};
+  }
+  void operator()(uint64_t at, const std::byte* data, uint64_t n) {
+    const uint64_t low = at - plane_ * count_, high = low + n;
+    while (next_ < segments_.size() && wanted(next_).second <= low) ++next_;
+    for (size_t k = next_; k < segments_.size(); ++k) {
+      const auto [a, b] = wanted(k);
+      if (a >= high) break;
+      const uint64_t from = std::max(a, low), to = std::min(b, high);
+      if (from >= to) continue;
+      // Where byte `plane` of element i goes: wraps below zero in unsigned
+      // arithmetic and back for every element the segment wants.
+      const uint64_t base = segments_[k].to + plane_ - segments_[k].from;
+      if (element_ == 1) {
+        std::memcpy(out_ + base + from, data + (from - low), to - from);
+      } else {
+        for (uint64_t i = from; i < to; ++i) out_[base + i * element_] = data[i - low];
+      }
+    }
+  }
+
+ private:
+  std::span<const Segment> segments_;
+  std::byte* out_;
+  uint64_t element_;  // 1 when unshuffled
+  uint64_t count_;    // positions of a plane
+  uint64_t plane_;
+  size_t next_ = 0;  // segments before it want nothing from here on
+};
 
 }  // namespace
 
@@ -124,8 +238,9 @@ std::vector<Part> pieces_parts(const Tensor& tensor, const std::string& file, co
 }
 
 PiecesView::PiecesView(const Tensor& tensor, PieceGrid grid, std::string file, std::string format)
-    : id_(g_next_id.fetch_add(1)),
+    : id_(new_stream_owner()),
       tensor_(&tensor),
+      checked_(std::make_unique<std::atomic<bool>[]>(tensor.pieces.size())),
       grid_(std::move(grid)),
       element_(dtype_bits(tensor.dtype) / 8),
       size_(tensor.nbytes()),
@@ -138,106 +253,77 @@ void PiecesView::fault(uint32_t index, const std::string& reason) const {
       "tensor \"" + std::string(tensor_->name) + "\", piece " + std::to_string(index) + ": " + reason);
 }
 
-void PiecesView::decode(uint32_t index, std::vector<std::byte>& out) const {
+PiecesView::~PiecesView() {
+  forget_deflate_streams(id_);
+  decoded_pool().forget(id_);
+}
+
+void PiecesView::stream(uint32_t index, std::span<const PieceSegment> segments, std::byte* out,
+                        bool indexed) const {
   const Piece& p = tensor_->pieces[index];
-  if (p.filters.empty()) throw std::logic_error("an unfiltered piece decoded");
-  out.resize(p.size);
-  // Made present (a remote model's blocks) before anything reads it.
-  const std::span<const std::byte> stored = p.bytes.span();
-  const std::byte* in = stored.data();
-  uint64_t in_size = stored.size();
-  // Undone last first; the last undone lands in `out`.
-  for (size_t k = p.filters.size(); k-- > 0;) {
-    if (p.filters[k] == PieceFilter::Fletcher32) {
-      // Checked, then cut off: what it follows is the next filter's input.
+  ByteSpan stored = p.bytes;
+  std::span<const PieceFilter> filters = p.filters;
+  if (checksum_bytes(filters) != 0) {
+    // Checked over what it follows, once per view: no decode needs it whole.
+    if (!checked_[index].load(std::memory_order_acquire)) {
+      const std::span<const std::byte> bytes = stored.span();  // made present first
       bool holds = false;
-      read_mapped([&] { holds = fletcher32_holds({in, in_size}); });
+      read_mapped([&] { holds = fletcher32_holds(bytes); });
       if (!holds) fault(index, "its Fletcher-32 checksum does not match its bytes");
-      in_size -= kFletcher32Bytes;
-      if (k > 0) continue;
-      if (in_size != p.size) fault(index, "its checksummed bytes are not the size its box holds");
-      read_mapped([&] { std::memcpy(out.data(), in, in_size); });
-      return;
+      checked_[index].store(true, std::memory_order_release);
     }
-    std::vector<std::byte>& to = k == 0 ? out : t_filter_scratch;
-    if (to.size() < p.size) to.resize(p.size);
-    if (p.filters[k] == PieceFilter::Deflate) {
-      z_stream zs{};
-      if (inflateInit(&zs) != Z_OK) fault(index, "zlib cannot start inflating (out of memory)");
-      zs.next_out = reinterpret_cast<Bytef*>(to.data());
-      zs.avail_out = static_cast<uInt>(p.size);  // at most kMaxDecodedPiece
-      uint64_t fed = 0;
-      int rc = Z_OK;
-      std::string why;
-      try {
-        for (;;) {
-          if (zs.avail_in == 0 && fed < in_size) {
-            const uint64_t n = std::min<uint64_t>(in_size - fed, uint64_t{1} << 30);
-            zs.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(in + fed));
-            zs.avail_in = static_cast<uInt>(n);
-            fed += n;
-          }
-          read_mapped([&] { rc = inflate(&zs, Z_NO_FLUSH); });
-          if (rc == Z_STREAM_END || rc == Z_OK) {
-            if (rc == Z_STREAM_END) break;
-            continue;
-          }
-          if (rc == Z_BUF_ERROR && zs.avail_out == 0) {
-            why =
-                "its zlib stream decodes to more than the " + std::to_string(p.size) + " bytes its box holds";
-          } else if (rc == Z_BUF_ERROR && zs.avail_in == 0 && fed == in_size) {
-            why = "its zlib stream ends after " + std::to_string(zs.total_out) + " of the " +
-                  std::to_string(p.size) + " bytes its box holds";
-          } else {
-            why = std::string("corrupt zlib stream: ") +
-                  (zs.msg != nullptr ? zs.msg : "error " + std::to_string(rc));
-          }
-          break;
-        }
-      } catch (const ModelError&) {
-        inflateEnd(&zs);
-        throw;
-      }
-      const uint64_t produced = zs.total_out;
-      inflateEnd(&zs);
-      if (!why.empty()) fault(index, why);
-      if (produced != p.size)
-        fault(index, "its zlib stream decodes to " + std::to_string(produced) + " bytes, its box holds " +
-                         std::to_string(p.size));
-    } else {
-      // HDF5's shuffle: byte b of every element first, then byte b + 1.
-      if (in_size != p.size) fault(index, "its shuffled bytes are not the size its box holds");
-      const uint64_t n = p.size / element_, size = element_;
-      std::byte* dest = to.data();
-      read_mapped([&] {
-        for (uint64_t b = 0; b < size; ++b)
-          for (uint64_t i = 0; i < n; ++i) dest[i * size + b] = in[b * n + i];
-      });
+    stored = stored.subspan(0, stored.size() - kFletcher32Bytes);
+    filters = filters.first(filters.size() - 1);
+  }
+  const bool deflated = std::find(filters.begin(), filters.end(), PieceFilter::Deflate) != filters.end();
+  const bool shuffled = std::find(filters.begin(), filters.end(), PieceFilter::Shuffle) != filters.end();
+  // Written shuffle first, then deflate: inflated, then unshuffled. The
+  // other order shuffles the compressed bytes, which no stream can read.
+  if (deflated && shuffled && filters.front() == PieceFilter::Deflate)
+    fault(index, "its filters shuffle the deflated bytes, which modelfs cannot read");
+  if (!deflated && stored.size() != p.size) fault(index, "its stored bytes are not the size its box holds");
+  const uint64_t planes = shuffled ? element_ : 1;
+  for (uint64_t plane = 0; plane < planes; ++plane) {
+    Scatter scatter(segments, out, planes, p.size / planes, plane);
+    // Plain copies, not a structured binding: clang 14 cannot capture one.
+    const uint64_t low = scatter.reach().first, high = scatter.reach().second;
+    if (low == high) continue;
+    if (!deflated) {
+      const std::byte* from = stored.subspan(low, high - low).span().data();
+      read_mapped([&] { scatter(low, from, high - low); });
+      continue;
     }
-    in = to.data();
-    in_size = p.size;
+    const DeflateStream deflate{id_, index, stored, p.size, true, indexed};
+    try {
+      inflate_range(deflate, low, high, std::ref(scatter));
+    } catch (const DeflateError& e) {
+      fault(index, e.what());
+    }
   }
 }
 
-const std::byte* PiecesView::decoded(uint32_t index) const {
-  auto& cache = t_cache;
-  for (auto it = cache.slots.begin(); it != cache.slots.end(); ++it)
-    if (it->view == id_ && it->piece == index) {
-      cache.slots.splice(cache.slots.begin(), cache.slots, it);
-      return cache.slots.front().bytes.data();
-    }
-  const uint64_t need = tensor_->pieces[index].size;
-  while (!cache.slots.empty() && (cache.slots.size() >= kCacheSlots || cache.bytes + need > kCacheBytes)) {
-    cache.bytes -= cache.slots.back().bytes.size();
-    cache.slots.pop_back();
+std::shared_ptr<const std::vector<std::byte>> PiecesView::decoded(uint32_t index) const {
+  const uint64_t size = tensor_->pieces[index].size;
+  if (size > kDecodedWhole) return nullptr;
+  auto& pool = decoded_pool();
+  if (auto kept = pool.find(id_, index)) {
+    // Kept from an earlier read: its stored bytes must still be there (a
+    // model file cut since fails the read, as an uncached one would).
+    const ByteSpan& stored = tensor_->pieces[index].bytes;
+    stored.subspan(stored.size() - 1, 1).span();
+    return kept;
   }
-  Decoded slot;
-  slot.view = id_;
-  slot.piece = index;
-  decode(index, slot.bytes);
-  cache.bytes += slot.bytes.size();
-  cache.slots.push_front(std::move(slot));
-  return cache.slots.front().bytes.data();
+  if (!pool.reserve(size)) return nullptr;
+  std::shared_ptr<std::vector<std::byte>> bytes;
+  try {
+    bytes = std::make_shared<std::vector<std::byte>>(size);
+    const PieceSegment whole{index, 0, 0, size};
+    stream(index, {&whole, 1}, bytes->data(), false);
+  } catch (...) {
+    pool.release(size);
+    throw;
+  }
+  return pool.add(id_, index, std::move(bytes));
 }
 
 void PiecesView::prepare(uint64_t offset, uint64_t length) const {
@@ -284,9 +370,16 @@ void PiecesView::prepare(uint64_t offset, uint64_t length) const {
         read_mapped([&] {
           for (size_t k = 0; k < count; ++k) std::memcpy(out + s[k].to, from + s[k].from, s[k].length);
         });
-      } else {
-        const std::byte* from = decoded(index);
+      } else if (const auto whole = decoded(index)) {
+        const std::byte* from = whole->data();
         for (size_t k = 0; k < count; ++k) std::memcpy(out + s[k].to, from + s[k].from, s[k].length);
+      } else {
+        // Too large to keep whole, or no room: what the segments want, read
+        // from the piece's stream.
+        std::sort(segments.begin() + static_cast<std::ptrdiff_t>(first),
+                  segments.begin() + static_cast<std::ptrdiff_t>(last),
+                  [](const Segment& a, const Segment& b) { return a.from < b.from; });
+        stream(index, {s, count}, out, true);
       }
       first = last;
     }

@@ -12,9 +12,12 @@
 //   PiecesView     gathers each read's range from the pieces it touches,
 //                  found on their grid (modelfs/pieces.hpp) by a binary
 //                  search per dimension, so a read costs what it asks plus
-//                  the pieces it touches. A filtered piece is decoded whole
-//                  (at most kMaxDecodedPiece) and kept in a small per-thread
-//                  cache, so a sequential reader decodes each about once
+//                  the pieces it touches. A filtered piece of at most
+//                  kDecodedWhole is decoded whole into a pool shared by the
+//                  process (kServingDecodedBytes in all), so a sequential
+//                  reader decodes each about once; a larger one, or one
+//                  that finds no room, is read as a stream for just the
+//                  bytes a read wants (through the deflate index)
 //   ConvertedView  a C-order array read from another content's parts and
 //                  converted element by element (ElementConversion,
 //                  numeric_views.hpp): the .npy of a tensor of pieces whose
@@ -26,6 +29,7 @@
 // own guard (read_mapped) into the calling thread's buffer; fill() only
 // copies from that buffer. A decoded stream must give exactly the bytes
 // its box says, or the read fails (ModelError: EIO), never short or padded.
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -45,22 +49,39 @@ namespace modelfs {
 std::vector<Part> pieces_parts(const Tensor& tensor, const std::string& file, const std::string& format,
                                std::vector<std::unique_ptr<const ComputedBytes>>& views);
 
+// Where one read's bytes come from: `length` bytes at `from` of a piece's
+// decoded bytes, to `to` of the read's output.
+struct PieceSegment {
+  uint32_t piece;
+  uint64_t from;
+  uint64_t to;
+  uint64_t length;
+};
+
 class PiecesView final : public ComputedBytes {
  public:
   PiecesView(const Tensor& tensor, PieceGrid grid, std::string file, std::string format);
+  ~PiecesView() override;
+  PiecesView(const PiecesView&) = delete;
+  PiecesView& operator=(const PiecesView&) = delete;
   uint64_t size() const noexcept { return size_; }
   void prepare(uint64_t offset, uint64_t length) const override;
   void fill(uint64_t offset, std::span<std::byte> out) const override;
 
  private:
-  // Piece `index`'s stored bytes with its filters undone, into `out`.
-  void decode(uint32_t index, std::vector<std::byte>& out) const;
-  // The decoded bytes of filtered piece `index`, from the thread's cache.
-  const std::byte* decoded(uint32_t index) const;
+  // What `segments` (of filtered piece `index`, sorted by `from`) want of
+  // its decoded bytes, into `out`, read as a stream: inflated from the
+  // nearest point of the deflate index (inflate_index.hpp; `indexed`: kept
+  // there too), unshuffled on the way, nothing held but the bytes wanted.
+  void stream(uint32_t index, std::span<const PieceSegment> segments, std::byte* out, bool indexed) const;
+  // Filtered piece `index` decoded whole, from the process's pool; null
+  // when it is too large to keep whole or the pool has no room for it.
+  std::shared_ptr<const std::vector<std::byte>> decoded(uint32_t index) const;
   [[noreturn]] void fault(uint32_t index, const std::string& reason) const;
 
   uint64_t id_;  // which cached pieces are this view's (addresses are reused)
   const Tensor* tensor_;
+  std::unique_ptr<std::atomic<bool>[]> checked_;  // a piece's Fletcher-32 seen to hold
   PieceGrid grid_;
   uint64_t element_;  // bytes of an element
   uint64_t size_;

@@ -1402,6 +1402,116 @@ def dcp_overlapping_chunks(folder):
                       + _dcp_storage("w", (2, 0), "__0_0.distcp", 0, 0))
 
 
+# --- serving memory (issue 42): chunks that decode far past the file ---
+def hdf5_big_decoded_chunks(folder, chunks=2, chunk=256 << 20):
+    """Gzip chunks of zeros that each inflate to 256 MiB (two: --check
+    inflates them all within the corpus's time cap), a file of about
+    500 KB: served, checked and read within the serving bound, never a
+    whole decoded chunk a thread."""
+    h5py = _h5py()
+    path = folder / "big_chunks.h5"
+    stream = zlib.compress(bytes(chunk), 6)
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("big", shape=(chunks * chunk,), dtype="u1", chunks=(chunk,), compression="gzip")
+        for k in range(chunks):
+            d.id.write_direct_chunk((k * chunk,), stream)
+    return path
+
+
+def hdf5_big_shuffled_chunks(folder, chunks=1, elements=64 << 20):
+    """A float32 chunk of 256 MiB with shuffle and deflate: each read
+    unshuffles from the stream, four planes 64 MiB apart (one chunk: --diff
+    decodes it for both sides within the corpus's time cap)."""
+    h5py = _h5py()
+    path = folder / "big_shuffled.h5"
+    stream = zlib.compress(bytes(4 * elements), 6)  # zeros shuffled are zeros
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("big", shape=(chunks * elements,), dtype="<f4", chunks=(elements,), shuffle=True,
+                             compression="gzip")
+        for k in range(chunks):
+            d.id.write_direct_chunk((k * elements,), stream)
+    return path
+
+
+# Every command catches (issue 42).
+PACKED_INTS = 4_000_000
+
+
+def onnx_packed_ints(folder, count=PACKED_INTS):
+    """A node attribute of 4 million packed INTS of one byte each (4 MB):
+    its JSON array is 64 MB, and destroying it made nlohmann::json ask for
+    more than the whole budget in a destructor (an abort, not a refusal)."""
+    packed = b"\x01" * count
+    ints = _varint(8 << 3 | 2) + _varint(len(packed)) + packed
+    node = _pb(1, "w") + _pb(2, "y") + _pb(4, "Identity") + _pb(5, _pb(1, "k") + ints + _pb(20, 7))
+    path = folder / "packed_ints.onnx"
+    path.write_bytes(_onnx_model(graph_fields=_pb(1, node)))
+    return path
+
+
+# --- issue 42, HDF5: addresses after a user block, inexact types, libhdf5's memory ---
+
+def hdf5_user_block_chunks(folder):
+    """A 512-byte user block before chunked datasets, plain and gzip:
+    libhdf5 1.10 gives chunk addresses from the base address (after the
+    user block), contiguous ones from the file's start; each is served
+    from its own bytes."""
+    h5py = _h5py()
+    path = folder / "user_block.h5"
+    with h5py.File(path, "w", userblock_size=512) as f:
+        f.create_dataset("plain", data=np.arange(600, dtype="<i4").reshape(20, 30), chunks=(8, 8))
+        f.create_dataset("gzip", data=np.arange(500, dtype="<f4"), chunks=(64,), compression="gzip")
+        f["contiguous"] = np.arange(32, dtype="<f8")
+    return path
+
+
+def _h5_custom(f, name, file_type, data):
+    h5py = _h5py()
+    ds = h5py.h5d.create(f.id, name.encode(), file_type, h5py.h5s.create_simple(data.shape))
+    ds.write(h5py.h5s.ALL, h5py.h5s.ALL, np.ascontiguousarray(data))
+
+
+def hdf5_odd_types(folder):
+    """Datasets whose types are not a dtype's bits: 16-bit integers at bit 8
+    of 32-bit words, floats without IEEE's implied mantissa bit, integers
+    with padding bits of ones. Each is left out and named; "exact" served."""
+    h5py = _h5py()
+    path = folder / "odd_types.h5"
+    with h5py.File(path, "w") as f:
+        t = h5py.h5t.STD_I32LE.copy()
+        t.set_precision(16)
+        t.set_offset(8)
+        _h5_custom(f, "int16_at_bit_8", t, np.arange(-20, 20, dtype="<i4"))
+        t = h5py.h5t.IEEE_F32LE.copy()
+        t.set_norm(h5py.h5t.NORM_NONE)
+        _h5_custom(f, "float_no_implied_bit", t, np.linspace(-3, 3, 16, dtype="<f4"))
+        t = h5py.h5t.STD_U32LE.copy()
+        t.set_precision(24)
+        t.set_pad(h5py.h5t.PAD_ONE, h5py.h5t.PAD_ONE)
+        _h5_custom(f, "uint24_padded_with_ones", t, np.arange(10, dtype="<u4"))
+        f["exact"] = np.arange(8, dtype="<f4")
+    return path
+
+
+def hdf5_heap_cycle(folder):
+    """A 2 KB file whose root group's local heap free list is a cycle (its
+    one free block names itself as the next): libhdf5 1.10 allocates a list
+    entry per step until memory runs out (593 MB before the child was held
+    to the model's budget); refused in one line, within the budget."""
+    h5py = _h5py()
+    path = folder / "heap_cycle.h5"
+    with h5py.File(path, "w") as f:
+        f["a"] = np.arange(4, dtype="<f4")
+    blob = bytearray(path.read_bytes())
+    heap = blob.find(b"HEAP")
+    assert heap > 0, "no local heap (an old-style group) in the file"
+    _, free, data = struct.unpack_from("<QQQ", blob, heap + 8)
+    assert free != 1, "the heap has no free block"  # 1: H5HL_FREE_NULL
+    struct.pack_into("<Q", blob, data + free, free)
+    path.write_bytes(bytes(blob))
+    return path
+
+
 CASES = {
     "long_name": (long_name, False),
     "shared_pickle_dict": (shared_pickle_dict, True),
@@ -1489,6 +1599,15 @@ CASES = {
     "dcp_chunk_2_62": (dcp_chunk_2_62, False),
     "dcp_deep_pickle": (dcp_deep_pickle, False),
     "dcp_overlapping_chunks": (dcp_overlapping_chunks, False),
+    # --- serving memory (issue 42): chunks that decode far past the file ---
+    "hdf5_big_decoded_chunks": (hdf5_big_decoded_chunks, False),
+    "hdf5_big_shuffled_chunks": (hdf5_big_shuffled_chunks, False),
+    # --- every command catches (issue 42) ---
+    "onnx_4m_packed_ints": (onnx_packed_ints, False),
+    # --- issue 42, HDF5: addresses after a user block, inexact types, libhdf5's memory ---
+    "hdf5_user_block_chunks": (hdf5_user_block_chunks, False),
+    "hdf5_odd_types": (hdf5_odd_types, False),
+    "hdf5_heap_cycle": (hdf5_heap_cycle, False),
 }
 
 

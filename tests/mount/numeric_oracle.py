@@ -329,15 +329,36 @@ def q2_0(b):
 
 
 # ---- lattice (IQ) types ----------------------------------------------------------
-# The grids' codes are read from modelfs's own data file (src/tree/ggml_grids.txt,
-# whose grids its unit tests check entry by entry against ggml's published grids);
-# the levels each code digit stands for, and everything else, are written
+# The grids' full code lists are read from modelfs's data file
+# (src/tree/ggml_grids.txt), but only after checking them against what ggml
+# publishes, kept here: ggml-quants.c lists the same codes (iq2xs_init_impl's
+# kgrid_2bit_256 / _512 / _1024 and kgrid_1bit_2048, iq3xs_init_impl's
+# kgrid_256 / _512, llama.cpp ggml/src/ggml-quants.c); for each grid its
+# length, the SHA-256 of those codes as little-endian uint16, and some codes
+# copied at their positions. ggml-common.h's byte grids (iq2xxs_grid...) are
+# these codes' digits as levels: its rows are checked in numeric_views_test.
+# The levels each code digit stands for, and everything else, are written
 # here from ggml's definitions.
+import hashlib
 import pathlib
 
 GRID_LEVELS = {"iq2xxs": ([8, 25, 43], 2, 8), "iq2xs": ([8, 25, 43], 2, 8),
                "iq2s": ([8, 25, 43], 2, 8), "iq3xxs": ([4, 12, 20, 28, 36, 44, 52, 62], 3, 4),
                "iq3s": ([1, 3, 5, 7, 9, 11, 13, 15], 3, 4), "iq1s": ([-1, 0, 1], 2, 8)}
+PUBLISHED_GRID_CODES = {
+    "iq2xxs": (256, "915952ebc4af8ddba8113583ca1316fc818843f7b825bbf1a25ae1c39bf0e16d",
+               {0: 0, 1: 2, 2: 5, 85: 4442, 128: 10248, 170: 18785, 254: 43088, 255: 43268}),
+    "iq2xs": (512, "f66435966ca8d64e9e4a6e3c91e64afcf9015e700ec85962f527283ebae207b9",
+              {0: 0, 1: 2, 2: 5, 170: 4624, 256: 16390, 341: 20560, 510: 43665, 511: 43690}),
+    "iq2s": (1024, "e6e75e121b65e8afa5c1f92b71463cfbe217b83893f438acde22fd5db06a43f7",
+             {0: 0, 1: 2, 2: 5, 341: 6150, 512: 16677, 682: 20805, 1022: 43656, 1023: 43690}),
+    "iq3xxs": (256, "c9678803c61b2210fbd8cbbb3f965a835409cd7d88a04d086d236261bd221d11",
+               {0: 0, 1: 2, 2: 4, 85: 742, 128: 1272, 170: 1950, 254: 3924, 255: 3992}),
+    "iq3s": (512, "353274c58dd7d8dc5ee960dc8fc54ff9164eaf2b49206b841cd49415cf393f81",
+             {0: 0, 1: 1, 2: 2, 170: 795, 256: 1299, 341: 1953, 510: 3993, 511: 4032}),
+    "iq1s": (2048, "e9ffebfc997ad6023063a667c0bf4eedd8ebf7f56b3da399cbc7d1b1f7ea52c6",
+             {0: 0, 1: 2, 2: 5, 682: 16918, 1024: 21833, 1365: 26276, 2046: 43688, 2047: 43690}),
+}
 _GRIDS = {}
 
 
@@ -355,9 +376,23 @@ def grid_codes():
     return grids
 
 
+def check_grid_codes(grids):
+    """Raises unless `grids` are ggml's published code lists, every one."""
+    assert set(grids) == set(PUBLISHED_GRID_CODES), sorted(grids)
+    for name, (count, sha256, some) in PUBLISHED_GRID_CODES.items():
+        codes = grids[name]
+        assert len(codes) == count, (name, len(codes))
+        for position, code in some.items():
+            assert codes[position] == code, (name, position, codes[position], code)
+        digest = hashlib.sha256(np.array(codes, dtype="<u2").tobytes()).hexdigest()
+        assert digest == sha256, f"{name}: the codes differ from ggml's published list"
+
+
 def grid(name):
     if not _GRIDS:
-        for grid_name, codes in grid_codes().items():
+        codes_of = grid_codes()
+        check_grid_codes(codes_of)
+        for grid_name, codes in codes_of.items():
             levels, bits, width = GRID_LEVELS[grid_name]
             digits = (np.array(codes, dtype=np.int64)[:, None] >> (bits * np.arange(width))) & ((1 << bits) - 1)
             _GRIDS[grid_name] = np.array(levels, dtype=np.int32)[digits]  # (rows, width)

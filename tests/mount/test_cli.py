@@ -1,6 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """The command line: bad models refused before mounting (exit 2, one line
-naming file, format, offset and reason), mountpoint mistakes, signals."""
+naming file, format, offset and reason), libfuse's messages one line each,
+`-u`, `--check --json`, the names in `files`, mountpoint mistakes and
+mountpoints as found in practice (a volume's mount root, a mount whose
+daemon was killed), signals, and a daemon killed under a reader."""
 import contextlib
 import json
 import os
@@ -15,7 +18,7 @@ import numpy as np
 import pytest
 
 import safetensors_writer as st
-from conftest import MODELFS, is_mounted, mounted, run_modelfs, unmount
+from conftest import MODELFS, is_mounted, mounted, one_line, run_modelfs, unmount
 
 
 def header_file(header, data=b""):
@@ -307,3 +310,236 @@ def test_log_file_receives_messages_after_detaching(tmp):
     # the warning about "extra" was written before detaching: it went to stderr
     result = run_modelfs("--list", folder)
     assert "extra" in result.stderr and "weight_map" in result.stderr
+
+
+# ---- messages, -u, --check --json, the names in `files` ----------------------
+
+def small_model(folder):
+    return st.write(pathlib.Path(folder) / "m.safetensors",
+                    {"enc.w": np.arange(12, dtype=np.float32).reshape(3, 4), "enc.b": np.ones(3, np.int16)})
+
+
+def test_libfuse_message_in_pieces_is_one_line(tmp):
+    model = small_model(tmp)
+    mnt = tmp / "mnt"
+    mnt.mkdir()
+    try:
+        result = run_modelfs("-o", "bogus", model, mnt)
+        assert result.returncode == 1, result
+        lines = result.stderr.splitlines()
+        assert lines == ["modelfs: error: fuse: unknown option(s): `-o bogus'"], result.stderr
+        assert not is_mounted(mnt)
+    finally:
+        unmount(mnt)
+
+
+def test_unmount_shorthand(tmp):
+    model = small_model(tmp)
+    with mounted(model) as mnt:
+        result = run_modelfs("-u", mnt)
+        assert result.returncode == 0, result.stderr
+        assert not is_mounted(mnt)
+    alone = run_modelfs("-u")
+    assert alone.returncode == 1 and "-u MOUNTPOINT" in alone.stderr, alone
+    two = run_modelfs("-u", tmp, tmp)
+    assert two.returncode == 1 and "-u takes the mountpoint alone" in two.stderr, two
+    not_mounted = run_modelfs("--unmount", tmp)
+    assert not_mounted.returncode == 1 and "fusermount3" in not_mounted.stderr, not_mounted
+    assert "-u MOUNTPOINT" in run_modelfs("--help").stdout
+
+
+def test_check_json_reports_what_was_checked(tmp):
+    model = small_model(tmp)
+    result = run_modelfs("--check", "--json", model)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc == {"model": str(model), "format": "safetensors", "ok": True, "tensors_checked": 2,
+                   "bytes_read": 12 * 4 + 3 * 2, "integrity_checks_passed": 0, "fault": None}
+    text = run_modelfs("--check", model)
+    assert text.returncode == 0 and "2 tensors, 54 bytes read back" in text.stdout
+
+
+def test_check_json_names_the_first_fault(tmp):
+    torch = pytest.importorskip("torch")
+    path = tmp / "m.pt"
+    torch.save({"a": torch.arange(1000, dtype=torch.float32), "b": torch.ones(8)}, path)
+    blob = bytearray(path.read_bytes())
+    data = bytes(np.arange(1000, dtype=np.float32).tobytes())
+    at = blob.find(data)
+    assert at > 0
+    blob[at + 100] ^= 0xFF  # a stored member's bytes no longer match its CRC-32
+    path.write_bytes(bytes(blob))
+    result = run_modelfs("--check", "--json", path)
+    assert result.returncode == 2, result
+    doc = json.loads(result.stdout)
+    assert doc["ok"] is False and doc["format"] == "pytorch"
+    assert doc["tensors_checked"] == 2 and doc["bytes_read"] == 4000 + 32
+    fault = doc["fault"]
+    assert fault["file"] == str(path) and fault["format"] == "ZIP archive"
+    assert "CRC-32 is" in fault["reason"] and fault["message"] in result.stderr
+    # Checks before the fault passed: libzip's reading of the directory and
+    # the members ahead of the broken one.
+    assert doc["integrity_checks_passed"] >= 1
+    assert len(result.stderr.strip().splitlines()) == 1
+
+    bad = tmp / "bad.safetensors"
+    bad.write_bytes(b"\x10" + b"\0" * 7 + b"{")
+    result = run_modelfs("--check", "--json", bad)
+    assert result.returncode == 2
+    doc = json.loads(result.stdout)
+    assert doc["ok"] is False and doc["tensors_checked"] == 0 and doc["format"] is None
+    assert doc["fault"]["file"] == str(bad) and doc["fault"]["format"] == "safetensors"
+    refused = run_modelfs("--json", bad)
+    assert refused.returncode == 1 and "--list, --info or --check" in refused.stderr
+
+
+def test_files_are_named_relative_to_the_model_however_it_was_given(tmp):
+    """`files` holds the names each tensor's `source.file` uses: the model
+    file's own name (shards and external data as the model names them), the
+    same wherever the command runs and however the path was written."""
+    model = small_model(tmp)
+    (tmp / "sub").mkdir()
+    for given, cwd in ((model, None), (pathlib.Path("m.safetensors"), tmp), (pathlib.Path("../m.safetensors"), tmp / "sub")):
+        info = json.loads(run_modelfs("--info", "--json", given, cwd=cwd).stdout)
+        assert info["files"] == ["m.safetensors"], (given, info["files"])
+        listing = json.loads(run_modelfs("--list", "--json", given, cwd=cwd).stdout)
+        assert {t["source"]["file"] for t in listing["tensors"]} <= set(info["files"])
+
+
+def top_mount(path):
+    """(fstype, source) of the topmost mount at `path`, or None."""
+    path = os.path.realpath(path)
+    found = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4].encode().decode("unicode_escape") == path:
+                rest = fields[fields.index("-") + 1:]
+                found = (rest[0], rest[1])
+    return found
+
+
+def daemon_pid(log):
+    """The serving daemon's pid, from its log file's first line."""
+    for _ in range(100):
+        text = log.read_text() if log.exists() else ""
+        if " pid " in text:
+            return int(text.split(" pid ")[1].split()[0])
+        time.sleep(0.05)
+    raise AssertionError(f"no pid in the log: {text!r}")
+
+
+def kill_and_wait(pid):
+    os.kill(pid, signal.SIGKILL)
+    for _ in range(200):
+        if not os.path.exists(f"/proc/{pid}"):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"daemon {pid} survived SIGKILL")
+
+
+@contextlib.contextmanager
+def tmpfs(path):
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "none", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        if top_mount(path) and top_mount(path)[0].startswith("fuse"):
+            subprocess.run(["fusermount3", "-u", "-z", str(path)], capture_output=True)
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def test_empty_mount_root_is_a_mountpoint_like_any_other(tmp):
+    model = st.write(tmp / "m.safetensors", {"w": np.arange(3, dtype=np.float32)})
+    with tmpfs(tmp / "volume") as mnt:
+        for options in ((), ("-o", "nonempty")):
+            result = run_modelfs(*options, model, mnt)
+            try:
+                assert result.returncode == 0, (options, result.stderr)
+                assert top_mount(mnt)[0] == "fuse.modelfs"
+                assert (mnt / "w").read_bytes() == np.arange(3, dtype=np.float32).tobytes()
+                # modelfs itself there: refused, naming the mount and the fix.
+                busy = run_modelfs(model, mnt)
+                assert busy.returncode == 1
+                line = one_line(busy.stderr)
+                assert "already mounted" in line and f"fusermount3 -u {mnt}" in line, line
+            finally:
+                subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+            assert top_mount(mnt)[0] == "tmpfs"
+        # A volume with files in it still needs -o nonempty.
+        (mnt / "file").write_text("x")
+        result = run_modelfs(model, mnt)
+        assert result.returncode == 1 and "not empty" in one_line(result.stderr)
+        assert top_mount(mnt)[0] == "tmpfs"
+
+
+def test_mount_after_the_daemon_was_killed_names_the_fix(tmp):
+    model = st.write(tmp / "m.safetensors", {"w": np.arange(3, dtype=np.float32)})
+    mnt = tmp / "mnt"
+    mnt.mkdir()
+    log = tmp / "daemon.log"
+    try:
+        result = run_modelfs("-o", f"log_file={log}", model, mnt)
+        assert result.returncode == 0, result.stderr
+        assert (mnt / "w").read_bytes() == np.arange(3, dtype=np.float32).tobytes()
+        kill_and_wait(daemon_pid(log))
+        again = run_modelfs(model, mnt)
+        assert again.returncode == 1
+        line = one_line(again.stderr)
+        assert "Transport endpoint is not connected" in line and f"fusermount3 -u {mnt}" in line, line
+        assert "already mounted" not in line
+        # The fix it names works, and then so does mounting.
+        assert subprocess.run(["fusermount3", "-u", str(mnt)]).returncode == 0
+        assert not is_mounted(mnt)
+        result = run_modelfs(model, mnt)
+        assert result.returncode == 0, result.stderr
+        assert (mnt / "w").read_bytes() == np.arange(3, dtype=np.float32).tobytes()
+    finally:
+        unmount(mnt)
+
+
+def test_sigkill_mid_read_fails_the_reader_and_fusermount_recovers(tmp):
+    size = 1 << 30  # sparse: no disk, and direct reads keep it out of the page cache
+    model = tmp / "big.safetensors"
+    with open(model, "wb") as f:
+        f.write(header_file({"big": {"dtype": "U8", "shape": [size], "data_offsets": [0, size]}}))
+        f.truncate(f.tell() + size)
+    mnt = tmp / "mnt"
+    mnt.mkdir()
+    log = tmp / "daemon.log"
+    reader = None
+    try:
+        result = run_modelfs("-o", f"log_file={log}", model, mnt)
+        assert result.returncode == 0, result.stderr
+        pid = daemon_pid(log)
+        # Direct 4 KiB reads: every one a request to the daemon, so the read
+        # is long (minutes for 1 GiB) and in flight when the daemon dies.
+        reader = subprocess.Popen(["dd", f"if={mnt / 'big'}", "of=/dev/null", "bs=4k", "iflag=direct"],
+                                  stderr=subprocess.PIPE, text=True)
+        position = 0
+        for _ in range(200):
+            with contextlib.suppress(OSError):
+                position = int(pathlib.Path(f"/proc/{reader.pid}/fdinfo/0").read_text().split()[1])
+            if position >= 1 << 20:
+                break
+            time.sleep(0.05)
+        assert 1 << 20 <= position < size, position
+        kill_and_wait(pid)
+        # The reader gets an error, promptly; it does not hang.
+        _, err = reader.communicate(timeout=30)
+        assert reader.returncode != 0, err
+        # ECONNABORTED for the read in flight, ENOTCONN for any after it.
+        assert ("Software caused connection abort" in err or "Transport endpoint is not connected" in err
+                or "Input/output error" in err), err
+        assert subprocess.run(["fusermount3", "-u", str(mnt)]).returncode == 0
+        assert not is_mounted(mnt)
+        result = run_modelfs(model, mnt)
+        assert result.returncode == 0, result.stderr
+        assert subprocess.run(["dd", f"if={mnt / 'big'}", "of=/dev/null", "bs=1M", "count=4"],
+                              capture_output=True).returncode == 0
+    finally:
+        if reader is not None and reader.poll() is None:
+            reader.kill()
+            reader.wait()
+        unmount(mnt)

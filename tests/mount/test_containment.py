@@ -11,7 +11,12 @@ then), and by a thread that exchanges a member with a link out of the
 folder over and over (renameat2 RENAME_EXCHANGE, atomic) while modelfs
 opens the set again and again. Every answer must be the file that was
 there or a one-line refusal (exit 2); the outside file's tensors, which
-differ in shape and bytes, must never appear."""
+differ in shape and bytes, must never appear.
+
+Without a race: a FIFO as the model or as a file it names is refused,
+never opened for reading (which would wait for a writer); a link out of
+the folder is refused, one that stays inside (a hub cache snapshot's
+links to its blobs) is followed."""
 import contextlib
 import ctypes
 import hashlib
@@ -119,12 +124,13 @@ def flipping(a, b):
 
 @contextlib.contextmanager
 def mount_attempt(model):
-    """Mounts `model`; yields (the result, the mountpoint if mounted).
-    Always unmounts and removes the mountpoint."""
+    """Mounts `model`; yields (the result, the mountpoint if anything is
+    mounted there, even after a refusal). Always unmounts and removes the
+    mountpoint."""
     mnt = pathlib.Path(tempfile.mkdtemp(prefix="modelfs-mnt-"))
     try:
         result = run_modelfs(model, mnt)
-        yield result, (mnt if result.returncode == 0 and is_mounted(mnt) else None)
+        yield result, (mnt if is_mounted(mnt) else None)
     finally:
         unmount(mnt)
         os.rmdir(mnt)
@@ -295,8 +301,9 @@ def test_a_split_member_flipping_with_a_link_out_is_never_served(tmp):
 # --- the Hugging Face hub cache -------------------------------------------------
 
 def test_hub_cache_snapshot_mounts_its_blobs(tmp):
-    """models--o--n/snapshots/abc/: the index a file of the snapshot, the
-    shards links to ../../blobs/HASH (one an absolute link)."""
+    """models--o--n/snapshots/abc/: the index a file of the snapshot (then a
+    link to blobs/), the shards links to ../../blobs/HASH (one an absolute
+    link); a link out of the repository is refused."""
     repo = tmp / "hub" / "models--o--n"
     (repo / "blobs").mkdir(parents=True)
     snapshot = repo / "snapshots" / "abc"
@@ -318,6 +325,17 @@ def test_hub_cache_snapshot_mounts_its_blobs(tmp):
             paths, _ = index_paths(mnt)
             for name, data in written.items():
                 assert subprocess.run(["cat", paths[name]], check=True, capture_output=True).stdout == data
+    # The index itself a link into blobs/, as the hub makes it: followed too.
+    (repo / "blobs" / "index").write_text(json.dumps({"weight_map": weight_map}))
+    (snapshot / "model.safetensors.index.json").unlink()
+    (snapshot / "model.safetensors.index.json").symlink_to("../../blobs/index")
+    result = run_modelfs("--list", "--json", snapshot)
+    assert result.returncode == 0 and set(listed_shapes(result)) == set(written), result.stderr
+    # A shard linked out of the repository's blobs/: refused as anywhere else.
+    outside = outside_secret(tmp)
+    (snapshot / "model-00002-of-00003.safetensors").unlink()
+    (snapshot / "model-00002-of-00003.safetensors").symlink_to(outside / "secret.safetensors")
+    assert_refused_as_outside(run_modelfs("--list", snapshot), "model-00002-of-00003.safetensors")
 
 
 # --- ONNX external data -----------------------------------------------------------
@@ -390,3 +408,137 @@ def test_onnx_external_data_flipping_with_a_link_out_is_never_served(tmp):
                 paths, _ = index_paths(mnt)
                 assert subprocess.run(["cat", paths["w0"]], check=True,
                                       capture_output=True).stdout == ONNX_GOOD.tobytes()
+
+
+# ---- FIFOs are refused, never opened for reading; links out of the folder ----
+
+def onnx_with_external_weight(path, location):
+    """An .onnx whose one initializer "w" (4 float32) lies in external data at `location`."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    t = numpy_helper.from_array(np.zeros(4, np.float32), "w")
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    for key, value in {"location": location, "offset": "0", "length": "16"}.items():
+        t.external_data.add(key=key, value=value)
+    graph = helper.make_graph([], "g", [], [helper.make_tensor_value_info("w", TensorProto.FLOAT, [4])],
+                              initializer=[t])
+    path.write_bytes(helper.make_model(graph).SerializeToString())
+    return path
+
+
+def assert_refused_as_fifo(result, name):
+    assert result.returncode == 2, result.stderr
+    line = one_line(result.stderr)
+    assert name in line and "FIFO" in line and "not a regular file" in line, line
+
+
+def test_fifo_as_the_model_is_refused(tmp):
+    fifo = tmp / "model.safetensors"
+    os.mkfifo(fifo)
+    for command in ("--list", "--info", "--check"):
+        assert_refused_as_fifo(run_modelfs(command, fifo), "model.safetensors")
+    with mount_attempt(fifo) as (result, mnt):
+        assert_refused_as_fifo(result, "model.safetensors")
+        assert mnt is None
+
+
+def test_fifo_named_by_a_sharded_index_is_refused(tmp):
+    folder = tmp / "sharded"
+    folder.mkdir()
+    st.write(folder / "a.safetensors", {"x": np.zeros(4, np.float32)})
+    os.mkfifo(folder / "b.safetensors")
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"x": "a.safetensors", "y": "b.safetensors"}}))
+    # The index named, and its folder (the folder's only index names the FIFO).
+    assert_refused_as_fifo(run_modelfs("--list", folder / "model.safetensors.index.json"), "b.safetensors")
+    assert_refused_as_fifo(run_modelfs("--list", folder), "b.safetensors")
+    torch_folder = tmp / "torch"
+    torch_folder.mkdir()
+    os.mkfifo(torch_folder / "pytorch_model-00001-of-00001.bin")
+    (torch_folder / "pytorch_model.bin.index.json").write_text(
+        json.dumps({"weight_map": {"w": "pytorch_model-00001-of-00001.bin"}}))
+    assert_refused_as_fifo(run_modelfs("--list", torch_folder), "pytorch_model-00001-of-00001.bin")
+
+
+def test_fifo_as_onnx_external_data_or_gguf_split_member_is_refused(tmp):
+    onnx_with_external_weight(tmp / "m.onnx", "w.bin")
+    os.mkfifo(tmp / "w.bin")
+    result = run_modelfs("--list", tmp / "m.onnx")
+    assert result.returncode == 2 and "w.bin" in result.stderr and "not a regular file" in result.stderr
+
+    folder = tmp / "split"
+    folder.mkdir()
+    tensors = [gw.random_tensor(f"t{i}", 0, [4], i) for i in range(2)]
+    paths = gw.write_split(folder, "m", [], tensors, 2)
+    os.remove(paths[1])
+    os.mkfifo(paths[1])
+    for model in (paths[0], folder):
+        assert_refused_as_fifo(run_modelfs("--list", model), "m-00002-of-00002.gguf")
+
+
+def outside_secret(tmp):
+    outside = tmp / "outside"
+    outside.mkdir()
+    st.write(outside / "secret.safetensors", {"x": np.arange(4, dtype=np.float32)})
+    return outside
+
+
+def assert_refused_as_outside(result, name):
+    assert result.returncode == 2, result.stderr
+    line = one_line(result.stderr)
+    assert name in line and "outside the model's folder" in line, line
+
+
+def test_shard_symlink_out_of_the_folder_is_refused(tmp):
+    outside = outside_secret(tmp)
+    folder = tmp / "model"
+    folder.mkdir()
+    (folder / "link.safetensors").symlink_to("../outside/secret.safetensors")
+    index = folder / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"x": "link.safetensors"}}))
+    assert_refused_as_outside(run_modelfs("--list", index), "link.safetensors")
+    with mount_attempt(folder) as (result, mnt):
+        assert_refused_as_outside(result, "link.safetensors")
+        assert mnt is None
+    # A link through a folder that leaves, too.
+    (folder / "linkdir").symlink_to(outside)
+    index.write_text(json.dumps({"weight_map": {"x": "linkdir/secret.safetensors"}}))
+    assert_refused_as_outside(run_modelfs("--list", index), "linkdir/secret.safetensors")
+    # A link that stays inside is followed.
+    (folder / "real").mkdir()
+    shutil.copy(outside / "secret.safetensors", folder / "real" / "a.safetensors")
+    (folder / "inside.safetensors").symlink_to("real/a.safetensors")
+    index.write_text(json.dumps({"weight_map": {"x": "inside.safetensors"}}))
+    result = run_modelfs("--list", "--json", index)
+    assert result.returncode == 0, result.stderr
+    assert [t["name"] for t in json.loads(result.stdout)["tensors"]] == ["x"]
+
+
+def test_torch_shard_and_gguf_member_symlinks_out_of_the_folder_are_refused(tmp):
+    torch = pytest.importorskip("torch")
+    outside = tmp / "outside"
+    outside.mkdir()
+    torch.save({"w": torch.zeros(2)}, outside / "secret.bin")
+    folder = tmp / "torch"
+    folder.mkdir()
+    (folder / "pytorch_model-00001-of-00001.bin").symlink_to(outside / "secret.bin")
+    (folder / "pytorch_model.bin.index.json").write_text(
+        json.dumps({"weight_map": {"w": "pytorch_model-00001-of-00001.bin"}}))
+    assert_refused_as_outside(run_modelfs("--list", folder), "pytorch_model-00001-of-00001.bin")
+
+    split = tmp / "split"
+    split.mkdir()
+    tensors = [gw.random_tensor(f"t{i}", 0, [4], i) for i in range(2)]
+    paths = gw.write_split(split, "m", [], tensors, 2)
+    os.rename(paths[1], outside / "elsewhere.gguf")
+    os.symlink(outside / "elsewhere.gguf", paths[1])
+    for model in (paths[0], split):
+        assert_refused_as_outside(run_modelfs("--list", model), "m-00002-of-00002.gguf")
+    # The member the user names is theirs to place anywhere.
+    os.remove(paths[1])
+    os.rename(outside / "elsewhere.gguf", paths[1])
+    os.rename(paths[0], outside / "first.gguf")
+    os.symlink(outside / "first.gguf", paths[0])
+    result = run_modelfs("--list", paths[0])
+    assert result.returncode == 0, result.stderr

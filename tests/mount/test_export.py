@@ -4,7 +4,8 @@
 Every fixture of every format is exported both ways; the file is read by a
 header reader written here that checks the reference rules one by one,
 every tensor's bytes are compared with an independent oracle in C order
-(torch, the onnx library, expected.json, the GGUF tests' own reader), and
+(torch, the onnx library, expected.json, the GGUF tests' own reader, a PT2
+archive's members by zipfile), and no tensor goes without one; and
 the exported file, mounted again, must show what the original mount shows.
 """
 import contextlib
@@ -35,7 +36,7 @@ from conftest import MODELFS, SHARED, cat, index_paths, metadata, mounted, run_m
 from test_gguf_mount import every_type_tensors, oracle_read
 from test_onnx_mount import collect, expected_bytes
 from test_pt2_mount import LayeredWriter
-from test_torch_mount import MLP, oracle_for, raw_values, walk_strided
+from test_torch_mount import MLP, flatten, oracle_for, raw_values, walk_strided
 
 # Bits of an element of each safetensors dtype, and modelfs's name of it.
 BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "F8_E4M3FNUZ": 8,
@@ -184,16 +185,33 @@ def oracle_of(path, fmt):
         tensors, _ = st.read_reference(path)
         return {name: raw for name, (_, _, raw) in tensors.items()}
     if fmt == "pt2":
-        z = zipfile.ZipFile(path)
-        configs = [m for m in z.namelist() if m.endswith("data/weights/model_weights_config.json")]
-        out = {}
-        for member in configs:
-            folder = member[:-len("model_weights_config.json")]
-            for name, entry in json.loads(z.read(member))["config"].items():
-                out[name] = z.read(folder + entry["path_name"])
-        return out
+        return pt2_oracle(path)
     loaded = oracle_for(path) or {}
     return {name: raw_values(t).tobytes() for name, t in loaded.items() if not t.is_quantized}
+
+
+def pt2_oracle(path):
+    """A PT2 archive's raw weights and constants as its configs name them
+    (zipfile) and its sample inputs as torch.load reads them; a model's
+    name prefixes its tensors where the archive holds more than one."""
+    z = zipfile.ZipFile(path)
+    configs = [m for m in z.namelist()
+               if re.search(r"data/(weights/.*_weights|constants/.*_constants)_config\.json$", m)]
+    samples = [m for m in z.namelist() if re.search(r"data/sample_inputs/[^/]*\.pt$", m)]
+    models = {m.rsplit("/", 1)[1].rsplit("_", 2)[0] for m in configs}
+    prefix = (lambda model: f"{model}.") if len(models) > 1 else (lambda model: "")
+    out = {}
+    for member in configs:
+        folder, model = member.rsplit("/", 1)[0] + "/", member.rsplit("/", 1)[1].rsplit("_", 2)[0]
+        for name, entry in json.loads(z.read(member))["config"].items():
+            if not entry.get("use_pickle"):
+                out[prefix(model) + name] = z.read(folder + entry["path_name"])
+    for member in samples:
+        model = member.rsplit("/", 1)[1][:-len(".pt")]
+        args, kwargs = torch.load(io.BytesIO(z.read(member)))
+        for name, t in flatten({"args": list(args), "kwargs": kwargs}, prefix(model) + "sample_inputs").items():
+            out[name] = raw_values(t).tobytes()
+    return out
 
 
 def fixtures():
@@ -217,12 +235,16 @@ def test_every_fixture_exports_exactly(shared, tmp, relative):
     if relative.startswith("generated/"):
         expected = json.loads((shared / "fixtures" / "generated" / "expected.json").read_text())
         entry = expected[relative[len("generated/"):]]
-        tensors, _, _ = check_export(model, tmp, oracle)
+        tensors, report, _ = check_export(model, tmp, oracle)
         for name, want in entry["tensors"].items():
             if name in tensors:
                 assert hashlib.sha256(tensors[name][2]).hexdigest() == want["sha256"], name
     else:
-        check_export(model, tmp, oracle)
+        tensors, report, _ = check_export(model, tmp, oracle)
+    # Every tensor written as it is stored was compared with the oracle
+    # above, none only with the mount it came from.
+    unchecked = set(tensors) - set(report["converted"]) - set(oracle)
+    assert not unchecked, f"{relative}: no independent oracle for {sorted(unchecked)}"
 
 
 def test_gguf_blocks_left_out_then_float32(tmp):

@@ -161,3 +161,34 @@ def test_many_processes_reading_random_ranges_get_exact_bytes(tmp):
         assert sum(m for _, m in results) == 0
         for name in names:  # and whole files, after the storm
             assert hashlib.sha256((mnt / name.replace(".", "/")).read_bytes()).hexdigest() == digest[name]
+
+
+def test_reads_failing_by_thousands_write_a_handful_of_log_lines(tmp):
+    # 32 readers of a truncated model: every read past the cut fails. The
+    # log keeps the first few failures, then counts (issue 42): a foreground
+    # daemon whose stderr nobody drains must not block on thousands of lines.
+    model = tmp / "m.safetensors"
+    layered_model(model)
+    log = tmp / "modelfs.log"
+    with mounted(model, "-o", f"log_file={log}") as mnt:
+        os.truncate(model, 2_000_000)
+
+        def reader():
+            for _ in range(10):
+                for i in range(1, 8):
+                    for suffix in ("", ".npy"):
+                        try:
+                            with open(mnt / "l" / f"{i}{suffix}", "rb") as f:
+                                f.read()
+                        except OSError as e:
+                            assert e.errno == 5
+
+        threads = [threading.Thread(target=reader) for _ in range(32)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert (mnt / "l" / "0").read_bytes() == np.full((256, 1024), 0.5, np.float32).tobytes()
+    lines = [line for line in log.read_text().splitlines() if "failed" in line]
+    assert 1 <= len(lines) <= 10, f"{len(lines)} lines about failed reads"
+    assert "counted, not logged" in log.read_text()

@@ -340,31 +340,38 @@ REAL_FILES = ["crabml_tinyllamas-stories-260k-f32_GGUFv1.gguf", "ggml_superpoint
               "ollama_llama-2-tiny-random.gguf", "stories260K_v3_f32.gguf"]
 
 
+def check_against_independent_reader(mnt, model):
+    """Every key, every tensor's bytes and sidecar of the mounted `model`
+    (local or by URL) against oracle_read's parse of the file itself."""
+    version, kv, infos, blob = oracle_read(model)
+    file_name = model.name
+    meta = metadata(mnt)
+    assert meta["gguf"]["version"] == version
+    assert meta["gguf"]["tensor_count"] == len(infos)
+    assert set(meta["kv"]) == set(kv)
+    for key, (type_id, element, want) in kv.items():
+        if type_id == gw.ARRAY:
+            assert meta["kv_types"][key] == f"array[{gw.TYPE_NAMES[element]}]", key
+        else:
+            assert meta["kv_types"][key] == gw.TYPE_NAMES[type_id], key
+        assert same_value(type_id, element, meta["kv"][key], want), key
+    paths, index = index_paths(mnt)
+    assert [t["name"] for t in index["tensors"]] == [n for n, _, _, _ in infos]
+    for name, ne, type_id, offset in infos:
+        size = gw.nbytes(type_id, ne)
+        assert cat(paths[name]) == blob[offset:offset + size], name
+        meta_t = sidecar(paths[name])
+        assert meta_t["shape"] == list(reversed(ne)) and meta_t["ggml_type"] == type_id
+        assert meta_t["source"] == {"file": file_name, "offset": offset}
+        if type_id in (0, 1):
+            array = np.load(str(paths[name]) + ".npy")
+            assert array.shape == tuple(reversed(ne)) and array.tobytes() == blob[offset:offset + size]
+
+
 @pytest.mark.parametrize("file_name", REAL_FILES)
 def test_real_file_matches_independent_reader(shared, file_name):
     model = shared / REAL / file_name
     if not model.exists():
         pytest.skip(f"{model} not found")
-    version, kv, infos, blob = oracle_read(model)
     with mounted(model) as mnt:
-        meta = metadata(mnt)
-        assert meta["gguf"]["version"] == version
-        assert meta["gguf"]["tensor_count"] == len(infos)
-        assert set(meta["kv"]) == set(kv)
-        for key, (type_id, element, want) in kv.items():
-            if type_id == gw.ARRAY:
-                assert meta["kv_types"][key] == f"array[{gw.TYPE_NAMES[element]}]", key
-            else:
-                assert meta["kv_types"][key] == gw.TYPE_NAMES[type_id], key
-            assert same_value(type_id, element, meta["kv"][key], want), key
-        paths, index = index_paths(mnt)
-        assert [t["name"] for t in index["tensors"]] == [n for n, _, _, _ in infos]
-        for name, ne, type_id, offset in infos:
-            size = gw.nbytes(type_id, ne)
-            assert cat(paths[name]) == blob[offset:offset + size], name
-            meta_t = sidecar(paths[name])
-            assert meta_t["shape"] == list(reversed(ne)) and meta_t["ggml_type"] == type_id
-            assert meta_t["source"] == {"file": file_name, "offset": offset}
-            if type_id in (0, 1):
-                array = np.load(str(paths[name]) + ".npy")
-                assert array.shape == tuple(reversed(ne)) and array.tobytes() == blob[offset:offset + size]
+        check_against_independent_reader(mnt, model)

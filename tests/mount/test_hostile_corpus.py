@@ -354,6 +354,25 @@ def check_left_out(reasons, served):
     return check
 
 
+def check_values(expected):
+    """Each tensor of `expected` holds the bytes of its array (as its case wrote it)."""
+    def check(mnt, problems):
+        for name, value in expected.items():
+            try:
+                if (mnt / name).read_bytes() != value.tobytes():
+                    problems.append(f"{name}: not the bytes of the values written")
+            except OSError as e:
+                problems.append(f"{name}: {e}")
+    return check
+
+
+def expect_memory_limit_named(step, run, problems):
+    """Refused in one line naming the memory libhdf5 may use (under
+    AddressSanitizer, whose allocator ends the child instead, one line)."""
+    if "MiB it may use" not in _one_line(run) and not SANITIZED:
+        problems.append(f"{step}: the refusal does not name libhdf5's memory limit: {_one_line(run)!r}")
+
+
 def check_export_bounded_as_a_whole(views, kept):
     """Views each within the bound on one view but together past it: the
     export keeps what fits the bound on the whole export (1 GiB here, the
@@ -470,6 +489,15 @@ EXPECT = {
     "dcp_chunk_2_62": {"exits": (2,)},
     "dcp_deep_pickle": {"exits": (2,)},
     "dcp_overlapping_chunks": {"exits": (2,)},
+    # HDF5 (issue 42): bytes right after a user block, inexact types named, libhdf5 in the budget.
+    "hdf5_user_block_chunks": {"exits": (0,), "mounted": check_values(
+        {"plain": np.arange(600, dtype="<i4"), "gzip": np.arange(500, dtype="<f4"),
+         "contiguous": np.arange(32, dtype="<f8")})},
+    "hdf5_odd_types": {"exits": (0,), "mounted": check_left_out(
+        {"int16_at_bit_8": "16-bit values at bit 8", "float_no_implied_bit": "implied",
+         "uint24_padded_with_ones": "24-bit values"}, ["exact"])},
+    "hdf5_heap_cycle": {"exits": (2,), "--list": expect_memory_limit_named, "--check": expect_memory_limit_named,
+                        "mount": expect_memory_limit_named},
 }
 
 

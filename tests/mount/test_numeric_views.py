@@ -37,9 +37,10 @@ def npy_bytes(want):
 
 def check_odd_reads(npy, want):
     """1 byte, across values, blocks and pages, and the last partial block,
-    through dd, against the same slice of the whole file, which is numpy's
-    own .npy of the oracle's array (a NaN's sign and payload aside: IEEE
-    leaves them to the arithmetic, and compilers differ)."""
+    through dd, against the same slice of numpy's own .npy of the oracle's
+    array `want` (where an element is NaN in both, the served NaN's bits:
+    IEEE leaves a NaN's sign and payload to the arithmetic, and compilers
+    differ)."""
     reference = npy_bytes(want)
     whole = cat(npy)
     size = len(whole)
@@ -48,11 +49,16 @@ def check_odd_reads(npy, want):
     assert whole[:header] == reference[:header]
     served = np.frombuffer(whole[header:], dtype=want.dtype).reshape(want.shape)
     oracle.assert_same(served, want, npy)
+    body = np.array(want, order="C")
+    if body.dtype.kind == "f":
+        nan, bits = np.isnan(body), f"u{body.itemsize}"
+        body.view(bits)[nan] = served.view(bits)[nan]
+    expected = reference[:header] + body.tobytes()
     ranges = [(0, 1), (size - 1, 1), (size - 7, 7), (127, 3), (4093, 9), (4095, 4098), (8191, 70001),
               (size // 2 + 1, 1), (size // 3, 4097)]
     for skip, count in ranges:
         if 0 <= skip < size:
-            assert dd(npy, skip, count) == whole[skip:skip + count], (npy, skip, count)
+            assert dd(npy, skip, count) == expected[skip:skip + count], (npy, skip, count)
 
 
 def edge_blocks(name, size):
@@ -119,6 +125,19 @@ def test_every_ggml_block_type_loads_as_the_oracle_dequantizes(tmp):
             if name in oracle.BLOCK_TYPES:
                 assert meta["npy"] == {"dtype": "float32", "from": name, "exact": False}
                 check_odd_reads(npy, oracle.expected(name, t.data, t.shape))
+
+
+def test_lattice_grids_of_the_oracle_are_ggmls_published_codes():
+    """The IQ decoders' grids come from src/tree/ggml_grids.txt only as far
+    as they match ggml's published code lists (lengths, SHA-256, codes at
+    positions, kept in numeric_oracle); a changed code is caught."""
+    grids = oracle.grid_codes()
+    oracle.check_grid_codes(grids)
+    for name in grids:
+        changed = {k: list(v) for k, v in grids.items()}
+        changed[name][len(changed[name]) // 2 + 1] ^= 1
+        with pytest.raises(AssertionError):
+            oracle.check_grid_codes(changed)
 
 
 def test_bfloat16_llama_shaped_model_loads_tensor_by_tensor(tmp):

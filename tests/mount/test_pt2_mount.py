@@ -480,38 +480,54 @@ def test_archive_format_that_is_not_pt2_is_refused(tmp):
     assert result.returncode == 2 and "not a PT2 archive" in result.stderr
 
 
-def test_real_layered_archive_is_byte_exact_with_its_raw_weights(shared):
-    path = shared / "fixtures" / "real" / "pt2" / "executorch_linear_newlayout.pt2"
+def check_real_layered(mnt, path):
+    """The mounted executorch_linear_newlayout.pt2 (local or by URL) against
+    the archive's own members read with zipfile and torch.load."""
     z = zipfile.ZipFile(path)
     config = json.loads(z.read("linear_3/data/weights/model_weights_config.json"))["config"]
+    paths, _ = index_paths(mnt)
+    assert set(config) <= set(paths)
+    for name, entry in config.items():
+        raw = z.read("linear_3/data/weights/" + entry["path_name"])
+        assert paths[name].read_bytes() == raw
+        meta = sidecar(paths[name])
+        assert meta["kind"] == "parameter" and meta["requires_grad"] is True
+        assert meta["shape"] == [s["as_int"] for s in entry["tensor_meta"]["sizes"]]
+        assert np.load(str(paths[name]) + ".npy").tobytes() == raw
+    (args, kwargs) = torch.load(io.BytesIO(z.read("linear_3/data/sample_inputs/model.pt")))
+    check_tensor(paths["sample_inputs.args.0"], "sample_inputs.args.0", args[0], "sample_input")
+    meta = metadata(mnt)
+    assert meta["pt2"]["archive"] == "linear_3" and meta["pt2"]["container_version"] == "6"
+    model = meta["models"]["model"]
+    assert model["torch_version"] == "2.9.0a0+fb" and model["schema_version"] == "8.12"
+    assert model["signature"]["parameters"] == ["linear.weight", "linear.bias"]
+    assert (mnt / ".modelfs" / "models" / "model.json").read_bytes() == z.read("linear_3/models/model.json")
+
+
+def check_real_flat(mnt, path):
+    """The mounted tensorrt_trt_ep_oldlayout_add.pt2 (local or by URL), which
+    holds no weights, against its program read with zipfile."""
+    assert index_paths(mnt)[0] == {}
+    meta = metadata(mnt)
+    assert meta["pt2"] == {"layout": "flat", "version": "7.4"}
+    model = meta["models"]["model"]
+    assert model["signature"]["user_inputs"] == ["a", "b"]
+    assert model["torch_version"] == "2.6.0.dev20241014+cu124"
+    assert (mnt / ".modelfs" / "serialized_exported_program.json").read_bytes() == \
+        zipfile.ZipFile(path).read("serialized_exported_program.json")
+
+
+REAL_CHECKS = {"executorch_linear_newlayout.pt2": check_real_layered,
+               "tensorrt_trt_ep_oldlayout_add.pt2": check_real_flat}
+
+
+def test_real_layered_archive_is_byte_exact_with_its_raw_weights(shared):
+    path = shared / "fixtures" / "real" / "pt2" / "executorch_linear_newlayout.pt2"
     with mounted(path) as mnt:
-        paths, _ = index_paths(mnt)
-        assert set(config) <= set(paths)
-        for name, entry in config.items():
-            raw = z.read("linear_3/data/weights/" + entry["path_name"])
-            assert paths[name].read_bytes() == raw
-            meta = sidecar(paths[name])
-            assert meta["kind"] == "parameter" and meta["requires_grad"] is True
-            assert meta["shape"] == [s["as_int"] for s in entry["tensor_meta"]["sizes"]]
-            assert np.load(str(paths[name]) + ".npy").tobytes() == raw
-        (args, kwargs) = torch.load(io.BytesIO(z.read("linear_3/data/sample_inputs/model.pt")))
-        check_tensor(paths["sample_inputs.args.0"], "sample_inputs.args.0", args[0], "sample_input")
-        meta = metadata(mnt)
-        assert meta["pt2"]["archive"] == "linear_3" and meta["pt2"]["container_version"] == "6"
-        model = meta["models"]["model"]
-        assert model["torch_version"] == "2.9.0a0+fb" and model["schema_version"] == "8.12"
-        assert model["signature"]["parameters"] == ["linear.weight", "linear.bias"]
-        assert (mnt / ".modelfs" / "models" / "model.json").read_bytes() == z.read("linear_3/models/model.json")
+        check_real_layered(mnt, path)
 
 
 def test_real_flat_archive_mounts_with_its_program(shared):
     path = shared / "fixtures" / "real" / "pt2" / "tensorrt_trt_ep_oldlayout_add.pt2"
     with mounted(path) as mnt:
-        assert index_paths(mnt)[0] == {}
-        meta = metadata(mnt)
-        assert meta["pt2"] == {"layout": "flat", "version": "7.4"}
-        model = meta["models"]["model"]
-        assert model["signature"]["user_inputs"] == ["a", "b"]
-        assert model["torch_version"] == "2.6.0.dev20241014+cu124"
-        assert (mnt / ".modelfs" / "serialized_exported_program.json").read_bytes() == \
-            zipfile.ZipFile(path).read("serialized_exported_program.json")
+        check_real_flat(mnt, path)

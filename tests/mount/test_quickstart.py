@@ -56,8 +56,22 @@ def test_bundled_sample_model_is_what_its_generator_writes():
     assert (REPO / "examples" / "sample-model.safetensors").read_bytes() == module.sample_model_bytes()
 
 
-def test_first_command_builds_and_mounts_the_sample_model(tmp_path):
-    clone = tmp_path / "modelfs"
+@pytest.fixture
+def clone_dir():
+    """A folder for the fresh copy inside the build folder: scripts/test.sh
+    puts ccache's base at the checkout, so the copy's compilations, made
+    from the same relative paths, are the plain build's (a copy elsewhere
+    compiles everything again)."""
+    build = pathlib.Path(os.environ.get("MODELFS_BUILD_DIR", REPO / "build"))
+    folder = build / "quickstart-copy"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_first_command_builds_and_mounts_the_sample_model(clone_dir):
+    clone = clone_dir / "modelfs"
     fresh_copy(clone)
     first = quickstart_commands()[0]
     mnt = clone / "mnt" / "sample"

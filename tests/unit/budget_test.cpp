@@ -3,6 +3,8 @@
 // one-line ModelError naming the file and the limit when passed.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <memory>
 #include <new>
 #include <string>
@@ -87,6 +89,30 @@ TEST(Budget, HeapAllocationsAreChargedAsTheyAreMade) {
   // Outside the scope nothing is charged.
   std::vector<char> big(uint64_t{4} << 20);
   EXPECT_LT(budget.used(), uint64_t{4} << 10);
+}
+
+// nlohmann::json's destructor moves what it destroys into a vector grown by
+// doubling: destroying an array of 40 000 values (640 KB, within a 1 MB
+// budget) asks for 1 MiB at once. A destructor's request is never refused
+// where it is made (that ends the program: issue 42's abort of --list on
+// an ONNX attribute of millions of ints); it is recorded, and refused at
+// the next checkpoint.
+TEST(Budget, ADestructorsScratchIsNeverRefusedAtOnce) {
+  Budget budget(1'000'000);
+  BudgetScope scope(budget);
+  {
+    nlohmann::json::array_t values;
+    values.reserve(40'000);
+    for (int i = 0; i < 40'000; ++i) values.emplace_back(i);
+    nlohmann::json doc;
+    doc["k"] = nlohmann::json(std::move(values));
+    EXPECT_FALSE(budget.passed());
+  }  // destroyed here: its scratch passes the limit
+  EXPECT_TRUE(budget.passed());
+  EXPECT_THROW(check_budget(), BudgetExceeded);
+  // A request no destructor makes (past the limit and twice the bytes in
+  // use) is still refused at once.
+  EXPECT_THROW(std::vector<char>(uint64_t{4} << 20), BudgetExceeded);
 }
 
 TEST(Budget, ARefusedAllocationBecomesAModelErrorNamingTheFile) {

@@ -150,7 +150,7 @@ TEST(ExportHeader, ContiguousOffsetsPaddingDtypesViewsAndWhatIsLeftOut) {
   EXPECT_EQ(start + expect, file.size());
   EXPECT_EQ(header["a"]["dtype"], "BF16");
   EXPECT_EQ(header["f4"]["dtype"], "F4");
-  EXPECT_EQ(header["t"]["shape"], nlohmann::json({2, 3}));
+  EXPECT_EQ(header["t"]["shape"], nlohmann::ordered_json({2, 3}));
   EXPECT_EQ(file.substr(start),
             "abcdef"
             "ACEBDF"
@@ -212,8 +212,9 @@ TEST(ExportBound, AViewPastTheBoundIsLeftOutWithWhyAndHasNoNpy) {
   uint64_t start = 0;
   const auto header = header_of(head, &start);
   EXPECT_FALSE(header.contains("big"));
-  EXPECT_EQ(header["floor"]["data_offsets"], nlohmann::json({0, kViewBound.floor - 12}));
-  EXPECT_EQ(header["small"]["data_offsets"], nlohmann::json({kViewBound.floor - 12, kViewBound.floor}));
+  EXPECT_EQ(header["floor"]["data_offsets"], nlohmann::ordered_json({0, kViewBound.floor - 12}));
+  EXPECT_EQ(header["small"]["data_offsets"],
+            nlohmann::ordered_json({kViewBound.floor - 12, kViewBound.floor}));
   EXPECT_EQ(file->size, start + kViewBound.floor);
   // The last tensor's values, read at the end of the file.
   const size_t n = tree->read(*file, file->size - 12, 12, iov, scratch);

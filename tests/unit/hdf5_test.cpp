@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 #include "formats/hdf5.hpp"
@@ -66,6 +67,24 @@ int reads_the_file(int socket, uint64_t length) {
   return 0;
 }
 
+// Touches 1 MiB blocks until malloc refuses one (at most 4 GiB), then
+// sends how many it got.
+int allocates_until_refused(int socket, uint64_t) {
+  uint64_t mib = 0;
+  for (; mib < 4096; ++mib) {
+    void* block = std::malloc(1 << 20);
+    if (block == nullptr) break;
+    std::memset(block, 1, 1 << 20);
+  }
+  send_packet(socket, Packet::Record, &mib, sizeof mib);
+  send_packet(socket, Packet::End, nullptr, 0);
+  return 0;
+}
+int runs_out_of_memory(int socket, uint64_t) {
+  send_packet(socket, Packet::OutOfMemory, "memory allocation failed", 24);
+  return 4;
+}
+
 TEST(Hdf5Sandbox, AChildThatOpensAFileIsKilledBySeccomp) {
   TempDir dir;
   const auto file = file_of(dir, 64);
@@ -107,6 +126,41 @@ TEST(Hdf5Sandbox, TheCpuLimitEndsAChildThatSpins) {
   EXPECT_NE(why.find("more than its 1 s of CPU time"), std::string::npos) << why;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define HDF5_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HDF5_TEST_ASAN 1
+#endif
+#endif
+
+TEST(Hdf5Sandbox, TheChildsMemoryIsHeldToItsLimit) {
+#if defined(HDF5_TEST_ASAN)
+  GTEST_SKIP() << "AddressSanitizer's allocator does not return null when memory runs out";
+#endif
+  TempDir dir;
+  const auto file = file_of(dir, 64);
+  SandboxLimits limits;
+  limits.memory_bytes = uint64_t{48} << 20;
+  const std::string got = run_sandboxed(*file, 0, 64, "model.h5", allocates_until_refused, limits);
+  ASSERT_EQ(got.size(), 8U);
+  uint64_t mib = 0;
+  std::memcpy(&mib, got.data(), 8);
+  EXPECT_GE(mib, 40U);  // what it may use, less malloc's own
+  EXPECT_LE(mib, 48U);
+}
+
+TEST(Hdf5Sandbox, AChildOutOfMemoryNamesItsLimit) {
+  TempDir dir;
+  const auto file = file_of(dir, 64);
+  SandboxLimits limits;
+  limits.memory_bytes = uint64_t{96} << 20;
+  const std::string why =
+      refusal_of([&] { run_sandboxed(*file, 0, 64, "model.h5", runs_out_of_memory, limits); });
+  EXPECT_NE(why.find("needed more than the 96 MiB it may use"), std::string::npos) << why;
+  EXPECT_NE(why.find("memory allocation failed"), std::string::npos) << why;
+}
+
 TEST(Hdf5Sandbox, ReadsPastTheRangeAreRefused) {
   TempDir dir;
   const auto file = file_of(dir, 64);
@@ -126,6 +180,13 @@ TEST(Hdf5Sandbox, ReadsAreServedFromTheRange) {
 
 // --- the parent's validation of records ---
 
+// The bits of a type as libhdf5 describes them (precision 0: the whole
+// word); the default is exactly a dtype's.
+struct Bits {
+  uint64_t precision = 0, offset = 0;
+  uint8_t lsb = 0, msb = 0, norm = 0, inner = 0;
+};
+
 class Stream {
  public:
   Stream& u8(uint8_t v) { return put(&v, 1); }
@@ -141,10 +202,12 @@ class Stream {
   }
   // A dataset record's head up to its layout: float32 (or `cls`/`size`) of `dims`.
   Stream& dataset(std::string_view path, std::vector<uint64_t> dims, uint8_t layout, uint8_t cls = 1,
-                  uint64_t size = 4) {
-    u8(kRecordDataset).str(path).u8(cls).u64(size).u8(0).u8(0);
+                  uint64_t size = 4, Bits bits = {}) {
+    u8(kRecordDataset).str(path).u8(cls).u64(size).u8(0).u8(cls == 0 ? 1 : 255);
     for (const uint64_t f : {31, 23, 8, 0, 23}) u64(f);
-    u64(127).u8(0).str("").str("").u8(static_cast<uint8_t>(dims.size()));
+    u64(127).u64(bits.precision == 0 ? size * 8 : bits.precision).u64(bits.offset);
+    u8(bits.lsb).u8(bits.msb).u8(bits.norm).u8(bits.inner);
+    u8(0).str("").str("").u8(static_cast<uint8_t>(dims.size()));
     for (const uint64_t d : dims) u64(d);
     return u8(layout).u8(0);
   }
@@ -242,6 +305,72 @@ TEST(Hdf5Records, ChunkRulesAreEnforced) {
   s.dataset("c", {5}, kLayoutChunked).u64(2).u8(0).u8(1).u64(2);
   s.u64(2).u32(0).u64(100).u64(8).u64(2).u32(0).u64(200).u64(8);
   EXPECT_NE(p.refusal(s).find("same coordinates"), std::string::npos);
+}
+
+TEST(Hdf5Records, AddressesCountFromTheFilesBaseAddress) {
+  Parent p;
+  Stream s;
+  s.u8(kRecordBase).u64(512);
+  s.dataset("contiguous", {2, 3}, kLayoutContiguous).u64(100).u64(24);
+  s.dataset("c", {2}, kLayoutChunked).u64(2).u8(0).u8(1).u64(1);
+  s.u64(0).u32(0).u64(200).u64(8);
+  add_records(p.catalog, s.bytes, p.source);
+  ASSERT_EQ(p.catalog.tensors().size(), 2U);
+  EXPECT_EQ(p.catalog.tensors()[0].bytes.file_offset(), 612U);
+  EXPECT_EQ(p.catalog.tensors()[1].pieces[0].bytes.file_offset(), 712U);
+  // The room after the base is what is left of the file.
+  Stream past;
+  past.u8(kRecordBase).u64(512).dataset("w", {2, 3}, kLayoutContiguous).u64(4096 - 512 - 23).u64(24);
+  EXPECT_NE(Parent().refusal(past).find("runs past the end of the file"), std::string::npos);
+  Stream chunk_past;
+  chunk_past.u8(kRecordBase).u64(512).dataset("c", {2}, kLayoutChunked).u64(2).u8(0).u8(1).u64(1);
+  chunk_past.u64(0).u32(0).u64(4096 - 512 - 7).u64(8);
+  EXPECT_NE(Parent().refusal(chunk_past).find("past the end of the file"), std::string::npos);
+}
+
+TEST(Hdf5Records, ABaseAddressIsOneAndComesFirst) {
+  Stream twice;
+  twice.u8(kRecordBase).u64(0).u8(kRecordBase).u64(0);
+  EXPECT_NE(Parent().refusal(twice).find("base address"), std::string::npos);
+  Stream late;
+  late.dataset("w", {2}, kLayoutContiguous).u64(0).u64(8).u8(kRecordBase).u64(512);
+  EXPECT_NE(Parent().refusal(late).find("base address"), std::string::npos);
+  Stream past;
+  past.u8(kRecordBase).u64(4097);
+  EXPECT_NE(Parent().refusal(past).find("base address past the end"), std::string::npos);
+}
+
+TEST(Hdf5Records, TypesWhoseBitsAreNotExactlyADtypesAreLeftOut) {
+  struct Case {
+    const char* name;
+    uint8_t cls;
+    uint64_t size;
+    Bits bits;
+    const char* why;
+  };
+  const Case cases[] = {
+      {"int16_at_8", 0, 4, {16, 8}, "16-bit values at bit 8 of 4-byte words"},
+      {"int8_low", 0, 2, {8, 0}, "8-bit values at bit 0 of 2-byte words"},
+      {"int_pad_one", 0, 4, {0, 0, 1, 1}, "padding bits"},
+      {"float_offset", 1, 4, {24, 8}, "24-bit values at bit 8"},
+      {"float_no_implied", 1, 4, {0, 0, 0, 0, 2}, "implied"},
+      {"float_msbset", 1, 4, {0, 0, 0, 0, 1}, "implied"},
+      {"float_inner_pad", 1, 4, {0, 0, 0, 0, 0, 1}, "internal padding"},
+      {"float_pad_background", 1, 4, {0, 0, 2, 0}, "padding bits"},
+      {"bool_offset", 8, 1, {1, 3}, "1-bit values at bit 3"},
+  };
+  Parent p;
+  Stream s;
+  for (const Case& c : cases)
+    s.dataset(c.name, {2}, kLayoutContiguous, c.cls, c.size, c.bits).u64(0).u64(2 * c.size);
+  s.dataset("exact_int", {2}, kLayoutContiguous, 0, 4).u64(0).u64(8);
+  s.dataset("exact_float", {2}, kLayoutContiguous).u64(0).u64(8);
+  add_records(p.catalog, s.bytes, p.source);
+  ASSERT_EQ(p.catalog.tensors().size(), 2U);
+  EXPECT_EQ(p.catalog.tensors()[0].dtype, DType::Int32);
+  EXPECT_EQ(p.catalog.tensors()[1].dtype, DType::Float32);
+  for (const Case& c : cases)
+    EXPECT_NE(p.left_out(c.name).find(c.why), std::string::npos) << c.name << ": " << p.left_out(c.name);
 }
 
 TEST(Hdf5Records, FiltersOtherThanDeflateAndShuffleAreLeftOut) {

@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // Converted .npy bodies (src/tree/numeric_views.*, ggml_dequant.*): each
-// conversion against values worked out from the formats' definitions, and
-// every read range of a view against the same slice of the whole.
+// conversion against values worked out from the formats' definitions, read
+// whole and at odd ranges; ggml block types without a reference here only
+// range against whole (test_numeric_views checks their values by mount).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <set>
 
@@ -50,22 +53,112 @@ std::vector<float> floats_of(const ComputedBytes& view, uint64_t size) {
   return values;
 }
 
-// Every range asked of the view, at odd offsets and lengths (1 byte, across
-// values, chunks and blocks, up to the end), equals that slice of the whole.
-void expect_ranges_match_whole(const ComputedBytes& view, uint64_t size) {
-  std::vector<std::byte> whole(size);
-  view.fill(0, whole);
+// The ranges asked of a view: odd offsets and lengths (1 byte, across
+// values, chunks and blocks, up to the end, the last partial block).
+std::vector<std::pair<uint64_t, uint64_t>> odd_ranges(uint64_t size) {
   std::vector<std::pair<uint64_t, uint64_t>> ranges = {{0, 1}, {1, 1}, {3, 2}, {size - 1, 1}, {0, size}};
   for (uint64_t at :
        {uint64_t{5}, uint64_t{127}, uint64_t{1023}, uint64_t{4095}, uint64_t{4097}, size / 2 + 3})
     for (uint64_t length : {uint64_t{1}, uint64_t{3}, uint64_t{129}, uint64_t{4096}, uint64_t{5000}})
       if (at < size) ranges.push_back({at, std::min(length, size - at)});
-  ranges.push_back({size > 7 ? size - 7 : 0, size > 7 ? 7 : size});  // the last partial block
-  for (auto [at, length] : ranges) {
+  ranges.push_back({size > 7 ? size - 7 : 0, size > 7 ? 7 : size});
+  return ranges;
+}
+
+// Every range asked of the view, at odd offsets and lengths, equals that
+// slice of the whole (for views whose values are checked elsewhere).
+void expect_ranges_match_whole(const ComputedBytes& view, uint64_t size) {
+  std::vector<std::byte> whole(size);
+  view.fill(0, whole);
+  for (auto [at, length] : odd_ranges(size)) {
     std::vector<std::byte> part(length);
     view.fill(at, part);
     ASSERT_EQ(0, std::memcmp(part.data(), whole.data() + at, length)) << "range " << at << " + " << length;
   }
+}
+
+// The view holds `expected` (float32 values where `floats`, worked out by
+// the test), read whole and at every odd range; where both hold a NaN, its
+// bits are the view's (IEEE leaves a NaN's payload to the arithmetic).
+void expect_view_holds(const ComputedBytes& view, uint64_t size, std::vector<std::byte> expected,
+                       bool floats) {
+  ASSERT_EQ(size, expected.size());
+  std::vector<std::byte> whole(size);
+  view.fill(0, whole);
+  if (floats)
+    for (uint64_t at = 0; at + 4 <= size; at += 4) {
+      float got, want;
+      std::memcpy(&got, whole.data() + at, 4);
+      std::memcpy(&want, expected.data() + at, 4);
+      if (std::isnan(got) && std::isnan(want)) std::memcpy(expected.data() + at, whole.data() + at, 4);
+    }
+  for (uint64_t at = 0; at < size; ++at)
+    ASSERT_EQ(whole[at], expected[at]) << "byte " << at << " of the whole";
+  for (auto [at, length] : odd_ranges(size)) {
+    std::vector<std::byte> part(length);
+    view.fill(at, part);
+    ASSERT_EQ(0, std::memcmp(part.data(), expected.data() + at, length)) << "range " << at << " + " << length;
+  }
+}
+
+// A small float's value from its definition: sign, `ebits` of exponent
+// with `bias`, `mbits` of mantissa, subnormals at exponent 0; `fn_nan`: the
+// all-ones code after the sign is NaN (float8_e4m3fn), no infinities.
+float minifloat(uint32_t code, int ebits, int mbits, int bias, bool fn_nan) {
+  const uint32_t e = (code >> mbits) & ((1u << ebits) - 1), m = code & ((1u << mbits) - 1);
+  const bool negative = (code >> (ebits + mbits)) & 1;
+  if (fn_nan && e == (1u << ebits) - 1 && m == (1u << mbits) - 1)
+    return std::numeric_limits<float>::quiet_NaN();
+  const float magnitude =
+      e == 0 ? std::ldexp(static_cast<float>(m), 1 - bias - mbits)
+             : std::ldexp(static_cast<float>((1u << mbits) + m), static_cast<int>(e) - bias - mbits);
+  return negative ? -magnitude : magnitude;
+}
+
+// Element i's code: `bits` wide, packed from the lowest bits of the bytes up.
+uint32_t packed_code(const std::vector<std::byte>& stored, uint64_t i, int bits) {
+  uint32_t code = 0;
+  for (int b = 0; b < bits; ++b) {
+    const uint64_t bit = i * bits + b;
+    code |= ((std::to_integer<uint32_t>(stored[bit / 8]) >> (bit % 8)) & 1u) << b;
+  }
+  return code;
+}
+
+// What a plain conversion of `numel` elements of `stored` must give, from
+// the dtypes' definitions alone.
+std::vector<std::byte> reference_values(DType dtype, const std::vector<std::byte>& stored, uint64_t numel) {
+  std::vector<std::byte> out;
+  auto put_float = [&out](float v) {
+    const auto bits = std::bit_cast<std::array<std::byte, 4>>(v);
+    out.insert(out.end(), bits.begin(), bits.end());
+  };
+  for (uint64_t i = 0; i < numel; ++i) switch (dtype) {
+      case DType::BFloat16:
+        put_float(std::bit_cast<float>(packed_code(stored, i, 16) << 16));
+        break;
+      case DType::Float8E4M3FN:
+        put_float(minifloat(packed_code(stored, i, 8), 4, 3, 7, true));
+        break;
+      case DType::Float4E2M1:
+        put_float(minifloat(packed_code(stored, i, 4), 2, 1, 1, false));
+        break;
+      case DType::Float6E3M2FN:
+        put_float(minifloat(packed_code(stored, i, 6), 3, 2, 3, false));
+        break;
+      case DType::Int4: {
+        const int code = static_cast<int>(packed_code(stored, i, 4));
+        out.push_back(static_cast<std::byte>(static_cast<int8_t>(code >= 8 ? code - 16 : code)));
+        break;
+      }
+      case DType::UInt2:
+        out.push_back(static_cast<std::byte>(packed_code(stored, i, 2)));
+        break;
+      default:
+        ADD_FAILURE() << "no reference for " << dtype_name(dtype);
+        return out;
+    }
+  return out;
 }
 
 std::vector<float> convert_all(DType dtype, const std::vector<std::byte>& stored, uint64_t numel) {
@@ -181,11 +274,22 @@ TEST(NumericViews, StridedViewsConvertInCOrder) {
           (std::to_integer<uint32_t>(big[at]) << 16) | (std::to_integer<uint32_t>(big[at + 1]) << 24);
       EXPECT_EQ(std::bit_cast<uint32_t>(values[r * 499 + c]), bits);
     }
-  expect_ranges_match_whole(*slice, slice->size());
-  expect_ranges_match_whole(*view, view->size());
+  std::vector<std::byte> slice_values;
+  for (uint64_t r = 0; r < 400; ++r)
+    for (uint64_t c = 0; c < 499; ++c) {
+      const auto bits = std::bit_cast<std::array<std::byte, 4>>(
+          (std::to_integer<uint32_t>(big[2 * (1 + r * 500 + c)]) << 16) |
+          (std::to_integer<uint32_t>(big[2 * (1 + r * 500 + c) + 1]) << 24));
+      slice_values.insert(slice_values.end(), bits.begin(), bits.end());
+    }
+  expect_view_holds(*slice, slice->size(), std::move(slice_values), true);
+  std::vector<std::byte> transposed(6 * 4);
+  const float by_columns[] = {1, 4, 2, 5, 3, 6};
+  std::memcpy(transposed.data(), by_columns, transposed.size());
+  expect_view_holds(*view, view->size(), std::move(transposed), true);
 }
 
-TEST(NumericViews, OddRangesEqualTheSliceOfTheWhole) {
+TEST(NumericViews, OddRangesHoldTheValuesOfTheDefinitions) {
   auto stored = random_bytes(3 * 10007, 11);
   std::vector<uint64_t> shape{10007};
   std::vector<int64_t> strides{1};
@@ -194,7 +298,8 @@ TEST(NumericViews, OddRangesEqualTheSliceOfTheWhole) {
     SCOPED_TRACE(std::string(dtype_name(dtype)));
     auto view = ElementView::make(in_memory(stored), shape, strides, plain_conversion(dtype));
     ASSERT_TRUE(view);
-    expect_ranges_match_whole(*view, view->size());
+    const bool floats = dtype != DType::Int4 && dtype != DType::UInt2;
+    expect_view_holds(*view, view->size(), reference_values(dtype, stored, shape[0]), floats);
   }
 }
 
@@ -321,6 +426,53 @@ TEST(GgmlDequant, LegacyBlocksByHand) {
   EXPECT_EQ(high[1], 0.0f);
 }
 
+// float16 from its definition: minifloat's rule, and exponent 31 for
+// infinities and NaN.
+float half_value(uint32_t code) {
+  if (((code >> 10) & 31) == 31)
+    return (code & 1023) ? std::numeric_limits<float>::quiet_NaN()
+                         : ((code & 0x8000) ? -std::numeric_limits<float>::infinity()
+                                            : std::numeric_limits<float>::infinity());
+  return minifloat(code, 5, 10, 15, false);
+}
+
+// ggml's legacy 32-element blocks from their definitions (ggml-common.h's
+// block layouts, ggml-quants.c's dequantize_row_*): a float16 scale d (and
+// minimum m), then quants; element j < 16 from a byte's low nibble, j + 16
+// from its high one; q5's fifth bit j from the 32-bit qh. Empty for the
+// other types, whose values test_numeric_views checks through a mount.
+std::vector<std::byte> legacy_reference(std::string_view name, const std::vector<std::byte>& stored,
+                                        size_t blocks, size_t type_size) {
+  const bool q8 = name == "q8_0", q4_0 = name == "q4_0", q4_1 = name == "q4_1", q5_0 = name == "q5_0",
+             q5_1 = name == "q5_1";
+  if (!(q8 || q4_0 || q4_1 || q5_0 || q5_1)) return {};
+  std::vector<float> values;
+  for (size_t b = 0; b < blocks; ++b) {
+    const std::vector<std::byte> block(stored.begin() + b * type_size, stored.begin() + (b + 1) * type_size);
+    const float d = half_value(packed_code(block, 0, 16));
+    const bool has_min = q4_1 || q5_1;
+    const float m = has_min ? half_value(packed_code(block, 1, 16)) : 0.0f;
+    const size_t quants = has_min ? 4 : 2;
+    if (q8) {
+      for (size_t j = 0; j < 32; ++j)
+        values.push_back(d * static_cast<float>(static_cast<int8_t>(block[2 + j])));
+      continue;
+    }
+    const bool five = q5_0 || q5_1;
+    uint32_t qh = 0;
+    for (size_t k = 0; five && k < 4; ++k) qh |= std::to_integer<uint32_t>(block[quants + k]) << (8 * k);
+    const size_t qs = quants + (five ? 4 : 0);
+    for (size_t j = 0; j < 32; ++j) {
+      const uint32_t byte = std::to_integer<uint32_t>(block[qs + j % 16]);
+      const int q = static_cast<int>((j < 16 ? byte & 15 : byte >> 4) | (((qh >> j) & 1) << 4));
+      values.push_back(has_min ? static_cast<float>(q) * d + m : static_cast<float>(q - (five ? 16 : 8)) * d);
+    }
+  }
+  std::vector<std::byte> out(values.size() * 4);
+  std::memcpy(out.data(), values.data(), out.size());
+  return out;
+}
+
 TEST(GgmlDequant, EveryTypeReadsAtOddRangesAsWhole) {
   for (const auto& codec : ggml_types()) {
     if (codec.plain) continue;
@@ -330,7 +482,11 @@ TEST(GgmlDequant, EveryTypeReadsAtOddRangesAsWhole) {
     auto view = BlockView::make(in_memory(stored), codec, blocks * codec.block_size);
     ASSERT_TRUE(view);
     EXPECT_EQ(view->size(), blocks * codec.block_size * 4);
-    expect_ranges_match_whole(*view, view->size());
+    auto expected = legacy_reference(codec.name, stored, blocks, codec.type_size);
+    if (expected.empty())
+      expect_ranges_match_whole(*view, view->size());
+    else
+      expect_view_holds(*view, view->size(), std::move(expected), true);
   }
 }
 

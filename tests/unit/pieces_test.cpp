@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -478,6 +479,53 @@ TEST_F(Pieces, CorruptStreamsFailTheReadNeverShortOrPadded) {
     EXPECT_THROW(read(*tree, node(*tree, name), 0, 8), ModelError);
   // A failed read leaves nothing behind for the next one.
   expect_reads(*tree, "good", good);
+}
+
+}  // namespace
+}  // namespace modelfs
+
+namespace modelfs {
+namespace {
+
+// Chunks past what is decoded whole (kDecodedWhole) are read as streams:
+// every read equals the array the test cut into chunks, shuffled or not,
+// with a checksum or not, across chunk boundaries.
+TEST_F(Pieces, ChunksPastWhatIsDecodedWholeAreStreamed) {
+  const uint64_t row = kDecodedWhole / 4 + 1000;  // float32 elements of a chunk: one row
+  const std::vector<uint64_t> shape = {3, row};
+  const std::string whole = values(3 * row * 4);
+  auto tree =
+      build({spec("s", DType::Float32, shape,
+                  grid(whole, shape, 4, {1, row}, {PieceFilter::Shuffle, PieceFilter::Deflate})),
+             spec("d", DType::Float32, shape, grid(whole, shape, 4, {1, row}, {PieceFilter::Deflate}))});
+  std::mt19937_64 rng(5);
+  for (const char* name : {"s", "d"}) {
+    const Node& f = node(*tree, name);
+    for (int k = 0; k < 40; ++k) {
+      const uint64_t at = rng() % (whole.size() - 9000);
+      const uint64_t n = 1 + rng() % 9000;
+      ASSERT_EQ(read(*tree, f, at, n), whole.substr(at, n)) << name << " at " << at;
+    }
+    // Across the boundary of two chunks, and the very end.
+    const uint64_t boundary = row * 4;
+    EXPECT_EQ(read(*tree, f, boundary - 5, 10), whole.substr(boundary - 5, 10)) << name;
+    EXPECT_EQ(read(*tree, f, whole.size() - 7, 7), whole.substr(whole.size() - 7)) << name;
+  }
+}
+
+// Deflate applied before shuffle (the compressed bytes shuffled) cannot be
+// read as a stream: the read fails and says why, never serves other bytes.
+TEST_F(Pieces, DeflatedThenShuffledChunksFailTheRead) {
+  const std::vector<uint64_t> shape = {8, 8};
+  const std::string whole = values(8 * 8 * 4);
+  auto tree = build({spec("x", DType::Float32, shape,
+                          grid(whole, shape, 4, {4, 4}, {PieceFilter::Deflate, PieceFilter::Shuffle}))});
+  try {
+    read(*tree, node(*tree, "x"), 0, 16);
+    ADD_FAILURE() << "read";
+  } catch (const ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("shuffle the deflated bytes"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

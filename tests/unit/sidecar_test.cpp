@@ -60,8 +60,8 @@ TEST(Sidecar, CarriesTheContractFieldsInOrder) {
   auto json = nlohmann::ordered_json::parse(text);
   EXPECT_EQ(json["name"], "model.layers.0.q_proj.weight");
   EXPECT_EQ(json["dtype"], "bfloat16");
-  EXPECT_EQ(json["shape"], nlohmann::json({4, 8}));
-  EXPECT_EQ(json["strides"], nlohmann::json({8, 1}));
+  EXPECT_EQ(json["shape"], nlohmann::ordered_json({4, 8}));
+  EXPECT_EQ(json["strides"], nlohmann::ordered_json({8, 1}));
   EXPECT_EQ(json["nbytes"], 64);
   EXPECT_EQ(json["byte_order"], "little");
   EXPECT_FALSE(json.contains("numpy"));  // numpy has no bfloat16

@@ -132,5 +132,25 @@ TEST(TerminalText, JsonForTerminalEscapesWhatJsonLeavesRaw) {
   EXPECT_EQ(json_for_terminal("{\"\u6743\u91cd\": 1}"), "{\"\u6743\u91cd\": 1}");
 }
 
+// The --list name column is capped: cut at whole characters, marked.
+TEST(TerminalText, FitWidthCutsWholeCharactersWithAnEllipsis) {
+  EXPECT_EQ(fit_width("short", 80), "short");
+  EXPECT_EQ(fit_width(std::string(80, 'a'), 80), std::string(80, 'a'));
+  EXPECT_EQ(fit_width(std::string(81, 'a'), 80), std::string(79, 'a') + "\xe2\x80\xa6");
+  EXPECT_EQ(display_width(fit_width(std::string(100000, 'a'), 80)), 80u);
+  // Wide characters (two columns each) are never split, and the cut text
+  // stays within the columns.
+  std::string wide;
+  for (int i = 0; i < 50; ++i) wide += "\xe6\x9d\x83";  // 权
+  const std::string cut = fit_width(wide, 80);
+  EXPECT_LE(display_width(cut), 80u);
+  EXPECT_EQ(cut, wide.substr(0, 39 * 3) + "\xe2\x80\xa6");
+  // A combining mark stays with the character before it.
+  const std::string accented = std::string(78, 'a') + "e\xcc\x81" + "zz";
+  EXPECT_EQ(fit_width(accented, 80), std::string(78, 'a') + "e\xcc\x81" + "\xe2\x80\xa6");
+  EXPECT_EQ(fit_width("abc", 0), "");
+  EXPECT_EQ(fit_width("abc", 1), "\xe2\x80\xa6");
+}
+
 }  // namespace
 }  // namespace modelfs

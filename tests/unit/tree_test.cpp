@@ -330,7 +330,7 @@ TEST(Tree, SidecarsSayTheTensorAndItsExtras) {
     const auto json = nlohmann::ordered_json::parse(text);
     EXPECT_EQ(json["name"], tensors[i].name);
     EXPECT_EQ(json["dtype"], "float32");
-    EXPECT_EQ(json["shape"], nlohmann::json({2}));
+    EXPECT_EQ(json["shape"], nlohmann::ordered_json({2}));
     EXPECT_EQ(json["nbytes"], 8);
     EXPECT_EQ(json["numpy"], "<f4");
     EXPECT_EQ(nlohmann::json(json["npy"]),

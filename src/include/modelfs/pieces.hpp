@@ -24,11 +24,15 @@
 
 namespace modelfs {
 
-// A filtered piece is decoded whole when a read touches it: one piece may
-// decode to at most this many bytes (an HDF5 chunk is at most 4 GiB by its
-// format, but the library's own writers keep them at about 1 MiB), so one
-// read never holds more than this of a piece.
+// What one filtered piece may decode to (an HDF5 chunk is at most 4 GiB by
+// its format, but the library's own writers keep them at about 1 MiB).
 inline constexpr uint64_t kMaxDecodedPiece = uint64_t{256} << 20;
+// Serving's decode memory: filtered pieces decoded whole are kept in one
+// pool for the process, at most this many bytes in all whatever the
+// threads; a piece decodes whole only up to kDecodedWhole, so several fit.
+// A larger one is read as a stream for the bytes a read wants.
+inline constexpr uint64_t kServingDecodedBytes = uint64_t{64} << 20;
+inline constexpr uint64_t kDecodedWhole = kServingDecodedBytes / 4;
 
 // "deflate", "shuffle", "fletcher32": the sidecar's names.
 std::string_view piece_filter_name(PieceFilter filter) noexcept;

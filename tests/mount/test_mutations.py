@@ -1,20 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Hostile inputs end to end: mutated and truncated versions of every
-fixture (and of the bundled sample) make `--list`, `--check` and a mount
+"""Every fixture mutated, end to end: seeded mutations and truncations of
+every fixture (and of the bundled sample) make `--list`, `--check` and a mount
 answer cleanly — exit 0 or 2, never a crash, a hang or a half-mounted
 tree. Mutations are seeded, so a failure names an input that can be
 rebuilt."""
-import json
 import os
 import random
 import shutil
-import struct
 import subprocess
-import unicodedata
 
 import pytest
 
-import safetensors_writer as st
 from conftest import MODELFS, REPO, SHARED, is_mounted, unmount
 
 MUTATIONS_PER_FILE = 12
@@ -105,52 +101,3 @@ def test_mutated_fixtures_are_listed_checked_and_mounted_cleanly(tmp, source):
                 unmount(mnt)
 
 
-def columns(text):
-    """Terminal columns, as a UTF-8 terminal counts them."""
-    return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
-               for c in text)
-
-
-def test_names_cannot_drive_the_terminal(tmp):
-    """A name that would colour the terminal and start a forged line is
-    listed escaped, and names in other scripts keep the table aligned."""
-    import numpy as np
-    hostile = "w\x1b[31mred\nmodelfs: forged"
-    model = st.write(tmp / "m.safetensors", {hostile: np.zeros(2, np.float32),
-                                             "ок.权重": np.zeros(3, np.float32),
-                                             "plain": np.zeros(1, np.int8)})
-    table = run_modelfs("--list", model)
-    assert table.returncode == 0, table.stderr
-    assert "\x1b" not in table.stdout
-    lines = table.stdout.splitlines()
-    assert not any(line.startswith("modelfs: forged") for line in lines)
-    assert any(line.startswith("w\\x1b[31mred\\x0amodelfs: forged ") for line in lines), lines
-    # DTYPE starts at the same column on every row of the table.
-    rows = lines[:4]
-    starts = {columns(row[:row.index(word)]) for row, word in
-              zip(rows, ["DTYPE", "float32", "float32", "int8"])}
-    assert len(starts) == 1, rows
-
-
-def test_error_messages_quote_names_escaped(tmp):
-    """A refused tensor's name, quoted in the message, cannot reach the
-    terminal as control characters or split the message into lines."""
-    header = {"w\x1b[2J\x9b1m\nmodelfs: forged": {"dtype": "Q9", "shape": [1], "data_offsets": [0, 4]}}
-    text = json.dumps(header).encode()
-    model = tmp / "bad.safetensors"
-    model.write_bytes(struct.pack("<Q", len(text)) + text + bytes(4))
-    for command in ("--list", "--check"):
-        result = subprocess.run([str(MODELFS), command, str(model)], capture_output=True, timeout=60)
-        assert result.returncode == 2, result
-        err = result.stderr.decode("utf-8")  # well-formed: escapes are ASCII
-        assert "\x1b" not in err and "\x9b" not in err and "\u009b" not in err
-        assert len(err.strip().splitlines()) == 1, err
-        assert "w\\x1b[2J\\u{009b}1m\\x0amodelfs: forged" in err, err
-    mnt = tmp / "mnt"
-    mnt.mkdir()
-    try:
-        result = subprocess.run([str(MODELFS), str(model), str(mnt)], capture_output=True, timeout=60)
-        assert result.returncode == 2 and not is_mounted(mnt)
-        assert b"\x1b" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
-    finally:
-        unmount(mnt)
