@@ -41,6 +41,9 @@ int run(int argc, char** argv) {
   // The program's own process-wide hook (the library installs none): a
   // model cut under the mount fails the read that faults, not the daemon.
   install_sigbus_guard();
+  // Ends the remote fetch threads when the program does, before its statics
+  // are destroyed (the library registers no exit handler).
+  const modelfs::remote::FetchThreadsOwner fetch_threads;
   modelfs::log_to_stderr(modelfs::LogLevel::Warning);
   modelfs::route_libfuse_logs();
   CommandLine line(argc, argv);

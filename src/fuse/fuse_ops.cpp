@@ -12,6 +12,7 @@
 
 #include "loop.hpp"
 #include "modelfs/json_text.hpp"
+#include "modelfs/remote.hpp"
 #include "prefetcher.hpp"
 #include "replies.hpp"
 #include "threads.hpp"
@@ -413,6 +414,10 @@ int serve(const Tree& tree, fuse_args& args, const ServeOptions& options) {
     return 1;
   }
   if (options.on_mounted) options.on_mounted();
+  // Daemonizing forks, and the daemon goes on reading: the fetch threads
+  // opening a remote model started end first (the library registers no fork
+  // handler), and start afresh in the daemon as reads come.
+  if (!options.foreground) remote::stop_fetch_threads();
   fuse_daemonize(options.foreground ? 1 : 0);
   if (!options.foreground && options.on_daemonized) options.on_daemonized();
 

@@ -65,6 +65,10 @@ std::filesystem::path cache_dir() {
 
 void set_cache_options(CacheOptions options) { cache_options = std::move(options); }
 
+void stop_fetch_threads() { FetchPool::stop(); }
+
+FetchThreadsOwner::~FetchThreadsOwner() { FetchPool::stop_at_exit(); }
+
 // The blocks a FUSE read pinned (ReadScope), released after its reply.
 struct Pin {
   Blocks* blocks;

@@ -4,9 +4,9 @@
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <csignal>
-#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -24,30 +24,34 @@ namespace modelfs::remote {
 // ended while the process runs on. A job never waits on another, so none
 // can wait on a queued one.
 //
-// At exit (an atexit handler, so before the destructors of the globals a
-// job uses) every transfer is cut at its next progress callback, the jobs
-// left fail at once, and the threads are joined: no thread of ours runs
-// while the process's statics are destroyed.
+// The pool is the program's to stop: a library registers no fork or exit
+// handler in the process that links it. At the program's end (its
+// FetchThreadsOwner, remote.hpp) every transfer is cut at its next progress
+// callback, the jobs left fail at once, and the threads are joined: no
+// thread of ours runs while the process's statics are destroyed.
 //
-// A fork (the mount's fuse_daemonize, the HDF5 reader's sandbox) copies the
-// pool but none of its threads: a child would wait on a condition variable
-// whose waiters it does not have, on blocks marked in flight by jobs that
-// never run there, and would hold the threads' connections and handles with
-// nothing left to reach them. So a fork first waits until no job is queued
-// or running, then ends the threads (each closes its handle on the way out)
-// and holds the lock across the fork; both sides start threads afresh as
-// jobs come.
+// A fork copies the pool but none of its threads: a child would wait on a
+// condition variable whose waiters it does not have, on blocks marked in
+// flight by jobs that never run there. So a program whose child goes on
+// reading (the mount's fuse_daemonize) stops the pool first
+// (stop_fetch_threads: until no job is queued or running, then the threads
+// ended, each closing its handle); threads start afresh as jobs come. A
+// child that reads nothing remote (the HDF5 sandbox, a host's child) needs
+// nothing of it.
 class FetchPool {
  public:
   static FetchPool& get() {
-    static std::once_flag registered;
-    std::call_once(registered, [] {
-      pool_ = new FetchPool;
-      ::pthread_atfork([] { pool_->stop_for_fork(); }, [] { pool_->lock_.unlock(); },
-                       [] { pool_->lock_.unlock(); });
-      std::atexit([] { pool_->stop_at_exit(); });
-    });
-    return *pool_;
+    static std::once_flag made;
+    std::call_once(made, [] { pool_.store(new FetchPool); });
+    return *pool_.load();
+  }
+  // Until no job is queued or running, then every thread joined.
+  static void stop() {
+    if (FetchPool* pool = pool_.load(); pool != nullptr) pool->stop_when_quiet();
+  }
+  // Every transfer cut, the jobs left failed, every thread joined.
+  static void stop_at_exit() {
+    if (FetchPool* pool = pool_.load(); pool != nullptr) pool->end_for_exit();
   }
   // False when no thread runs jobs (none could be started): the caller
   // runs `job` itself.
@@ -96,17 +100,14 @@ class FetchPool {
       if (--running_ == 0 && jobs_.empty()) quiet_.notify_all();
     }
   }
-  // Before a fork: until no job is queued or running, then every thread
-  // joined; returns holding the lock, which each side of the fork releases.
-  void stop_for_fork() {
+  void stop_when_quiet() {
     std::unique_lock guard(lock_);
     quiet_.wait(guard, [&] { return jobs_.empty() && running_ == 0; });
     end_threads(guard);
     guard.lock();
     stopping_ = false;
-    guard.release();
   }
-  void stop_at_exit() {
+  void end_for_exit() {
     if (in_pool_thread) return;  // a job that exits cannot join itself
     process_ending.store(true);
     std::unique_lock guard(lock_);
@@ -122,7 +123,7 @@ class FetchPool {
     guard.unlock();
     for (std::thread& t : ending) t.join();
   }
-  static inline FetchPool* pool_ = nullptr;
+  static inline std::atomic<FetchPool*> pool_{nullptr};  // made once, never destroyed
   static inline thread_local bool in_pool_thread = false;
   std::mutex lock_;
   std::condition_variable wake_;

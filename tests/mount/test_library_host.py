@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import safetensors_writer as st
-from conftest import MODELFS, REPO
+from conftest import MODELFS
+from remote_servers import LatencyProxy
 
 # Built against the installed library, as a host program would be; the
 # sanitizer pass's library would need the host built with its runtime.
@@ -100,4 +101,36 @@ def test_host_program_is_left_as_it_was_and_reads_the_writers_values(host, tmp):
     assert (how, status) == ("exited", "0") and float(seconds) < 1.0, fork
 
     # SIGBUS keeps the default action the host started with.
+    assert "SIGBUS SIG_DFL" in out.splitlines(), summary(out)
+
+
+@pytest.fixture
+def slow_server(tmp, nginx):
+    """nginx behind a proxy that holds each request 2 s (stopped in
+    teardown): a fetch is in flight for long enough to fork during it."""
+    proxy = LatencyProxy(tmp / "proxy", nginx.port, 2000)
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+def test_fork_of_the_host_does_not_wait_for_the_librarys_fetches(host, tmp, www, slow_server):
+    """The library registers no fork handler: a host forking while one of
+    its threads reads a remote model (the library's fetch threads at work)
+    forks at once, and its child exits normally through exit()."""
+    program, env = host
+    rng = np.random.default_rng(4747)
+    remote = {"big": rng.standard_normal(1 << 20).astype(np.float32)}  # 4 MiB: fetches on the pool
+    st.write(www / "r.safetensors", remote)
+    local = tmp / "m.safetensors"
+    sample_model(local)
+    result = run(program, local, f"{slow_server.url}/r.safetensors", env=env, check=False, timeout=300)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    (fork,) = lines_of(out, "fork")
+    _, seconds, _, how, status = fork.split()
+    assert (how, status) == ("exited", "0") and float(seconds) < 0.5, fork
+    (total,) = lines_of(out, "remote bytes sum")
+    assert int(total.split()[-1]) == sum(remote["big"].tobytes())
     assert "SIGBUS SIG_DFL" in out.splitlines(), summary(out)

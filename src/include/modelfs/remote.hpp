@@ -63,6 +63,26 @@ struct CacheOptions {
 };
 void set_cache_options(CacheOptions options);
 
+// The fetch threads are the program's to stop: the library registers no
+// fork or exit handler in the process that links it.
+//
+// Waits until no fetch is queued or running, then ends the fetch threads; a
+// later fetch starts them afresh. Called before a fork whose child goes on
+// reading (the mount's daemonizing): a child has none of its parent's
+// threads, and would wait on fetches no thread of its own runs.
+void stop_fetch_threads();
+
+// Held by the program's main for its life: its end cuts every transfer at
+// its next progress callback, fails the fetches left and joins the fetch
+// threads, so that none runs while the process's statics are destroyed.
+class FetchThreadsOwner {
+ public:
+  FetchThreadsOwner() = default;
+  ~FetchThreadsOwner();
+  FetchThreadsOwner(const FetchThreadsOwner&) = delete;
+  FetchThreadsOwner& operator=(const FetchThreadsOwner&) = delete;
+};
+
 // A scope held on one thread's stack for a stretch of its work (the two
 // below keep thread-local state): never copied or moved.
 struct ThreadScope {
