@@ -25,14 +25,14 @@
 // libmodelfs.so replaces no allocator: a program that links it keeps its
 // own operator new. There the budget counts only what the library charges
 // explicitly: memory taken outside operator new (an inflated member's
-// memory file, libzip's copy of a ZIP directory), what the tree will hold,
-// and an OpenVINO .xml, charged a multiple of its size before pugixml
-// parses it. Whatever else a reader allocates in a host program is bounded
-// by the checks each reader makes before allocating (counts and lengths
-// read from the file compared with the file's size and the reader's fixed
-// limits), not by the budget: only the modelfs executable bounds everything
-// a model's reading allocates. charge() is how memory that does not come
-// from operator new is charged, in both.
+// memory file, libzip's copy of a ZIP directory, pugixml's parse of an
+// OpenVINO .xml, bounded from counts in its text before it is parsed) and
+// what the tree will hold. Whatever else a reader allocates in a host
+// program is bounded by the checks each reader makes before allocating
+// (counts and lengths read from the file compared with the file's size and
+// the reader's fixed limits), not by the budget: only the modelfs
+// executable bounds everything a model's reading allocates. charge() is
+// how memory that does not come from operator new is charged, in both.
 //
 // An allocation cannot always be refused where it is made: destructors
 // allocate too (nlohmann::json's flattens its children into a vector), and
