@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// The tree's read path: the bytes of a file as iovecs into held parts or
-// copies of computed ones (slice_parts), index.json printed from its
-// marks, and Tree::read/serve/content over them. Apart from the builder
-// (tree.cpp) because it is what every FUSE read runs after mounting, and
-// the only code that reads a mapping then; the builder's passes only fill
-// the tables (tree_parts.hpp) it reads.
+// The tree's read path: a file's bytes as iovecs into held parts or copies
+// of computed ones (slice_parts), index.json printed from its marks, and
+// Tree::read/serve/content over them. Apart from the builder (tree.cpp)
+// because this runs for every FUSE read after mounting, while the builder
+// runs once, at mount, to fill the tables (tree_parts.hpp) read here.
 #include <algorithm>
 #include <array>
 #include <cstring>
