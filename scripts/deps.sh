@@ -16,7 +16,7 @@ BUILD=(
   fuse3 libfuse3-dev zlib1g-dev libzip-dev nlohmann-json3-dev libspdlog-dev
   libcurl4-openssl-dev  # remote models: HTTP(S), S3 SigV4 (src/remote)
   libhdf5-dev libseccomp-dev  # HDF5 and Keras: libhdf5 in a seccomp-sandboxed child (src/formats/hdf5_sandbox.hpp)
-  libsnappy-dev  # TensorFlow checkpoint index blocks (src/formats/tfckpt.cpp)
+  libsnappy-dev  # TensorFlow checkpoint index blocks (src/formats/leveldb_table.cpp)
   libpugixml-dev  # OpenVINO IR .xml (src/formats/openvino.cpp)
   python3 python3-numpy
 )

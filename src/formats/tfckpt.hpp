@@ -46,62 +46,16 @@
 #include <vector>
 
 #include "format_reader.hpp"
+#include "leveldb_table.hpp"
 #include "modelfs/catalog.hpp"
-#include "modelfs/crc32c.hpp"
 
 namespace modelfs::tfckpt {
 
 inline constexpr std::string_view kFormat = "tensorflow checkpoint";
-inline constexpr uint64_t kFooterBytes = 48;
-inline constexpr uint64_t kTableMagic = 0xdb4775248b80fb57ULL;
-inline constexpr uint64_t kTrailerBytes = 5;
-// TensorFlow flushes blocks at 256 KiB; a block far larger is no writer's.
-inline constexpr uint64_t kMaxBlockBytes = uint64_t{64} << 20;
-inline constexpr uint64_t kMaxKeyBytes = uint64_t{64} << 10;
 inline constexpr uint64_t kMaxShards = 65536;
 inline constexpr size_t kMaxRank = 254;  // TensorShape's own limit
 // The JSON Lines text made for a bundle's DT_STRING tensors, in all.
 inline constexpr uint64_t kMaxStringTextBytes = uint64_t{1} << 30;
-
-// CRC-32C (modelfs/crc32c.hpp), as the bundle's checksums use it.
-using modelfs::crc32c;
-using modelfs::crc32c_extend;
-// LevelDB's masking of a stored CRC (a CRC of bytes holding CRCs is weak).
-constexpr uint32_t mask_crc(uint32_t crc) noexcept { return ((crc >> 15) | (crc << 17)) + 0xa282ead8U; }
-constexpr uint32_t unmask_crc(uint32_t masked) noexcept {
-  const uint32_t rot = masked - 0xa282ead8U;
-  return (rot >> 17) | (rot << 15);
-}
-
-struct BlockHandle {
-  uint64_t offset = 0;
-  uint64_t size = 0;  // the contents, without the 5-byte trailer
-};
-struct Footer {
-  BlockHandle metaindex;
-  BlockHandle index;
-};
-
-// Errors name `file` and the format; offsets are the file's.
-// The footer: the last 48 bytes of a file of `file_size` bytes. Both
-// handles (with their trailers) must end before the footer.
-Footer parse_footer(std::span<const std::byte> footer, uint64_t file_size, const std::string& file);
-
-// A block's contents once its trailer is checked (and snappy undone):
-// a range of the mapping, or bytes of our own.
-struct Block {
-  std::span<const std::byte> bytes;
-  std::string owned;
-  bool compressed = false;
-};
-// `contents_and_trailer` are the handle's size + 5 bytes at `offset`.
-Block read_block(std::span<const std::byte> contents_and_trailer, uint64_t offset, const std::string& file);
-
-// Calls `visit(key, value)` for each entry of a block's contents in order,
-// after checking the restart array; `offset` is where the block lies in
-// the file (for messages).
-void for_each_entry(std::span<const std::byte> contents, uint64_t offset, const std::string& file,
-                    const std::function<void(std::string_view key, std::span<const std::byte> value)>& visit);
 
 // A partitioned variable's slice key, decoded: the full tensor's name and,
 // per dimension, (start, length), length -1 for the whole dimension.

@@ -112,6 +112,12 @@ void copy_parts(std::span<const Part> parts, uint64_t offset, std::span<std::byt
 size_t slice_parts(std::span<const Part> parts, uint64_t offset, uint64_t length, std::span<iovec> out,
                    std::string& scratch);
 
+// index.json's text, one line per tensor (tree_read.cpp): the builder
+// measures it with these, and read_index prints it with the same ones.
+void append_index_head(std::string& out, const Catalog& catalog);
+void append_index_line(std::string& out, const Tensor& tensor, std::string_view path, bool last);
+void append_index_tail(std::string& out);
+
 // A Tree's tables, built by TreeBuilder (tree.cpp) and read through Tree.
 struct Tree::Impl {
   Catalog catalog_;
