@@ -341,7 +341,8 @@ TEST(Tree, SidecarsSayTheTensorAndItsExtras) {
     const size_t fixed = 10;  // name ... source
     ASSERT_EQ(keys.size(), fixed + tensors[i].extras.size());
     EXPECT_EQ(keys[fixed - 1], "source");
-    for (const auto& [key, value] : tensors[i].extras.items()) EXPECT_EQ(json[key], value) << key;
+    for (const auto& [key, value] : tensors[i].extras.items())
+      EXPECT_EQ(nlohmann::json(json[key]), value) << key;
   }
   ASSERT_EQ(tree->tensors().size(), 2u);
   EXPECT_EQ(tree->tensors().data(), tree->catalog().tensors().data());
