@@ -180,7 +180,7 @@ class Scatter {
       // arithmetic and back for every element the segment wants.
       const uint64_t base = segments_[k].to + plane_ - segments_[k].from;
       if (element_ == 1) {
-        std::memcpy(out_ + base + from, data + (from - low), to - from);
+        std::memcpy(out_ + (base + from), data + (from - low), to - from);  // the index first: base wraps
       } else {
         for (uint64_t i = from; i < to; ++i) out_[base + i * element_] = data[i - low];
       }

@@ -43,10 +43,16 @@ std::filesystem::path write_model(const TempDir& dir, const Json& weights,
     dir.write(name, bytes);
     paths.push_back(name);
   }
+  // The group built key by key: clang reads the nested braces of one
+  // group inside an array as two arrays, gcc as an object.
+  Json group = Json::object();
+  group["paths"] = paths;
+  group["weights"] = weights;
   Json model = {{"format", "graph-model"},
                 {"generatedBy", "test"},
                 {"modelTopology", {{"node", Json::array()}}},
-                {"weightsManifest", Json::array({{{"paths", paths}, {"weights", weights}}})}};
+                {"weightsManifest", Json::array()}};
+  model["weightsManifest"].push_back(group);
   return dir.write("model.json", model.dump());
 }
 
