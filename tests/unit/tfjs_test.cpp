@@ -194,7 +194,9 @@ TEST(Tfjs, RefusalsNameTheFormat) {
   const std::vector<float> two{1, 2};
   struct Case {
     std::string what;
-    Json weights;
+    // A vector, not a Json: `{weight}` is a one-element array to gcc and
+    // the weight itself to clang (a braced copy).
+    std::vector<Json> weights;
     std::vector<std::pair<std::string, std::string>> shards;
     std::string reason;
   };
@@ -239,7 +241,7 @@ TEST(Tfjs, RefusalsNameTheFormat) {
     TempDir dir;
     auto shards = c.shards;
     const bool missing = c.what == "missing shard";
-    auto model = write_model(dir, c.weights, shards);
+    auto model = write_model(dir, Json(c.weights), shards);
     if (missing) {
       std::filesystem::rename(dir.path() / "w.bin", dir.path() / "kept.bin");
     }
