@@ -70,6 +70,12 @@ export ASAN_OPTIONS="log_path=$LOGS/asan:detect_leaks=1:abort_on_error=0:handle_
 export UBSAN_OPTIONS="log_path=$LOGS/ubsan:print_stacktrace=1:halt_on_error=1"
 export MODELFS_SANITIZED=1
 run_ctest "$SAN_BUILD"
+# LeakSanitizer's tracer cannot attach to a process under the HDF5 child's
+# seccomp filter: it writes that it could not look, which is no finding.
+for report in "$LOGS"/*; do
+  [ -e "$report" ] || continue
+  grep -qv "Unable to get registers from thread" "$report" || rm -f "$report"
+done
 if compgen -G "$LOGS/*" >/dev/null; then
   echo "sanitizer reports:" >&2
   cat "$LOGS"/* >&2
