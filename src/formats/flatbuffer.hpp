@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "modelfs/budget.hpp"
+#include "modelfs/byte_reader.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/tensor_spec.hpp"
@@ -50,9 +51,7 @@ class Flat {
   template <typename T>
   T scalar(uint64_t at, std::string_view what) const {
     if (!range_fits(at, sizeof(T), limit_)) fail(at, std::string(what) + " lies past the flatbuffer");
-    T value{};
-    std::memcpy(&value, file_.read(at, sizeof(T)).data(), sizeof(T));
-    return value;
+    return load_le<T>(file_.read(at, sizeof(T)));
   }
 
   // The position an uoffset_t at `at` points to.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "modelfs/budget.hpp"
+#include "modelfs/byte_reader.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/json_object.hpp"
@@ -274,9 +275,7 @@ std::pair<std::string, Json> Reader::read_attribute(const WireMessage& attribute
           if (f.length % 4 != 0) fail(f.offset, "attribute \"" + name + "\": packed floats of odd length");
           const auto packed = payload_bytes(f);
           for (uint64_t at = 0; at < f.length; at += 4) {
-            uint32_t bits = 0;
-            std::memcpy(&bits, packed.data() + at, 4);
-            value.push_back(static_cast<double>(std::bit_cast<float>(bits)));
+            value.push_back(static_cast<double>(load_le<float>(packed, at)));
           }
         } else {
           value.push_back(fixed32_float(f));

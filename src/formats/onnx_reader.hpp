@@ -29,6 +29,7 @@
 #include "modelfs/model_folder.hpp"
 #include "modelfs/protobuf_wire.hpp"
 #include "onnx.hpp"
+#include "string_lines.hpp"
 
 namespace modelfs::onnx::detail {
 
@@ -268,7 +269,7 @@ class Reader {
   std::optional<ModelFolder> folder_;
   WireContext context_;
   Catalog catalog_;
-  uint64_t string_text_bytes_ = 0;                                     // made so far for STRING tensors
+  StringLines string_lines_;                                           // the model's STRING tensors' text
   std::map<std::string, std::shared_ptr<const MappedFile>> external_;  // by location
   EarlyOpens early_;                                                   // open_remote_external's
   std::map<std::pair<dev_t, ino_t>, std::shared_ptr<const MappedFile>> external_by_identity_;

@@ -19,12 +19,15 @@
 
 #include "modelfs/budget.hpp"
 #include "modelfs/budget_charge.hpp"
+#include "modelfs/byte_reader.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/json_text.hpp"
 #include "modelfs/mapped_file.hpp"
 #include "modelfs/model_folder.hpp"
 #include "modelfs/tensor_spec.hpp"
+#include "read_back.hpp"
+#include "string_lines.hpp"
 
 namespace modelfs::openvino {
 namespace {
@@ -440,12 +443,7 @@ class Reader {
   void read_strings(TensorSpec& t, uint64_t offset, uint64_t size, uint64_t count, const std::string& quote,
                     uint64_t where) {
     const auto region = bin_->read(offset, size);
-    const auto* p = reinterpret_cast<const unsigned char*>(region.data());
-    const auto i32 = [&](uint64_t at) {
-      uint32_t v = 0;
-      std::memcpy(&v, p + at, 4);
-      return static_cast<int32_t>(v);
-    };
+    const auto i32 = [&](uint64_t at) { return load_le<int32_t>(region, at); };
     if (size < 4) fail(where, quote + "a string Const of " + std::to_string(size) + " bytes has no count");
     const int32_t n = i32(0);
     if (n < 0 || static_cast<uint64_t>(n) != count)
@@ -456,33 +454,31 @@ class Reader {
       fail(where, quote + "its " + std::to_string(n) + " string offsets need " + std::to_string(header) +
                       " bytes; it has " + std::to_string(size));
     const uint64_t chars = size - header;
-    std::string out;
     uint64_t previous = 0;
-    for (uint64_t i = 0; i <= static_cast<uint64_t>(n); ++i) {
-      if (i % 4096 == 0) check_budget();
+    // Offset i + 1 ends element i: each checked between the one before and
+    // the characters' end.
+    const auto end_of = [&](uint64_t i) {
       const int32_t end = i32(4 + 4 * i);
       if (end < 0 || static_cast<uint64_t>(end) < previous || static_cast<uint64_t>(end) > chars ||
           (i == 0 && end != 0))
         fail(where, quote + "string offset " + std::to_string(i) + " (" + std::to_string(end) +
                         ") is not between the previous one and the " + std::to_string(chars) +
                         " bytes of characters");
-      if (i > 0) {
-        const std::string_view element(reinterpret_cast<const char*>(p + header + previous),
-                                       static_cast<uint64_t>(end) - previous);
-        const uint64_t text = json_bytes_length(element) + 1;
-        if (text > kMaxStringTextBytes - string_text_bytes_)
-          fail(where, quote + "its strings as JSON Lines take over what is left of the " +
-                          std::to_string(kMaxStringTextBytes) + "-byte limit on a model's string Consts");
-        string_text_bytes_ += text;
-        append_json_bytes(out, element);
-        out += '\n';
-      }
-      previous = static_cast<uint64_t>(end);
-    }
+      return static_cast<uint64_t>(end);
+    };
+    end_of(0);
+    auto text = string_lines_.write(count, [&](uint64_t i) {
+      const uint64_t end = end_of(i + 1);
+      const std::string_view element(reinterpret_cast<const char*>(region.data() + header + previous),
+                                     end - previous);
+      previous = end;
+      return element;
+    });
     if (previous != chars)
       fail(where, quote + "its strings end at " + std::to_string(previous) + " of " + std::to_string(chars) +
                       " bytes of characters");
-    t.bytes = ByteSpan::owned(std::move(out));
+    if (!text.lines) fail(where, quote + string_lines_.over_cap(text.length));
+    t.bytes = ByteSpan::owned(std::move(*text.lines));
     t.source = {bin_name_, std::nullopt};
   }
 
@@ -523,24 +519,10 @@ class Reader {
   // was opened (its Consts' ranges were checked against that at open).
   void add_check() {
     const auto file = bin_;
-    const std::string format(kErrorFormat);
     model_.checks->push_back(
         {"the weights file " + bin_name_ + " (" + std::to_string(file->size()) + " bytes)", file->size(),
-         [file, format](const std::function<void(uint64_t)>& progress) {
-           constexpr uint64_t kChunk = uint64_t{1} << 20;
-           std::vector<char> buffer(std::min<uint64_t>(kChunk, file->size()));
-           for (uint64_t at = 0; at < file->size();) {
-             const uint64_t want = std::min<uint64_t>(kChunk, file->size() - at);
-             file->ensure(at, want);
-             const ssize_t got = ::pread(file->fd(), buffer.data(), want, static_cast<off_t>(at));
-             if (got <= 0)
-               throw ModelError(
-                   file->display_name(), format, at,
-                   std::string("weights file cannot be read: ") +
-                       (got < 0 ? std::strerror(errno) : "it ends here, shorter than when it was opened"));
-             at += static_cast<uint64_t>(got);
-             progress(static_cast<uint64_t>(got));
-           }
+         [file](const std::function<void(uint64_t)>& progress) {
+           read_back_whole(*file, kErrorFormat, "weights file", progress);
          }});
   }
 
@@ -562,7 +544,7 @@ class Reader {
   uint64_t consts_ = 0;
   Json left_out_ = Json::array();
   uint64_t left_out_count_ = 0;
-  uint64_t string_text_bytes_ = 0;
+  StringLines string_lines_;  // the model's string Consts' text
 };
 
 }  // namespace

@@ -17,10 +17,12 @@
 #include <vector>
 
 #include "modelfs/budget.hpp"
+#include "modelfs/byte_reader.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/json_text.hpp"
 #include "modelfs/tensor_spec.hpp"
+#include "string_lines.hpp"
 
 namespace modelfs::tflite {
 namespace {
@@ -95,14 +97,11 @@ constexpr std::array<TypeInfo, 23> kTypes{{
     {"FLOAT8_E5M2", DType::Float8E5M2},
 }};
 
-// A STRING buffer (docs/formats.md, "STRING tensors") as JSON Lines.
+// A STRING buffer (docs/formats.md, "STRING tensors") as JSON Lines: a
+// u32 count, count + 1 u32 offsets into the buffer, the characters.
 std::string string_lines(const Flat& flat, std::span<const std::byte> bytes, uint64_t numel, uint64_t at,
-                         const std::string& what, uint64_t& text_total) {
-  auto u32 = [&](uint64_t pos) {
-    uint32_t v = 0;
-    std::memcpy(&v, bytes.data() + pos, 4);
-    return uint64_t{v};
-  };
+                         const std::string& what, StringLines& lines) {
+  const auto u32 = [&](uint64_t pos) { return uint64_t{load_le<uint32_t>(bytes, pos)}; };
   if (bytes.size() < 4)
     flat.fail(at, what + ": a string buffer of " + std::to_string(bytes.size()) + " bytes");
   const uint64_t n = u32(0);
@@ -111,26 +110,20 @@ std::string string_lines(const Flat& flat, std::span<const std::byte> bytes, uin
                       std::to_string(numel));
   const uint64_t table_end = (n + 2) * 4;
   if (table_end > bytes.size()) flat.fail(at, what + ": the string offsets run past the buffer");
-  std::string out;
   uint64_t previous = u32(4);
   if (previous != table_end) flat.fail(at, what + ": the first string offset is not the offsets' end");
-  for (uint64_t i = 0; i < n; ++i) {
+  auto text = lines.write(n, [&](uint64_t i) {
     const uint64_t next = u32(8 + 4 * i);
     if (next < previous || next > bytes.size())
       flat.fail(at,
                 what + ": string offset " + std::to_string(i + 1) + " is out of order or past the buffer");
-    const std::string_view text(reinterpret_cast<const char*>(bytes.data() + previous), next - previous);
-    // Checked before the text is made: one string may be most of the file.
-    if (text_total + out.size() + json_bytes_length(text) + 1 > kMaxStringTextBytes)
-      flat.fail(at, what + ": the model's strings take more than " + std::to_string(kMaxStringTextBytes) +
-                        " bytes as text");
-    append_json_bytes(out, text);
-    out += '\n';
+    const std::string_view element(reinterpret_cast<const char*>(bytes.data() + previous), next - previous);
     previous = next;
-  }
+    return element;
+  });
   if (previous != bytes.size()) flat.fail(at, what + ": the last string offset is not the buffer's end");
-  text_total += out.size();
-  return out;
+  if (!text.lines) flat.fail(at, what + ": " + lines.over_cap(text.length));
+  return std::move(*text.lines);
 }
 
 }  // namespace
@@ -226,7 +219,7 @@ Catalog open_file(const ModelFile& model) {
     return range;
   };
 
-  uint64_t text_total = 0;
+  StringLines text_lines;
   nlohmann::json subgraphs = nlohmann::json::array();
   nlohmann::json left_out = nlohmann::json::array();
   const auto graphs = root.vector(model_field::kSubgraphs, 4, "Model.subgraphs");
@@ -295,7 +288,7 @@ Catalog open_file(const ModelFile& model) {
       spec.source = {file_name, offset};
       if (spec.dtype == DType::String) {
         spec.bytes =
-            ByteSpan::owned(string_lines(flat, file.read(offset, size), *numel, offset, named, text_total));
+            ByteSpan::owned(string_lines(flat, file.read(offset, size), *numel, offset, named, text_lines));
         spec.extras["text"] = kJsonLinesText;
       } else {
         const auto bits = checked_mul(*numel, dtype_bits(spec.dtype));

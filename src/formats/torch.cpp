@@ -9,6 +9,7 @@
 #include <map>
 #include <ranges>
 
+#include "modelfs/byte_reader.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/unpickler.hpp"
@@ -240,8 +241,7 @@ Catalog open_legacy(const ModelFile& model) {
                                " is listed but no tensor refers to it, so its element size is unknown");
     if (bytes.size() - position < 8)
       throw fail(position, "storage " + key->text + ": element count runs past the end of the file");
-    int64_t numel = 0;
-    std::memcpy(&numel, file->read(position, 8).data(), 8);
+    const auto numel = load_le<int64_t>(file->read(position, 8));
     if (numel < 0 || static_cast<uint64_t>(numel) != id->second.numel)
       throw fail(position, "storage " + key->text + " holds " + std::to_string(numel) +
                                " elements, but the object says " + std::to_string(id->second.numel));
