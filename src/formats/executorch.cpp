@@ -32,6 +32,7 @@ using namespace flatbuffer;  // NOLINT(google-build-using-namespace): this file 
 constexpr std::string_view kFormat = "ExecuTorch";         // what messages call it
 constexpr std::string_view kCatalogFormat = "executorch";  // the catalog's name of the format
 constexpr uint64_t kMaxListed = 4096;                      // entries a metadata.json list prints
+constexpr uint64_t kMaxRank = 16;                          // the runtime's kTensorDimensionLimit
 constexpr std::string_view kDefaultPtd = "_default_external_constant.ptd";
 
 // Field ids (slot numbers) of program.fbs and flat_tensor.fbs (docs/formats.md).

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "io/trim.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/budget_charge.hpp"
 #include "modelfs/byte_reader.hpp"
@@ -122,20 +123,13 @@ std::optional<uint64_t> parse_u64(std::string_view text) {
   return value;
 }
 
-std::string_view trim(std::string_view text) {
-  const auto first = text.find_first_not_of(" \t\r\n");
-  if (first == std::string_view::npos) return {};
-  const auto last = text.find_last_not_of(" \t\r\n");
-  return text.substr(first, last - first + 1);
-}
-
 // Shape text: "" (a scalar) or comma-separated non-negative integers.
 std::optional<std::vector<uint64_t>> parse_shape(std::string_view text) {
   std::vector<uint64_t> shape;
-  if (trim(text).empty()) return shape;
+  if (trim_blanks(text).empty()) return shape;
   while (true) {
     const auto comma = text.find(',');
-    const auto dim = parse_u64(trim(text.substr(0, comma)));
+    const auto dim = parse_u64(trim_blanks(text.substr(0, comma)));
     if (!dim || shape.size() >= kMaxRank) return std::nullopt;
     shape.push_back(*dim);
     if (comma == std::string_view::npos) return shape;
@@ -161,17 +155,14 @@ class Reader {
 
   Catalog read() {
     const auto& file = model_.mapped;
-    if (file->size() > kMaxXmlBytes)
-      fail(std::nullopt, "is " + std::to_string(file->size()) + " bytes; an IR .xml is read whole, up to " +
-                             std::to_string(kMaxXmlBytes));
+    text_ = whole_text(*file, kMaxXmlBytes, kErrorFormat, "an IR .xml");
     // Half the rate of other formats' metadata: an IR repeats its tag and
     // attribute names in every layer, some 2-3 times the bytes a JSON
     // header takes for a tensor (what the budget's rate is set for); the
     // parsed tree, some 5 times the text, still fits (-o max_parse_mb
     // raises it for an .xml over ~50 MB).
     add_metadata_bytes(file->size() / 2);
-    const auto bytes = file->read(0, file->size());
-    text_ = std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    const auto bytes = std::as_bytes(std::span(text_));
 
     {
       // The parsed tree is given back before the document's copy is made.
@@ -356,9 +347,9 @@ class Reader {
                          std::to_string(kMaxRank) + ")");
     const std::string_view offset_text = attr("offset");
     const std::string_view size_text = attr("size");
-    const auto offset = parse_u64(trim(offset_text));
+    const auto offset = parse_u64(trim_blanks(offset_text));
     if (!offset) fail(at(data), quote + "offset " + shown(offset_text) + " is not a non-negative integer");
-    const auto size = parse_u64(trim(size_text));
+    const auto size = parse_u64(trim_blanks(size_text));
     if (!size) fail(at(data), quote + "size " + shown(size_text) + " is not a non-negative integer");
 
     Size numel = 1;
@@ -428,7 +419,7 @@ class Reader {
     if (!port || !port.child("dim")) return;
     std::vector<uint64_t> dims;
     for (const pugi::xml_node dim : port.children("dim")) {
-      const auto value = parse_u64(trim(dim.child_value()));
+      const auto value = parse_u64(trim_blanks(dim.child_value()));
       if (!value || dims.size() > kMaxRank) {
         fail(at(dim), quote + "its output port has dim " + shown(dim.child_value()) +
                           ", not a non-negative integer (a Const's shape is static)");
@@ -582,7 +573,7 @@ bool probe_file(std::span<const std::byte> head) {
   const std::string_view tag = text.substr(0, text.find('>'));
   for (size_t at = tag.find("version"); at != std::string_view::npos; at = tag.find("version", at + 1)) {
     if (std::string_view(" \t\r\n").find(tag[at - 1]) == std::string_view::npos) continue;
-    const std::string_view rest = trim(tag.substr(at + 7));
+    const std::string_view rest = trim_blanks(tag.substr(at + 7));
     if (rest.starts_with('=')) return true;
   }
   return false;

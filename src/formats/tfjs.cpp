@@ -111,13 +111,9 @@ class Reader {
 
   Catalog read() {
     const auto& file = model_.mapped;
-    if (file->size() > kMaxModelJsonBytes)
-      fail("is " + std::to_string(file->size()) + " bytes; a model.json is read whole, up to " +
-           std::to_string(kMaxModelJsonBytes));
+    const std::string_view text = whole_text(*file, kMaxModelJsonBytes, kErrorFormat, "a model.json");
     // All of it is metadata: the weights are in the shards.
     add_metadata_bytes(file->size());
-    const auto bytes = file->read(0, file->size());
-    const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
     Json json = parse_json_limited(text, display(), kErrorFormat, 0, kMaxJsonDepth);
     if (!json.is_object()) fail("is not a JSON object");
     auto manifest = json.find("weightsManifest");

@@ -32,6 +32,7 @@ using namespace flatbuffer;  // NOLINT(google-build-using-namespace): this file 
 
 constexpr std::string_view kFormat = "TensorFlow Lite";  // what messages call it
 constexpr std::string_view kCatalogFormat = "tflite";    // the catalog's name of the format
+constexpr uint64_t kMaxRank = 64;
 // How many entries of a list metadata.json and sidecars print.
 constexpr uint64_t kMaxListed = 4096;
 

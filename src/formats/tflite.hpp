@@ -33,8 +33,6 @@
 
 namespace modelfs::tflite {
 
-inline constexpr uint64_t kMaxRank = 64;
-
 // "TFL3" at bytes 4..8.
 bool probe_file(std::span<const std::byte> head);
 
