@@ -46,8 +46,8 @@ class MODELFS_API MappedFile {
   // cannot be opened, is not a regular file, or cannot be mapped. Never
   // blocks on a FIFO: the open is non-blocking and the type checked before
   // anything is read.
-  // A path that is a URL (http://, https://, s3://, hf://) opens the remote
-  // object through its cache (src/remote).
+  // A local path only: a URL (http://, https://, s3://, hf://) is opened
+  // by open_model, through the remote layer's cache.
   static std::shared_ptr<const MappedFile> open(const std::filesystem::path& path);
   // Maps the file open at `fd`, which it takes (closed when the mapping is,
   // or at once when it is refused), with open's checks and messages;

@@ -22,12 +22,12 @@
 #include <string_view>
 #include <vector>
 
-#include "format_reader.hpp"
+#include "formats/format_reader.hpp"
+#include "io/byte_reader.hpp"
+#include "io/checked_math.hpp"
+#include "io/tensor_spec.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/byte_reader.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/tensor_spec.hpp"
 
 namespace modelfs::flatbuffer {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "openvino.hpp"
+#include "formats/openvino.hpp"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -17,18 +17,18 @@
 #include <string_view>
 #include <vector>
 
+#include "formats/model_folder.hpp"
+#include "formats/read_back.hpp"
+#include "formats/string_lines.hpp"
+#include "io/budget_charge.hpp"
+#include "io/byte_reader.hpp"
+#include "io/checked_math.hpp"
+#include "io/json_text.hpp"
+#include "io/tensor_spec.hpp"
 #include "io/trim.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/budget_charge.hpp"
-#include "modelfs/byte_reader.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/json_text.hpp"
 #include "modelfs/mapped_file.hpp"
-#include "modelfs/model_folder.hpp"
-#include "modelfs/tensor_spec.hpp"
-#include "read_back.hpp"
-#include "string_lines.hpp"
 
 namespace modelfs::openvino {
 namespace {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "read_back.hpp"
+#include "formats/read_back.hpp"
 
 #include <unistd.h>
 

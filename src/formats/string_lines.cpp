@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "string_lines.hpp"
+#include "formats/string_lines.hpp"
 
+#include "io/json_text.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/json_text.hpp"
 
 namespace modelfs {
 

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "torch_save.hpp"
+#include "formats/torch_save.hpp"
 
 #include <string>
 
 #include "io/trim.hpp"
+#include "io/unpickler.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/unpickler.hpp"
 
 namespace modelfs::torch_save {
 
