@@ -8,10 +8,11 @@
 // A remote model (a URL) is mapped the same way, from a sparse local cache
 // file whose blocks are fetched when first needed. Nothing may read the
 // mapping before ensure() has made the range present: ensure() is the one
-// chokepoint (a no-op for local files). Readers and views never call it:
-// they take bytes through read() (here, ByteSpan::read, ByteReader), which
-// bounds-checks the range and makes it present before handing it out, so
-// none can forget (ARCHITECTURE.md, "Remote models").
+// chokepoint (a no-op for local files). Readers and views take bytes
+// through read() (here, ByteSpan::read, ByteReader), which bounds-checks the
+// range and makes it present before handing it out, so none can forget;
+// the few that read a file with pread (--check's read-back) or fetch ahead
+// (ModelFolder::open_all) call it first (ARCHITECTURE.md, "Remote models").
 #include <atomic>
 #include <cstddef>
 #include <cstdint>

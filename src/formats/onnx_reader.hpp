@@ -29,6 +29,7 @@
 #include "io/json_text.hpp"
 #include "io/protobuf_wire.hpp"
 #include "modelfs/catalog.hpp"
+#include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
 
 namespace modelfs::onnx::detail {
