@@ -47,7 +47,7 @@ class MODELFS_API MappedFile {
   // blocks on a FIFO: the open is non-blocking and the type checked before
   // anything is read.
   // A path that is a URL (http://, https://, s3://, hf://) opens the remote
-  // object through its cache (src/remote).
+  // object through its cache (src/remote), with the default RemoteOptions.
   static std::shared_ptr<const MappedFile> open(const std::filesystem::path& path);
   // Maps the file open at `fd`, which it takes (closed when the mapping is,
   // or at once when it is refused), with open's checks and messages;

@@ -481,7 +481,7 @@ Catalog open_pte(const ModelFile& model) {
   std::optional<Ptd> ptd;
   auto external = [&](const std::string& quote, uint64_t at) -> Ptd& {
     if (ptd) return *ptd;
-    ModelFolder folder = ModelFolder::of_file(model.path, std::string(kFormat));
+    ModelFolder folder = ModelFolder::of_file(model.path, std::string(kFormat), model.remote);
     const std::vector<std::string> names{model.path.stem().string() + ".ptd", std::string(kDefaultPtd)};
     std::string reasons;
     for (const std::string& n : names) {

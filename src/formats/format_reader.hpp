@@ -12,6 +12,7 @@
 
 #include "modelfs/catalog.hpp"
 #include "modelfs/formats.hpp"
+#include "modelfs/remote.hpp"
 #include "modelfs/tensor_spec.hpp"
 
 namespace modelfs {
@@ -24,8 +25,11 @@ struct ModelFile {
   // Where the reader adds the format's integrity checks; null when the
   // caller wants none (a mount).
   IntegrityChecks* checks = nullptr;
+  // A remote model's session (its options and Hub pins), which the files
+  // opened beside it share (ModelFolder); null for a local model.
+  std::shared_ptr<remote::Session> remote = nullptr;
 
-  // Maps `path` (for callers that know the format: a shard, a fuzzer).
+  // Maps a local `path` (for callers that know the format: a shard, a fuzzer).
   static ModelFile open(const std::filesystem::path& path, IntegrityChecks* checks = nullptr) {
     return {path, MappedFile::open(path), checks};
   }

@@ -53,8 +53,8 @@ constexpr uint64_t kInitialWindow = uint64_t{1} << 20;
 // is split into at least as many pieces as requests may be in flight.
 constexpr uint64_t kMaxPieceBlocks = 32;
 
-std::filesystem::path cache_dir() {
-  if (!cache_options.dir.empty()) return cache_options.dir;
+std::filesystem::path cache_dir(const RemoteOptions& options) {
+  if (!options.dir.empty()) return options.dir;
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg == '/')
     return std::filesystem::path(xdg) / "modelfs";
   const char* home = std::getenv("HOME");
@@ -62,8 +62,6 @@ std::filesystem::path cache_dir() {
 }
 
 }  // namespace
-
-void set_cache_options(CacheOptions options) { cache_options = std::move(options); }
 
 void stop_fetch_threads() { FetchPool::stop(); }
 
@@ -108,10 +106,11 @@ std::mutex evicting;
 
 class Blocks final : public MappedFile::Fetcher, public std::enable_shared_from_this<Blocks> {
  public:
-  Blocks(Target target, Identity id)
+  Blocks(Target target, Identity id, const RemoteOptions& options)
       : target_(std::move(target)),
         id_(std::move(id)),
-        streams_(kInitialWindow, cache_options.window_bytes) {}
+        options_(options),
+        streams_(kInitialWindow, options.window_bytes) {}
   ~Blocks() {
     if (const uint64_t unlogged = failures_unlogged_.load(); unlogged > 0)
       spdlog::error("{}: {} more failures (not logged one by one)", target_.display, unlogged);
@@ -133,7 +132,7 @@ class Blocks final : public MappedFile::Fetcher, public std::enable_shared_from_
   uint64_t oldest_use() const;
 
   // The object as a mapped file, over its cache (created when missing).
-  static std::shared_ptr<const MappedFile> map(Target target, Identity id);
+  static std::shared_ptr<const MappedFile> map(Target target, Identity id, const RemoteOptions& options);
   void ensure(uint64_t offset, uint64_t length);
   void make_present(uint64_t offset, uint64_t length) override { ensure(offset, length); }
 
@@ -167,6 +166,7 @@ class Blocks final : public MappedFile::Fetcher, public std::enable_shared_from_
 
   Target target_;
   Identity id_;
+  const RemoteOptions options_;
   int data_fd_ = -1;   // the MappedFile's descriptor (it closes it)
   int write_fd_ = -1;  // this object's own, for fetches that outlive the MappedFile
   int record_fd_ = -1;
@@ -204,8 +204,8 @@ uint64_t fetched_bytes() { return fetched_total.load(std::memory_order_relaxed);
 StreamScope::StreamScope() { ++stream_scopes; }
 StreamScope::~StreamScope() { --stream_scopes; }
 
-void in_parallel(size_t count, const std::function<void(size_t)>& task) {
-  const size_t threads = std::min<size_t>(count, std::max(1u, cache_options.parallel));
+void in_parallel(size_t count, unsigned parallel, const std::function<void(size_t)>& task) {
+  const size_t threads = std::min<size_t>(count, std::max(1u, parallel));
   std::atomic<size_t> next{0};
   std::mutex lock;
   std::exception_ptr failure;
@@ -285,10 +285,9 @@ void Blocks::evict_older_than(uint64_t before, uint64_t limit) {
   lock_record(record_fd_, F_OFD_SETLK, F_RDLCK);
 }
 
-// Brings this daemon's cached bytes back under the bound, oldest blocks
-// first, object by object.
-void evict_to_bound() {
-  const uint64_t limit = cache_options.max_bytes;
+// Brings this daemon's cached bytes back under `limit` (the bound of the
+// object that fetched), oldest blocks first, object by object.
+void evict_to_bound(uint64_t limit) {
   if (limit == 0 || cached_bytes.load() <= limit) return;
   std::unique_lock busy(evicting, std::try_to_lock);
   if (!busy) return;  // another thread is at it
@@ -310,8 +309,8 @@ void evict_to_bound() {
   }
 }
 
-std::shared_ptr<const MappedFile> Blocks::map(Target target, Identity id) {
-  auto blocks = std::make_shared<Blocks>(std::move(target), std::move(id));
+std::shared_ptr<const MappedFile> Blocks::map(Target target, Identity id, const RemoteOptions& options) {
+  auto blocks = std::make_shared<Blocks>(std::move(target), std::move(id), options);
   std::shared_ptr<MappedFile> file(new MappedFile());
   file->path_ = blocks->target_.display;
   blocks->attach(*file);
@@ -324,7 +323,7 @@ std::shared_ptr<const MappedFile> Blocks::map(Target target, Identity id) {
 }
 
 void Blocks::attach(MappedFile& file) {
-  const auto dir = cache_dir();
+  const auto dir = cache_dir(options_);
   auto fail_cache = [&](const std::string& what) {
     throw ModelError(target_.display, "remote", std::nullopt, "cache " + dir.string() + ": " + what);
   };
@@ -344,7 +343,7 @@ void Blocks::attach(MappedFile& file) {
   int dir_fd = -1;
   try {
     dir_fd = cache::open_folder(dir);
-    cache::remove_unmounted_objects(dir_fd, key, cache_options.max_bytes);
+    cache::remove_unmounted_objects(dir_fd, key, options_.max_bytes);
     data_fd_ = cache::open_file(dir_fd, key + ".data");
     file.fd_ = data_fd_;
     record_fd_ = cache::open_file(dir_fd, key + ".blocks");
@@ -392,7 +391,7 @@ void Blocks::prepare_files(const std::string& key) {
           target_.display, key, *cut, id_.size);
   } catch (const cache::Refused& e) {
     throw ModelError(target_.display, "remote", std::nullopt,
-                     "cache " + cache_dir().string() + ": " + e.what());
+                     "cache " + cache_dir(options_).string() + ": " + e.what());
   }
 }
 
@@ -463,7 +462,7 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
   length = std::min(length, id_.size - offset);
   const uint64_t first = offset / kBlockBytes;
   const uint64_t last = (offset + length - 1) / kBlockBytes;
-  const bool bounded = cache_options.max_bytes != 0;
+  const bool bounded = options_.max_bytes != 0;
   if (bounded) {
     const uint64_t now = use_clock.fetch_add(1, std::memory_order_relaxed);
     for (uint64_t b = first; b <= last; ++b) table_->at(b).used.store(now, std::memory_order_relaxed);
@@ -570,7 +569,7 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
     }
     if (bounded && in_read_scope) {
       guard.unlock();
-      evict_to_bound();
+      evict_to_bound(options_.max_bytes);
       guard.lock();
     }
   }
@@ -582,7 +581,7 @@ std::vector<Piece> Blocks::claim_ahead(ReadWindow::Ahead ahead) {
   const uint64_t from = ahead.from / kBlockBytes;
   const uint64_t to = std::min(blocks_, (ahead.to + kBlockBytes - 1) / kBlockBytes);
   // As many pieces as requests may be in flight, none over the most.
-  const uint64_t parallel = std::max(1u, cache_options.parallel);
+  const uint64_t parallel = std::max(1u, options_.parallel);
   const uint64_t piece_blocks =
       std::clamp<uint64_t>((to - std::min(to, from) + parallel - 1) / parallel, 1, kMaxPieceBlocks);
   for (uint64_t b = from; b < to; ++b) {
@@ -601,11 +600,11 @@ std::vector<Piece> Blocks::claim_ahead(ReadWindow::Ahead ahead) {
 
 void Blocks::fetch_ahead(std::vector<Piece> pieces) {
   const bool log = in_read_scope;
-  const bool evict = in_read_scope && cache_options.max_bytes != 0;
+  const bool evict = in_read_scope && options_.max_bytes != 0;
   for (const Piece& piece : pieces) {
     auto self = shared_from_this();
-    if (!FetchPool::get().submit([self, piece, log, evict] { self->fetch_claimed(piece, log, evict); },
-                                 false))
+    if (!FetchPool::get().submit([self, piece, log, evict] { self->fetch_claimed(piece, log, evict); }, false,
+                                 options_.parallel))
       fetch_claimed(piece, log, evict);
   }
 }
@@ -622,7 +621,7 @@ void Blocks::fetch_claimed(Piece piece, bool log, bool evict) {
   if (count > 0) {
     try {
       fetch(first, count, log);
-      if (cache_options.max_bytes != 0) {
+      if (options_.max_bytes != 0) {
         // Fetched for a reader about to read them: as recent as its read.
         const uint64_t now = use_clock.fetch_add(1, std::memory_order_relaxed);
         for (uint64_t b = first; b < first + count; ++b)
@@ -645,7 +644,7 @@ void Blocks::fetch_claimed(Piece piece, bool log, bool evict) {
     }
   }
   fetched_.notify_all();
-  if (evict) evict_to_bound();
+  if (evict) evict_to_bound(options_.max_bytes);
 }
 
 namespace {
@@ -656,7 +655,7 @@ void Blocks::fetch_runs(const std::vector<uint64_t>& mine) {
   // Runs of neighbouring blocks, split into as many pieces as requests may
   // be in flight (none over the most); this thread fetches the first, the
   // pool the others, side by side.
-  const uint64_t parallel = std::max(1u, cache_options.parallel);
+  const uint64_t parallel = std::max(1u, options_.parallel);
   const uint64_t piece_blocks =
       std::clamp<uint64_t>((mine.size() + parallel - 1) / parallel, 1, kMaxPieceBlocks);
   std::vector<Piece> pieces;
@@ -684,7 +683,7 @@ void Blocks::fetch_runs(const std::vector<uint64_t>& mine) {
           }
           batch->finish(e);
         },
-        true);
+        true, options_.parallel);
     if (!queued) {
       inline_from = i;
       break;
@@ -819,11 +818,11 @@ void Blocks::fetch(uint64_t first_block, uint64_t blocks, bool log) {
   mark(first_block, blocks, crcs.data());
 }
 
-std::shared_ptr<const MappedFile> open(std::string_view name) {
-  Target target = resolve(name);
-  Identity id = probe(target);
+std::shared_ptr<const MappedFile> open(std::string_view name, Session& session) {
+  Target target = resolve(name, session);
+  Identity id = probe(target, session);
   if (id.size == 0) refuse(target, "is empty");
-  return Blocks::map(std::move(target), std::move(id));
+  return Blocks::map(std::move(target), std::move(id), session.options());
 }
 
 }  // namespace modelfs::remote
