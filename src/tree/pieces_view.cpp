@@ -21,39 +21,12 @@
 namespace modelfs {
 namespace {
 
-std::atomic<uint64_t> g_next_id{1};
-
 // Zeros: a run piece never written. Its part's size says how many.
 class ZeroBytes final : public ComputedBytes {
  public:
-  void fill(uint64_t, std::span<std::byte> out) const override { std::memset(out.data(), 0, out.size()); }
+  void read(uint64_t, std::span<std::byte> out) const override { std::memset(out.data(), 0, out.size()); }
 };
 const ZeroBytes kZeros;
-
-// A view's bytes of the thread's last read, from prepare() to fill().
-struct ReadOut {
-  uint64_t view = 0;
-  uint64_t offset = 0;
-  uint64_t length = 0;
-  std::vector<std::byte> bytes;
-
-  // Room for [offset, offset + length) of `view`, not yet filled.
-  std::byte* start(uint64_t at, uint64_t n) {
-    view = 0;
-    if (bytes.size() < n) bytes.resize(n);
-    offset = at;
-    length = n;
-    return bytes.data();
-  }
-  void copy_out(uint64_t id, uint64_t at, std::span<std::byte> out) const {
-    if (out.empty()) return;
-    if (view != id || at < offset || at - offset > length || out.size() > length - (at - offset))
-      throw std::logic_error("a computed part filled without prepare() first");
-    std::memcpy(out.data(), bytes.data() + (at - offset), out.size());
-  }
-};
-thread_local ReadOut t_gathered;
-thread_local ReadOut t_converted;
 
 using Segment = PieceSegment;
 // Segments gathered at a time: a read of a tensor whose rows are a few
@@ -326,13 +299,11 @@ std::shared_ptr<const std::vector<std::byte>> PiecesView::decoded(uint32_t index
   return pool.add(id_, index, std::move(bytes));
 }
 
-void PiecesView::prepare(uint64_t offset, uint64_t length) const {
-  if (length == 0) {
-    t_gathered.view = 0;
-    return;
-  }
+void PiecesView::read(uint64_t offset, std::span<std::byte> into) const {
+  const uint64_t length = into.size();
+  if (length == 0) return;
   if (offset > size_ || length > size_ - offset) throw std::logic_error("a read outside a gathered part");
-  std::byte* const out = t_gathered.start(offset, length);
+  std::byte* const out = into.data();
   const auto shape = tensor_->shape;
   const auto pieces = tensor_->pieces;
   const size_t rank = shape.size();
@@ -436,11 +407,6 @@ void PiecesView::prepare(uint64_t offset, uint64_t length) const {
     at = row_start + row_end;
   }
   copy_segments();
-  t_gathered.view = id_;
-}
-
-void PiecesView::fill(uint64_t offset, std::span<std::byte> out) const {
-  t_gathered.copy_out(id_, offset, out);
 }
 
 std::unique_ptr<ConvertedView> ConvertedView::make(std::span<const Part> stored, uint64_t numel,
@@ -457,8 +423,7 @@ std::unique_ptr<ConvertedView> ConvertedView::make(std::span<const Part> stored,
 
 ConvertedView::ConvertedView(std::span<const Part> stored, uint64_t numel, uint64_t stored_size,
                              std::shared_ptr<const ElementConversion> conversion)
-    : id_(g_next_id.fetch_add(1)),
-      stored_(stored),
+    : stored_(stored),
       numel_(numel),
       stored_size_(stored_size),
       size_(numel * conversion->value_size()),
@@ -470,8 +435,8 @@ namespace {
 uint64_t byte_group(uint32_t bits) { return bits % 8 == 0 ? 1 : 8 / std::gcd(8u, bits); }
 }  // namespace
 
-void ConvertedView::prepare(uint64_t offset, uint64_t length) const {
-  t_converted.view = 0;
+void ConvertedView::read(uint64_t offset, std::span<std::byte> out) const {
+  const uint64_t length = out.size();
   if (length == 0) return;
   if (offset > size_ || length > size_ - offset) throw std::logic_error("a read outside a converted part");
   const uint32_t value_size = conversion_->value_size();
@@ -482,24 +447,16 @@ void ConvertedView::prepare(uint64_t offset, uint64_t length) const {
   const uint64_t aligned = first / group * group;
   const uint64_t from = aligned * bits / 8;
   const uint64_t to = std::min(stored_size_, (last * bits + 7) / 8);
-  std::byte* buffer = t_converted.start(aligned, to - from);
-  copy_parts(stored_, from, std::span(buffer, to - from));
-  conversion_->prepare();
-  t_converted.view = id_;
-}
-
-void ConvertedView::fill(uint64_t offset, std::span<std::byte> out) const {
-  if (out.empty()) return;
-  if (t_converted.view != id_) throw std::logic_error("a converted part filled without prepare() first");
-  // t_converted.offset is the first element its bytes hold.
-  const uint64_t base = t_converted.offset;
-  const std::byte* stored = t_converted.bytes.data();
+  // The stored bytes from element `aligned` on.
+  std::vector<std::byte> buffer(to - from);
+  copy_parts(stored_, from, buffer);
+  conversion_->make_present();
+  const std::byte* const stored = buffer.data();
   auto values = [&](uint64_t at, size_t count, std::byte* into) {
-    if (at < base) throw std::logic_error("a converted part filled outside what prepare() read");
-    conversion_->convert(stored, at - base, count, at, into);
+    conversion_->convert(stored, at - aligned, count, at, into);
   };
-  // What prepare() read is all in memory: every whole value in one call.
-  fill_values(offset, out, conversion_->value_size(), SIZE_MAX, values);
+  // The stored bytes are all in memory: every whole value in one call.
+  read_mapped([&] { fill_values(offset, out, conversion_->value_size(), SIZE_MAX, values); });
 }
 
 }  // namespace modelfs

@@ -31,13 +31,13 @@ const std::byte* held_bytes(const Part& part, uint64_t within, uint64_t length) 
 
 // Bytes [within, within + out.size()) of one part into `out`: the only
 // place the read path takes bytes of a mapping itself. A remote model's
-// blocks are made present first; then the bytes are computed or copied
-// under the mapped-bytes guard, so a file shrunk under the mount fails this
-// read (ModelError: EIO) and not the process (SIGBUS).
+// blocks are made present first; then the bytes are copied (here) or
+// computed (the part's read) under the mapped-bytes guard, so a file shrunk
+// under the mount fails this read (ModelError: EIO) and not the process
+// (SIGBUS).
 void copy_part(const Part& part, uint64_t within, std::span<std::byte> out) {
   if (part.computed != nullptr) {
-    part.computed->prepare(within, out.size());
-    read_mapped([&] { part.computed->fill(within, out); });
+    part.computed->read(within, out);
   } else {
     copy_mapped(out.data(), held_bytes(part, within, out.size()), out.size());
   }

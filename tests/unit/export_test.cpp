@@ -22,7 +22,7 @@ namespace {
 // Bytes i of a computed part are its offset's low byte plus one.
 class Counting final : public ComputedBytes {
  public:
-  void fill(uint64_t offset, std::span<std::byte> out) const override {
+  void read(uint64_t offset, std::span<std::byte> out) const override {
     for (size_t i = 0; i < out.size(); ++i) out[i] = std::byte((offset + i + 1) & 0xff);
   }
 };

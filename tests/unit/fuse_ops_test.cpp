@@ -180,7 +180,7 @@ TEST(FuseListing, StopsAtTheFirstEntryThatDoesNotFitAndResumesThere) {
 // Computed bytes: byte i of the part is 'A' + (i % 26).
 class Letters final : public ComputedBytes {
  public:
-  void fill(uint64_t offset, std::span<std::byte> out) const override {
+  void read(uint64_t offset, std::span<std::byte> out) const override {
     for (size_t i = 0; i < out.size(); ++i) out[i] = std::byte('A' + (offset + i) % 26);
   }
 };
