@@ -67,16 +67,6 @@ void stop_fetch_threads() { FetchPool::stop(); }
 
 FetchThreadsOwner::~FetchThreadsOwner() { FetchPool::stop_at_exit(); }
 
-// The blocks a FUSE read pinned (ReadScope), released after its reply.
-struct Pin {
-  Blocks* blocks;
-  uint64_t first, last;
-};
-thread_local bool in_read_scope = false;
-thread_local std::vector<Pin> read_pins;
-// --check and --export reading in order (StreamScope).
-thread_local int stream_scopes = 0;
-
 // The pieces a reader waits for, fetched by the pool and by itself.
 struct Batch {
   std::mutex lock;
@@ -122,7 +112,7 @@ class Blocks final : public MappedFile::Fetcher, public std::enable_shared_from_
     if (record_ != nullptr) ::munmap(record_, record_bytes_);
     if (record_fd_ >= 0) ::close(record_fd_);
   }
-  void unpin(uint64_t first, uint64_t last) {
+  void unpin(uint64_t first, uint64_t last) noexcept override {
     for (uint64_t b = first; b <= last; ++b) table_->at(b).pins.fetch_sub(1, std::memory_order_seq_cst);
   }
   // Evicts this object's least recently used unpinned blocks used before
@@ -133,8 +123,7 @@ class Blocks final : public MappedFile::Fetcher, public std::enable_shared_from_
 
   // The object as a mapped file, over its cache (created when missing).
   static std::shared_ptr<const MappedFile> map(Target target, Identity id, const RemoteOptions& options);
-  void ensure(uint64_t offset, uint64_t length);
-  void make_present(uint64_t offset, uint64_t length) override { ensure(offset, length); }
+  void make_present(uint64_t offset, uint64_t length, ReadScope* scope) override;
 
  private:
   bool present(uint64_t block) const { return __atomic_load_n(&marks_[block].state, __ATOMIC_ACQUIRE) != 0; }
@@ -151,18 +140,22 @@ class Blocks final : public MappedFile::Fetcher, public std::enable_shared_from_
   void prepare_files(const std::string& key);
   uint64_t count_present();
   void fetch(uint64_t first_block, uint64_t blocks, bool log);
-  // Marks blocks written whole, with the checksums of their bytes.
-  void mark(uint64_t first_block, uint64_t blocks, const uint32_t* crcs);
+  // Marks blocks written whole, with the checksums of their bytes; counted
+  // toward this thread's progress line unless fetched for a FUSE read
+  // (`served`).
+  void mark(uint64_t first_block, uint64_t blocks, const uint32_t* crcs, bool served);
   // Logs a failure of this object: the first few, then a count now and then.
   void log_failure(const std::string& line);
   // Claims the blocks of `ahead` nobody has or fetches (lock_ held), as
   // pieces for the pool.
   std::vector<Piece> claim_ahead(ReadWindow::Ahead ahead);
   // Hands claimed pieces to the pool; each clears its claim when done.
-  void fetch_ahead(std::vector<Piece> pieces);
+  // `served`: for a FUSE read (its failures logged, the cache evicted to
+  // its bound after).
+  void fetch_ahead(std::vector<Piece> pieces, bool served);
   void fetch_claimed(Piece piece, bool log, bool evict);
   // Fetches the runs of `mine` (claimed), long ones in pieces side by side.
-  void fetch_runs(const std::vector<uint64_t>& mine);
+  void fetch_runs(const std::vector<uint64_t>& mine, bool served);
 
   Target target_;
   Identity id_;
@@ -197,12 +190,7 @@ class Blocks final : public MappedFile::Fetcher, public std::enable_shared_from_
   ReadStreams streams_;
 };
 
-ReadScope::ReadScope() { in_read_scope = true; }  // pins only with a bound (ensure)
-
 uint64_t fetched_bytes() { return fetched_total.load(std::memory_order_relaxed); }
-
-StreamScope::StreamScope() { ++stream_scopes; }
-StreamScope::~StreamScope() { --stream_scopes; }
 
 void in_parallel(size_t count, unsigned parallel, const std::function<void(size_t)>& task) {
   const size_t threads = std::min<size_t>(count, std::max(1u, parallel));
@@ -232,12 +220,6 @@ void in_parallel(size_t count, unsigned parallel, const std::function<void(size_
   work();
   for (auto& helper : helpers) helper.join();
   if (failure) std::rethrow_exception(failure);
-}
-
-ReadScope::~ReadScope() {
-  for (const Pin& pin : read_pins) pin.blocks->unpin(pin.first, pin.last);
-  read_pins.clear();
-  in_read_scope = false;
 }
 
 uint64_t Blocks::oldest_use() const {
@@ -457,8 +439,9 @@ void Blocks::log_failure(const std::string& line) {
                 unlogged, line);
 }
 
-void Blocks::ensure(uint64_t offset, uint64_t length) {
+void Blocks::make_present(uint64_t offset, uint64_t length, ReadScope* scope) {
   if (offset >= id_.size || length == 0) return;
+  const bool served = scope != nullptr && scope->served();
   length = std::min(length, id_.size - offset);
   const uint64_t first = offset / kBlockBytes;
   const uint64_t last = (offset + length - 1) / kBlockBytes;
@@ -468,15 +451,15 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
     for (uint64_t b = first; b <= last; ++b) table_->at(b).used.store(now, std::memory_order_relaxed);
     // Pinned before the record is read (see evict_older_than), until the
     // reply has copied the bytes.
-    if (in_read_scope) {
+    if (served) {
       for (uint64_t b = first; b <= last; ++b) table_->at(b).pins.fetch_add(1, std::memory_order_seq_cst);
-      read_pins.push_back({this, first, last});
+      scope->pin(this, first, last);
     }
   }
   // The window follows FUSE readers, --check and --export; a parser reading
   // a header in order is no reader of the tensors after it.
   ReadWindow::Ahead ahead;
-  if (in_read_scope || stream_scopes > 0) {
+  if (scope != nullptr && scope->in_order()) {
     std::lock_guard window(window_lock_);
     ahead = streams_.on_read(offset, offset + length, id_.size);
   }
@@ -488,7 +471,7 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
       std::unique_lock guard(lock_);
       auto pieces = claim_ahead(ahead);
       guard.unlock();
-      fetch_ahead(std::move(pieces));
+      fetch_ahead(std::move(pieces), served);
     }
     return;
   }
@@ -533,7 +516,7 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
     }
     if (!pieces.empty()) {
       guard.unlock();
-      fetch_ahead(std::move(pieces));
+      fetch_ahead(std::move(pieces), served);
       guard.lock();
     }
     if (mine.empty() && theirs.empty()) {
@@ -554,7 +537,7 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
     guard.unlock();
     std::exception_ptr failure;
     try {
-      fetch_runs(mine);
+      fetch_runs(mine, served);
     } catch (...) {
       failure = std::current_exception();
     }
@@ -567,7 +550,7 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
       failed_until_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
       std::rethrow_exception(failure);
     }
-    if (bounded && in_read_scope) {
+    if (bounded && served) {
       guard.unlock();
       evict_to_bound(options_.max_bytes);
       guard.lock();
@@ -598,9 +581,9 @@ std::vector<Piece> Blocks::claim_ahead(ReadWindow::Ahead ahead) {
   return pieces;
 }
 
-void Blocks::fetch_ahead(std::vector<Piece> pieces) {
-  const bool log = in_read_scope;
-  const bool evict = in_read_scope && options_.max_bytes != 0;
+void Blocks::fetch_ahead(std::vector<Piece> pieces, bool served) {
+  const bool log = served;
+  const bool evict = served && options_.max_bytes != 0;
   for (const Piece& piece : pieces) {
     auto self = shared_from_this();
     if (!FetchPool::get().submit([self, piece, log, evict] { self->fetch_claimed(piece, log, evict); }, false,
@@ -651,7 +634,7 @@ namespace {
 void count_fetched(const std::string& display, uint64_t bytes);
 }  // namespace
 
-void Blocks::fetch_runs(const std::vector<uint64_t>& mine) {
+void Blocks::fetch_runs(const std::vector<uint64_t>& mine, bool served) {
   // Runs of neighbouring blocks, split into as many pieces as requests may
   // be in flight (none over the most); this thread fetches the first, the
   // pool the others, side by side.
@@ -665,7 +648,7 @@ void Blocks::fetch_runs(const std::vector<uint64_t>& mine) {
       ++pieces.back().count;
     else
       pieces.push_back({b, 1});
-  const bool log = in_read_scope;
+  const bool log = served;
   auto batch = std::make_shared<Batch>();
   batch->left = pieces.size() - 1;
   std::exception_ptr own;
@@ -708,8 +691,8 @@ void Blocks::fetch_runs(const std::vector<uint64_t>& mine) {
   if (own) std::rethrow_exception(own);
   if (batch->failure) std::rethrow_exception(batch->failure);
   // What the pool fetched for this thread counts toward its progress line
-  // (mark() counted this thread's own piece).
-  for (size_t i = 1; i < inline_from; ++i) {
+  // (mark() counted this thread's own piece); a FUSE read has none.
+  for (size_t i = 1; i < inline_from && !served; ++i) {
     const uint64_t offset = pieces[i].first * kBlockBytes;
     count_fetched(target_.display, std::min(pieces[i].count * kBlockBytes, id_.size - offset));
   }
@@ -728,7 +711,7 @@ thread_local Progress progress;
 constexpr uint64_t kProgressAfter = uint64_t{1} << 20;
 
 void count_fetched(const std::string& display, uint64_t bytes) {
-  if (progress.scopes == 0 || in_read_scope) return;
+  if (progress.scopes == 0) return;
   progress.bytes += bytes;
   if (progress.bytes < kProgressAfter || ::isatty(STDERR_FILENO) == 0) return;
   const auto now = std::chrono::steady_clock::now();
@@ -752,7 +735,7 @@ FetchProgress::~FetchProgress() {
 
 // Marks blocks whose bytes are written whole, for this daemon and any other
 // sharing the cache.
-void Blocks::mark(uint64_t first_block, uint64_t blocks, const uint32_t* crcs) {
+void Blocks::mark(uint64_t first_block, uint64_t blocks, const uint32_t* crcs, bool served) {
   if (blocks == 0) return;
   for (uint64_t b = first_block; b < first_block + blocks; ++b) {
     // The checksum before the mark: whoever sees the mark sees it.
@@ -764,7 +747,7 @@ void Blocks::mark(uint64_t first_block, uint64_t blocks, const uint32_t* crcs) {
   const uint64_t length = std::min(blocks * kBlockBytes, id_.size - offset);
   cached_bytes.fetch_add(length);
   fetched_total.fetch_add(length, std::memory_order_relaxed);
-  count_fetched(target_.display, length);
+  if (!served) count_fetched(target_.display, length);
 }
 
 // Each try has the deadline (perform), so a run's fetch takes at most
@@ -800,7 +783,7 @@ void Blocks::fetch(uint64_t first_block, uint64_t blocks, bool log) {
     if (!refused && body.checked) {
       if (body.received == length) break;  // all came, the connection closed after
       const uint64_t whole = body.received / kBlockBytes;
-      mark(first_block, whole, crcs.data());
+      mark(first_block, whole, crcs.data(), log);
       first_block += whole;
       blocks -= whole;
     }
@@ -815,7 +798,7 @@ void Blocks::fetch(uint64_t first_block, uint64_t blocks, bool log) {
     if (log && !ending) log_failure(target_.display + ": cannot fetch bytes " + range + ": " + why);
     throw ModelError(target_.display, "remote", offset, "cannot fetch bytes " + range + ": " + why);
   }
-  mark(first_block, blocks, crcs.data());
+  mark(first_block, blocks, crcs.data(), log);
 }
 
 std::shared_ptr<const MappedFile> open(std::string_view name, Session& session) {

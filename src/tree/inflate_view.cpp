@@ -23,7 +23,7 @@ InflateView::InflateView(const Tensor& tensor, std::string file, std::string for
 // Its points are free for others (a tree built again, a fuzzer).
 InflateView::~InflateView() { forget_deflate_streams(id_); }
 
-void InflateView::read(uint64_t offset, std::span<std::byte> out) const {
+void InflateView::read(uint64_t offset, std::span<std::byte> out, ReadScope& scope) const {
   const uint64_t length = out.size();
   if (length == 0) return;
   if (offset > size_ || length > size_ - offset) throw std::logic_error("a read outside an inflated part");
@@ -31,9 +31,10 @@ void InflateView::read(uint64_t offset, std::span<std::byte> out) const {
   std::byte* const to = out.data();
   const DeflateStream stream{id_, 0, stream_, decoded_size_, false, true};
   try {
-    inflate_range(stream, begin, begin + length, [&](uint64_t at, const std::byte* data, uint64_t n) {
-      std::memcpy(to + (at - begin), data, n);
-    });
+    inflate_range(
+        stream, begin, begin + length,
+        [&](uint64_t at, const std::byte* data, uint64_t n) { std::memcpy(to + (at - begin), data, n); },
+        scope);
   } catch (const DeflateError& e) {
     throw ModelError(file_, format_, std::nullopt, e.what());
   }

@@ -38,7 +38,7 @@ class InflateView final : public ComputedBytes {
   // Inflates [offset, offset + out.size()) of the part into `out`; throws
   // ModelError (EIO) when the stream is corrupt, ends early or yields more
   // than the member declares.
-  void read(uint64_t offset, std::span<std::byte> out) const override;
+  void read(uint64_t offset, std::span<std::byte> out, ReadScope& scope) const override;
 
  private:
   uint64_t id_;      // which index points are this view's (addresses are reused)

@@ -55,7 +55,7 @@ class ElementConversion {
                        std::byte* out) const = 0;
   // Makes present the mapped bytes it reads beyond `stored` (a remote
   // model's blocks): a per-channel conversion's scales and zero points.
-  virtual void make_present() const {}
+  virtual void make_present(ReadScope& /*scope*/) const {}
   // True when a stored element's value depends on its position (a
   // per-channel scale), not on its bits alone.
   virtual bool by_position() const noexcept { return false; }
@@ -112,17 +112,17 @@ std::unique_ptr<ElementConversion> affine_conversion(DType stored, const PerChan
 class StoredView : public ComputedBytes {
  public:
   uint64_t size() const noexcept { return size_; }
-  void read(uint64_t offset, std::span<std::byte> out) const final;
+  void read(uint64_t offset, std::span<std::byte> out, ReadScope& scope) const final;
 
  protected:
   StoredView(const ByteSpan& stored, uint64_t reach, uint64_t size)
       : stored_(stored.subspan(0, reach)), size_(size) {}
   // The stored bytes made present (ModelError when they cannot be had):
   // all, or [offset, offset + length) of them (clamped).
-  void prepare_stored() const { stored_.span(); }
-  void prepare_stored(uint64_t offset, uint64_t length) const {
+  void prepare_stored(ReadScope& scope) const { stored_.span(&scope); }
+  void prepare_stored(uint64_t offset, uint64_t length, ReadScope& scope) const {
     if (offset >= stored_.size()) return;
-    stored_.subspan(offset, std::min(length, stored_.size() - offset)).span();
+    stored_.subspan(offset, std::min(length, stored_.size() - offset)).span(&scope);
   }
   // Where they lie: read by compute() only, after make_present().
   const std::byte* base() const noexcept { return stored_.data(); }
@@ -130,7 +130,7 @@ class StoredView : public ComputedBytes {
  private:
   // The stored bytes the values [offset, offset + length) are made of,
   // made present (ModelError when they cannot be had).
-  virtual void make_present(uint64_t offset, uint64_t length) const = 0;
+  virtual void make_present(uint64_t offset, uint64_t length, ReadScope& scope) const = 0;
   // Bytes [offset, offset + out.size()) of the values into `out`, reading
   // only what make_present() made present and holding only trivially
   // destructible objects (it runs under the guard).
@@ -149,7 +149,7 @@ class SwapView final : public StoredView {
       : StoredView(stored, stored.size(), stored.size()), swap_(swap) {}
 
  private:
-  void make_present(uint64_t offset, uint64_t length) const override;
+  void make_present(uint64_t offset, uint64_t length, ReadScope& scope) const override;
   void compute(uint64_t offset, std::span<std::byte> out) const override;
   uint64_t swap_;
 };
@@ -177,7 +177,7 @@ class ElementView final : public StoredView {
 
  private:
   ElementView(const ByteSpan& stored, uint64_t reach, uint64_t size) : StoredView(stored, reach, size) {}
-  void make_present(uint64_t offset, uint64_t length) const override;
+  void make_present(uint64_t offset, uint64_t length, ReadScope& scope) const override;
   void compute(uint64_t offset, std::span<std::byte> out) const override;
   // Values of elements [position, position + count) (C order) into `out`.
   void values(uint64_t position, size_t count, std::byte* out) const;
@@ -233,7 +233,7 @@ class BlockView final : public StoredView {
 
  private:
   BlockView(const ByteSpan& stored, uint64_t reach, uint64_t size) : StoredView(stored, reach, size) {}
-  void make_present(uint64_t offset, uint64_t length) const override;
+  void make_present(uint64_t offset, uint64_t length, ReadScope& scope) const override;
   void compute(uint64_t offset, std::span<std::byte> out) const override;
   const GgmlType* type_ = nullptr;
 };

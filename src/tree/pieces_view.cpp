@@ -24,7 +24,9 @@ namespace {
 // Zeros: a run piece never written. Its part's size says how many.
 class ZeroBytes final : public ComputedBytes {
  public:
-  void read(uint64_t, std::span<std::byte> out) const override { std::memset(out.data(), 0, out.size()); }
+  void read(uint64_t, std::span<std::byte> out, ReadScope&) const override {
+    std::memset(out.data(), 0, out.size());
+  }
 };
 const ZeroBytes kZeros;
 
@@ -231,15 +233,15 @@ PiecesView::~PiecesView() {
   decoded_pool().forget(id_);
 }
 
-void PiecesView::stream(uint32_t index, std::span<const PieceSegment> segments, std::byte* out,
-                        bool indexed) const {
+void PiecesView::stream(uint32_t index, std::span<const PieceSegment> segments, std::byte* out, bool indexed,
+                        ReadScope& scope) const {
   const Piece& p = tensor_->pieces[index];
   ByteSpan stored = p.bytes;
   std::span<const PieceFilter> filters = p.filters;
   if (checksum_bytes(filters) != 0) {
     // Checked over what it follows, once per view: no decode needs it whole.
     if (!checked_[index].load(std::memory_order_acquire)) {
-      const std::span<const std::byte> bytes = stored.span();  // made present first
+      const std::span<const std::byte> bytes = stored.span(&scope);  // made present first
       bool holds = false;
       read_mapped([&] { holds = fletcher32_holds(bytes); });
       if (!holds) fault(index, "its Fletcher-32 checksum does not match its bytes");
@@ -262,20 +264,20 @@ void PiecesView::stream(uint32_t index, std::span<const PieceSegment> segments, 
     const uint64_t low = scatter.reach().first, high = scatter.reach().second;
     if (low == high) continue;
     if (!deflated) {
-      const std::byte* from = stored.subspan(low, high - low).span().data();
+      const std::byte* from = stored.subspan(low, high - low).span(&scope).data();
       read_mapped([&] { scatter(low, from, high - low); });
       continue;
     }
     const DeflateStream deflate{id_, index, stored, p.size, true, indexed};
     try {
-      inflate_range(deflate, low, high, std::ref(scatter));
+      inflate_range(deflate, low, high, std::ref(scatter), scope);
     } catch (const DeflateError& e) {
       fault(index, e.what());
     }
   }
 }
 
-std::shared_ptr<const std::vector<std::byte>> PiecesView::decoded(uint32_t index) const {
+std::shared_ptr<const std::vector<std::byte>> PiecesView::decoded(uint32_t index, ReadScope& scope) const {
   const uint64_t size = tensor_->pieces[index].size;
   if (size > kDecodedWhole) return nullptr;
   auto& pool = decoded_pool();
@@ -283,7 +285,7 @@ std::shared_ptr<const std::vector<std::byte>> PiecesView::decoded(uint32_t index
     // Kept from an earlier read: its stored bytes must still be there (a
     // model file cut since fails the read, as an uncached one would).
     const ByteSpan& stored = tensor_->pieces[index].bytes;
-    stored.subspan(stored.size() - 1, 1).span();
+    stored.subspan(stored.size() - 1, 1).span(&scope);
     return kept;
   }
   if (!pool.reserve(size)) return nullptr;
@@ -291,7 +293,7 @@ std::shared_ptr<const std::vector<std::byte>> PiecesView::decoded(uint32_t index
   try {
     bytes = std::make_shared<std::vector<std::byte>>(size);
     const PieceSegment whole{index, 0, 0, size};
-    stream(index, {&whole, 1}, bytes->data(), false);
+    stream(index, {&whole, 1}, bytes->data(), false, scope);
   } catch (...) {
     pool.release(size);
     throw;
@@ -299,7 +301,7 @@ std::shared_ptr<const std::vector<std::byte>> PiecesView::decoded(uint32_t index
   return pool.add(id_, index, std::move(bytes));
 }
 
-void PiecesView::read(uint64_t offset, std::span<std::byte> into) const {
+void PiecesView::read(uint64_t offset, std::span<std::byte> into, ReadScope& scope) const {
   const uint64_t length = into.size();
   if (length == 0) return;
   if (offset > size_ || length > size_ - offset) throw std::logic_error("a read outside a gathered part");
@@ -336,12 +338,12 @@ void PiecesView::read(uint64_t offset, std::span<std::byte> into) const {
           low = std::min(low, s[k].from);
           high = std::max(high, s[k].from + s[k].length);
         }
-        p.bytes.subspan(low, high - low).span();
+        p.bytes.subspan(low, high - low).span(&scope);
         const std::byte* from = p.bytes.data();
         read_mapped([&] {
           for (size_t k = 0; k < count; ++k) std::memcpy(out + s[k].to, from + s[k].from, s[k].length);
         });
-      } else if (const auto whole = decoded(index)) {
+      } else if (const auto whole = decoded(index, scope)) {
         const std::byte* from = whole->data();
         for (size_t k = 0; k < count; ++k) std::memcpy(out + s[k].to, from + s[k].from, s[k].length);
       } else {
@@ -350,7 +352,7 @@ void PiecesView::read(uint64_t offset, std::span<std::byte> into) const {
         std::sort(segments.begin() + static_cast<std::ptrdiff_t>(first),
                   segments.begin() + static_cast<std::ptrdiff_t>(last),
                   [](const Segment& a, const Segment& b) { return a.from < b.from; });
-        stream(index, {s, count}, out, true);
+        stream(index, {s, count}, out, true, scope);
       }
       first = last;
     }
@@ -435,7 +437,7 @@ namespace {
 uint64_t byte_group(uint32_t bits) { return bits % 8 == 0 ? 1 : 8 / std::gcd(8u, bits); }
 }  // namespace
 
-void ConvertedView::read(uint64_t offset, std::span<std::byte> out) const {
+void ConvertedView::read(uint64_t offset, std::span<std::byte> out, ReadScope& scope) const {
   const uint64_t length = out.size();
   if (length == 0) return;
   if (offset > size_ || length > size_ - offset) throw std::logic_error("a read outside a converted part");
@@ -449,8 +451,8 @@ void ConvertedView::read(uint64_t offset, std::span<std::byte> out) const {
   const uint64_t to = std::min(stored_size_, (last * bits + 7) / 8);
   // The stored bytes from element `aligned` on.
   std::vector<std::byte> buffer(to - from);
-  copy_parts(stored_, from, buffer);
-  conversion_->make_present();
+  copy_parts(stored_, from, buffer, scope);
+  conversion_->make_present(scope);
   const std::byte* const stored = buffer.data();
   auto values = [&](uint64_t at, size_t count, std::byte* into) {
     conversion_->convert(stored, at - aligned, count, at, into);

@@ -64,17 +64,18 @@ class PiecesView final : public ComputedBytes {
   PiecesView(const PiecesView&) = delete;
   PiecesView& operator=(const PiecesView&) = delete;
   uint64_t size() const noexcept { return size_; }
-  void read(uint64_t offset, std::span<std::byte> out) const override;
+  void read(uint64_t offset, std::span<std::byte> out, ReadScope& scope) const override;
 
  private:
   // What `segments` (of filtered piece `index`, sorted by `from`) want of
   // its decoded bytes, into `out`, read as a stream: inflated from the
   // nearest point of the deflate index (inflate_index.hpp; `indexed`: kept
   // there too), unshuffled on the way, nothing held but the bytes wanted.
-  void stream(uint32_t index, std::span<const PieceSegment> segments, std::byte* out, bool indexed) const;
+  void stream(uint32_t index, std::span<const PieceSegment> segments, std::byte* out, bool indexed,
+              ReadScope& scope) const;
   // Filtered piece `index` decoded whole, from the process's pool; null
   // when it is too large to keep whole or the pool has no room for it.
-  std::shared_ptr<const std::vector<std::byte>> decoded(uint32_t index) const;
+  std::shared_ptr<const std::vector<std::byte>> decoded(uint32_t index, ReadScope& scope) const;
   [[noreturn]] void fault(uint32_t index, const std::string& reason) const;
 
   uint64_t id_;  // which cached pieces are this view's (addresses are reused)
@@ -98,7 +99,7 @@ class ConvertedView final : public ComputedBytes {
   // Copies the stored bytes of the range (copy_parts, guarded) into a
   // buffer of its own, then converts them into `out` under the guard (a
   // per-channel conversion reads its scales from a mapping).
-  void read(uint64_t offset, std::span<std::byte> out) const override;
+  void read(uint64_t offset, std::span<std::byte> out, ReadScope& scope) const override;
 
  private:
   ConvertedView(std::span<const Part> stored, uint64_t numel, uint64_t stored_size,

@@ -39,8 +39,9 @@ class ComputedBytes {
  public:
   virtual ~ComputedBytes() = default;
   // Writes bytes [offset, offset + out.size()) of the part into `out`; the
-  // range lies within the part.
-  virtual void read(uint64_t offset, std::span<std::byte> out) const = 0;
+  // range lies within the part. The mapped bytes it reads are taken for
+  // the read `scope` (ByteSpan::span(&scope)).
+  virtual void read(uint64_t offset, std::span<std::byte> out, ReadScope& scope) const = 0;
 };
 
 // A part of a file's content: bytes held in memory (a range of a mapping,
@@ -92,7 +93,7 @@ class PartList {
 // path copies it: made present first, then read under the mapped-bytes
 // guard (ModelError when a mapping faults). For a view that reads another
 // content (a converted .npy of a tensor of pieces).
-void copy_parts(std::span<const Part> parts, uint64_t offset, std::span<std::byte> out);
+void copy_parts(std::span<const Part> parts, uint64_t offset, std::span<std::byte> out, ReadScope& scope);
 
 // The parts of [offset, offset + length) of a content made of `parts` (each
 // one's `offset` set, in order), as iovecs in `out`: into held bytes
@@ -108,7 +109,7 @@ void copy_parts(std::span<const Part> parts, uint64_t offset, std::span<std::byt
 // faults (its file shrank) throws ModelError, and the iovecs into held
 // bytes are read only by the caller.
 size_t slice_parts(std::span<const Part> parts, uint64_t offset, uint64_t length, std::span<iovec> out,
-                   std::string& scratch);
+                   std::string& scratch, ReadScope& scope);
 
 // index.json's text, one line per tensor (tree_read.cpp): the builder
 // measures it with these, and read_index prints it with the same ones.

@@ -88,32 +88,17 @@ class FetchThreadsOwner {
   FetchThreadsOwner& operator=(const FetchThreadsOwner&) = delete;
 };
 
-// A scope held on one thread's stack for a stretch of its work (the two
-// below keep thread-local state): never copied or moved.
-struct ThreadScope {
-  ThreadScope() = default;
-  ThreadScope(const ThreadScope&) = delete;
-  ThreadScope& operator=(const ThreadScope&) = delete;
-};
-
-// Held by a FUSE read around its ensure() calls and its reply: the blocks
-// it made present are pinned (never evicted) until the reply has copied
-// them, and only inside such a scope may blocks be evicted (a reader's
-// parse at mount keeps spans of the mapping for longer than a call).
-class ReadScope : ThreadScope {
- public:
-  ReadScope();
-  ~ReadScope();
-};
-
 // While one lives on a thread, what that thread fetches outside a FUSE read
 // (a model's header, index or pickles, before mounting) is counted, and on
 // a terminal shown on one line of stderr once past 1 MiB ("fetching
-// metadata of URL: N MiB"), ended when the last scope ends.
-class FetchProgress : ThreadScope {
+// metadata of URL: N MiB"), ended when the last scope ends. Only a line on
+// the terminal: it changes nothing a call does.
+class FetchProgress {
  public:
   FetchProgress();
   ~FetchProgress();
+  FetchProgress(const FetchProgress&) = delete;
+  FetchProgress& operator=(const FetchProgress&) = delete;
 };
 
 // Opens the object at `name` (a URL): asks the server its size and
@@ -127,15 +112,6 @@ std::shared_ptr<const MappedFile> open(std::string_view name, Session& session);
 // need first (their headers) is fetched side by side. The first exception
 // a task threw is rethrown; the others are dropped.
 void in_parallel(size_t count, unsigned parallel, const std::function<void(size_t)>& task);
-
-// While one lives on a thread, what it reads in order outside a FUSE read
-// (--check, --export) is fetched ahead with the parallel window, as a
-// FUSE reader's is; metadata parsing keeps fetching only what it reads.
-class StreamScope : ThreadScope {
- public:
-  StreamScope();
-  ~StreamScope();
-};
 
 // The bytes this process has fetched from servers into the cache so far
 // (every object, every thread): --check and --export show the rate.
