@@ -141,6 +141,22 @@ TEST_F(TruncatedMapping, HeldPartsStayIovecsIntoTheMappingAndTheCopiedRestThrows
   EXPECT_THROW(read(parts, 0, 8 * 4096, 2), ModelError);
 }
 
+// The size check is the read's, by its scope's kind: a copy of the tree
+// (and a FUSE read) refuses bytes past the size the file has now, even
+// within the page the cut left, which reads as zeros without a fault; a
+// parse (no scope) and --check's in-order read-back (pread) do not size.
+TEST_F(TruncatedMapping, TheSizeCheckIsTheScopesNotTheThreads) {
+  truncate_to(kFileBytes / 2 + 10);  // the rest of that page reads as zeros
+  const uint64_t past = kFileBytes / 2 + 100;
+  ReadScope copied(ReadScope::Kind::Copied);
+  EXPECT_THROW(file_->read(past, 4, &copied), ModelError);
+  EXPECT_NO_THROW(file_->read(kFileBytes / 2, 10, &copied));
+  // A parse on the thread while that scope lives is not sized.
+  EXPECT_NO_THROW(file_->read(past, 4));
+  ReadScope in_order(ReadScope::Kind::InOrder);
+  EXPECT_NO_THROW(file_->read(past, 4, &in_order));
+}
+
 TEST(MappedBytesGuard, AnExceptionFromTheBodyPassesThroughAndGuardsNest) {
   EXPECT_THROW(read_mapped([] { throw std::runtime_error("body"); }), std::runtime_error);
   int ran = 0;
