@@ -10,8 +10,6 @@
 
 namespace modelfs {
 
-// Opens MODEL, a file or a folder. Throws ModelError naming the file, the
-// format, the offset and the reason when it is not a model modelfs can read.
 struct OpenOptions {
   // Where the format's integrity checks are added (for check_model,
   // check.hpp); null: none.
@@ -19,6 +17,8 @@ struct OpenOptions {
   // How a remote model's files are fetched and cached; each keeps a copy.
   RemoteOptions remote;
 };
+// Opens MODEL, a file or a folder. Throws ModelError naming the file, the
+// format, the offset and the reason when it is not a model modelfs can read.
 MODELFS_API Catalog open_model(const std::filesystem::path& model, const OpenOptions& options);
 // The same with default remote options.
 MODELFS_API Catalog open_model(const std::filesystem::path& model, IntegrityChecks* checks = nullptr);

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "options.hpp"
+#include "cli/options.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -10,8 +10,8 @@
 #include <string_view>
 #include <utility>
 
-#include "modelfs/remote.hpp"
 #include "modelfs/version.hpp"
+#include "remote/remote.hpp"
 
 namespace modelfs::cli {
 namespace {

@@ -8,11 +8,11 @@
 #include <system_error>
 #include <vector>
 
-#include "format_reader.hpp"
+#include "formats/format_reader.hpp"
+#include "formats/registry.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/remote.hpp"
-#include "registry.hpp"
+#include "remote/remote.hpp"
 
 namespace modelfs {
 namespace {

@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "modelfs/error.hpp"
-#include "modelfs/remote.hpp"
 
 namespace modelfs {
 
@@ -111,12 +110,6 @@ void ReadScope::pin(MappedFile::Fetcher* fetcher, uint64_t first, uint64_t last)
 }
 
 std::shared_ptr<const MappedFile> MappedFile::open(const std::filesystem::path& path) {
-  if (remote::is_url(path.native())) {
-    // A URL named on its own: fetched with the default options, its own
-    // Hub pins (open_model gives a model's files one session instead).
-    remote::Session session;
-    return remote::open(path.native(), session);
-  }
   // O_NONBLOCK: opening a FIFO (or a terminal) for reading would otherwise
   // wait for a writer, forever. The type is checked on the open descriptor,
   // so nothing can be swapped in between.

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "inflate_view.hpp"
+#include "tree/inflate_view.hpp"
 
 #include <cstring>
 #include <stdexcept>
 
-#include "inflate_index.hpp"
 #include "modelfs/error.hpp"
+#include "tree/inflate_index.hpp"
 
 namespace modelfs {
 InflateView::InflateView(const Tensor& tensor, std::string file, std::string format)

@@ -33,8 +33,9 @@
 
 #include "modelfs/catalog.hpp"
 #include "modelfs/tree.hpp"
-#include "npy.hpp"
-#include "tree_parts.hpp"
+#include "tree/ggml_dequant.hpp"
+#include "tree/npy.hpp"
+#include "tree/tree_parts.hpp"
 
 namespace modelfs {
 
@@ -236,6 +237,7 @@ class BlockView final : public StoredView {
   void make_present(uint64_t offset, uint64_t length, ReadScope& scope) const override;
   void compute(uint64_t offset, std::span<std::byte> out) const override;
   const GgmlType* type_ = nullptr;
+  const ggml::GgmlKernels* kernels_ = nullptr;
 };
 
 // Where a tree keeps its converted views: side by side in storage sized

@@ -27,10 +27,10 @@ namespace modelfs {
 // view's elements gathered into C order, for instance. Sizes are fixed at
 // build; a read costs in proportion to the range it asks for.
 //
-// The mapped-bytes rule (src/include/modelfs/mapped_bytes.hpp), which each
-// read keeps itself: what allocates, locks or fetches runs first, outside
-// the guard (mapped bytes made present through their source, ByteSpan::span:
-// a remote model's blocks, ModelError when they cannot be had); a mapping is
+// The mapped-bytes rule (src/io/mapped_bytes.hpp), which each read keeps
+// itself: what allocates, locks or fetches runs first, outside the guard
+// (mapped bytes made present through their source, ByteSpan::span: a
+// remote model's blocks, ModelError when they cannot be had); a mapping is
 // then read only inside read_mapped, whose body holds only trivially
 // destructible objects (a fault leaves it by a jump) and reads only what was
 // made present. So a model file shrunk under the mount fails the read

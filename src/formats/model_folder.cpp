@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "modelfs/model_folder.hpp"
+#include "formats/model_folder.hpp"
 
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -17,7 +17,7 @@
 
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
-#include "modelfs/remote.hpp"
+#include "remote/remote.hpp"
 
 namespace modelfs {
 namespace fs = std::filesystem;
