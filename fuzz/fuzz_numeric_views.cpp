@@ -53,14 +53,15 @@ template <typename View>
 void fill(const View& view, FuzzedDataProvider& in) {
   constexpr uint64_t kMost = 4096;
   std::vector<std::byte> out(kMost);
+  modelfs::ReadScope scope(modelfs::ReadScope::Kind::Copied);
   const uint64_t size = view.size();
   const uint64_t edge = std::min(size, kMost);
-  view.fill(0, std::span(out.data(), edge));
-  view.fill(size - edge, std::span(out.data(), edge));
+  view.read(0, std::span(out.data(), edge), scope);
+  view.read(size - edge, std::span(out.data(), edge), scope);
   if (size == 0) return;
   const uint64_t offset = in.ConsumeIntegralInRange<uint64_t>(0, size - 1);
   const uint64_t length = in.ConsumeIntegralInRange<uint64_t>(0, std::min(size - offset, kMost));
-  view.fill(offset, std::span(out.data(), length));
+  view.read(offset, std::span(out.data(), length), scope);
 }
 
 }  // namespace

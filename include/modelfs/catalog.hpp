@@ -50,8 +50,8 @@ class MODELFS_API ByteSpan {
   const std::byte* data() const noexcept { return data_; }
   uint64_t size() const noexcept { return size_; }
   // The bytes, present (MappedFile::read: a remote model's blocks are
-  // fetched, or ModelError).
-  std::span<const std::byte> span() const;
+  // fetched, or ModelError), for the read `scope` (null: a reader's parse).
+  std::span<const std::byte> span(ReadScope* scope = nullptr) const;
   std::string_view view() const {
     const auto bytes = span();
     return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};

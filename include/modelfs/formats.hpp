@@ -6,13 +6,21 @@
 
 #include "modelfs/api.hpp"
 #include "modelfs/catalog.hpp"
+#include "modelfs/remote_options.hpp"
 
 namespace modelfs {
 
+struct OpenOptions {
+  // Where the format's integrity checks are added (for check_model,
+  // check.hpp); null: none.
+  IntegrityChecks* checks = nullptr;
+  // How a remote model's files are fetched and cached; each keeps a copy.
+  RemoteOptions remote;
+};
 // Opens MODEL, a file or a folder. Throws ModelError naming the file, the
 // format, the offset and the reason when it is not a model modelfs can read.
-// With `checks`, the format's integrity checks are added there (for
-// check_model, check.hpp).
+MODELFS_API Catalog open_model(const std::filesystem::path& model, const OpenOptions& options);
+// The same with default remote options.
 MODELFS_API Catalog open_model(const std::filesystem::path& model, IntegrityChecks* checks = nullptr);
 
 }  // namespace modelfs

@@ -22,6 +22,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "modelfs/api.hpp"
 
@@ -30,6 +31,7 @@ namespace modelfs {
 namespace remote {
 class Blocks;
 }
+class ReadScope;
 
 class MODELFS_API MappedFile {
  public:
@@ -39,8 +41,11 @@ class MODELFS_API MappedFile {
    public:
     virtual ~Fetcher() = default;
     // Makes [offset, offset + length) present (clamped to the file), or
-    // throws ModelError.
-    virtual void make_present(uint64_t offset, uint64_t length) = 0;
+    // throws ModelError. `scope` is the read it is for (null: a reader's
+    // parse); a served read's blocks stay pinned in it (pin()).
+    virtual void make_present(uint64_t offset, uint64_t length, ReadScope* scope) = 0;
+    // Releases the pins of blocks [first, last] a scope held (its end).
+    virtual void unpin(uint64_t first, uint64_t last) noexcept = 0;
   };
 
   // Opens and maps `path`. Throws ModelError (format "file") when the file
@@ -67,8 +72,9 @@ class MODELFS_API MappedFile {
 
   // Bytes [offset, offset + length) of the file, present: bounds-checked
   // (ModelError past the end, naming the file) and, for a remote model,
-  // fetched first (ModelError when they cannot be had).
-  std::span<const std::byte> read(uint64_t offset, uint64_t length) const;
+  // fetched first (ModelError when they cannot be had). `scope`: the read
+  // they are for (what it does: ReadScope); null: a reader's parse.
+  std::span<const std::byte> read(uint64_t offset, uint64_t length, ReadScope* scope = nullptr) const;
   // The whole mapping, not made present: only for the cursors that make
   // present what they hand out (ByteReader, the protobuf and ZIP readers)
   // and the tree's held parts, which its read path makes present.
@@ -83,9 +89,9 @@ class MODELFS_API MappedFile {
   // Makes bytes [offset, offset + length) of the mapping readable: for a
   // remote model, fetches the blocks missing from the cache (throws
   // ModelError when they cannot be had: a read fails with EIO); for a local
-  // file, nothing. The range is clamped to the file.
-  void ensure(uint64_t offset, uint64_t length) const {
-    if (fetcher_ != nullptr) fetcher_->make_present(offset, length);
+  // file, nothing. The range is clamped to the file. `scope` as for read().
+  void ensure(uint64_t offset, uint64_t length, ReadScope* scope = nullptr) const {
+    if (fetcher_ != nullptr) fetcher_->make_present(offset, length, scope);
   }
   // The same for bytes known only by address: those that lie in a remote
   // mapping are ensured, any others (local mappings, buffers) are left be.
@@ -111,6 +117,55 @@ class MODELFS_API MappedFile {
   const std::byte* data_ = nullptr;
   uint64_t size_ = 0;
   timespec mtime_{};
+};
+
+// One read of bytes modelfs serves or copies (a FUSE read, a read of the
+// tree outside FUSE, --check's read-back), created by whoever starts it and
+// passed down its path (Tree::read, the views, MappedFile::read and
+// ensure): what the read does follows from its kind, not from the thread.
+//   Served   a FUSE read: what it reads of a local file is checked against
+//            the file's size now; a remote model's blocks it makes present
+//            are pinned (never evicted) until the scope ends, after the
+//            reply has copied them, and only such a read evicts; its reads
+//            are followed by the window that fetches ahead and its failed
+//            fetches logged (the reader sees only EIO)
+//   Copied   a read of the tree outside FUSE (--export, --stats, --diff,
+//            tests): the size check only
+//   InOrder  a command reading a model's bytes in order (--check): the
+//            window only
+// Without a scope (a reader's parse at open), none of these: a parse keeps
+// spans of a mapping for longer than a call, so nothing it reads is
+// evicted, and it fetches only what it reads.
+class MODELFS_API ReadScope {
+ public:
+  enum class Kind { Served, Copied, InOrder };
+  explicit ReadScope(Kind kind) noexcept : kind_(kind) {}
+  ~ReadScope();
+  ReadScope(const ReadScope&) = delete;
+  ReadScope& operator=(const ReadScope&) = delete;
+
+  bool served() const noexcept { return kind_ == Kind::Served; }
+  // Whether the window follows this read's offsets.
+  bool in_order() const noexcept { return kind_ != Kind::Copied; }
+
+  // The size a read of `file` (descriptor `fd`, mapped at `mapped` bytes)
+  // may reach: `mapped` for an InOrder read, else the file's size now,
+  // looked up once per file and scope (fstat). The guard cannot see a file
+  // cut inside its last page: the rest of that page reads as zeros.
+  uint64_t size_now(const MappedFile* file, int fd, uint64_t mapped);
+  // Blocks [first, last] of `fetcher` pinned for this read: unpinned when
+  // the scope ends.
+  void pin(MappedFile::Fetcher* fetcher, uint64_t first, uint64_t last);
+
+ private:
+  struct Pin {
+    MappedFile::Fetcher* fetcher;
+    uint64_t first, last;
+  };
+  Kind kind_;
+  const MappedFile* sized_file_ = nullptr;
+  uint64_t sized_bytes_ = 0;
+  std::vector<Pin> pins_;
 };
 
 }  // namespace modelfs

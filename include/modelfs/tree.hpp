@@ -100,12 +100,17 @@ class Tree {
   // (slice_parts: no held byte is copied while `out` has room). A small
   // sidecar is printed, and computed bytes are computed, into `scratch`,
   // which must outlive the iovecs. Returns how many were written.
+  // A read of its own (ReadScope::Kind::Copied: each local file it reaches
+  // is checked against its size now), or one of the caller's `scope`.
   MODELFS_API size_t read(const Node& file, uint64_t offset, uint64_t length, std::span<iovec> out,
                           std::string& scratch) const;
-  // A front end's read: read(), then `reply` given the iovecs, which it
-  // must have copied or sent by the time it returns. A remote model's blocks
-  // the read made present stay in the cache until then (none evicted under
-  // the reply). Returns what `reply` returns.
+  MODELFS_API size_t read(const Node& file, uint64_t offset, uint64_t length, std::span<iovec> out,
+                          std::string& scratch, ReadScope& scope) const;
+  // A front end's read: read() in a ReadScope of Kind::Served, then `reply`
+  // given the iovecs, which it must have copied or sent by the time it
+  // returns. A remote model's blocks the read made present stay in the
+  // cache until then (none evicted under the reply). Returns what `reply`
+  // returns.
   int serve(const Node& file, uint64_t offset, uint64_t length, std::span<iovec> out, std::string& scratch,
             const std::function<int(std::span<const iovec>)>& reply) const;
   // A file's parts, in order (tree_parts.hpp: the library's own).

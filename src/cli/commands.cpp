@@ -100,7 +100,8 @@ int query_command(const Options& options, Budget& budget) {
     IntegrityChecks checks;
     auto catalog = [&] {
       BudgetScope scope(budget);
-      return open_model(options.model, options.check ? &checks : nullptr);
+      return open_model(options.model,
+                        {.checks = options.check ? &checks : nullptr, .remote = *remote_options(options)});
     }();
     if (options.check) return check_command(options.model, catalog, checks, options.json != 0, std::cout);
     // What printing copies of the metadata is the model's to pay for too.

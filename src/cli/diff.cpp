@@ -333,8 +333,8 @@ int diff_command(const Options& options, Budget& budget) {
     // Each model has a budget of its own, as it would alone.
     Budget budget_b(options.max_parse_mb > 0 ? std::optional<uint64_t>(uint64_t(options.max_parse_mb) << 20)
                                              : std::nullopt);
-    const OpenModel model_a = open_for_values(options.model, budget);
-    const OpenModel model_b = open_for_values(options.mountpoint, budget_b);
+    const OpenModel model_a = open_for_values(options.model, budget, *remote_options(options));
+    const OpenModel model_b = open_for_values(options.mountpoint, budget_b, *remote_options(options));
     const Tree& tree_a = *model_a.tree;
     const Tree& tree_b = *model_b.tree;
     const std::vector<TensorValues> values_a = tensor_values(tree_a);

@@ -135,7 +135,8 @@ int export_command(const Options& options, Budget& budget) {
   std::unique_ptr<const Tree> tree;
   try {
     BudgetScope scope(budget);
-    tree = Tree::build(open_model(options.model), {.export_float32 = options.export_float32 != 0});
+    tree = Tree::build(open_model(options.model, {.remote = *remote_options(options)}),
+                       {.export_float32 = options.export_float32 != 0});
   } catch (const ModelError& e) {
     spdlog::error("{}", e.what());
     return kExitBadModel;

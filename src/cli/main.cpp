@@ -74,31 +74,9 @@ int run(int argc, char** argv) {
     return kExitUsage;
   }
   // Remote models: where their blocks are cached, how long a request may
-  // take; a URL's secrets leave the process's command line.
-  modelfs::remote::CacheOptions cache;
-  if (options.cache_dir != nullptr) {
-    std::error_code cache_ec;
-    cache.dir = std::filesystem::absolute(options.cache_dir, cache_ec);
-  }
-  if (options.cache_max != nullptr) {
-    const auto bound = modelfs::remote::parse_size(options.cache_max);
-    if (!bound || *bound == 0) {
-      spdlog::error("-o cache_max takes a size: N bytes, or with K, M, G or T (KiB ... TiB)");
-      return kExitUsage;
-    }
-    cache.max_bytes = *bound;
-  }
-  if (options.remote_timeout > 0) cache.timeout_seconds = static_cast<unsigned>(options.remote_timeout);
-  if (options.remote_parallel > 0) cache.parallel = static_cast<unsigned>(options.remote_parallel);
-  if (options.remote_window != nullptr) {
-    const auto window = modelfs::remote::parse_size(options.remote_window);
-    if (!window || *window > (uint64_t{1} << 40)) {
-      spdlog::error("-o remote_window takes a size: N bytes, or with K, M, G or T (KiB ... TiB), at most 1T");
-      return kExitUsage;
-    }
-    cache.window_bytes = *window;
-  }
-  modelfs::remote::set_cache_options(cache);
+  // take (passed to open_model by each command); a URL's secrets leave the
+  // process's command line.
+  if (!remote_options(options)) return kExitUsage;
   if (modelfs::remote::is_url(options.model)) modelfs::remote::hide_url_secrets(argc, argv, options.model);
   if (options.diff && options.mountpoint != nullptr && modelfs::remote::is_url(options.mountpoint))
     modelfs::remote::hide_url_secrets(argc, argv, options.mountpoint);

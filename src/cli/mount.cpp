@@ -257,7 +257,7 @@ int mount_command(CommandLine& line, Budget& budget) {
   std::unique_ptr<const Tree> tree;
   try {
     BudgetScope scope(budget);
-    tree = Tree::build(open_model(options.model),
+    tree = Tree::build(open_model(options.model, {.remote = *remote_options(options)}),
                        {.flat = options.flat != 0, .export_float32 = options.export_float32 != 0});
   } catch (const ModelError& e) {
     spdlog::error("{}", e.what());

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "modelfs/version.hpp"
+#include "remote/remote.hpp"
 
 namespace modelfs::cli {
 namespace {
@@ -206,6 +207,33 @@ void print_usage(const char* program) {
   fuse_lowlevel_help();
   std::cout << "\nExit status: 0 ok, 1 usage or mount error, 2 the model cannot be read.\n"
             << "Unmount with: fusermount3 -u MOUNTPOINT (or modelfs -u MOUNTPOINT)\n";
+}
+
+std::optional<RemoteOptions> remote_options(const Options& options) {
+  RemoteOptions remote;
+  if (options.cache_dir != nullptr) {
+    std::error_code cache_ec;
+    remote.dir = std::filesystem::absolute(options.cache_dir, cache_ec);
+  }
+  if (options.cache_max != nullptr) {
+    const auto bound = remote::parse_size(options.cache_max);
+    if (!bound || *bound == 0) {
+      spdlog::error("-o cache_max takes a size: N bytes, or with K, M, G or T (KiB ... TiB)");
+      return std::nullopt;
+    }
+    remote.max_bytes = *bound;
+  }
+  if (options.remote_timeout > 0) remote.timeout_seconds = static_cast<unsigned>(options.remote_timeout);
+  if (options.remote_parallel > 0) remote.parallel = static_cast<unsigned>(options.remote_parallel);
+  if (options.remote_window != nullptr) {
+    const auto window = remote::parse_size(options.remote_window);
+    if (!window || *window > (uint64_t{1} << 40)) {
+      spdlog::error("-o remote_window takes a size: N bytes, or with K, M, G or T (KiB ... TiB), at most 1T");
+      return std::nullopt;
+    }
+    remote.window_bytes = *window;
+  }
+  return remote;
 }
 
 void print_version() {

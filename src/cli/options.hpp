@@ -6,8 +6,11 @@
 #include <fuse_lowlevel.h>
 #include <fuse_opt.h>
 
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "modelfs/remote_options.hpp"
 
 namespace modelfs::cli {
 
@@ -82,6 +85,11 @@ bool parse_options(CommandLine& line);
 // Reports a combination of options that makes no command (--json alone, two
 // commands at once, a negative budget); false when there is one.
 bool options_consistent(const Options& options);
+
+// How remote models are fetched and cached, from -o cache_dir, cache_max,
+// remote_timeout, remote_parallel and remote_window: what every command
+// passes to open_model. nullopt (the error logged) when one is not a size.
+std::optional<RemoteOptions> remote_options(const Options& options);
 
 void print_usage(const char* program);
 void print_version();

@@ -158,7 +158,7 @@ int stats_command(const Options& options, Budget& budget) {
     return kExitUsage;
   }
   try {
-    const OpenModel model = open_for_values(options.model, budget);
+    const OpenModel model = open_for_values(options.model, budget, *remote_options(options));
     const Tree& tree = *model.tree;
     const std::vector<TensorValues> values = tensor_values(tree);
 

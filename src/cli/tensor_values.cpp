@@ -111,9 +111,9 @@ uint64_t Repeats::position(uint64_t i) const {
   return at;
 }
 
-OpenModel open_for_values(const std::string& path, Budget& budget) {
+OpenModel open_for_values(const std::string& path, Budget& budget, const RemoteOptions& remote) {
   BudgetScope scope(budget);
-  return {path, Tree::build(open_model(path), {})};
+  return {path, Tree::build(open_model(path, {.remote = remote}), {})};
 }
 
 std::vector<TensorValues> tensor_values(const Tree& tree) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "modelfs/budget.hpp"
+#include "modelfs/remote_options.hpp"
 #include "modelfs/tree.hpp"
 
 namespace modelfs::cli {
@@ -37,8 +38,8 @@ struct OpenModel {
   std::unique_ptr<const Tree> tree;
 };
 // Opens `path` (a file or a URL) and builds its tree within `budget`;
-// throws ModelError.
-OpenModel open_for_values(const std::string& path, Budget& budget);
+// throws ModelError. A URL is fetched with `remote`.
+OpenModel open_for_values(const std::string& path, Budget& budget, const RemoteOptions& remote);
 
 // Where a tensor's .npy only repeats values (a broadcast view, whose
 // repeated dimensions have stride 0; a tensor of pieces never written,

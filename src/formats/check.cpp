@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "modelfs/error.hpp"
-#include "remote/remote.hpp"
 
 namespace modelfs {
 namespace {
@@ -28,10 +27,10 @@ struct Placed {
 // pread, not the mapping: a disk error must be a message, not a SIGBUS.
 void read_back(const Catalog& catalog, const Placed& range, std::vector<char>& buffer,
                const std::function<void(uint64_t)>& advance) {
-  const remote::StreamScope in_order;  // a remote model's blocks fetched ahead, side by side
+  ReadScope in_order(ReadScope::Kind::InOrder);  // a remote model's blocks fetched ahead, side by side
   for (uint64_t at = range.begin; at < range.end;) {
     const uint64_t want = std::min(kReadChunk, range.end - at);
-    range.file->ensure(at, want);  // a remote model's blocks, fetched into its cache file
+    range.file->ensure(at, want, &in_order);  // a remote model's blocks, fetched into its cache file
     const ssize_t got = ::pread(range.file->fd(), buffer.data(), want, static_cast<off_t>(at));
     if (got <= 0)
       throw ModelError(range.file->display_name(), catalog.format, at,

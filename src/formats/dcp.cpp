@@ -411,7 +411,7 @@ class Reader {
 
   void open_files(const std::vector<std::string>& names) {
     if (names.empty()) return;
-    folder_.emplace(ModelFolder::of_file(model_.path, std::string(kFormat)));
+    folder_.emplace(ModelFolder::of_file(model_.path, std::string(kFormat), model_.remote));
     auto opened = folder_->open_all(names, 0);
     for (size_t i = 0; i < names.size(); ++i) {
       auto& o = opened[i];

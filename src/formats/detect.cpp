@@ -72,7 +72,8 @@ bool is_missing(const ModelError& e) {
 
 // A URL: a file, or a folder (ending in '/', an hf:// repository's root,
 // or a name the server has no file for) read through its index.
-Catalog open_remote(const std::string& url, IntegrityChecks* checks) {
+Catalog open_remote(const std::string& url, IntegrityChecks* checks,
+                    const std::shared_ptr<remote::Session>& session) {
   const remote::FetchProgress progress;  // a line on a terminal while a large header comes
   std::string folder = url;
   while (folder.ends_with('/')) folder.pop_back();
@@ -82,7 +83,8 @@ Catalog open_remote(const std::string& url, IntegrityChecks* checks) {
     for (const std::string_view name : remote_index_names()) {
       const std::string index = folder + "/" + std::string(name);
       try {
-        return open_file(ModelFile{remote::display_url(index), remote::open(index), checks});
+        return open_file(
+            ModelFile{remote::display_url(index), remote::open(index, *session), checks, session});
       } catch (const ModelError& e) {
         if (!is_missing(e) || e.file() != remote::display_url(index)) throw;
       }
@@ -91,7 +93,7 @@ Catalog open_remote(const std::string& url, IntegrityChecks* checks) {
   };
   if (!url.ends_with('/') && !hub_root) {
     try {
-      return open_file(ModelFile{remote::display_url(url), remote::open(url), checks});
+      return open_file(ModelFile{remote::display_url(url), remote::open(url, *session), checks, session});
     } catch (const ModelError& e) {
       if (!is_missing(e) || e.file() != remote::display_url(url)) throw;
       if (auto catalog = open_an_index()) return std::move(*catalog);
@@ -107,8 +109,10 @@ Catalog open_remote(const std::string& url, IntegrityChecks* checks) {
                        "); name a model file instead");
 }
 
-Catalog open_detected(const std::filesystem::path& model, IntegrityChecks* checks) {
-  if (remote::is_url(model.native())) return open_remote(model.native(), checks);
+Catalog open_detected(const std::filesystem::path& model, const OpenOptions& options) {
+  IntegrityChecks* const checks = options.checks;
+  if (remote::is_url(model.native()))
+    return open_remote(model.native(), checks, std::make_shared<remote::Session>(options.remote));
   std::error_code ec;
   const auto status = std::filesystem::status(model, ec);
   if (ec || !std::filesystem::exists(status))
@@ -148,11 +152,15 @@ Catalog open_file(const ModelFile& file) {
 
 }  // namespace
 
-Catalog open_model(const std::filesystem::path& model, IntegrityChecks* checks) {
-  if (current_budget() != nullptr) return open_detected(model, checks);
+Catalog open_model(const std::filesystem::path& model, const OpenOptions& options) {
+  if (current_budget() != nullptr) return open_detected(model, options);
   Budget budget;
   BudgetScope scope(budget);
-  return open_detected(model, checks);
+  return open_detected(model, options);
+}
+
+Catalog open_model(const std::filesystem::path& model, IntegrityChecks* checks) {
+  return open_model(model, OpenOptions{.checks = checks, .remote = {}});
 }
 
 }  // namespace modelfs

@@ -477,7 +477,7 @@ class ProgramReader {
   // the first EXTERNAL tensor needs it.
   Ptd& external(const std::string& quote, uint64_t at) {
     if (ptd_) return *ptd_;
-    ModelFolder folder = ModelFolder::of_file(model_.path, std::string(kFormat));
+    ModelFolder folder = ModelFolder::of_file(model_.path, std::string(kFormat), model_.remote);
     const std::vector<std::string> names{model_.path.stem().string() + ".ptd", std::string(kDefaultPtd)};
     std::string reasons;
     for (const std::string& n : names) {

@@ -20,10 +20,14 @@ namespace modelfs {
 
 // A model file as detection hands it to its reader: the path the user gave
 // (or the index named) and the file, mapped once and probed.
-// A local path mapped, or a URL opened through the remote layer's cache:
+// A local path mapped, or a URL opened through the remote layer's cache
+// in `session` (one of its own with the default RemoteOptions when null):
 // where a path a reader is given becomes a mapping.
-inline std::shared_ptr<const MappedFile> open_mapped(const std::filesystem::path& path) {
-  return remote::is_url(path.native()) ? remote::open(path.native()) : MappedFile::open(path);
+inline std::shared_ptr<const MappedFile> open_mapped(const std::filesystem::path& path,
+                                                     std::shared_ptr<remote::Session> session = nullptr) {
+  if (!remote::is_url(path.native())) return MappedFile::open(path);
+  if (session == nullptr) session = std::make_shared<remote::Session>();
+  return remote::open(path.native(), *session);
 }
 
 struct ModelFile {
@@ -32,10 +36,16 @@ struct ModelFile {
   // Where the reader adds the format's integrity checks; null when the
   // caller wants none (a mount).
   IntegrityChecks* checks = nullptr;
+  // A remote model's session (its options and Hub pins), which the files
+  // opened beside it share (ModelFolder); null for a local model.
+  std::shared_ptr<remote::Session> remote = nullptr;
 
-  // Maps `path` (for callers that know the format: a shard, a fuzzer).
+  // Maps `path` (for callers that know the format: a shard, a fuzzer); a
+  // URL in a session of its own, with the default RemoteOptions.
   static ModelFile open(const std::filesystem::path& path, IntegrityChecks* checks = nullptr) {
-    return {path, open_mapped(path), checks};
+    if (!remote::is_url(path.native())) return {path, MappedFile::open(path), checks};
+    auto session = std::make_shared<remote::Session>();
+    return {path, open_mapped(path, session), checks, session};
   }
 };
 

@@ -497,10 +497,11 @@ Catalog catalog_of(const File& first, const std::string& first_name,
 // The whole set `split` belongs to, from the folder holding it. Members
 // other than `named` (the one the user named, if any) are opened inside
 // the folder (model_folder.hpp) and read from what was opened.
-Catalog open_split(const std::filesystem::path& folder, const SplitName& split, const std::string& named = {},
+Catalog open_split(const std::filesystem::path& folder, const SplitName& split,
+                   std::shared_ptr<remote::Session> remote, const std::string& named = {},
                    std::shared_ptr<const MappedFile> named_mapped = nullptr) {
   const std::string set_file = (folder / split_file_name(split.prefix, 1, split.count)).string();
-  const ModelFolder model_folder = ModelFolder::at(folder, std::string(kFormat));
+  const ModelFolder model_folder = ModelFolder::at(folder, std::string(kFormat), std::move(remote));
   Catalog catalog;
   nlohmann::json others = nlohmann::json::array();
   std::unordered_map<std::string, std::string> file_of_tensor;
@@ -615,7 +616,7 @@ Catalog open_folder(const std::filesystem::path& model, IntegrityChecks*) {
   auto split = parse_split_name(sets.front().filename().string());
   // A "set" of one file may lack the split.* keys: mount it as a file.
   if (split->count == 1) return open_file(ModelFile::open(sets.front()));
-  return open_split(model, *split);
+  return open_split(model, *split, nullptr);
 }
 
 Catalog open_file(const ModelFile& model) {
@@ -634,7 +635,7 @@ Catalog open_file(const ModelFile& model) {
   if (split->count != *count)
     refuse(mapped->display_name(), "split.count is " + std::to_string(*count) + " but the file name says " +
                                        std::to_string(split->count));
-  return open_split(model.path.parent_path(), *split, name, mapped);
+  return open_split(model.path.parent_path(), *split, model.remote, name, mapped);
 }
 
 }  // namespace modelfs::gguf

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -97,8 +98,12 @@ std::string errno_text(int error) { return std::strerror(error); }
 
 }  // namespace
 
-ModelFolder::ModelFolder(fs::path folder, fs::path named, bool remote, const std::string& format)
-    : folder_(std::move(folder)), named_(std::move(named)), remote_(remote) {
+ModelFolder::ModelFolder(fs::path folder, fs::path named, std::shared_ptr<remote::Session> remote,
+                         const std::string& format)
+    : folder_(std::move(folder)),
+      named_(std::move(named)),
+      remote_(remote != nullptr),
+      session_(std::move(remote)) {
   if (remote_) return;
   // REPO/snapshots/REV, or a folder below it (a model in a subfolder of
   // the repository links to ../../../blobs/HASH).
@@ -122,28 +127,43 @@ ModelFolder::ModelFolder(fs::path folder, fs::path named, bool remote, const std
   });
 }
 
-ModelFolder ModelFolder::of_file(const fs::path& model, const std::string& format) {
+namespace {
+
+// A remote folder's session, which a reader must hand on: without it the
+// folder's files would be fetched with options other than the model's.
+std::shared_ptr<remote::Session> session_of(const fs::path& folder, std::shared_ptr<remote::Session> remote) {
+  if (remote == nullptr)
+    throw std::logic_error("ModelFolder: the remote folder " + remote::display_url(folder.native()) +
+                           " was opened without its model's session");
+  return remote;
+}
+
+}  // namespace
+
+ModelFolder ModelFolder::of_file(const fs::path& model, const std::string& format,
+                                 std::shared_ptr<remote::Session> remote) {
   if (remote::is_url(model.native())) {
     std::string url = remote::parent_url(model.native());
-    return ModelFolder(url, url, true, format);
+    return ModelFolder(url, url, session_of(model, std::move(remote)), format);
   }
   std::error_code ec;
   const fs::path absolute = fs::absolute(model, ec);
   if (ec)
     throw ModelError(model.string(), format, std::nullopt,
                      "cannot resolve the model's folder: " + ec.message());
-  return ModelFolder(resolved_folder(absolute.parent_path(), model, format), model.parent_path(), false,
+  return ModelFolder(resolved_folder(absolute.parent_path(), model, format), model.parent_path(), nullptr,
                      format);
 }
 
-ModelFolder ModelFolder::at(const fs::path& folder, const std::string& format) {
+ModelFolder ModelFolder::at(const fs::path& folder, const std::string& format,
+                            std::shared_ptr<remote::Session> remote) {
   if (remote::is_url(folder.native())) {
     std::string url = folder.native();
     while (url.ends_with('/')) url.pop_back();
-    return ModelFolder(url, url, true, format);
+    return ModelFolder(url, url, session_of(folder, std::move(remote)), format);
   }
   const fs::path here = folder.empty() ? fs::path(".") : folder;
-  return ModelFolder(resolved_folder(here, here, format), folder, false, format);
+  return ModelFolder(resolved_folder(here, here, format), folder, nullptr, format);
 }
 
 bool ModelFolder::holds(const fs::path& real) const {
@@ -170,7 +190,7 @@ ModelFolder::Opened ModelFolder::open(std::string_view name) const {
   if (name.find_first_of("?#%\\") != std::string_view::npos)
     return refuse(Problem::NotAName, "contains '?', '#', '%' or '\\', which a URL reads as more than a name");
   try {
-    return Opened{Problem::None, remote::open(folder_.native() + "/" + std::string(name)), {}};
+    return Opened{Problem::None, remote::open(folder_.native() + "/" + std::string(name), *session_), {}};
   } catch (const ModelError& e) {
     return refuse(Problem::Unresolvable, "cannot be opened: " + e.reason());
   }
@@ -196,7 +216,7 @@ std::vector<ModelFolder::Opened> ModelFolder::open_all(const std::vector<std::st
   // stops at that first failure.
   std::vector<char> tried(names.size(), 0);
   std::atomic<bool> stop{false};
-  remote::in_parallel(names.size(), [&](size_t i) {
+  remote::in_parallel(names.size(), session_->options().parallel, [&](size_t i) {
     if (stop.load(std::memory_order_relaxed)) return;
     tried[i] = 1;
     opened[i] = open(names[i]);

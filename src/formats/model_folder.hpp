@@ -42,14 +42,21 @@
 namespace modelfs {
 
 class MappedFile;
+namespace remote {
+class Session;
+}
 
 class ModelFolder {
  public:
   // The folder holding the model file `model`, or the folder `folder`,
   // resolved with realpath and opened. Throws ModelError (naming `model` or
   // `folder` and `format`) when it cannot be. An empty `folder` is ".".
-  static ModelFolder of_file(const std::filesystem::path& model, const std::string& format);
-  static ModelFolder at(const std::filesystem::path& folder, const std::string& format);
+  // A remote folder's files are opened in `remote`, the model's session
+  // (ModelFile::remote; unused for a local folder).
+  static ModelFolder of_file(const std::filesystem::path& model, const std::string& format,
+                             std::shared_ptr<remote::Session> remote);
+  static ModelFolder at(const std::filesystem::path& folder, const std::string& format,
+                        std::shared_ptr<remote::Session> remote);
 
   enum class Problem {
     None,
@@ -86,14 +93,15 @@ class ModelFolder {
   const std::filesystem::path& hub_blobs() const noexcept { return hub_blobs_; }
 
  private:
-  ModelFolder(std::filesystem::path folder, std::filesystem::path named, bool remote,
-              const std::string& format);
+  ModelFolder(std::filesystem::path folder, std::filesystem::path named,
+              std::shared_ptr<remote::Session> remote, const std::string& format);
   Opened open_local(const std::string& name) const;
   bool holds(const std::filesystem::path& real) const;
-  std::filesystem::path folder_;     // realpath'd, or a URL
-  std::filesystem::path named_;      // the folder as the user named it, for messages
-  bool remote_;                      // folder_ is a URL
-  std::filesystem::path hub_blobs_;  // the hub cache repository's blobs/, or empty
+  std::filesystem::path folder_;              // realpath'd, or a URL
+  std::filesystem::path named_;               // the folder as the user named it, for messages
+  bool remote_;                               // folder_ is a URL
+  std::shared_ptr<remote::Session> session_;  // a remote folder's
+  std::filesystem::path hub_blobs_;           // the hub cache repository's blobs/, or empty
   // What names are resolved beneath: the folder, or the hub repository
   // holding it, with the way from there down to the folder.
   std::shared_ptr<const int> base_;

@@ -47,7 +47,7 @@ Catalog Reader::read() {
   // An .onnx file has no header apart from its weights: it all counts as
   // metadata (external data does not).
   add_metadata_bytes(model_->size());
-  folder_ = ModelFolder::of_file(model_path_, std::string(kFormat));
+  folder_ = ModelFolder::of_file(model_path_, std::string(kFormat), remote_);
 
   catalog_.format = std::string(kFormat);
   // Nothing in ONNX forbids two external-data entries naming one range.

@@ -202,7 +202,7 @@ inline std::optional<uint64_t> parse_decimal(std::string_view text) {
 class Reader {
  public:
   explicit Reader(const ModelFile& model)
-      : model_path_(model.path), model_(model.mapped), checks_(model.checks) {}
+      : model_path_(model.path), model_(model.mapped), checks_(model.checks), remote_(model.remote) {}
 
   Catalog read();
 
@@ -265,7 +265,8 @@ class Reader {
 
   fs::path model_path_;
   std::shared_ptr<const MappedFile> model_;
-  IntegrityChecks* checks_;  // null: none wanted
+  IntegrityChecks* checks_;                  // null: none wanted
+  std::shared_ptr<remote::Session> remote_;  // a remote model's (ModelFile::remote)
   std::string model_name_;
   std::optional<ModelFolder> folder_;
   WireContext context_;

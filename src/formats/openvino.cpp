@@ -311,7 +311,7 @@ class Reader {
   // first Const needs it.
   const MappedFile& bin(const std::string& quote, uint64_t where) {
     if (bin_) return *bin_;
-    folder_.emplace(ModelFolder::of_file(model_.path, std::string(kErrorFormat)));
+    folder_.emplace(ModelFolder::of_file(model_.path, std::string(kErrorFormat), model_.remote));
     bin_name_ = model_.path.stem().string() + ".bin";
     auto opened = folder_->open(bin_name_);
     if (!opened)

@@ -71,7 +71,7 @@ Catalog open_sharded_index(const ModelFile& index_model, const ShardedFormat& fo
   if (names_by_shard.empty()) throw refuse("weight_map is empty");
   // Every shard opened inside the index's folder (model_folder.hpp) before
   // any is read, and read from what was opened.
-  const ModelFolder folder = ModelFolder::of_file(index_path, std::string(format.index));
+  const ModelFolder folder = ModelFolder::of_file(index_path, std::string(format.index), index_model.remote);
   std::map<std::string, std::shared_ptr<const MappedFile>> mapped_shards;
   std::vector<std::string> names;
   for (const auto& entry : names_by_shard) names.push_back(entry.first);
@@ -95,7 +95,8 @@ Catalog open_sharded_index(const ModelFile& index_model, const ShardedFormat& fo
   std::unordered_map<std::string, std::string> shard_of;  // tensor name -> the shard holding it
   for (const auto& [shard, expected] : names_by_shard) {
     const auto& mapped = mapped_shards.at(shard);
-    Catalog part = open_shard(ModelFile{mapped->display_name(), mapped, index_model.checks}, shard);
+    Catalog part =
+        open_shard(ModelFile{mapped->display_name(), mapped, index_model.checks, index_model.remote}, shard);
     catalog.files.push_back(shard);
     shards[shard] = std::move(part.metadata);
     for (const auto& tensor : part.tensors()) {

@@ -497,7 +497,7 @@ class BundleReader {
     name = data_file_name(e.shard_id);
     auto found = shards_.find(e.shard_id);
     if (found != shards_.end()) return found->second;
-    if (!folder_) folder_.emplace(ModelFolder::of_file(model_.path, kFormatName));
+    if (!folder_) folder_.emplace(ModelFolder::of_file(model_.path, kFormatName, model_.remote));
     auto opened = early_.take(*folder_, name);
     if (!opened)
       refuse(std::nullopt,
@@ -512,7 +512,7 @@ class BundleReader {
   // from here, as it would open them, and says why one that failed did.
   void open_remote_shards() {
     if (!remote::is_url(model_.path.native()) || !names_data_files()) return;
-    if (!folder_) folder_.emplace(ModelFolder::of_file(model_.path, kFormatName));
+    if (!folder_) folder_.emplace(ModelFolder::of_file(model_.path, kFormatName, model_.remote));
     std::vector<std::string> names;
     names.reserve(static_cast<size_t>(num_shards_));
     for (int64_t id = 0; id < num_shards_; ++id) names.push_back(data_file_name(id));

@@ -123,7 +123,7 @@ class Reader {
     catalog_.format = std::string(kFormat);
     catalog_.mtime = file->mtime();
     catalog_.files.push_back(name_);
-    folder_.emplace(ModelFolder::of_file(model_.path, std::string(kErrorFormat)));
+    folder_.emplace(ModelFolder::of_file(model_.path, std::string(kErrorFormat), model_.remote));
 
     std::vector<GroupBytes> groups = open_shards(*manifest);
     Json summary = Json::array();

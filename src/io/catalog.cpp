@@ -38,8 +38,8 @@ uint64_t ByteSpan::file_offset() const noexcept {
   return static_cast<uint64_t>(data_ - file_->unchecked_data());
 }
 
-std::span<const std::byte> ByteSpan::span() const {
-  if (file_ != nullptr) return file_->read(file_offset(), size_);
+std::span<const std::byte> ByteSpan::span(ReadScope* scope) const {
+  if (file_ != nullptr) return file_->read(file_offset(), size_, scope);
   return {data_, size_};
 }
 

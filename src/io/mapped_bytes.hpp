@@ -15,9 +15,9 @@
 // executable sets one at start (set_mapped_read_guard; cli/sigbus_guard.cpp
 // holds the SIGBUS handler it installs). Without one (a host program that
 // links libmodelfs.so), a guarded body simply runs: a file shrunk before a
-// read is still refused by the per-read size check below (ServedRead), and
-// only a file cut while its bytes are being copied faults, as it would in
-// any program that reads a mapping.
+// read is still refused by the per-read size check (ReadScope::size_now,
+// mapped_file.hpp), and only a file cut while its bytes are being copied
+// faults, as it would in any program that reads a mapping.
 //
 // Whatever guard the program sets may leave the body by a jump that runs no
 // destructor, so the guarded code holds only trivially destructible objects
@@ -52,22 +52,5 @@ void read_mapped(Body&& body) {
 
 // `size` bytes from `from` (mapped) into `to`, under the guard.
 void copy_mapped(void* to, const void* from, size_t size);
-
-// The guard cannot see a file cut inside its last page: the rest of that
-// page reads as zeros, without a fault. So while a ServedRead lives on a
-// thread (the tree's reads: FUSE, --export), MappedFile::read looks up each
-// local file's size once (fstat of its descriptor) and refuses bytes past
-// it (ModelError: EIO), as it refuses bytes past the size it was mapped at.
-class ServedRead {
- public:
-  ServedRead();
-  ~ServedRead();
-  ServedRead(const ServedRead&) = delete;
-  ServedRead& operator=(const ServedRead&) = delete;
-};
-
-// The size `fd` has now when a ServedRead lives on this thread (looked up
-// once per file and read), else `mapped`: what a read of the file may reach.
-uint64_t served_size(const void* file, int fd, uint64_t mapped);
 
 }  // namespace modelfs

@@ -13,7 +13,6 @@
 #include <shared_mutex>
 #include <vector>
 
-#include "io/mapped_bytes.hpp"
 #include "modelfs/error.hpp"
 
 namespace modelfs {
@@ -74,22 +73,40 @@ void MappedFile::ensure_at_slow(const std::byte* at, uint64_t length) {
     owner->ensure(reinterpret_cast<uintptr_t>(at) - reinterpret_cast<uintptr_t>(owner->data_), length);
 }
 
-std::span<const std::byte> MappedFile::read(uint64_t offset, uint64_t length) const {
+std::span<const std::byte> MappedFile::read(uint64_t offset, uint64_t length, ReadScope* scope) const {
   if (offset > size_ || length > size_ - offset)
     throw ModelError(display_name(), "file", offset,
                      "a read of " + std::to_string(length) + " bytes passes the end (" +
                          std::to_string(size_) + " bytes)");
   // A local file cut under the mount (a remote one's cache file keeps its
   // size): a served read past its end now fails rather than read zeros.
-  if (fetcher_ == nullptr) {
-    if (const uint64_t now = served_size(this, fd_, size_); offset + length > now)
+  if (fetcher_ == nullptr && scope != nullptr) {
+    if (const uint64_t now = scope->size_now(this, fd_, size_); offset + length > now)
       throw ModelError(display_name(), "file", offset,
                        "a read of " + std::to_string(length) + " bytes failed: the file is " +
                            std::to_string(now) + " bytes now, " + std::to_string(size_) +
                            " when it was opened (it shrank under the mount)");
   }
-  ensure(offset, length);
+  ensure(offset, length, scope);
   return {data_ + offset, length};
+}
+
+ReadScope::~ReadScope() {
+  for (const Pin& pin : pins_) pin.fetcher->unpin(pin.first, pin.last);
+}
+
+uint64_t ReadScope::size_now(const MappedFile* file, int fd, uint64_t mapped) {
+  if (kind_ == Kind::InOrder || fd < 0) return mapped;
+  if (file != sized_file_) {
+    struct stat st {};
+    sized_bytes_ = ::fstat(fd, &st) == 0 ? std::min<uint64_t>(static_cast<uint64_t>(st.st_size), mapped) : 0;
+    sized_file_ = file;
+  }
+  return sized_bytes_;
+}
+
+void ReadScope::pin(MappedFile::Fetcher* fetcher, uint64_t first, uint64_t last) {
+  pins_.push_back({fetcher, first, last});
 }
 
 std::shared_ptr<const MappedFile> MappedFile::open(const std::filesystem::path& path) {

@@ -53,8 +53,8 @@ constexpr uint64_t kInitialWindow = uint64_t{1} << 20;
 // is split into at least as many pieces as requests may be in flight.
 constexpr uint64_t kMaxPieceBlocks = 32;
 
-std::filesystem::path cache_dir() {
-  if (!cache_options.dir.empty()) return cache_options.dir;
+std::filesystem::path cache_dir(const RemoteOptions& options) {
+  if (!options.dir.empty()) return options.dir;
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg == '/')
     return std::filesystem::path(xdg) / "modelfs";
   const char* home = std::getenv("HOME");
@@ -63,21 +63,9 @@ std::filesystem::path cache_dir() {
 
 }  // namespace
 
-void set_cache_options(CacheOptions options) { cache_options = std::move(options); }
-
 void stop_fetch_threads() { FetchPool::stop(); }
 
 FetchThreadsOwner::~FetchThreadsOwner() { FetchPool::stop_at_exit(); }
-
-// The blocks a FUSE read pinned (ReadScope), released after its reply.
-struct Pin {
-  Blocks* blocks;
-  uint64_t first, last;
-};
-thread_local bool in_read_scope = false;
-thread_local std::vector<Pin> read_pins;
-// --check and --export reading in order (StreamScope).
-thread_local int stream_scopes = 0;
 
 // The pieces a reader waits for, fetched by the pool and by itself.
 struct Batch {
@@ -108,10 +96,11 @@ std::mutex evicting;
 
 class Blocks final : public MappedFile::Fetcher, public std::enable_shared_from_this<Blocks> {
  public:
-  Blocks(Target target, Identity id)
+  Blocks(Target target, Identity id, const RemoteOptions& options)
       : target_(std::move(target)),
         id_(std::move(id)),
-        streams_(kInitialWindow, cache_options.window_bytes) {}
+        options_(options),
+        streams_(kInitialWindow, options.window_bytes) {}
   ~Blocks() {
     if (const uint64_t unlogged = failures_unlogged_.load(); unlogged > 0)
       spdlog::error("{}: {} more failures (not logged one by one)", target_.display, unlogged);
@@ -123,7 +112,7 @@ class Blocks final : public MappedFile::Fetcher, public std::enable_shared_from_
     if (record_ != nullptr) ::munmap(record_, record_bytes_);
     if (record_fd_ >= 0) ::close(record_fd_);
   }
-  void unpin(uint64_t first, uint64_t last) {
+  void unpin(uint64_t first, uint64_t last) noexcept override {
     for (uint64_t b = first; b <= last; ++b) table_->at(b).pins.fetch_sub(1, std::memory_order_seq_cst);
   }
   // Evicts this object's least recently used unpinned blocks used before
@@ -133,9 +122,8 @@ class Blocks final : public MappedFile::Fetcher, public std::enable_shared_from_
   uint64_t oldest_use() const;
 
   // The object as a mapped file, over its cache (created when missing).
-  static std::shared_ptr<const MappedFile> map(Target target, Identity id);
-  void ensure(uint64_t offset, uint64_t length);
-  void make_present(uint64_t offset, uint64_t length) override { ensure(offset, length); }
+  static std::shared_ptr<const MappedFile> map(Target target, Identity id, const RemoteOptions& options);
+  void make_present(uint64_t offset, uint64_t length, ReadScope* scope) override;
 
  private:
   bool present(uint64_t block) const { return __atomic_load_n(&marks_[block].state, __ATOMIC_ACQUIRE) != 0; }
@@ -152,21 +140,26 @@ class Blocks final : public MappedFile::Fetcher, public std::enable_shared_from_
   void prepare_files(const std::string& key);
   uint64_t count_present();
   void fetch(uint64_t first_block, uint64_t blocks, bool log);
-  // Marks blocks written whole, with the checksums of their bytes.
-  void mark(uint64_t first_block, uint64_t blocks, const uint32_t* crcs);
+  // Marks blocks written whole, with the checksums of their bytes; counted
+  // toward this thread's progress line unless fetched for a FUSE read
+  // (`served`).
+  void mark(uint64_t first_block, uint64_t blocks, const uint32_t* crcs, bool served);
   // Logs a failure of this object: the first few, then a count now and then.
   void log_failure(const std::string& line);
   // Claims the blocks of `ahead` nobody has or fetches (lock_ held), as
   // pieces for the pool.
   std::vector<Piece> claim_ahead(ReadWindow::Ahead ahead);
   // Hands claimed pieces to the pool; each clears its claim when done.
-  void fetch_ahead(std::vector<Piece> pieces);
+  // `served`: for a FUSE read (its failures logged, the cache evicted to
+  // its bound after).
+  void fetch_ahead(std::vector<Piece> pieces, bool served);
   void fetch_claimed(Piece piece, bool log, bool evict);
   // Fetches the runs of `mine` (claimed), long ones in pieces side by side.
-  void fetch_runs(const std::vector<uint64_t>& mine);
+  void fetch_runs(const std::vector<uint64_t>& mine, bool served);
 
   Target target_;
   Identity id_;
+  const RemoteOptions options_;
   int data_fd_ = -1;   // the MappedFile's descriptor (it closes it)
   int write_fd_ = -1;  // this object's own, for fetches that outlive the MappedFile
   int record_fd_ = -1;
@@ -197,15 +190,10 @@ class Blocks final : public MappedFile::Fetcher, public std::enable_shared_from_
   ReadStreams streams_;
 };
 
-ReadScope::ReadScope() { in_read_scope = true; }  // pins only with a bound (ensure)
-
 uint64_t fetched_bytes() { return fetched_total.load(std::memory_order_relaxed); }
 
-StreamScope::StreamScope() { ++stream_scopes; }
-StreamScope::~StreamScope() { --stream_scopes; }
-
-void in_parallel(size_t count, const std::function<void(size_t)>& task) {
-  const size_t threads = std::min<size_t>(count, std::max(1u, cache_options.parallel));
+void in_parallel(size_t count, unsigned parallel, const std::function<void(size_t)>& task) {
+  const size_t threads = std::min<size_t>(count, std::max(1u, parallel));
   std::atomic<size_t> next{0};
   std::mutex lock;
   std::exception_ptr failure;
@@ -232,12 +220,6 @@ void in_parallel(size_t count, const std::function<void(size_t)>& task) {
   work();
   for (auto& helper : helpers) helper.join();
   if (failure) std::rethrow_exception(failure);
-}
-
-ReadScope::~ReadScope() {
-  for (const Pin& pin : read_pins) pin.blocks->unpin(pin.first, pin.last);
-  read_pins.clear();
-  in_read_scope = false;
 }
 
 uint64_t Blocks::oldest_use() const {
@@ -285,10 +267,9 @@ void Blocks::evict_older_than(uint64_t before, uint64_t limit) {
   lock_record(record_fd_, F_OFD_SETLK, F_RDLCK);
 }
 
-// Brings this daemon's cached bytes back under the bound, oldest blocks
-// first, object by object.
-void evict_to_bound() {
-  const uint64_t limit = cache_options.max_bytes;
+// Brings this daemon's cached bytes back under `limit` (the bound of the
+// object that fetched), oldest blocks first, object by object.
+void evict_to_bound(uint64_t limit) {
   if (limit == 0 || cached_bytes.load() <= limit) return;
   std::unique_lock busy(evicting, std::try_to_lock);
   if (!busy) return;  // another thread is at it
@@ -310,8 +291,8 @@ void evict_to_bound() {
   }
 }
 
-std::shared_ptr<const MappedFile> Blocks::map(Target target, Identity id) {
-  auto blocks = std::make_shared<Blocks>(std::move(target), std::move(id));
+std::shared_ptr<const MappedFile> Blocks::map(Target target, Identity id, const RemoteOptions& options) {
+  auto blocks = std::make_shared<Blocks>(std::move(target), std::move(id), options);
   std::shared_ptr<MappedFile> file(new MappedFile());
   file->path_ = blocks->target_.display;
   blocks->attach(*file);
@@ -324,7 +305,7 @@ std::shared_ptr<const MappedFile> Blocks::map(Target target, Identity id) {
 }
 
 void Blocks::attach(MappedFile& file) {
-  const auto dir = cache_dir();
+  const auto dir = cache_dir(options_);
   auto fail_cache = [&](const std::string& what) {
     throw ModelError(target_.display, "remote", std::nullopt, "cache " + dir.string() + ": " + what);
   };
@@ -344,7 +325,7 @@ void Blocks::attach(MappedFile& file) {
   int dir_fd = -1;
   try {
     dir_fd = cache::open_folder(dir);
-    cache::remove_unmounted_objects(dir_fd, key, cache_options.max_bytes);
+    cache::remove_unmounted_objects(dir_fd, key, options_.max_bytes);
     data_fd_ = cache::open_file(dir_fd, key + ".data");
     file.fd_ = data_fd_;
     record_fd_ = cache::open_file(dir_fd, key + ".blocks");
@@ -392,7 +373,7 @@ void Blocks::prepare_files(const std::string& key) {
           target_.display, key, *cut, id_.size);
   } catch (const cache::Refused& e) {
     throw ModelError(target_.display, "remote", std::nullopt,
-                     "cache " + cache_dir().string() + ": " + e.what());
+                     "cache " + cache_dir(options_).string() + ": " + e.what());
   }
 }
 
@@ -458,26 +439,27 @@ void Blocks::log_failure(const std::string& line) {
                 unlogged, line);
 }
 
-void Blocks::ensure(uint64_t offset, uint64_t length) {
+void Blocks::make_present(uint64_t offset, uint64_t length, ReadScope* scope) {
   if (offset >= id_.size || length == 0) return;
+  const bool served = scope != nullptr && scope->served();
   length = std::min(length, id_.size - offset);
   const uint64_t first = offset / kBlockBytes;
   const uint64_t last = (offset + length - 1) / kBlockBytes;
-  const bool bounded = cache_options.max_bytes != 0;
+  const bool bounded = options_.max_bytes != 0;
   if (bounded) {
     const uint64_t now = use_clock.fetch_add(1, std::memory_order_relaxed);
     for (uint64_t b = first; b <= last; ++b) table_->at(b).used.store(now, std::memory_order_relaxed);
     // Pinned before the record is read (see evict_older_than), until the
     // reply has copied the bytes.
-    if (in_read_scope) {
+    if (served) {
       for (uint64_t b = first; b <= last; ++b) table_->at(b).pins.fetch_add(1, std::memory_order_seq_cst);
-      read_pins.push_back({this, first, last});
+      scope->pin(this, first, last);
     }
   }
   // The window follows FUSE readers, --check and --export; a parser reading
   // a header in order is no reader of the tensors after it.
   ReadWindow::Ahead ahead;
-  if (in_read_scope || stream_scopes > 0) {
+  if (scope != nullptr && scope->in_order()) {
     std::lock_guard window(window_lock_);
     ahead = streams_.on_read(offset, offset + length, id_.size);
   }
@@ -489,7 +471,7 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
       std::unique_lock guard(lock_);
       auto pieces = claim_ahead(ahead);
       guard.unlock();
-      fetch_ahead(std::move(pieces));
+      fetch_ahead(std::move(pieces), served);
     }
     return;
   }
@@ -534,7 +516,7 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
     }
     if (!pieces.empty()) {
       guard.unlock();
-      fetch_ahead(std::move(pieces));
+      fetch_ahead(std::move(pieces), served);
       guard.lock();
     }
     if (mine.empty() && theirs.empty()) {
@@ -555,7 +537,7 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
     guard.unlock();
     std::exception_ptr failure;
     try {
-      fetch_runs(mine);
+      fetch_runs(mine, served);
     } catch (...) {
       failure = std::current_exception();
     }
@@ -568,9 +550,9 @@ void Blocks::ensure(uint64_t offset, uint64_t length) {
       failed_until_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
       std::rethrow_exception(failure);
     }
-    if (bounded && in_read_scope) {
+    if (bounded && served) {
       guard.unlock();
-      evict_to_bound();
+      evict_to_bound(options_.max_bytes);
       guard.lock();
     }
   }
@@ -582,7 +564,7 @@ std::vector<Piece> Blocks::claim_ahead(ReadWindow::Ahead ahead) {
   const uint64_t from = ahead.from / kBlockBytes;
   const uint64_t to = std::min(blocks_, (ahead.to + kBlockBytes - 1) / kBlockBytes);
   // As many pieces as requests may be in flight, none over the most.
-  const uint64_t parallel = std::max(1u, cache_options.parallel);
+  const uint64_t parallel = std::max(1u, options_.parallel);
   const uint64_t piece_blocks =
       std::clamp<uint64_t>((to - std::min(to, from) + parallel - 1) / parallel, 1, kMaxPieceBlocks);
   for (uint64_t b = from; b < to; ++b) {
@@ -599,13 +581,13 @@ std::vector<Piece> Blocks::claim_ahead(ReadWindow::Ahead ahead) {
   return pieces;
 }
 
-void Blocks::fetch_ahead(std::vector<Piece> pieces) {
-  const bool log = in_read_scope;
-  const bool evict = in_read_scope && cache_options.max_bytes != 0;
+void Blocks::fetch_ahead(std::vector<Piece> pieces, bool served) {
+  const bool log = served;
+  const bool evict = served && options_.max_bytes != 0;
   for (const Piece& piece : pieces) {
     auto self = shared_from_this();
-    if (!FetchPool::get().submit([self, piece, log, evict] { self->fetch_claimed(piece, log, evict); },
-                                 false))
+    if (!FetchPool::get().submit([self, piece, log, evict] { self->fetch_claimed(piece, log, evict); }, false,
+                                 options_.parallel))
       fetch_claimed(piece, log, evict);
   }
 }
@@ -622,7 +604,7 @@ void Blocks::fetch_claimed(Piece piece, bool log, bool evict) {
   if (count > 0) {
     try {
       fetch(first, count, log);
-      if (cache_options.max_bytes != 0) {
+      if (options_.max_bytes != 0) {
         // Fetched for a reader about to read them: as recent as its read.
         const uint64_t now = use_clock.fetch_add(1, std::memory_order_relaxed);
         for (uint64_t b = first; b < first + count; ++b)
@@ -645,18 +627,18 @@ void Blocks::fetch_claimed(Piece piece, bool log, bool evict) {
     }
   }
   fetched_.notify_all();
-  if (evict) evict_to_bound();
+  if (evict) evict_to_bound(options_.max_bytes);
 }
 
 namespace {
 void count_fetched(const std::string& display, uint64_t bytes);
 }  // namespace
 
-void Blocks::fetch_runs(const std::vector<uint64_t>& mine) {
+void Blocks::fetch_runs(const std::vector<uint64_t>& mine, bool served) {
   // Runs of neighbouring blocks, split into as many pieces as requests may
   // be in flight (none over the most); this thread fetches the first, the
   // pool the others, side by side.
-  const uint64_t parallel = std::max(1u, cache_options.parallel);
+  const uint64_t parallel = std::max(1u, options_.parallel);
   const uint64_t piece_blocks =
       std::clamp<uint64_t>((mine.size() + parallel - 1) / parallel, 1, kMaxPieceBlocks);
   std::vector<Piece> pieces;
@@ -666,7 +648,7 @@ void Blocks::fetch_runs(const std::vector<uint64_t>& mine) {
       ++pieces.back().count;
     else
       pieces.push_back({b, 1});
-  const bool log = in_read_scope;
+  const bool log = served;
   auto batch = std::make_shared<Batch>();
   batch->left = pieces.size() - 1;
   std::exception_ptr own;
@@ -684,7 +666,7 @@ void Blocks::fetch_runs(const std::vector<uint64_t>& mine) {
           }
           batch->finish(e);
         },
-        true);
+        true, options_.parallel);
     if (!queued) {
       inline_from = i;
       break;
@@ -709,8 +691,8 @@ void Blocks::fetch_runs(const std::vector<uint64_t>& mine) {
   if (own) std::rethrow_exception(own);
   if (batch->failure) std::rethrow_exception(batch->failure);
   // What the pool fetched for this thread counts toward its progress line
-  // (mark() counted this thread's own piece).
-  for (size_t i = 1; i < inline_from; ++i) {
+  // (mark() counted this thread's own piece); a FUSE read has none.
+  for (size_t i = 1; i < inline_from && !served; ++i) {
     const uint64_t offset = pieces[i].first * kBlockBytes;
     count_fetched(target_.display, std::min(pieces[i].count * kBlockBytes, id_.size - offset));
   }
@@ -729,7 +711,7 @@ thread_local Progress progress;
 constexpr uint64_t kProgressAfter = uint64_t{1} << 20;
 
 void count_fetched(const std::string& display, uint64_t bytes) {
-  if (progress.scopes == 0 || in_read_scope) return;
+  if (progress.scopes == 0) return;
   progress.bytes += bytes;
   if (progress.bytes < kProgressAfter || ::isatty(STDERR_FILENO) == 0) return;
   const auto now = std::chrono::steady_clock::now();
@@ -753,7 +735,7 @@ FetchProgress::~FetchProgress() {
 
 // Marks blocks whose bytes are written whole, for this daemon and any other
 // sharing the cache.
-void Blocks::mark(uint64_t first_block, uint64_t blocks, const uint32_t* crcs) {
+void Blocks::mark(uint64_t first_block, uint64_t blocks, const uint32_t* crcs, bool served) {
   if (blocks == 0) return;
   for (uint64_t b = first_block; b < first_block + blocks; ++b) {
     // The checksum before the mark: whoever sees the mark sees it.
@@ -765,7 +747,7 @@ void Blocks::mark(uint64_t first_block, uint64_t blocks, const uint32_t* crcs) {
   const uint64_t length = std::min(blocks * kBlockBytes, id_.size - offset);
   cached_bytes.fetch_add(length);
   fetched_total.fetch_add(length, std::memory_order_relaxed);
-  count_fetched(target_.display, length);
+  if (!served) count_fetched(target_.display, length);
 }
 
 // Each try has the deadline (perform), so a run's fetch takes at most
@@ -801,7 +783,7 @@ void Blocks::fetch(uint64_t first_block, uint64_t blocks, bool log) {
     if (!refused && body.checked) {
       if (body.received == length) break;  // all came, the connection closed after
       const uint64_t whole = body.received / kBlockBytes;
-      mark(first_block, whole, crcs.data());
+      mark(first_block, whole, crcs.data(), log);
       first_block += whole;
       blocks -= whole;
     }
@@ -816,14 +798,14 @@ void Blocks::fetch(uint64_t first_block, uint64_t blocks, bool log) {
     if (log && !ending) log_failure(target_.display + ": cannot fetch bytes " + range + ": " + why);
     throw ModelError(target_.display, "remote", offset, "cannot fetch bytes " + range + ": " + why);
   }
-  mark(first_block, blocks, crcs.data());
+  mark(first_block, blocks, crcs.data(), log);
 }
 
-std::shared_ptr<const MappedFile> open(std::string_view name) {
-  Target target = resolve(name);
-  Identity id = probe(target);
+std::shared_ptr<const MappedFile> open(std::string_view name, Session& session) {
+  Target target = resolve(name, session);
+  Identity id = probe(target, session);
   if (id.size == 0) refuse(target, "is empty");
-  return Blocks::map(std::move(target), std::move(id));
+  return Blocks::map(std::move(target), std::move(id), session.options());
 }
 
 }  // namespace modelfs::remote

@@ -20,7 +20,7 @@ namespace modelfs::remote {
 
 // The threads that make the window's requests and the pieces of a long run
 // a reader waits for, each on a connection of its own (thread_handle): at
-// most CacheOptions::parallel, started when a job finds none idle, never
+// most RemoteOptions::parallel of the object submitting, started when a job finds none idle, never
 // ended while the process runs on. A job never waits on another, so none
 // can wait on a queued one.
 //
@@ -54,11 +54,12 @@ class FetchPool {
     if (FetchPool* pool = pool_.load(); pool != nullptr) pool->end_for_exit();
   }
   // False when no thread runs jobs (none could be started): the caller
-  // runs `job` itself.
-  bool submit(std::function<void()> job, bool urgent) {
+  // runs `job` itself. A thread is started for it while fewer than
+  // `max_threads` run.
+  bool submit(std::function<void()> job, bool urgent, unsigned max_threads) {
     std::lock_guard guard(lock_);
     if (stopping_ && process_ending.load()) return false;
-    if (jobs_.size() >= idle_ && threads_.size() < std::max(1u, cache_options.parallel)) start();
+    if (jobs_.size() >= idle_ && threads_.size() < std::max(1u, max_threads)) start();
     if (threads_.empty()) return false;
     if (urgent)
       jobs_.push_front(std::move(job));

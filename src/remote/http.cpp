@@ -18,7 +18,6 @@
 
 namespace modelfs::remote {
 
-CacheOptions cache_options;
 std::atomic<bool> process_ending{false};
 
 namespace {
@@ -159,7 +158,7 @@ void perform(CURL* c, const Target& target, const std::string& url, const std::s
   curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
   // One deadline for the whole request (resolving, connecting, redirects,
   // the body): a server that trickles is cut as surely as one that stalls.
-  const long deadline_ms = static_cast<long>(std::max(1u, cache_options.timeout_seconds)) * 1000;
+  const long deadline_ms = static_cast<long>(std::max(1u, target.timeout_seconds)) * 1000;
   curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, deadline_ms);
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, deadline_ms);
   curl_easy_setopt(c, CURLOPT_FILETIME, 1L);
@@ -253,7 +252,7 @@ std::string pinned_by(const Identity& id, const Response& r) {
   return {};
 }
 
-Identity probe(const Target& target) {
+Identity probe(const Target& target, Session& session) {
   for (int attempt = 0;; ++attempt) {
     CURL* c = thread_handle();
     Response response;
@@ -294,8 +293,8 @@ Identity probe(const Target& target) {
         // The Hub's redirect target is signed and expires: the commit is
         // what is pinned, and every later file of the model is read from it.
         if (!response.commit.empty()) {
-          pin_hub_commit(target.hub_repo_rev, response.commit);
-          id.url = resolve(target.display).url;
+          session.pin_hub_commit(target.hub_repo_rev, response.commit);
+          id.url = resolve(target.display, session).url;
           id.commit = response.commit;
           id.precondition.clear();
         } else {

@@ -18,8 +18,6 @@ namespace modelfs::remote {
 
 constexpr int kAttempts = 4;
 
-// Set by set_cache_options before any object opens.
-extern CacheOptions cache_options;
 // Set once, as the process exits (FetchPool::stop_at_exit): every transfer
 // ends at its next progress callback and no fetch starts or retries.
 extern std::atomic<bool> process_ending;
@@ -94,8 +92,9 @@ std::string failure_text(const Response& r);
 // Empty when `r` carries the validator `id` was pinned by; else why its
 // bytes cannot be taken as the mounted object's.
 std::string pinned_by(const Identity& id, const Response& r);
-// The first request (byte 0): the object's size and the version pinned.
-Identity probe(const Target& target);
+// The first request (byte 0): the object's size and the version pinned
+// (a Hub commit pinned in `session` too).
+Identity probe(const Target& target, Session& session);
 // The body callback of a range request (Body): writes the bytes asked for
 // into the cache file once the headers show the pinned version's answer.
 size_t range_body(char* data, size_t size, size_t count, void* user);

@@ -7,11 +7,15 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "modelfs/remote_options.hpp"
 
 namespace modelfs {
 
@@ -36,32 +40,33 @@ struct Target {
   std::string userpwd;               // the SigV4 key pair, secret
   std::vector<std::string> headers;  // secret headers (a token)
   std::string hub_repo_rev;          // "OWNER/REPO@REV" of an hf:// URL, for pinning its commit
+  unsigned timeout_seconds = 20;     // of each request (RemoteOptions)
+};
+
+// What the remote files of one opened model share: the options they are
+// fetched and cached with, and the Hub commit each hf://OWNER/REPO@REV was
+// first found at, so that every file of the model (the index, its shards)
+// comes from that commit. open_model makes one; readers hand it on to the
+// files they open beside the model (ModelFolder).
+class Session {
+ public:
+  explicit Session(RemoteOptions options = {}) : options_(std::move(options)) {}
+  const RemoteOptions& options() const noexcept { return options_; }
+  // Makes later hf:// URLs of OWNER/REPO@REV resolve to `commit`; the
+  // first pin of a repository stays.
+  void pin_hub_commit(const std::string& repo_rev, const std::string& commit);
+  std::optional<std::string> hub_commit(const std::string& repo_rev) const;
+
+ private:
+  const RemoteOptions options_;
+  mutable std::mutex lock_;
+  std::map<std::string, std::string> hub_commits_;  // guarded by lock_
 };
 
 // Resolves a URL as the user gave it (hf:// and s3:// through their
-// environment). Throws ModelError for a URL modelfs cannot read.
-Target resolve(std::string_view name);
-
-// Makes later hf:// URLs of OWNER/REPO@REV resolve to `commit` (the one
-// the first file was found at).
-void pin_hub_commit(const std::string& repo_rev, const std::string& commit);
-
-// Where the cache lives; set once by the program before any model opens.
-struct CacheOptions {
-  std::filesystem::path dir;  // empty: $XDG_CACHE_HOME/modelfs or ~/.cache/modelfs
-  // The most bytes this daemon's remote objects keep in the cache; 0: no
-  // bound. Least recently used blocks are evicted (docs/remote.md).
-  uint64_t max_bytes = 0;
-  // How long one request may take, connecting and transferring, before it is
-  // cut (and tried again, four tries in all; a read waits at most four).
-  unsigned timeout_seconds = 20;
-  // The most range requests of this daemon in flight at once (each on a
-  // connection of its own), and the most bytes fetched ahead of one
-  // sequential reader (docs/remote.md, "Fetching").
-  unsigned parallel = 16;
-  uint64_t window_bytes = uint64_t{64} << 20;
-};
-void set_cache_options(CacheOptions options);
+// environment, hf:// at the commit `session` pinned). Throws ModelError
+// for a URL modelfs cannot read.
+Target resolve(std::string_view name, const Session& session);
 
 // The fetch threads are the program's to stop: the library registers no
 // fork or exit handler in the process that links it.
@@ -83,53 +88,30 @@ class FetchThreadsOwner {
   FetchThreadsOwner& operator=(const FetchThreadsOwner&) = delete;
 };
 
-// A scope held on one thread's stack for a stretch of its work (the two
-// below keep thread-local state): never copied or moved.
-struct ThreadScope {
-  ThreadScope() = default;
-  ThreadScope(const ThreadScope&) = delete;
-  ThreadScope& operator=(const ThreadScope&) = delete;
-};
-
-// Held by a FUSE read around its ensure() calls and its reply: the blocks
-// it made present are pinned (never evicted) until the reply has copied
-// them, and only inside such a scope may blocks be evicted (a reader's
-// parse at mount keeps spans of the mapping for longer than a call).
-class ReadScope : ThreadScope {
- public:
-  ReadScope();
-  ~ReadScope();
-};
-
 // While one lives on a thread, what that thread fetches outside a FUSE read
 // (a model's header, index or pickles, before mounting) is counted, and on
 // a terminal shown on one line of stderr once past 1 MiB ("fetching
-// metadata of URL: N MiB"), ended when the last scope ends.
-class FetchProgress : ThreadScope {
+// metadata of URL: N MiB"), ended when the last scope ends. Only a line on
+// the terminal: it changes nothing a call does.
+class FetchProgress {
  public:
   FetchProgress();
   ~FetchProgress();
+  FetchProgress(const FetchProgress&) = delete;
+  FetchProgress& operator=(const FetchProgress&) = delete;
 };
 
 // Opens the object at `name` (a URL): asks the server its size and
-// identity, and maps its cache file. Throws ModelError (exit 2 at mount)
-// when the server refuses, lacks it, or ignores Range.
-std::shared_ptr<const MappedFile> open(std::string_view name);
+// identity, and maps its cache file, fetched with the session's options.
+// Throws ModelError (exit 2 at mount) when the server refuses, lacks it,
+// or ignores Range.
+std::shared_ptr<const MappedFile> open(std::string_view name, Session& session);
 
-// Runs task(0) ... task(count - 1), up to CacheOptions::parallel of them at
-// once on threads of their own, and returns when all have: what many
-// remote files need first (their headers) is fetched side by side. The
-// first exception a task threw is rethrown; the others are dropped.
-void in_parallel(size_t count, const std::function<void(size_t)>& task);
-
-// While one lives on a thread, what it reads in order outside a FUSE read
-// (--check, --export) is fetched ahead with the parallel window, as a
-// FUSE reader's is; metadata parsing keeps fetching only what it reads.
-class StreamScope : ThreadScope {
- public:
-  StreamScope();
-  ~StreamScope();
-};
+// Runs task(0) ... task(count - 1), up to `parallel` of them at once on
+// threads of their own, and returns when all have: what many remote files
+// need first (their headers) is fetched side by side. The first exception
+// a task threw is rethrown; the others are dropped.
+void in_parallel(size_t count, unsigned parallel, const std::function<void(size_t)>& task);
 
 // The bytes this process has fetched from servers into the cache so far
 // (every object, every thread): --check and --export show the rate.

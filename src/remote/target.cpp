@@ -73,11 +73,6 @@ std::map<std::string, std::string> aws_profile(const std::string& profile) {
   return values;
 }
 
-// The commit each hf://OWNER/REPO@REV was found at, so that every file of
-// a model (the index, its shards) comes from the same commit.
-std::mutex hub_lock;
-std::map<std::string, std::string> hub_commits;
-
 Target resolve_s3(std::string_view name) {
   const std::string_view rest = name.substr(5);
   const auto slash = rest.find('/');
@@ -114,7 +109,7 @@ Target resolve_s3(std::string_view name) {
   return t;
 }
 
-Target resolve_hub(std::string_view name) {
+Target resolve_hub(std::string_view name, const Session& session) {
   // hf://OWNER/REPO[@REVISION][/PATH]
   std::string_view rest = name.substr(5);
   const auto first = rest.find('/');
@@ -134,10 +129,7 @@ Target resolve_hub(std::string_view name) {
   Target t;
   t.display = display_url(name);
   t.hub_repo_rev = owner + "/" + repo + "@" + revision;
-  {
-    std::lock_guard lock(hub_lock);
-    if (auto it = hub_commits.find(t.hub_repo_rev); it != hub_commits.end()) revision = it->second;
-  }
+  if (auto commit = session.hub_commit(t.hub_repo_rev)) revision = std::move(*commit);
   std::string endpoint = env({"HF_ENDPOINT"}, "https://huggingface.co");
   while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
   t.url = endpoint + "/" + encode_path(owner, false) + "/" + encode_path(repo, false) + "/resolve/" +
@@ -178,13 +170,18 @@ std::string parent_url(std::string_view url) {
   return std::string(url.substr(0, slash == std::string_view::npos ? 0 : slash));
 }
 
-Target resolve(std::string_view name) {
-  if (name.starts_with("s3://")) return resolve_s3(name);
-  if (name.starts_with("hf://")) return resolve_hub(name);
-  if (!is_url(name)) refuse(name, "not a URL modelfs reads (http://, https://, s3://, hf://)");
+Target resolve(std::string_view name, const Session& session) {
   Target t;
-  t.url = std::string(name);
-  t.display = display_url(name);
+  if (name.starts_with("s3://")) {
+    t = resolve_s3(name);
+  } else if (name.starts_with("hf://")) {
+    t = resolve_hub(name, session);
+  } else {
+    if (!is_url(name)) refuse(name, "not a URL modelfs reads (http://, https://, s3://, hf://)");
+    t.url = std::string(name);
+    t.display = display_url(name);
+  }
+  t.timeout_seconds = session.options().timeout_seconds;
   return t;
 }
 
@@ -217,9 +214,15 @@ std::optional<uint64_t> parse_size(std::string_view text) {
   return value << shift;
 }
 
-void pin_hub_commit(const std::string& repo_rev, const std::string& commit) {
-  std::lock_guard lock(hub_lock);
-  hub_commits.emplace(repo_rev, commit);
+void Session::pin_hub_commit(const std::string& repo_rev, const std::string& commit) {
+  std::lock_guard guard(lock_);
+  hub_commits_.emplace(repo_rev, commit);
+}
+
+std::optional<std::string> Session::hub_commit(const std::string& repo_rev) const {
+  std::lock_guard guard(lock_);
+  if (auto it = hub_commits_.find(repo_rev); it != hub_commits_.end()) return it->second;
+  return std::nullopt;
 }
 
 }  // namespace modelfs::remote

@@ -129,7 +129,8 @@ void keep_moving(const DeflateStream& stream, uint64_t out, ZState zs) {
 // One stream being inflated by one read.
 class Inflater {
  public:
-  Inflater(const DeflateStream& stream, ZState zs) : stream_(stream), zs_(std::move(zs)) {
+  Inflater(const DeflateStream& stream, ZState zs, ReadScope& scope)
+      : stream_(stream), zs_(std::move(zs)), scope_(scope) {
     zs_->next_in = nullptr;
     zs_->avail_in = 0;
     fed_ = zs_->total_in;
@@ -144,7 +145,7 @@ class Inflater {
     z_stream& zs = *zs_;
     if (zs.avail_in == 0 && fed_ < stream_.bytes.size()) {
       const uint64_t n = std::min(kInputStep, stream_.bytes.size() - fed_);
-      const std::span<const std::byte> input = stream_.bytes.subspan(fed_, n).span();
+      const std::span<const std::byte> input = stream_.bytes.subspan(fed_, n).span(&scope_);
       zs.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(input.data()));
       zs.avail_in = static_cast<uInt>(n);
       fed_ += n;
@@ -184,6 +185,7 @@ class Inflater {
  private:
   const DeflateStream& stream_;
   ZState zs_;
+  ReadScope& scope_;
   uint64_t fed_ = 0;  // compressed bytes given to zlib
   uint64_t out_ = 0;  // decoded bytes made
 };
@@ -192,10 +194,11 @@ thread_local std::vector<std::byte> t_out;
 
 }  // namespace
 
-void inflate_range(const DeflateStream& stream, uint64_t begin, uint64_t end, const DeflateSink& sink) {
+void inflate_range(const DeflateStream& stream, uint64_t begin, uint64_t end, const DeflateSink& sink,
+                   ReadScope& scope) {
   if (begin > end || end > stream.decoded_size) throw std::logic_error("a range outside a deflate stream");
   if (begin == end) return;
-  Inflater inflater(stream, start_state(stream, begin));
+  Inflater inflater(stream, start_state(stream, begin), scope);
   if (t_out.size() < kOutputStep) t_out.resize(kOutputStep);
   std::byte* const buffer = t_out.data();
   while (inflater.out() < end) {

@@ -62,9 +62,10 @@ class DeflateError : public std::runtime_error {
 // sink(at, data, n) for bytes [at, at + n). When `end` is the stream's
 // decoded size, the stream must end exactly there. Throws DeflateError,
 // or ModelError when its bytes cannot be had (a fault in the mapping, a
-// remote block).
+// remote block). The stream's bytes are taken for the read `scope`.
 using DeflateSink = std::function<void(uint64_t at, const std::byte* data, uint64_t n)>;
-void inflate_range(const DeflateStream& stream, uint64_t begin, uint64_t end, const DeflateSink& sink);
+void inflate_range(const DeflateStream& stream, uint64_t begin, uint64_t end, const DeflateSink& sink,
+                   ReadScope& scope);
 
 // A new owner for the index's key, unique in the process (a view's id).
 uint64_t new_stream_owner() noexcept;

@@ -3,25 +3,11 @@
 
 #include <cstring>
 #include <stdexcept>
-#include <vector>
 
 #include "modelfs/error.hpp"
 #include "tree/inflate_index.hpp"
 
 namespace modelfs {
-namespace {
-
-// The last read's bytes of this thread, from prepare() to fill().
-struct ReadOut {
-  uint64_t view = 0;
-  uint64_t offset = 0;
-  uint64_t length = 0;
-  std::vector<std::byte> bytes;
-};
-thread_local ReadOut t_read;
-
-}  // namespace
-
 InflateView::InflateView(const Tensor& tensor, std::string file, std::string format)
     : id_(new_stream_owner()),
       stream_(tensor.bytes),
@@ -37,32 +23,21 @@ InflateView::InflateView(const Tensor& tensor, std::string file, std::string for
 // Its points are free for others (a tree built again, a fuzzer).
 InflateView::~InflateView() { forget_deflate_streams(id_); }
 
-void InflateView::prepare(uint64_t offset, uint64_t length) const {
-  t_read.view = 0;
+void InflateView::read(uint64_t offset, std::span<std::byte> out, ReadScope& scope) const {
+  const uint64_t length = out.size();
   if (length == 0) return;
   if (offset > size_ || length > size_ - offset) throw std::logic_error("a read outside an inflated part");
-  if (t_read.bytes.size() < length) t_read.bytes.resize(length);
   const uint64_t begin = decoded_offset_ + offset;
-  std::byte* const out = t_read.bytes.data();
+  std::byte* const to = out.data();
   const DeflateStream stream{id_, 0, stream_, decoded_size_, false, true};
   try {
-    inflate_range(stream, begin, begin + length, [&](uint64_t at, const std::byte* data, uint64_t n) {
-      std::memcpy(out + (at - begin), data, n);
-    });
+    inflate_range(
+        stream, begin, begin + length,
+        [&](uint64_t at, const std::byte* data, uint64_t n) { std::memcpy(to + (at - begin), data, n); },
+        scope);
   } catch (const DeflateError& e) {
     throw ModelError(file_, format_, std::nullopt, e.what());
   }
-  t_read.view = id_;
-  t_read.offset = offset;
-  t_read.length = length;
-}
-
-void InflateView::fill(uint64_t offset, std::span<std::byte> out) const {
-  if (out.empty()) return;
-  if (t_read.view != id_ || offset < t_read.offset || offset - t_read.offset > t_read.length ||
-      out.size() > t_read.length - (offset - t_read.offset))
-    throw std::logic_error("an inflated part filled without prepare() first");
-  std::memcpy(out.data(), t_read.bytes.data() + (offset - t_read.offset), out.size());
 }
 
 }  // namespace modelfs

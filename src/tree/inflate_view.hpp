@@ -12,11 +12,9 @@
 // what it reads. Memory is the index's (bounded for the process) and one
 // read's output per reading thread.
 //
-// The mapped-bytes rule (ARCHITECTURE.md): the work is done in prepare(),
-// which inflates under read_mapped's guard (zlib's frames hold nothing to
-// destroy; the index's lock is never held there) into the calling
-// thread's buffer; fill() only copies from that buffer and reads no
-// mapping.
+// The mapped-bytes rule (ARCHITECTURE.md): a read inflates under
+// read_mapped's guard (zlib's frames hold nothing to destroy; the index's
+// lock is never held there) straight into the caller's buffer.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -37,11 +35,10 @@ class InflateView final : public ComputedBytes {
   InflateView& operator=(const InflateView&) = delete;
 
   uint64_t size() const noexcept { return size_; }
-  // Inflates [offset, offset + length) of the part into this thread's
-  // buffer; throws ModelError (EIO) when the stream is corrupt, ends early
-  // or yields more than the member declares.
-  void prepare(uint64_t offset, uint64_t length) const override;
-  void fill(uint64_t offset, std::span<std::byte> out) const override;
+  // Inflates [offset, offset + out.size()) of the part into `out`; throws
+  // ModelError (EIO) when the stream is corrupt, ends early or yields more
+  // than the member declares.
+  void read(uint64_t offset, std::span<std::byte> out, ReadScope& scope) const override;
 
  private:
   uint64_t id_;      // which index points are this view's (addresses are reused)

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "io/checked_math.hpp"
+#include "io/mapped_bytes.hpp"
 #include "modelfs/mapped_file.hpp"
 #include "tree/ggml_dequant.hpp"
 
@@ -185,9 +186,9 @@ class PerChannelConversion final : public ElementConversion {
   bool by_position() const noexcept override { return true; }
   uint32_t value_size() const noexcept override { return 4; }
   // The scales and zero points may lie in a remote model's mapping.
-  void prepare() const override {
-    p_.scales.span();
-    p_.zero_points.span();
+  void make_present(ReadScope& scope) const override {
+    p_.scales.span(&scope);
+    p_.zero_points.span(&scope);
   }
   void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t position,
                std::byte* out) const override {
@@ -514,23 +515,29 @@ void ElementView::values(uint64_t position, size_t count, std::byte* out) const 
   }
 }
 
-void ElementView::prepare(uint64_t offset, uint64_t length) const {
-  conversion_->prepare();
-  if (!contiguous_ || length == 0) return prepare_stored();
+void StoredView::read(uint64_t offset, std::span<std::byte> out, ReadScope& scope) const {
+  if (out.empty()) return;
+  make_present(offset, out.size(), scope);
+  read_mapped([&] { compute(offset, out); });
+}
+
+void ElementView::make_present(uint64_t offset, uint64_t length, ReadScope& scope) const {
+  conversion_->make_present(scope);
+  if (!contiguous_ || length == 0) return prepare_stored(scope);
   // Elements in order: those of the values [offset, offset + length).
   const uint64_t value_size = conversion_->value_size(), bits = conversion_->stored_bits();
   const uint64_t first = offset / value_size, end = (offset + length - 1) / value_size + 1;
-  prepare_stored(first * bits / 8, (end * bits + 7) / 8 - first * bits / 8);
+  prepare_stored(first * bits / 8, (end * bits + 7) / 8 - first * bits / 8, scope);
 }
 
-void SwapView::prepare(uint64_t offset, uint64_t length) const {
+void SwapView::make_present(uint64_t offset, uint64_t length, ReadScope& scope) const {
   if (length == 0) return;
   // The whole elements the range lies in.
   const uint64_t first = offset / swap_ * swap_, end = (offset + length - 1) / swap_ * swap_ + swap_;
-  prepare_stored(first, end - first);
+  prepare_stored(first, end - first, scope);
 }
 
-void SwapView::fill(uint64_t offset, std::span<std::byte> out) const {
+void SwapView::compute(uint64_t offset, std::span<std::byte> out) const {
   const std::byte* in = base();
   for (size_t i = 0; i < out.size(); ++i) {
     const uint64_t at = offset + i, within = at % swap_;
@@ -538,14 +545,14 @@ void SwapView::fill(uint64_t offset, std::span<std::byte> out) const {
   }
 }
 
-void BlockView::prepare(uint64_t offset, uint64_t length) const {
+void BlockView::make_present(uint64_t offset, uint64_t length, ReadScope& scope) const {
   if (length == 0) return;
   const uint64_t block_bytes = uint64_t{type_->block_size} * 4;  // of float32 values
   const uint64_t first = offset / block_bytes, end = (offset + length - 1) / block_bytes + 1;
-  prepare_stored(first * type_->type_size, (end - first) * type_->type_size);
+  prepare_stored(first * type_->type_size, (end - first) * type_->type_size, scope);
 }
 
-void ElementView::fill(uint64_t offset, std::span<std::byte> out) const {
+void ElementView::compute(uint64_t offset, std::span<std::byte> out) const {
   constexpr size_t kChunk = 64 << 10;  // values converted at a time
   fill_values(offset, out, conversion_->value_size(), kChunk,
               [this](uint64_t at, size_t count, std::byte* into) { values(at, count, into); });
@@ -565,7 +572,7 @@ std::unique_ptr<BlockView> BlockView::make(const ByteSpan& stored, const GgmlTyp
   return view;
 }
 
-void BlockView::fill(uint64_t offset, std::span<std::byte> out) const {
+void BlockView::compute(uint64_t offset, std::span<std::byte> out) const {
   const GgmlType* codec = type_;
   const uint64_t block_bytes = uint64_t{codec->block_size} * 4;  // of float32 values
   const auto* stored = reinterpret_cast<const uint8_t*>(base());

@@ -50,13 +50,13 @@ class ElementConversion {
   // Converts `count` stored elements, the first at element `first` of
   // `stored` (which the caller has bounds-checked), whose C-order positions
   // in the tensor start at `position`, into `count` values at `out`.
-  // Reads only `stored` and what prepare() made present, holding only
+  // Reads only `stored` and what make_present() made present, holding only
   // trivially destructible objects (it runs under the mapped-bytes guard).
   virtual void convert(const std::byte* stored, uint64_t first, size_t count, uint64_t position,
                        std::byte* out) const = 0;
   // Makes present the mapped bytes it reads beyond `stored` (a remote
   // model's blocks): a per-channel conversion's scales and zero points.
-  virtual void prepare() const {}
+  virtual void make_present(ReadScope& /*scope*/) const {}
   // True when a stored element's value depends on its position (a
   // per-channel scale), not on its bits alone.
   virtual bool by_position() const noexcept { return false; }
@@ -82,7 +82,7 @@ struct PerTensorAffine {
 // Per channel along `axis`: `scales` (float64 or float32) and `zero_points`
 // (int64 or int32; float32/float64 for the float-qparams scheme) hold one
 // entry per channel; their bytes must outlive the conversion (the catalog's
-// spans, kept with their file: prepare() makes them present through it).
+// spans, kept with their file: make_present() makes them present through it).
 struct PerChannelAffine {
   ByteSpan scales;
   DType scales_dtype = DType::Float64;
@@ -102,30 +102,41 @@ std::unique_ptr<ElementConversion> dequantization(const Quantization& q, DType s
 // Null when the parameters do not fit (sizes, dtypes, a zero channel count).
 std::unique_ptr<ElementConversion> affine_conversion(DType stored, const PerChannelAffine& params);
 
-// What both views are: bytes computed from a tensor's stored bytes, which
-// they keep with their source, so that prepare() makes present, through the
-// tensor's own file, what a fill reads: for a remote model, the stored
-// bytes of the values a read asks for when they lie in order (C-contiguous
-// elements, ggml blocks), the tensor whole for a strided view, which
-// reaches any of it.
+// What these views are: bytes computed from a tensor's stored bytes, which
+// they keep with their source. A read is two steps, in this order only:
+// make_present(), outside the guard, makes present through the tensor's
+// own file what the values read (for a remote model, the stored bytes of
+// the values a read asks for when they lie in order: C-contiguous
+// elements, ggml blocks; the tensor whole for a strided view, which
+// reaches any of it); then compute() makes the values under the
+// mapped-bytes guard.
 class StoredView : public ComputedBytes {
  public:
   uint64_t size() const noexcept { return size_; }
+  void read(uint64_t offset, std::span<std::byte> out, ReadScope& scope) const final;
 
  protected:
   StoredView(const ByteSpan& stored, uint64_t reach, uint64_t size)
       : stored_(stored.subspan(0, reach)), size_(size) {}
   // The stored bytes made present (ModelError when they cannot be had):
   // all, or [offset, offset + length) of them (clamped).
-  void prepare_stored() const { stored_.span(); }
-  void prepare_stored(uint64_t offset, uint64_t length) const {
+  void prepare_stored(ReadScope& scope) const { stored_.span(&scope); }
+  void prepare_stored(uint64_t offset, uint64_t length, ReadScope& scope) const {
     if (offset >= stored_.size()) return;
-    stored_.subspan(offset, std::min(length, stored_.size() - offset)).span();
+    stored_.subspan(offset, std::min(length, stored_.size() - offset)).span(&scope);
   }
-  // Where they lie: read by fill() only, after prepare().
+  // Where they lie: read by compute() only, after make_present().
   const std::byte* base() const noexcept { return stored_.data(); }
 
  private:
+  // The stored bytes the values [offset, offset + length) are made of,
+  // made present (ModelError when they cannot be had).
+  virtual void make_present(uint64_t offset, uint64_t length, ReadScope& scope) const = 0;
+  // Bytes [offset, offset + out.size()) of the values into `out`, reading
+  // only what make_present() made present and holding only trivially
+  // destructible objects (it runs under the guard).
+  virtual void compute(uint64_t offset, std::span<std::byte> out) const = 0;
+
   ByteSpan stored_;  // the bytes the values are read from
   uint64_t size_ = 0;
 };
@@ -137,10 +148,10 @@ class SwapView final : public StoredView {
  public:
   SwapView(const ByteSpan& stored, uint32_t swap)
       : StoredView(stored, stored.size(), stored.size()), swap_(swap) {}
-  void prepare(uint64_t offset, uint64_t length) const override;
-  void fill(uint64_t offset, std::span<std::byte> out) const override;
 
  private:
+  void make_present(uint64_t offset, uint64_t length, ReadScope& scope) const override;
+  void compute(uint64_t offset, std::span<std::byte> out) const override;
   uint64_t swap_;
 };
 
@@ -156,8 +167,6 @@ class ElementView final : public StoredView {
   static std::unique_ptr<ElementView> make(const ByteSpan& stored, std::span<const uint64_t> shape,
                                            std::span<const int64_t> strides,
                                            std::shared_ptr<const ElementConversion> conversion);
-  void prepare(uint64_t offset, uint64_t length) const override;
-  void fill(uint64_t offset, std::span<std::byte> out) const override;
   ElementView(ElementView&&) = default;
   // The dimensions along which the view only repeats values (stride 0,
   // more than one long), when it has any and its conversion gives a stored
@@ -169,6 +178,8 @@ class ElementView final : public StoredView {
 
  private:
   ElementView(const ByteSpan& stored, uint64_t reach, uint64_t size) : StoredView(stored, reach, size) {}
+  void make_present(uint64_t offset, uint64_t length, ReadScope& scope) const override;
+  void compute(uint64_t offset, std::span<std::byte> out) const override;
   // Values of elements [position, position + count) (C order) into `out`.
   void values(uint64_t position, size_t count, std::byte* out) const;
 
@@ -219,12 +230,12 @@ class BlockView final : public StoredView {
   // number of blocks, the blocks do not fit or the view would pass
   // kViewBound (npy.hpp).
   static std::unique_ptr<BlockView> make(const ByteSpan& stored, const GgmlType& type, uint64_t numel);
-  void prepare(uint64_t offset, uint64_t length) const override;
-  void fill(uint64_t offset, std::span<std::byte> out) const override;
   BlockView(BlockView&&) = default;
 
  private:
   BlockView(const ByteSpan& stored, uint64_t reach, uint64_t size) : StoredView(stored, reach, size) {}
+  void make_present(uint64_t offset, uint64_t length, ReadScope& scope) const override;
+  void compute(uint64_t offset, std::span<std::byte> out) const override;
   const GgmlType* type_ = nullptr;
   const ggml::GgmlKernels* kernels_ = nullptr;
 };

@@ -21,39 +21,14 @@
 namespace modelfs {
 namespace {
 
-std::atomic<uint64_t> g_next_id{1};
-
 // Zeros: a run piece never written. Its part's size says how many.
 class ZeroBytes final : public ComputedBytes {
  public:
-  void fill(uint64_t, std::span<std::byte> out) const override { std::memset(out.data(), 0, out.size()); }
+  void read(uint64_t, std::span<std::byte> out, ReadScope&) const override {
+    std::memset(out.data(), 0, out.size());
+  }
 };
 const ZeroBytes kZeros;
-
-// A view's bytes of the thread's last read, from prepare() to fill().
-struct ReadOut {
-  uint64_t view = 0;
-  uint64_t offset = 0;
-  uint64_t length = 0;
-  std::vector<std::byte> bytes;
-
-  // Room for [offset, offset + length) of `view`, not yet filled.
-  std::byte* start(uint64_t at, uint64_t n) {
-    view = 0;
-    if (bytes.size() < n) bytes.resize(n);
-    offset = at;
-    length = n;
-    return bytes.data();
-  }
-  void copy_out(uint64_t id, uint64_t at, std::span<std::byte> out) const {
-    if (out.empty()) return;
-    if (view != id || at < offset || at - offset > length || out.size() > length - (at - offset))
-      throw std::logic_error("a computed part filled without prepare() first");
-    std::memcpy(out.data(), bytes.data() + (at - offset), out.size());
-  }
-};
-thread_local ReadOut t_gathered;
-thread_local ReadOut t_converted;
 
 using Segment = PieceSegment;
 // Segments gathered at a time: a read of a tensor whose rows are a few
@@ -258,15 +233,15 @@ PiecesView::~PiecesView() {
   decoded_pool().forget(id_);
 }
 
-void PiecesView::stream(uint32_t index, std::span<const PieceSegment> segments, std::byte* out,
-                        bool indexed) const {
+void PiecesView::stream(uint32_t index, std::span<const PieceSegment> segments, std::byte* out, bool indexed,
+                        ReadScope& scope) const {
   const Piece& p = tensor_->pieces[index];
   ByteSpan stored = p.bytes;
   std::span<const PieceFilter> filters = p.filters;
   if (checksum_bytes(filters) != 0) {
     // Checked over what it follows, once per view: no decode needs it whole.
     if (!checked_[index].load(std::memory_order_acquire)) {
-      const std::span<const std::byte> bytes = stored.span();  // made present first
+      const std::span<const std::byte> bytes = stored.span(&scope);  // made present first
       bool holds = false;
       read_mapped([&] { holds = fletcher32_holds(bytes); });
       if (!holds) fault(index, "its Fletcher-32 checksum does not match its bytes");
@@ -289,20 +264,20 @@ void PiecesView::stream(uint32_t index, std::span<const PieceSegment> segments, 
     const uint64_t low = scatter.reach().first, high = scatter.reach().second;
     if (low == high) continue;
     if (!deflated) {
-      const std::byte* from = stored.subspan(low, high - low).span().data();
+      const std::byte* from = stored.subspan(low, high - low).span(&scope).data();
       read_mapped([&] { scatter(low, from, high - low); });
       continue;
     }
     const DeflateStream deflate{id_, index, stored, p.size, true, indexed};
     try {
-      inflate_range(deflate, low, high, std::ref(scatter));
+      inflate_range(deflate, low, high, std::ref(scatter), scope);
     } catch (const DeflateError& e) {
       fault(index, e.what());
     }
   }
 }
 
-std::shared_ptr<const std::vector<std::byte>> PiecesView::decoded(uint32_t index) const {
+std::shared_ptr<const std::vector<std::byte>> PiecesView::decoded(uint32_t index, ReadScope& scope) const {
   const uint64_t size = tensor_->pieces[index].size;
   if (size > kDecodedWhole) return nullptr;
   auto& pool = decoded_pool();
@@ -310,7 +285,7 @@ std::shared_ptr<const std::vector<std::byte>> PiecesView::decoded(uint32_t index
     // Kept from an earlier read: its stored bytes must still be there (a
     // model file cut since fails the read, as an uncached one would).
     const ByteSpan& stored = tensor_->pieces[index].bytes;
-    stored.subspan(stored.size() - 1, 1).span();
+    stored.subspan(stored.size() - 1, 1).span(&scope);
     return kept;
   }
   if (!pool.reserve(size)) return nullptr;
@@ -318,7 +293,7 @@ std::shared_ptr<const std::vector<std::byte>> PiecesView::decoded(uint32_t index
   try {
     bytes = std::make_shared<std::vector<std::byte>>(size);
     const PieceSegment whole{index, 0, 0, size};
-    stream(index, {&whole, 1}, bytes->data(), false);
+    stream(index, {&whole, 1}, bytes->data(), false, scope);
   } catch (...) {
     pool.release(size);
     throw;
@@ -326,13 +301,11 @@ std::shared_ptr<const std::vector<std::byte>> PiecesView::decoded(uint32_t index
   return pool.add(id_, index, std::move(bytes));
 }
 
-void PiecesView::prepare(uint64_t offset, uint64_t length) const {
-  if (length == 0) {
-    t_gathered.view = 0;
-    return;
-  }
+void PiecesView::read(uint64_t offset, std::span<std::byte> into, ReadScope& scope) const {
+  const uint64_t length = into.size();
+  if (length == 0) return;
   if (offset > size_ || length > size_ - offset) throw std::logic_error("a read outside a gathered part");
-  std::byte* const out = t_gathered.start(offset, length);
+  std::byte* const out = into.data();
   const auto shape = tensor_->shape;
   const auto pieces = tensor_->pieces;
   const size_t rank = shape.size();
@@ -365,12 +338,12 @@ void PiecesView::prepare(uint64_t offset, uint64_t length) const {
           low = std::min(low, s[k].from);
           high = std::max(high, s[k].from + s[k].length);
         }
-        p.bytes.subspan(low, high - low).span();
+        p.bytes.subspan(low, high - low).span(&scope);
         const std::byte* from = p.bytes.data();
         read_mapped([&] {
           for (size_t k = 0; k < count; ++k) std::memcpy(out + s[k].to, from + s[k].from, s[k].length);
         });
-      } else if (const auto whole = decoded(index)) {
+      } else if (const auto whole = decoded(index, scope)) {
         const std::byte* from = whole->data();
         for (size_t k = 0; k < count; ++k) std::memcpy(out + s[k].to, from + s[k].from, s[k].length);
       } else {
@@ -379,7 +352,7 @@ void PiecesView::prepare(uint64_t offset, uint64_t length) const {
         std::sort(segments.begin() + static_cast<std::ptrdiff_t>(first),
                   segments.begin() + static_cast<std::ptrdiff_t>(last),
                   [](const Segment& a, const Segment& b) { return a.from < b.from; });
-        stream(index, {s, count}, out, true);
+        stream(index, {s, count}, out, true, scope);
       }
       first = last;
     }
@@ -436,11 +409,6 @@ void PiecesView::prepare(uint64_t offset, uint64_t length) const {
     at = row_start + row_end;
   }
   copy_segments();
-  t_gathered.view = id_;
-}
-
-void PiecesView::fill(uint64_t offset, std::span<std::byte> out) const {
-  t_gathered.copy_out(id_, offset, out);
 }
 
 std::unique_ptr<ConvertedView> ConvertedView::make(std::span<const Part> stored, uint64_t numel,
@@ -457,8 +425,7 @@ std::unique_ptr<ConvertedView> ConvertedView::make(std::span<const Part> stored,
 
 ConvertedView::ConvertedView(std::span<const Part> stored, uint64_t numel, uint64_t stored_size,
                              std::shared_ptr<const ElementConversion> conversion)
-    : id_(g_next_id.fetch_add(1)),
-      stored_(stored),
+    : stored_(stored),
       numel_(numel),
       stored_size_(stored_size),
       size_(numel * conversion->value_size()),
@@ -470,8 +437,8 @@ namespace {
 uint64_t byte_group(uint32_t bits) { return bits % 8 == 0 ? 1 : 8 / std::gcd(8u, bits); }
 }  // namespace
 
-void ConvertedView::prepare(uint64_t offset, uint64_t length) const {
-  t_converted.view = 0;
+void ConvertedView::read(uint64_t offset, std::span<std::byte> out, ReadScope& scope) const {
+  const uint64_t length = out.size();
   if (length == 0) return;
   if (offset > size_ || length > size_ - offset) throw std::logic_error("a read outside a converted part");
   const uint32_t value_size = conversion_->value_size();
@@ -482,24 +449,16 @@ void ConvertedView::prepare(uint64_t offset, uint64_t length) const {
   const uint64_t aligned = first / group * group;
   const uint64_t from = aligned * bits / 8;
   const uint64_t to = std::min(stored_size_, (last * bits + 7) / 8);
-  std::byte* buffer = t_converted.start(aligned, to - from);
-  copy_parts(stored_, from, std::span(buffer, to - from));
-  conversion_->prepare();
-  t_converted.view = id_;
-}
-
-void ConvertedView::fill(uint64_t offset, std::span<std::byte> out) const {
-  if (out.empty()) return;
-  if (t_converted.view != id_) throw std::logic_error("a converted part filled without prepare() first");
-  // t_converted.offset is the first element its bytes hold.
-  const uint64_t base = t_converted.offset;
-  const std::byte* stored = t_converted.bytes.data();
+  // The stored bytes from element `aligned` on.
+  std::vector<std::byte> buffer(to - from);
+  copy_parts(stored_, from, buffer, scope);
+  conversion_->make_present(scope);
+  const std::byte* const stored = buffer.data();
   auto values = [&](uint64_t at, size_t count, std::byte* into) {
-    if (at < base) throw std::logic_error("a converted part filled outside what prepare() read");
-    conversion_->convert(stored, at - base, count, at, into);
+    conversion_->convert(stored, at - aligned, count, at, into);
   };
-  // What prepare() read is all in memory: every whole value in one call.
-  fill_values(offset, out, conversion_->value_size(), SIZE_MAX, values);
+  // The stored bytes are all in memory: every whole value in one call.
+  read_mapped([&] { fill_values(offset, out, conversion_->value_size(), SIZE_MAX, values); });
 }
 
 }  // namespace modelfs

@@ -23,12 +23,11 @@
 //                  numeric_views.hpp): the .npy of a tensor of pieces whose
 //                  type numpy lacks (bfloat16 -> float32, a quantized type)
 //
-// The mapped-bytes rule (ARCHITECTURE.md): all the work is done in
-// prepare(), outside the read path's guard: it allocates, makes the
-// pieces' bytes present through their files, decodes and copies under its
-// own guard (read_mapped) into the calling thread's buffer; fill() only
-// copies from that buffer. A decoded stream must give exactly the bytes
-// its box says, or the read fails (ModelError: EIO), never short or padded.
+// The mapped-bytes rule (ARCHITECTURE.md): a read allocates and makes the
+// pieces' bytes present through their files outside any guard, then
+// decodes and copies under its own guard (read_mapped) straight into the
+// caller's buffer. A decoded stream must give exactly the bytes its box
+// says, or the read fails (ModelError: EIO), never short or padded.
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -65,18 +64,18 @@ class PiecesView final : public ComputedBytes {
   PiecesView(const PiecesView&) = delete;
   PiecesView& operator=(const PiecesView&) = delete;
   uint64_t size() const noexcept { return size_; }
-  void prepare(uint64_t offset, uint64_t length) const override;
-  void fill(uint64_t offset, std::span<std::byte> out) const override;
+  void read(uint64_t offset, std::span<std::byte> out, ReadScope& scope) const override;
 
  private:
   // What `segments` (of filtered piece `index`, sorted by `from`) want of
   // its decoded bytes, into `out`, read as a stream: inflated from the
   // nearest point of the deflate index (inflate_index.hpp; `indexed`: kept
   // there too), unshuffled on the way, nothing held but the bytes wanted.
-  void stream(uint32_t index, std::span<const PieceSegment> segments, std::byte* out, bool indexed) const;
+  void stream(uint32_t index, std::span<const PieceSegment> segments, std::byte* out, bool indexed,
+              ReadScope& scope) const;
   // Filtered piece `index` decoded whole, from the process's pool; null
   // when it is too large to keep whole or the pool has no room for it.
-  std::shared_ptr<const std::vector<std::byte>> decoded(uint32_t index) const;
+  std::shared_ptr<const std::vector<std::byte>> decoded(uint32_t index, ReadScope& scope) const;
   [[noreturn]] void fault(uint32_t index, const std::string& reason) const;
 
   uint64_t id_;  // which cached pieces are this view's (addresses are reused)
@@ -97,13 +96,14 @@ class ConvertedView final : public ComputedBytes {
   static std::unique_ptr<ConvertedView> make(std::span<const Part> stored, uint64_t numel,
                                              std::shared_ptr<const ElementConversion> conversion);
   uint64_t size() const noexcept { return size_; }
-  void prepare(uint64_t offset, uint64_t length) const override;
-  void fill(uint64_t offset, std::span<std::byte> out) const override;
+  // Copies the stored bytes of the range (copy_parts, guarded) into a
+  // buffer of its own, then converts them into `out` under the guard (a
+  // per-channel conversion reads its scales from a mapping).
+  void read(uint64_t offset, std::span<std::byte> out, ReadScope& scope) const override;
 
  private:
   ConvertedView(std::span<const Part> stored, uint64_t numel, uint64_t stored_size,
                 std::shared_ptr<const ElementConversion> conversion);
-  uint64_t id_;
   std::span<const Part> stored_;
   uint64_t numel_;
   uint64_t stored_size_;

@@ -27,22 +27,21 @@ namespace modelfs {
 // view's elements gathered into C order, for instance. Sizes are fixed at
 // build; a read costs in proportion to the range it asks for.
 //
-// The tree's read path (slice_parts) calls prepare() and then fill() under
-// the mapped-bytes guard (src/io/mapped_bytes.hpp), so a model
-// file shrunk under the mount fails the read instead of the process: fill()
-// must read only what prepare() made present and, while it reads a mapping,
-// hold only trivially destructible objects (a fault leaves by longjmp).
+// The mapped-bytes rule (src/io/mapped_bytes.hpp), which each read keeps
+// itself: what allocates, locks or fetches runs first, outside the guard
+// (mapped bytes made present through their source, ByteSpan::span: a
+// remote model's blocks, ModelError when they cannot be had); a mapping is
+// then read only inside read_mapped, whose body holds only trivially
+// destructible objects (a fault leaves it by a jump) and reads only what was
+// made present. So a model file shrunk under the mount fails the read
+// (ModelError: EIO) instead of the process.
 class ComputedBytes {
  public:
   virtual ~ComputedBytes() = default;
-  // Does what a fill of [offset, offset + length) needs outside the guard:
-  // makes present the mapped bytes it reads, taking them through their
-  // source (ByteSpan::span(): a remote model's blocks; ModelError when they
-  // cannot be had). Nothing for bytes already in memory.
-  virtual void prepare(uint64_t /*offset*/, uint64_t /*length*/) const {}
   // Writes bytes [offset, offset + out.size()) of the part into `out`; the
-  // range lies within the part.
-  virtual void fill(uint64_t offset, std::span<std::byte> out) const = 0;
+  // range lies within the part. The mapped bytes it reads are taken for
+  // the read `scope` (ByteSpan::span(&scope)).
+  virtual void read(uint64_t offset, std::span<std::byte> out, ReadScope& scope) const = 0;
 };
 
 // A part of a file's content: bytes held in memory (a range of a mapping,
@@ -93,8 +92,8 @@ class PartList {
 // one's `offset` set, in order) copied into `out`, each part as the read
 // path copies it: made present first, then read under the mapped-bytes
 // guard (ModelError when a mapping faults). For a view that reads another
-// content (a converted .npy of a tensor of pieces) in its prepare().
-void copy_parts(std::span<const Part> parts, uint64_t offset, std::span<std::byte> out);
+// content (a converted .npy of a tensor of pieces).
+void copy_parts(std::span<const Part> parts, uint64_t offset, std::span<std::byte> out, ReadScope& scope);
 
 // The parts of [offset, offset + length) of a content made of `parts` (each
 // one's `offset` set, in order), as iovecs in `out`: into held bytes
@@ -104,13 +103,13 @@ void copy_parts(std::span<const Part> parts, uint64_t offset, std::span<std::byt
 // of the file). The copy and the scratch are bounded by `length`; `scratch`
 // must outlive the iovecs and `out` must hold at least one. Returns how many
 // were written. It is where a read makes mapped bytes present: held bytes
-// through their part's file (MappedFile::read), computed ones through the
-// part's prepare(), both before any iovec points at them. Every byte it
+// through their part's file (MappedFile::read), computed ones by the part's
+// read(), both before any iovec points at them. Every byte it
 // computes or copies is read under the mapped-bytes guard: a mapping that
 // faults (its file shrank) throws ModelError, and the iovecs into held
 // bytes are read only by the caller.
 size_t slice_parts(std::span<const Part> parts, uint64_t offset, uint64_t length, std::span<iovec> out,
-                   std::string& scratch);
+                   std::string& scratch, ReadScope& scope);
 
 // index.json's text, one line per tensor (tree_read.cpp): the builder
 // measures it with these, and read_index prints it with the same ones.

@@ -23,29 +23,29 @@ namespace {
 // a read makes held bytes of a mapping present (a remote model's blocks
 // fetched through the part's own file), before they are copied or go to the
 // kernel.
-const std::byte* held_bytes(const Part& part, uint64_t within, uint64_t length) {
+const std::byte* held_bytes(const Part& part, uint64_t within, uint64_t length, ReadScope& scope) {
   if (part.source == nullptr) return part.bytes + within;
   const auto start = static_cast<uint64_t>(part.bytes - part.source->unchecked_data());
-  return part.source->read(start + within, length).data();
+  return part.source->read(start + within, length, &scope).data();
 }
 
 // Bytes [within, within + out.size()) of one part into `out`: the only
 // place the read path takes bytes of a mapping itself. A remote model's
-// blocks are made present first; then the bytes are computed or copied
-// under the mapped-bytes guard, so a file shrunk under the mount fails this
-// read (ModelError: EIO) and not the process (SIGBUS).
-void copy_part(const Part& part, uint64_t within, std::span<std::byte> out) {
+// blocks are made present first; then the bytes are copied (here) or
+// computed (the part's read) under the mapped-bytes guard, so a file shrunk
+// under the mount fails this read (ModelError: EIO) and not the process
+// (SIGBUS).
+void copy_part(const Part& part, uint64_t within, std::span<std::byte> out, ReadScope& scope) {
   if (part.computed != nullptr) {
-    part.computed->prepare(within, out.size());
-    read_mapped([&] { part.computed->fill(within, out); });
+    part.computed->read(within, out, scope);
   } else {
-    copy_mapped(out.data(), held_bytes(part, within, out.size()), out.size());
+    copy_mapped(out.data(), held_bytes(part, within, out.size(), scope), out.size());
   }
 }
 
 }  // namespace
 
-void copy_parts(std::span<const Part> parts, uint64_t offset, std::span<std::byte> out) {
+void copy_parts(std::span<const Part> parts, uint64_t offset, std::span<std::byte> out, ReadScope& scope) {
   auto part = std::upper_bound(parts.begin(), parts.end(), offset,
                                [](uint64_t at, const Part& p) { return at < p.offset + p.size; });
   uint64_t done = 0;
@@ -53,14 +53,14 @@ void copy_parts(std::span<const Part> parts, uint64_t offset, std::span<std::byt
     if (part->size == 0) continue;
     const uint64_t within = offset + done - part->offset;
     const uint64_t n = std::min<uint64_t>(out.size() - done, part->size - within);
-    copy_part(*part, within, out.subspan(done, n));
+    copy_part(*part, within, out.subspan(done, n), scope);
     done += n;
   }
   if (done != out.size()) throw std::logic_error("copy_parts: a range past the parts' end");
 }
 
 size_t slice_parts(std::span<const Part> parts, uint64_t offset, uint64_t length, std::span<iovec> out,
-                   std::string& scratch) {
+                   std::string& scratch, ReadScope& scope) {
   if (out.empty()) return 0;
   // The first part that ends past `offset`: a search, so that a read of an
   // export file of 100 000 tensors costs what it asks for wherever it is.
@@ -95,7 +95,7 @@ size_t slice_parts(std::span<const Part> parts, uint64_t offset, uint64_t length
       for (; part != parts.end() && done < rest; ++part) {
         const uint64_t from = offset + done - part->offset;
         const uint64_t n = std::min(rest - done, part->size - from);
-        copy_part(*part, from, std::span(at + done, n));
+        copy_part(*part, from, std::span(at + done, n), scope);
         done += n;
       }
       out[count++] = iovec{at, done};
@@ -103,10 +103,10 @@ size_t slice_parts(std::span<const Part> parts, uint64_t offset, uint64_t length
     }
     if (part->computed != nullptr) {
       std::byte* at = room(take);
-      copy_part(*part, within, std::span(at, take));
+      copy_part(*part, within, std::span(at, take), scope);
       out[count++] = iovec{at, take};
     } else {
-      out[count++] = iovec{const_cast<std::byte*>(held_bytes(*part, within, take)), take};
+      out[count++] = iovec{const_cast<std::byte*>(held_bytes(*part, within, take, scope)), take};
     }
     offset += take;
     length -= take;
@@ -191,6 +191,12 @@ size_t slice_text(std::string_view text, uint64_t offset, uint64_t length, std::
 
 size_t Tree::read(const Node& file, uint64_t offset, uint64_t length, std::span<iovec> out,
                   std::string& scratch) const {
+  ReadScope copied(ReadScope::Kind::Copied);
+  return read(file, offset, length, out, scratch, copied);
+}
+
+size_t Tree::read(const Node& file, uint64_t offset, uint64_t length, std::span<iovec> out,
+                  std::string& scratch, ReadScope& scope) const {
   // Printed files are served as printed, never past the size the builder
   // measured (the file's size).
   if (file.role == FileRole::Index) return impl_->read_index(file, offset, length, out, scratch);
@@ -198,18 +204,15 @@ size_t Tree::read(const Node& file, uint64_t offset, uint64_t length, std::span<
     scratch = sidecar_text(*file.tensor, impl_->catalog_.format, npy_of(*file.tensor));
     return slice_text(scratch, offset, length, out);
   }
-  // Each local file this read reaches is sized once (a file cut inside its
-  // last page reads as zeros there, without a fault).
-  const ServedRead sized;
-  return slice_parts(parts(file), offset, length, out, scratch);
+  return slice_parts(parts(file), offset, length, out, scratch, scope);
 }
 
 int Tree::serve(const Node& file, uint64_t offset, uint64_t length, std::span<iovec> out,
                 std::string& scratch, const std::function<int(std::span<const iovec>)>& reply) const {
   // The blocks this read makes present stay pinned until `reply` has sent
-  // them, and only inside such a scope may blocks be evicted.
-  const remote::ReadScope remote_blocks;
-  const size_t count = read(file, offset, length, out, scratch);
+  // them (the scope's end), and only such a read evicts.
+  ReadScope served(ReadScope::Kind::Served);
+  const size_t count = read(file, offset, length, out, scratch, served);
   return reply(out.first(count));
 }
 

@@ -22,7 +22,7 @@ namespace {
 // Bytes i of a computed part are its offset's low byte plus one.
 class Counting final : public ComputedBytes {
  public:
-  void fill(uint64_t offset, std::span<std::byte> out) const override {
+  void read(uint64_t offset, std::span<std::byte> out, ReadScope&) const override {
     for (size_t i = 0; i < out.size(); ++i) out[i] = std::byte((offset + i + 1) & 0xff);
   }
 };
@@ -57,13 +57,14 @@ TEST(Parts, WindowsAcrossManyTinyPartsAreWholeWithFewIovecs) {
   for (size_t slots : {1u, 2u, 7u, 1023u}) {
     std::vector<iovec> iov(slots);
     std::string scratch;
+    ReadScope scope(ReadScope::Kind::Copied);
     for (auto [from, length] :
          {std::pair<uint64_t, uint64_t>{0, offset}, {1, 4097}, {333, 17}, {offset - 3, 100}, {offset, 10}}) {
-      const size_t n = slice_parts(parts, from, length, iov, scratch);
+      const size_t n = slice_parts(parts, from, length, iov, scratch, scope);
       ASSERT_LE(n, slots);
       EXPECT_EQ(gathered(std::span(iov.data(), n)), expected.substr(from, length)) << slots << " " << from;
     }
-    const size_t n = slice_parts(parts, 0, 5, iov, scratch);
+    const size_t n = slice_parts(parts, 0, 5, iov, scratch, scope);
     if (slots >= 7) {
       ASSERT_GE(n, 2u);
       EXPECT_EQ(iov[0].iov_base, held.data());  // zero-copy

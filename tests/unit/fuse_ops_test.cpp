@@ -180,7 +180,7 @@ TEST(FuseListing, StopsAtTheFirstEntryThatDoesNotFitAndResumesThere) {
 // Computed bytes: byte i of the part is 'A' + (i % 26).
 class Letters final : public ComputedBytes {
  public:
-  void fill(uint64_t offset, std::span<std::byte> out) const override {
+  void read(uint64_t offset, std::span<std::byte> out, ReadScope&) const override {
     for (size_t i = 0; i < out.size(); ++i) out[i] = std::byte('A' + (offset + i) % 26);
   }
 };
@@ -245,7 +245,8 @@ TEST(FuseReadSlicing, EveryRangeFromEveryBoundaryWithAnyNumberOfIovecs) {
       for (uint64_t length : {uint64_t{1}, uint64_t{3}, uint64_t{7}, uint64_t{31}, uint64_t{100}}) {
         std::vector<iovec> iov(slots);
         std::string scratch;
-        const size_t n = slice_parts(c.parts, from, length, iov, scratch);
+        ReadScope scope(ReadScope::Kind::Copied);
+        const size_t n = slice_parts(c.parts, from, length, iov, scratch, scope);
         ASSERT_LE(n, slots);
         // Past the end of the content, only what there is.
         const std::string want = from < c.expected.size() ? c.expected.substr(from, length) : "";
@@ -260,7 +261,8 @@ TEST(FuseReadSlicing, HeldBytesGoOutUncopiedWhileIovecsLast) {
   const Content c;
   std::vector<iovec> iov(8);
   std::string scratch;
-  const size_t n = slice_parts(c.parts, 0, 31, iov, scratch);
+  ReadScope scope(ReadScope::Kind::Copied);
+  const size_t n = slice_parts(c.parts, 0, 31, iov, scratch, scope);
   // One iovec per non-empty part: the held ones point into the held bytes.
   ASSERT_EQ(n, 5u);
   EXPECT_EQ(iov[0].iov_base, c.held.data());
@@ -269,7 +271,7 @@ TEST(FuseReadSlicing, HeldBytesGoOutUncopiedWhileIovecsLast) {
   EXPECT_EQ(iov[4].iov_base, c.held.data() + 8);
   EXPECT_EQ(iov[4].iov_len, 12u);
   // A read starting at a part boundary begins in that part, uncopied.
-  ASSERT_GE(slice_parts(c.parts, 12, 4, iov, scratch), 1u);  // past the empty part there too
+  ASSERT_GE(slice_parts(c.parts, 12, 4, iov, scratch, scope), 1u);  // past the empty part there too
   EXPECT_EQ(iov[0].iov_base, c.held.data() + 5);
   EXPECT_EQ(iov[0].iov_len, 3u);
 }
@@ -278,7 +280,8 @@ TEST(FuseReadSlicing, MorePartsThanIovecsPutTheRestCopiedInTheLast) {
   const Content c;
   std::vector<iovec> iov(2);
   std::string scratch;
-  const size_t n = slice_parts(c.parts, 2, 29, iov, scratch);
+  ReadScope scope(ReadScope::Kind::Copied);
+  const size_t n = slice_parts(c.parts, 2, 29, iov, scratch, scope);
   ASSERT_EQ(n, 2u);
   EXPECT_EQ(iov[0].iov_base, c.held.data() + 2);  // the first part as it is
   EXPECT_EQ(iov[0].iov_len, 3u);
@@ -292,10 +295,11 @@ TEST(FuseReadSlicing, AtOrPastTheEndNothingAndNoIovecsNothing) {
   const Content c;
   std::vector<iovec> iov(4);
   std::string scratch;
-  EXPECT_EQ(slice_parts(c.parts, 31, 10, iov, scratch), 0u);
-  EXPECT_EQ(slice_parts(c.parts, 1000, 10, iov, scratch), 0u);
-  EXPECT_EQ(slice_parts(c.parts, 0, 10, std::span<iovec>(), scratch), 0u);
-  EXPECT_EQ(slice_parts(std::span<const Part>(), 0, 10, iov, scratch), 0u);
+  ReadScope scope(ReadScope::Kind::Copied);
+  EXPECT_EQ(slice_parts(c.parts, 31, 10, iov, scratch, scope), 0u);
+  EXPECT_EQ(slice_parts(c.parts, 1000, 10, iov, scratch, scope), 0u);
+  EXPECT_EQ(slice_parts(c.parts, 0, 10, std::span<iovec>(), scratch, scope), 0u);
+  EXPECT_EQ(slice_parts(std::span<const Part>(), 0, 10, iov, scratch, scope), 0u);
 }
 
 }  // namespace

@@ -44,11 +44,15 @@ std::string deflated(const std::string& in, bool zlib_wrapper) {
 std::string read(const DeflateStream& stream, uint64_t begin, uint64_t end) {
   std::string out(end - begin, '\0');
   uint64_t next = begin;
-  inflate_range(stream, begin, end, [&](uint64_t at, const std::byte* data, uint64_t n) {
-    EXPECT_EQ(at, next);  // in order, no gap
-    std::memcpy(out.data() + (at - begin), data, n);
-    next = at + n;
-  });
+  ReadScope scope(ReadScope::Kind::Copied);
+  inflate_range(
+      stream, begin, end,
+      [&](uint64_t at, const std::byte* data, uint64_t n) {
+        EXPECT_EQ(at, next);  // in order, no gap
+        std::memcpy(out.data() + (at - begin), data, n);
+        next = at + n;
+      },
+      scope);
   EXPECT_EQ(next, end);
   return out;
 }

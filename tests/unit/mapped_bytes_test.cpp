@@ -40,8 +40,10 @@ class TruncatedMapping : public ::testing::Test {
   }
   void truncate_to(uint64_t size) { ASSERT_EQ(0, ::truncate(path_.c_str(), static_cast<off_t>(size))); }
   ByteSpan mapped() const { return ByteSpan::mapped(file_, 0, file_->size()); }
+  // A read without the size check (Kind::InOrder, a local file): what is
+  // cut is caught by the guard alone.
   static std::string read(std::span<const Part> parts, uint64_t offset, uint64_t length, size_t iovecs) {
-    return test::read_parts(parts, offset, length, iovecs);
+    return test::read_parts(parts, offset, length, iovecs, ReadScope::Kind::InOrder);
   }
   static std::vector<Part> laid_out(std::vector<Part> parts) { return test::laid_out(std::move(parts)); }
 
@@ -132,10 +134,27 @@ TEST_F(TruncatedMapping, HeldPartsStayIovecsIntoTheMappingAndTheCopiedRestThrows
   // the mapping is read here (the kernel's copy is what fails).
   std::vector<iovec> iov(8);
   std::string scratch;
-  ASSERT_EQ(8u, slice_parts(parts, 0, 8 * 4096, iov, scratch));
+  ReadScope scope(ReadScope::Kind::InOrder);  // no size check: the guard alone
+  ASSERT_EQ(8u, slice_parts(parts, 0, 8 * 4096, iov, scratch, scope));
   for (size_t i = 0; i < 8; ++i) EXPECT_EQ(static_cast<const void*>(held[i].bytes), iov[i].iov_base);
   // Fewer: the rest is copied from the mapping, and that copy throws.
   EXPECT_THROW(read(parts, 0, 8 * 4096, 2), ModelError);
+}
+
+// The size check is the read's, by its scope's kind: a copy of the tree
+// (and a FUSE read) refuses bytes past the size the file has now, even
+// within the page the cut left, which reads as zeros without a fault; a
+// parse (no scope) and --check's in-order read-back (pread) do not size.
+TEST_F(TruncatedMapping, TheSizeCheckIsTheScopesNotTheThreads) {
+  truncate_to(kFileBytes / 2 + 10);  // the rest of that page reads as zeros
+  const uint64_t past = kFileBytes / 2 + 100;
+  ReadScope copied(ReadScope::Kind::Copied);
+  EXPECT_THROW(file_->read(past, 4, &copied), ModelError);
+  EXPECT_NO_THROW(file_->read(kFileBytes / 2, 10, &copied));
+  // A parse on the thread while that scope lives is not sized.
+  EXPECT_NO_THROW(file_->read(past, 4));
+  ReadScope in_order(ReadScope::Kind::InOrder);
+  EXPECT_NO_THROW(file_->read(past, 4, &in_order));
 }
 
 TEST(MappedBytesGuard, AnExceptionFromTheBodyPassesThroughAndGuardsNest) {

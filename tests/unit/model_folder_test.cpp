@@ -62,7 +62,8 @@ TEST(ModelFolder, OpensNamesInsideTheFolderAndRefusesTheRest) {
   ASSERT_EQ(::mkfifo((model / "pipe.bin").c_str(), 0600), 0);
   // The model's folder reached through a link of its own: resolved first.
   fs::create_symlink(model, dir.path() / "alias");
-  const auto folder = ModelFolder::of_file(dir.path() / "alias" / "model.safetensors.index.json", "test");
+  const auto folder =
+      ModelFolder::of_file(dir.path() / "alias" / "model.safetensors.index.json", "test", nullptr);
   const fs::path real = fs::canonical(model);
   EXPECT_EQ(folder.path(), real);
 
@@ -106,7 +107,7 @@ TEST(ModelFolder, WhatWasOpenedIsWhatIsRead) {
   dir.write("outside/secret.bin", "secret");
   dir.write("model/shard.bin", "shard");
   const fs::path model = dir.path() / "model";
-  const auto folder = ModelFolder::at(model, "test");
+  const auto folder = ModelFolder::at(model, "test", nullptr);
   const auto opened = folder.open("shard.bin");
   ASSERT_TRUE(opened) << opened.reason;
   // A link swapped in under the name afterwards changes nothing read.
@@ -121,7 +122,7 @@ TEST(ModelFolder, AnEmptyFolderIsTheWorkingFolder) {
   dir.write("here.bin", "h");
   const fs::path before = fs::current_path();
   fs::current_path(dir.path());
-  const auto folder = ModelFolder::at("", "test");
+  const auto folder = ModelFolder::at("", "test", nullptr);
   const auto opened = folder.open("here.bin");
   fs::current_path(before);
   ASSERT_TRUE(opened) << opened.reason;
@@ -150,7 +151,7 @@ TEST(ModelFolder, AcceptsTheHubCacheBlobsOfItsOwnRepository) {
   fs::create_symlink("../../../models--other--name/blobs/ffff", snapshot / "other.bin");
   fs::create_symlink("../../blobs", snapshot / "blobs");
 
-  const auto folder = ModelFolder::of_file(snapshot / "model.safetensors.index.json", "test");
+  const auto folder = ModelFolder::of_file(snapshot / "model.safetensors.index.json", "test", nullptr);
   EXPECT_EQ(folder.hub_blobs(), fs::canonical(repo / "blobs"));
   for (const char* name : {"model-00001-of-00002.safetensors", "absolute.safetensors", "blobs/0a1b"}) {
     const auto shard = folder.open(name);
@@ -158,7 +159,8 @@ TEST(ModelFolder, AcceptsTheHubCacheBlobsOfItsOwnRepository) {
     EXPECT_EQ(text_of(*shard.file), "shard") << name;
   }
   // A subfolder of the snapshot (ONNX models often live in onnx/).
-  const auto data = ModelFolder::of_file(snapshot / "onnx" / "model.onnx", "test").open("model.onnx_data");
+  const auto data =
+      ModelFolder::of_file(snapshot / "onnx" / "model.onnx", "test", nullptr).open("model.onnx_data");
   ASSERT_TRUE(data) << data.reason;
   EXPECT_EQ(text_of(*data.file), "shard");
   // Only files directly in blobs/ of this repository, or in the snapshot.
@@ -172,7 +174,7 @@ TEST(ModelFolder, AcceptsTheHubCacheBlobsOfItsOwnRepository) {
   dir.write("plain/blobs/0a1b", "x");
   dir.write("plain/snapshots/rev/.keep", "");
   fs::create_symlink("../../blobs/0a1b", dir.path() / "plain" / "snapshots" / "rev" / "s.safetensors");
-  const auto plain = ModelFolder::at(dir.path() / "plain" / "snapshots" / "rev", "test");
+  const auto plain = ModelFolder::at(dir.path() / "plain" / "snapshots" / "rev", "test", nullptr);
   EXPECT_TRUE(plain.hub_blobs().empty());
   EXPECT_EQ(plain.open("s.safetensors").problem, P::Outside);
 }

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <memory>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -62,6 +64,7 @@ TEST(RemoteUrl, ParentIsTheFolderWithoutQuery) {
 }
 
 TEST(RemoteUrl, S3IsPathStyleOnACustomEndpointAndSigned) {
+  remote::Session session;
   Env env;
   env.set("AWS_ENDPOINT_URL", "http://127.0.0.1:9000/");
   env.set("AWS_ENDPOINT_URL_S3", nullptr);
@@ -69,7 +72,7 @@ TEST(RemoteUrl, S3IsPathStyleOnACustomEndpointAndSigned) {
   env.set("AWS_ACCESS_KEY_ID", "AKID");
   env.set("AWS_SECRET_ACCESS_KEY", "SECRET");
   env.set("AWS_SESSION_TOKEN", "TOKEN");
-  const auto t = remote::resolve("s3://bucket/dir/model 1.safetensors");
+  const auto t = remote::resolve("s3://bucket/dir/model 1.safetensors", session);
   EXPECT_EQ(t.url, "http://127.0.0.1:9000/bucket/dir/model%201.safetensors");
   EXPECT_EQ(t.sigv4, "aws:amz:eu-west-3:s3");
   EXPECT_EQ(t.userpwd, "AKID:SECRET");
@@ -78,6 +81,7 @@ TEST(RemoteUrl, S3IsPathStyleOnACustomEndpointAndSigned) {
 }
 
 TEST(RemoteUrl, S3OnAwsIsVirtualHostedAndAnonymousWithoutKeys) {
+  remote::Session session;
   Env env;
   env.set("AWS_ENDPOINT_URL", nullptr);
   env.set("AWS_ENDPOINT_URL_S3", nullptr);
@@ -85,27 +89,44 @@ TEST(RemoteUrl, S3OnAwsIsVirtualHostedAndAnonymousWithoutKeys) {
   env.set("AWS_ACCESS_KEY_ID", nullptr);
   env.set("AWS_SECRET_ACCESS_KEY", nullptr);
   env.set("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent");
-  const auto t = remote::resolve("s3://bucket/k.gguf");
+  const auto t = remote::resolve("s3://bucket/k.gguf", session);
   EXPECT_EQ(t.url, "https://bucket.s3.us-west-2.amazonaws.com/k.gguf");
   EXPECT_TRUE(t.sigv4.empty());
-  EXPECT_THROW(remote::resolve("s3://bucket"), ModelError);
+  EXPECT_THROW(remote::resolve("s3://bucket", session), ModelError);
 }
 
 TEST(RemoteUrl, HubResolvesRevisionAndToken) {
+  remote::Session session;
   Env env;
   env.set("HF_ENDPOINT", "http://mirror.local/");
   env.set("HF_TOKEN", "hf_x");
-  auto t = remote::resolve("hf://org/repo@v1.0/sub/model.safetensors");
+  auto t = remote::resolve("hf://org/repo@v1.0/sub/model.safetensors", session);
   EXPECT_EQ(t.url, "http://mirror.local/org/repo/resolve/v1.0/sub/model.safetensors");
   EXPECT_EQ(t.hub_repo_rev, "org/repo@v1.0");
   EXPECT_EQ(t.headers, std::vector<std::string>{"Authorization: Bearer hf_x"});
-  t = remote::resolve("hf://org/other/model.gguf");
+  t = remote::resolve("hf://org/other/model.gguf", session);
   EXPECT_EQ(t.url, "http://mirror.local/org/other/resolve/main/model.gguf");
   // Once a commit is pinned, later files of that revision come from it.
-  remote::pin_hub_commit("org/pinned@main", "abc123");
-  EXPECT_EQ(remote::resolve("hf://org/pinned/shard.safetensors").url,
+  session.pin_hub_commit("org/pinned@main", "abc123");
+  EXPECT_EQ(remote::resolve("hf://org/pinned/shard.safetensors", session).url,
             "http://mirror.local/org/pinned/resolve/abc123/shard.safetensors");
-  EXPECT_THROW(remote::resolve("hf://org"), ModelError);
+  // The pin is the session's (one opened model's), not the process's.
+  const remote::Session other;
+  EXPECT_EQ(remote::resolve("hf://org/pinned/shard.safetensors", other).url,
+            "http://mirror.local/org/pinned/resolve/main/shard.safetensors");
+  EXPECT_THROW(remote::resolve("hf://org", session), ModelError);
+}
+
+TEST(RemoteUrl, RequestsTakeTheSessionsTimeout) {
+  const remote::Session session(RemoteOptions{.timeout_seconds = 3});
+  EXPECT_EQ(remote::resolve("https://h/m.gguf", session).timeout_seconds, 3u);
+  EXPECT_EQ(remote::resolve("https://h/m.gguf", remote::Session()).timeout_seconds, 20u);
+}
+
+TEST(RemoteFolder, ARemoteFolderNeedsItsModelsSession) {
+  // Without it, a model's shards would be fetched with other options.
+  EXPECT_THROW(ModelFolder::of_file("https://h/ckpt/model.safetensors.index.json", "index", nullptr),
+               std::logic_error);
 }
 
 TEST(RemoteCache, SizesInBinaryUnits) {
@@ -119,7 +140,8 @@ TEST(RemoteCache, SizesInBinaryUnits) {
 
 TEST(RemoteFolder, NamesStayInsideTheUrlsFolder) {
   // Refused by name, before anything is asked of a server.
-  const auto folder = ModelFolder::of_file("https://h/ckpt/model.safetensors.index.json?sig=1", "index");
+  const auto folder = ModelFolder::of_file("https://h/ckpt/model.safetensors.index.json?sig=1", "index",
+                                           std::make_shared<remote::Session>());
   EXPECT_EQ(folder.path().native(), "https://h/ckpt");
   for (const char* bad : {"../secret.bin", "/etc/passwd", "a/../../b", "x?y", "x#y", "%2e%2e/x", "a\\b", ""})
     EXPECT_EQ(folder.open(bad).problem, ModelFolder::Problem::NotAName) << bad;

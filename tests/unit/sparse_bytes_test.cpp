@@ -50,7 +50,8 @@ class CountingFetcher final : public MappedFile::Fetcher {
   CountingFetcher(const std::filesystem::path& path, const std::string& content)
       : fd_(::open(path.c_str(), O_WRONLY | O_CLOEXEC)), content_(content) {}
   ~CountingFetcher() override { ::close(fd_); }
-  void make_present(uint64_t offset, uint64_t length) override {
+  void unpin(uint64_t, uint64_t) noexcept override {}
+  void make_present(uint64_t offset, uint64_t length, ReadScope*) override {
     ++calls;
     const uint64_t end = std::min<uint64_t>(content_.size(), offset + length);
     if (offset >= end) return;

@@ -15,10 +15,12 @@ namespace modelfs::test {
 
 // What the tree's read path serves of `parts` [offset, offset + length),
 // through `iovecs` iovecs: the bytes gathered.
-inline std::string read_parts(std::span<const Part> parts, uint64_t offset, uint64_t length, size_t iovecs) {
+inline std::string read_parts(std::span<const Part> parts, uint64_t offset, uint64_t length, size_t iovecs,
+                              ReadScope::Kind kind = ReadScope::Kind::Copied) {
   std::vector<iovec> iov(iovecs);
   std::string scratch;
-  const size_t n = slice_parts(parts, offset, length, iov, scratch);
+  ReadScope scope(kind);
+  const size_t n = slice_parts(parts, offset, length, iov, scratch, scope);
   std::string out;
   for (size_t i = 0; i < n; ++i) out.append(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
   return out;
