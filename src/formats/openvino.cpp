@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "io/read_back.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/budget_charge.hpp"
 #include "modelfs/checked_math.hpp"
@@ -527,20 +528,8 @@ class Reader {
     model_.checks->push_back(
         {"the weights file " + bin_name_ + " (" + std::to_string(file->size()) + " bytes)", file->size(),
          [file, format](const std::function<void(uint64_t)>& progress) {
-           constexpr uint64_t kChunk = uint64_t{1} << 20;
-           std::vector<char> buffer(std::min<uint64_t>(kChunk, file->size()));
-           for (uint64_t at = 0; at < file->size();) {
-             const uint64_t want = std::min<uint64_t>(kChunk, file->size() - at);
-             file->ensure(at, want);
-             const ssize_t got = ::pread(file->fd(), buffer.data(), want, static_cast<off_t>(at));
-             if (got <= 0)
-               throw ModelError(
-                   file->display_name(), format, at,
-                   std::string("weights file cannot be read: ") +
-                       (got < 0 ? std::strerror(errno) : "it ends here, shorter than when it was opened"));
-             at += static_cast<uint64_t>(got);
-             progress(static_cast<uint64_t>(got));
-           }
+           std::vector<char> buffer;
+           read_back(*file, 0, file->size(), format, "weights file", buffer, progress);
          }});
   }
 

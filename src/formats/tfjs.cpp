@@ -15,6 +15,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "io/read_back.hpp"
 #include "json_limits.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/budget_charge.hpp"
@@ -412,24 +413,9 @@ class Reader {
     model_.checks->push_back(
         {what, group.size(),
          [shards = std::move(shards), format](const std::function<void(uint64_t)>& progress) {
-           constexpr uint64_t kChunk = uint64_t{1} << 20;
            std::vector<char> buffer;
-           for (const auto& shard : shards) {
-             const MappedFile& file = *shard.file;
-             buffer.resize(std::min<uint64_t>(kChunk, file.size()));
-             for (uint64_t at = 0; at < file.size();) {
-               const uint64_t want = std::min<uint64_t>(kChunk, file.size() - at);
-               file.ensure(at, want);  // a remote model's blocks, fetched into its cache file
-               const ssize_t got = ::pread(file.fd(), buffer.data(), want, static_cast<off_t>(at));
-               if (got <= 0)
-                 throw ModelError(
-                     file.display_name(), format, at,
-                     std::string("shard cannot be read: ") +
-                         (got < 0 ? std::strerror(errno) : "it ends here, shorter than when it was opened"));
-               at += static_cast<uint64_t>(got);
-               progress(static_cast<uint64_t>(got));
-             }
-           }
+           for (const auto& shard : shards)
+             read_back(*shard.file, 0, shard.file->size(), format, "shard", buffer, progress);
          }});
   }
 

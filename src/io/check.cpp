@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "io/read_back.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/remote.hpp"
 
@@ -25,24 +26,25 @@ struct Placed {
   uint64_t tensors = 1;
 };
 
-// pread, not the mapping: a disk error must be a message, not a SIGBUS.
-void read_back(const Catalog& catalog, const Placed& range, std::vector<char>& buffer,
-               const std::function<void(uint64_t)>& advance) {
-  const remote::StreamScope in_order;  // a remote model's blocks fetched ahead, side by side
-  for (uint64_t at = range.begin; at < range.end;) {
-    const uint64_t want = std::min(kReadChunk, range.end - at);
-    range.file->ensure(at, want);  // a remote model's blocks, fetched into its cache file
-    const ssize_t got = ::pread(range.file->fd(), buffer.data(), want, static_cast<off_t>(at));
+}  // namespace
+
+void read_back(const MappedFile& file, uint64_t begin, uint64_t end, const std::string& format,
+               const std::string& what, std::vector<char>& buffer,
+               const std::function<void(uint64_t)>& progress) {
+  for (uint64_t at = begin; at < end;) {
+    const uint64_t want = std::min(kReadChunk, end - at);
+    if (buffer.size() < want) buffer.resize(want);
+    file.ensure(at, want);  // a remote model's blocks, fetched into its cache file
+    const ssize_t got = ::pread(file.fd(), buffer.data(), want, static_cast<off_t>(at));
     if (got <= 0)
-      throw ModelError(range.file->display_name(), catalog.format, at,
-                       "tensor \"" + std::string(range.tensor->name) +
-                           "\" cannot be read: " + (got < 0 ? std::strerror(errno) : "the file ends here"));
+      throw ModelError(
+          file.display_name(), format, at,
+          what + " cannot be read: " +
+              (got < 0 ? std::strerror(errno) : "the file ends here, shorter than when it was opened"));
     at += static_cast<uint64_t>(got);
-    advance(static_cast<uint64_t>(got));
+    progress(static_cast<uint64_t>(got));
   }
 }
-
-}  // namespace
 
 CheckSummary check_model(const Catalog& catalog, const IntegrityChecks& checks,
                          const std::function<void(uint64_t, uint64_t)>& progress) {
@@ -109,9 +111,11 @@ void check_model(const Catalog& catalog, const IntegrityChecks& checks,
     if (progress) progress(done, total);
   };
 
-  std::vector<char> buffer(kReadChunk);
+  std::vector<char> buffer;
   for (const auto& range : ranges) {
-    read_back(catalog, range, buffer, advance);
+    const remote::StreamScope in_order;  // a remote model's blocks fetched ahead, side by side
+    read_back(*range.file, range.begin, range.end, catalog.format,
+              "tensor \"" + std::string(range.tensor->name) + "\"", buffer, advance);
     summary.bytes_read += range.end - range.begin;
     summary.tensors += range.tensors;
   }
