@@ -8,8 +8,8 @@
 
 #include "ggml_grids.hpp"
 
-// Each kernel below follows its type's definition in ggml (docs/formats.md,
-// "ggml dequantization"): the same field layout and the same float operations in the same
+// Each kernel below follows its type's definition in ggml (docs/formats.md
+// §6.6, ggml dequantization): the same field layout and the same float operations in the same
 // order, so that the values are bit for bit those of ggml's reference
 // dequantization. (This file is compiled without contracting a*b+c into
 // fused multiply-adds, which would change the rounding.)
@@ -499,7 +499,7 @@ void row(const uint8_t* blocks, size_t count, float* out) {
   for (size_t i = 0; i < count; ++i) kernel(blocks + i * kTypeSize, out + i * kBlockSize);
 }
 
-// docs/formats.md, "ggml types". Ids missing here were removed from ggml (or
+// docs/formats.md §6.4, ggml types. Ids missing here were removed from ggml (or
 // never used in files) and are refused.
 #define MODELFS_PLAIN(id, name, type_size, dtype) \
   GgmlType { id, #name, 1, type_size, DType::dtype, nullptr, nullptr }

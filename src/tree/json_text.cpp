@@ -2,6 +2,7 @@
 #include "modelfs/json_text.hpp"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "modelfs/utf8.hpp"
 
