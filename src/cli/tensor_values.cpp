@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "tensor_values.hpp"
+#include "cli/tensor_values.hpp"
 
 #include <unistd.h>
 
@@ -17,9 +17,9 @@
 #include <thread>
 
 #include "commands.hpp"
+#include "io/mapped_bytes.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
-#include "modelfs/mapped_bytes.hpp"
 #include "tree/numeric_views.hpp"
 #include "tree/pieces_view.hpp"
 #include "tree/tree_parts.hpp"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "dcp.hpp"
+#include "formats/dcp.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -9,15 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "formats/model_folder.hpp"
+#include "formats/torch_objects.hpp"
+#include "formats/torch_save.hpp"
+#include "io/checked_math.hpp"
+#include "io/tensor_spec.hpp"
+#include "io/unpickler.hpp"
+#include "io/zip_archive.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/model_folder.hpp"
-#include "modelfs/tensor_spec.hpp"
-#include "modelfs/unpickler.hpp"
-#include "modelfs/zip_archive.hpp"
-#include "torch_objects.hpp"
-#include "torch_save.hpp"
 
 namespace modelfs::dcp {
 namespace {
@@ -578,7 +578,7 @@ bool probe_folder(const fs::path& folder) {
   const fs::path metadata = folder / kMetadataName;
   if (!fs::is_regular_file(metadata, ec)) return false;
   try {
-    const auto mapped = MappedFile::open(metadata);
+    const auto mapped = open_mapped(metadata);
     return probe_file(mapped->read(0, std::min<uint64_t>(mapped->size(), 4096)));
   } catch (const ModelError&) {
     return false;

@@ -38,7 +38,7 @@
 #include <filesystem>
 #include <span>
 
-#include "format_reader.hpp"
+#include "formats/format_reader.hpp"
 #include "modelfs/catalog.hpp"
 
 namespace modelfs::dcp {

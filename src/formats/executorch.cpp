@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The ExecuTorch reader (executorch.hpp): the program's constant tensors,
 // and the external ones of its .ptd, each served in place from a mapping.
-#include "executorch.hpp"
+#include "formats/executorch.hpp"
 
 #include <algorithm>
 #include <array>
@@ -15,12 +15,12 @@
 #include <utility>
 #include <vector>
 
-#include "flatbuffer.hpp"
+#include "formats/flatbuffer.hpp"
+#include "formats/model_folder.hpp"
+#include "io/checked_math.hpp"
+#include "io/tensor_spec.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/model_folder.hpp"
-#include "modelfs/tensor_spec.hpp"
 
 namespace modelfs::executorch {
 namespace {

@@ -21,10 +21,10 @@
 #include <string_view>
 #include <vector>
 
+#include "io/checked_math.hpp"
+#include "io/tensor_spec.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/tensor_spec.hpp"
 
 namespace modelfs::flatbuffer {
 

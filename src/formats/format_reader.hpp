@@ -10,14 +10,21 @@
 #include <string>
 #include <string_view>
 
+#include "io/tensor_spec.hpp"
 #include "modelfs/catalog.hpp"
 #include "modelfs/formats.hpp"
-#include "modelfs/tensor_spec.hpp"
+#include "remote/remote.hpp"
 
 namespace modelfs {
 
 // A model file as detection hands it to its reader: the path the user gave
 // (or the index named) and the file, mapped once and probed.
+// A local path mapped, or a URL opened through the remote layer's cache:
+// where a path a reader is given becomes a mapping.
+inline std::shared_ptr<const MappedFile> open_mapped(const std::filesystem::path& path) {
+  return remote::is_url(path.native()) ? remote::open(path.native()) : MappedFile::open(path);
+}
+
 struct ModelFile {
   std::filesystem::path path;
   std::shared_ptr<const MappedFile> mapped;
@@ -27,7 +34,7 @@ struct ModelFile {
 
   // Maps `path` (for callers that know the format: a shard, a fuzzer).
   static ModelFile open(const std::filesystem::path& path, IntegrityChecks* checks = nullptr) {
-    return {path, MappedFile::open(path), checks};
+    return {path, open_mapped(path), checks};
   }
 };
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "hdf5_sandbox.hpp"
+#include "formats/hdf5_sandbox.hpp"
 
 #include <fcntl.h>
 #include <linux/filter.h>
@@ -19,9 +19,9 @@
 #include <memory>
 #include <vector>
 
+#include "io/terminal_text.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/terminal_text.hpp"
 
 namespace modelfs::hdf5 {
 namespace {

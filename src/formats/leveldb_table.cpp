@@ -3,16 +3,16 @@
 // (leveldb_table.hpp): footer, block trailers and snappy, block entries.
 // Apart from the bundle reader (tfckpt.cpp) so that the table's structural
 // checks read on their own, without the tensors built from its entries.
-#include "leveldb_table.hpp"
+#include "formats/leveldb_table.hpp"
 
 #include <snappy.h>
 
 #include <algorithm>
 
+#include "formats/tfckpt.hpp"
+#include "io/checked_math.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "tfckpt.hpp"
 
 namespace modelfs::tfckpt {
 namespace {

@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "modelfs/crc32c.hpp"
+#include "io/crc32c.hpp"
 
 namespace modelfs::tfckpt {
 

@@ -3,7 +3,7 @@
 // sparse and attribute tensors, their typed, raw and external bytes) and
 // the probe. The graph document is onnx_graph.cpp's (onnx_reader.hpp says
 // how the two halves share the Reader).
-#include "onnx.hpp"
+#include "formats/onnx.hpp"
 
 #include <sys/stat.h>
 
@@ -19,18 +19,18 @@
 #include <system_error>
 #include <vector>
 
+#include "formats/model_folder.hpp"
+#include "formats/onnx_reader.hpp"
+#include "io/budget_charge.hpp"
+#include "io/checked_math.hpp"
+#include "io/json_object.hpp"
+#include "io/json_text.hpp"
+#include "io/protobuf_wire.hpp"
+#include "io/sha1.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/budget_charge.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/json_object.hpp"
-#include "modelfs/json_text.hpp"
 #include "modelfs/mapped_file.hpp"
-#include "modelfs/model_folder.hpp"
-#include "modelfs/protobuf_wire.hpp"
-#include "modelfs/remote.hpp"
-#include "modelfs/sha1.hpp"
-#include "onnx_reader.hpp"
+#include "remote/remote.hpp"
 
 namespace modelfs::onnx {
 namespace detail {

@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "formats/onnx_reader.hpp"
+#include "io/checked_math.hpp"
+#include "io/json_object.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/json_object.hpp"
-#include "onnx_reader.hpp"
 
 namespace modelfs::onnx::detail {
 

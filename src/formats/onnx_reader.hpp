@@ -22,13 +22,14 @@
 #include <utility>
 #include <vector>
 
-#include "format_reader.hpp"
+#include "formats/format_reader.hpp"
+#include "formats/model_folder.hpp"
+#include "formats/onnx.hpp"
+#include "io/json_text.hpp"
+#include "io/protobuf_wire.hpp"
 #include "modelfs/catalog.hpp"
-#include "modelfs/json_text.hpp"
+#include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
-#include "modelfs/model_folder.hpp"
-#include "modelfs/protobuf_wire.hpp"
-#include "onnx.hpp"
 
 namespace modelfs::onnx::detail {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "openvino.hpp"
+#include "formats/openvino.hpp"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -17,15 +17,15 @@
 #include <string_view>
 #include <vector>
 
-#include "io/read_back.hpp"
+#include "formats/model_folder.hpp"
+#include "formats/read_back.hpp"
+#include "io/budget_charge.hpp"
+#include "io/checked_math.hpp"
+#include "io/json_text.hpp"
+#include "io/tensor_spec.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/budget_charge.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/json_text.hpp"
 #include "modelfs/mapped_file.hpp"
-#include "modelfs/model_folder.hpp"
-#include "modelfs/tensor_spec.hpp"
 
 namespace modelfs::openvino {
 namespace {

@@ -36,7 +36,7 @@
 #include <cstdint>
 #include <span>
 
-#include "format_reader.hpp"
+#include "formats/format_reader.hpp"
 #include "modelfs/catalog.hpp"
 
 namespace modelfs::openvino {

@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "safetensors.hpp"
+#include "formats/safetensors.hpp"
 
 #include <algorithm>
 
+#include "formats/safetensors_header.hpp"
+#include "formats/sharded_index.hpp"
+#include "io/budget_charge.hpp"
+#include "io/byte_reader.hpp"
+#include "io/checked_math.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/budget_charge.hpp"
-#include "modelfs/byte_reader.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "safetensors_header.hpp"
-#include "sharded_index.hpp"
 
 namespace modelfs::safetensors {
 namespace {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // TensorFlow checkpoint bundles (tfckpt.hpp; docs/formats.md, "TensorFlow
 // checkpoint bundles").
-#include "tfckpt.hpp"
+#include "formats/tfckpt.hpp"
 
 #include <algorithm>
 #include <array>
@@ -12,15 +12,15 @@
 #include <memory>
 #include <system_error>
 
+#include "formats/model_folder.hpp"
+#include "io/budget_charge.hpp"
+#include "io/checked_math.hpp"
+#include "io/json_text.hpp"
+#include "io/protobuf_wire.hpp"
+#include "io/tensor_spec.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/budget_charge.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/json_text.hpp"
-#include "modelfs/model_folder.hpp"
-#include "modelfs/protobuf_wire.hpp"
-#include "modelfs/remote.hpp"
-#include "modelfs/tensor_spec.hpp"
+#include "remote/remote.hpp"
 
 namespace modelfs::tfckpt {
 namespace {

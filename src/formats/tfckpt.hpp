@@ -45,8 +45,8 @@
 #include <string_view>
 #include <vector>
 
-#include "format_reader.hpp"
-#include "leveldb_table.hpp"
+#include "formats/format_reader.hpp"
+#include "formats/leveldb_table.hpp"
 #include "modelfs/catalog.hpp"
 
 namespace modelfs::tfckpt {

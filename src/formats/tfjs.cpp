@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "tfjs.hpp"
+#include "formats/tfjs.hpp"
 
 #include <unistd.h>
 
@@ -15,16 +15,16 @@
 #include <unordered_set>
 #include <vector>
 
-#include "io/read_back.hpp"
-#include "json_limits.hpp"
+#include "formats/json_limits.hpp"
+#include "formats/model_folder.hpp"
+#include "formats/read_back.hpp"
+#include "io/budget_charge.hpp"
+#include "io/checked_math.hpp"
+#include "io/json_text.hpp"
+#include "io/tensor_spec.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/budget_charge.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/json_text.hpp"
 #include "modelfs/mapped_file.hpp"
-#include "modelfs/model_folder.hpp"
-#include "modelfs/tensor_spec.hpp"
 
 namespace modelfs::tfjs {
 namespace {

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The TensorFlow Lite reader (tflite.hpp): a strict walk of the flatbuffer's
 // fields modelfs needs, each access bounds-checked first.
-#include "tflite.hpp"
+#include "formats/tflite.hpp"
 
-#include "flatbuffer.hpp"
+#include "formats/flatbuffer.hpp"
 
 #include <algorithm>
 #include <array>
@@ -16,11 +16,11 @@
 #include <string_view>
 #include <vector>
 
+#include "io/checked_math.hpp"
+#include "io/json_text.hpp"
+#include "io/tensor_spec.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/json_text.hpp"
-#include "modelfs/tensor_spec.hpp"
 
 namespace modelfs::tflite {
 namespace {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "torch.hpp"
+#include "formats/torch.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -9,13 +9,13 @@
 #include <map>
 #include <ranges>
 
-#include "modelfs/checked_math.hpp"
+#include "formats/sharded_index.hpp"
+#include "formats/torch_objects.hpp"
+#include "formats/torch_save.hpp"
+#include "io/checked_math.hpp"
+#include "io/unpickler.hpp"
+#include "io/zip_archive.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/unpickler.hpp"
-#include "modelfs/zip_archive.hpp"
-#include "sharded_index.hpp"
-#include "torch_objects.hpp"
-#include "torch_save.hpp"
 
 namespace modelfs::torch {
 namespace {

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "torch_save.hpp"
+#include "formats/torch_save.hpp"
 
 #include <string>
 
+#include "io/unpickler.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/unpickler.hpp"
 
 namespace modelfs::torch_save {
 std::string trimmed(std::string_view text) {

@@ -11,10 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "formats/torch_objects.hpp"
+#include "io/tensor_spec.hpp"
+#include "io/zip_archive.hpp"
 #include "modelfs/catalog.hpp"
-#include "modelfs/tensor_spec.hpp"
-#include "modelfs/zip_archive.hpp"
-#include "torch_objects.hpp"
 
 namespace modelfs::torch_save {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "modelfs/pieces.hpp"
+#include "io/pieces.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -8,10 +8,10 @@
 #include <string>
 #include <type_traits>
 
+#include "io/checked_math.hpp"
+#include "io/json_text.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/json_text.hpp"
 
 namespace modelfs {
 

@@ -8,9 +8,9 @@
 #include <cstring>
 #include <vector>
 
-#include "io/read_back.hpp"
+#include "formats/read_back.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/remote.hpp"
+#include "remote/remote.hpp"
 
 namespace modelfs {
 namespace {

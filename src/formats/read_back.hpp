@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// `--check`'s one way of reading stored bytes back (modelfs/check.hpp): the
+// `--check`'s one way of reading stored bytes back (modelfs/check.hpp, check.cpp): the
 // tensors' ranges, and the files a reader's integrity checks read whole.
 #include <cstdint>
 #include <functional>

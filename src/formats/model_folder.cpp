@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "modelfs/model_folder.hpp"
+#include "formats/model_folder.hpp"
 
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -16,7 +16,7 @@
 
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
-#include "modelfs/remote.hpp"
+#include "remote/remote.hpp"
 
 namespace modelfs {
 namespace fs = std::filesystem;
@@ -170,7 +170,7 @@ ModelFolder::Opened ModelFolder::open(std::string_view name) const {
   if (name.find_first_of("?#%\\") != std::string_view::npos)
     return refuse(Problem::NotAName, "contains '?', '#', '%' or '\\', which a URL reads as more than a name");
   try {
-    return Opened{Problem::None, MappedFile::open(folder_.native() + "/" + std::string(name)), {}};
+    return Opened{Problem::None, remote::open(folder_.native() + "/" + std::string(name)), {}};
   } catch (const ModelError& e) {
     return refuse(Problem::Unresolvable, "cannot be opened: " + e.reason());
   }

@@ -15,8 +15,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include "io/checked_math.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
 
