@@ -15,8 +15,6 @@
 namespace modelfs {
 namespace {
 
-constexpr uint64_t kReadChunk = 1 << 20;
-
 // A tensor's bytes in a mapped file; `tensors`: how many tensors share them.
 struct Placed {
   const MappedFile* file;
@@ -27,24 +25,6 @@ struct Placed {
 };
 
 }  // namespace
-
-void read_back(const MappedFile& file, uint64_t begin, uint64_t end, const std::string& format,
-               const std::string& what, std::vector<char>& buffer,
-               const std::function<void(uint64_t)>& progress) {
-  for (uint64_t at = begin; at < end;) {
-    const uint64_t want = std::min(kReadChunk, end - at);
-    if (buffer.size() < want) buffer.resize(want);
-    file.ensure(at, want);  // a remote model's blocks, fetched into its cache file
-    const ssize_t got = ::pread(file.fd(), buffer.data(), want, static_cast<off_t>(at));
-    if (got <= 0)
-      throw ModelError(
-          file.display_name(), format, at,
-          what + " cannot be read: " +
-              (got < 0 ? std::strerror(errno) : "the file ends here, shorter than when it was opened"));
-    at += static_cast<uint64_t>(got);
-    progress(static_cast<uint64_t>(got));
-  }
-}
 
 CheckSummary check_model(const Catalog& catalog, const IntegrityChecks& checks,
                          const std::function<void(uint64_t, uint64_t)>& progress) {

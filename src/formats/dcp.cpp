@@ -30,8 +30,7 @@ using pickle::Value;
 constexpr std::string_view kFormat = "torch.distributed.checkpoint";
 constexpr std::string_view kMetadataName = ".metadata";
 constexpr std::string_view kMetadataModule = "torch.distributed.checkpoint.metadata";
-// What the export's __metadata__ says of the tensors: torch's names and layouts.
-constexpr std::string_view kCheckpointFormat = "pt";
+constexpr size_t kMaxRank = 64;
 
 std::string in_quotes(std::string_view text) { return "\"" + std::string(text) + "\""; }
 
@@ -98,10 +97,7 @@ class Reader {
     check_globals(pickled);
     const auto root = fields(pickled.root, "Metadata", "the pickle's top object");
 
-    catalog_.format = std::string(kFormat);
-    catalog_.export_hints.checkpoint_format = std::string(kCheckpointFormat);
-    catalog_.mtime = mapped->mtime();
-    catalog_.files.push_back(name_);
+    catalog_ = torch_save::torch_catalog(std::string(kFormat), *mapped, name_);
 
     read_storage_data(get(root, "storage_data"));
     const Value* entries = get(root, "state_dict_metadata");

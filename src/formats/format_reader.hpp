@@ -12,6 +12,7 @@
 
 #include "io/tensor_spec.hpp"
 #include "modelfs/catalog.hpp"
+#include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
 #include "remote/remote.hpp"
 
@@ -46,6 +47,19 @@ inline std::string shown(std::string_view text) {
   out.append(text.substr(0, kShown));
   if (text.size() > kShown) out += "...";
   return out + "\"";
+}
+
+// The whole of a text file a reader parses at once (an IR's .xml, a
+// model.json), present; refused (ModelError in `format`) over `max` bytes,
+// `what` saying what it is ("a model.json").
+inline std::string_view whole_text(const MappedFile& file, uint64_t max, std::string_view format,
+                                   std::string_view what) {
+  if (file.size() > max)
+    throw ModelError(file.display_name(), std::string(format), std::nullopt,
+                     "is " + std::to_string(file.size()) + " bytes; " + std::string(what) +
+                         " is read whole, up to " + std::to_string(max));
+  const auto bytes = file.read(0, file.size());
+  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
 }
 
 }  // namespace modelfs

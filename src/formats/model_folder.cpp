@@ -205,9 +205,12 @@ std::vector<ModelFolder::Opened> ModelFolder::open_all(const std::vector<std::st
       return;
     }
     const MappedFile& file = *opened[i].file;
+    // Taken through the checked read only for its fetch of a remote file's
+    // blocks: the reader reads them again.
     try {
-      if (head_bytes > 0) file.ensure(0, std::min(head_bytes, file.size()));
-      if (tail_bytes > 0) file.ensure(file.size() - std::min(tail_bytes, file.size()), tail_bytes);
+      const uint64_t head = std::min(head_bytes, file.size()), tail = std::min(tail_bytes, file.size());
+      if (head > 0) file.read(0, head);
+      if (tail > 0) file.read(file.size() - tail, tail);
     } catch (const ModelError&) {
       // The reader's own read of these bytes fetches them again or says why not.
     }

@@ -25,6 +25,7 @@
 #include "formats/format_reader.hpp"
 #include "formats/model_folder.hpp"
 #include "formats/onnx.hpp"
+#include "formats/string_lines.hpp"
 #include "io/json_text.hpp"
 #include "io/protobuf_wire.hpp"
 #include "modelfs/catalog.hpp"
@@ -269,7 +270,7 @@ class Reader {
   std::optional<ModelFolder> folder_;
   WireContext context_;
   Catalog catalog_;
-  uint64_t string_text_bytes_ = 0;                                     // made so far for STRING tensors
+  StringLines string_lines_;                                           // the model's STRING tensors' text
   std::map<std::string, std::shared_ptr<const MappedFile>> external_;  // by location
   EarlyOpens early_;                                                   // open_remote_external's
   std::map<std::pair<dev_t, ino_t>, std::shared_ptr<const MappedFile>> external_by_identity_;

@@ -145,8 +145,7 @@ File parse(std::shared_ptr<const MappedFile> file, const std::string& name) {
 
 bool probe_file(std::span<const std::byte> head) {
   if (head.size() < 9) return false;
-  uint64_t n = 0;
-  std::memcpy(&n, head.data(), 8);
+  const auto n = load_le<uint64_t>(head);
   // An index JSON also has '{' early on, but then its first eight bytes are
   // text, which read as a length far beyond any real header.
   if (n >= (uint64_t{1} << 48) && static_cast<char>(head[0]) == '{') return false;
