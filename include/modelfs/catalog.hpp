@@ -84,16 +84,13 @@ struct TensorSource {
 // to `values` (float32, or int32: rounded half up to an integer first, and
 // wrapped modulo 2^32). Widened: the stored floats as `values` (float32).
 // What the file gave, unchecked: the views check it against the tensor.
-// `Text` is std::string in a TensorSpec, a view into the catalog's stores
-// in a Tensor.
-template <typename Text>
-struct BasicQuantization {
+// These are the fields but the names of the parameter tensors, the same in
+// a TensorSpec and a Tensor: the catalog copies them as one.
+struct QuantizationParameters {
   QScheme scheme = QScheme::PerTensorAffine;
   std::optional<double> scale;        // per tensor
   std::optional<int64_t> zero_point;  // per tensor (torch)
   std::optional<int64_t> axis;        // per channel
-  Text scales;                        // per channel: the tensor's name
-  Text zero_points;                   // per channel: the tensor's name
   std::optional<double> min;          // MinScaleAffine
   DType values = DType::Float32;      // the values' type (the .npy's)
   // Per channel, when the file keeps the parameters beside the tensor
@@ -104,6 +101,13 @@ struct BasicQuantization {
   DType channel_scales_dtype = DType::Float32;
   ByteSpan channel_zero_points;
   DType channel_zero_points_dtype = DType::Int64;
+};
+// `Text` is std::string in a TensorSpec, a view into the catalog's stores
+// in a Tensor.
+template <typename Text>
+struct BasicQuantization : QuantizationParameters {
+  Text scales;       // per channel: the tensor's name
+  Text zero_points;  // per channel: the tensor's name
 };
 using Quantization = BasicQuantization<std::string_view>;
 
@@ -282,6 +286,9 @@ class Catalog {
 
  private:
   std::string_view intern(std::string_view text);
+  // Both adds: `from` (a TensorSpec or a Tensor) copied into the stores.
+  template <typename From>
+  const Tensor& store(const From& from);
 
   std::vector<Tensor> tensors_;
   // What the tensors view: names and printed extras, and the few distinct

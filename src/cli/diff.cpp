@@ -187,11 +187,7 @@ const Repeats* shared_repeats(const Pair& p) {
 // in pieces merged in order, and sets their status.
 void compare_values(std::vector<Pair>& pairs, std::span<const size_t> to_compare, const Tree& tree_a,
                     const Tree& tree_b, double atol, double rtol) {
-  struct Piece {
-    size_t pair;
-    uint64_t first, count;
-  };
-  std::vector<Piece> pieces;
+  std::vector<ValuePiece> pieces;
   uint64_t value_bytes = 0;
   for (const size_t i : to_compare) {
     const Pair& p = pairs[i];
@@ -199,47 +195,41 @@ void compare_values(std::vector<Pair>& pairs, std::span<const size_t> to_compare
     const Repeats* repeats = shared_repeats(p);
     const uint64_t count = repeats != nullptr ? repeats->distinct : p.a->count;
     value_bytes += count * (p.a->element_bytes + p.b->element_bytes);
-    for (uint64_t first = 0; first < count; first += kPieceElements)
-      pieces.push_back({i, first, std::min(kPieceElements, count - first)});
+    add_value_pieces(pieces, i, count);
     if (count == 0) pieces.push_back({i, 0, 0});
   }
   std::vector<DiffAccumulator> partial(pieces.size());
-  std::atomic<uint64_t> done{0};
-  ProgressBar value_bar(::isatty(STDERR_FILENO) != 0, "diff");
-  run_pool(
-      pieces.size(),
-      [&](size_t k) {
-        const Piece& piece = pieces[k];
-        const Pair& p = pairs[piece.pair];
-        const TensorValues &a = *p.a, &b = *p.b;
-        ValueReader reader_a(tree_a), reader_b(tree_b);
-        std::vector<double> buffer_a(kChunkElements * a.components), buffer_b(kChunkElements * b.components);
-        // Both in the same order: as stored when their orders agree, else
-        // C order; only the distinct values where both repeat them alike
-        // (neither is then in Fortran order).
-        const bool distinct = shared_repeats(p) != nullptr;
-        const bool gather = a.fortran != b.fortran;
-        const auto read = [&](ValueReader& reader, const TensorValues& v, uint64_t first, uint64_t n,
-                              std::span<double> out) {
-          if (distinct)
-            reader.read_distinct(v, first, n, out);
-          else if (gather && v.fortran)
-            reader.read_c_order(v, first, n, out);
-          else
-            reader.read(v, first, n, out);
-        };
-        for (uint64_t at = 0; at < piece.count; at += kChunkElements) {
-          const uint64_t n = std::min(kChunkElements, piece.count - at);
-          read(reader_a, a, piece.first + at, n, buffer_a);
-          read(reader_b, b, piece.first + at, n, buffer_b);
-          partial[k].add(std::span(buffer_a).first(n * a.components),
-                         std::span(buffer_b).first(n * b.components), atol, rtol);
-          done += n * (a.element_bytes + b.element_bytes);
-        }
-      },
-      [&] { value_bar.update(done, value_bytes); });
+  run_pieces(pieces, "diff", value_bytes, [&](size_t k, std::atomic<uint64_t>& done) {
+    const ValuePiece& piece = pieces[k];
+    const Pair& p = pairs[piece.item];
+    const TensorValues &a = *p.a, &b = *p.b;
+    ValueReader reader_a(tree_a), reader_b(tree_b);
+    std::vector<double> buffer_a(kChunkElements * a.components), buffer_b(kChunkElements * b.components);
+    // Both in the same order: as stored when their orders agree, else
+    // C order; only the distinct values where both repeat them alike
+    // (neither is then in Fortran order).
+    const bool distinct = shared_repeats(p) != nullptr;
+    const bool gather = a.fortran != b.fortran;
+    const auto read = [&](ValueReader& reader, const TensorValues& v, uint64_t first, uint64_t n,
+                          std::span<double> out) {
+      if (distinct)
+        reader.read_distinct(v, first, n, out);
+      else if (gather && v.fortran)
+        reader.read_c_order(v, first, n, out);
+      else
+        reader.read(v, first, n, out);
+    };
+    for (uint64_t at = 0; at < piece.count; at += kChunkElements) {
+      const uint64_t n = std::min(kChunkElements, piece.count - at);
+      read(reader_a, a, piece.first + at, n, buffer_a);
+      read(reader_b, b, piece.first + at, n, buffer_b);
+      partial[k].add(std::span(buffer_a).first(n * a.components), std::span(buffer_b).first(n * b.components),
+                     atol, rtol);
+      done += n * (a.element_bytes + b.element_bytes);
+    }
+  });
   for (size_t k = 0; k < pieces.size(); ++k) {
-    Pair& p = pairs[pieces[k].pair];
+    Pair& p = pairs[pieces[k].item];
     p.diff.merge(partial[k]);
     p.compared = true;
   }

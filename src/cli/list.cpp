@@ -182,11 +182,7 @@ void print_json(const Catalog& catalog, std::ostream& out) {
                     {"shape", std::vector<uint64_t>(t.shape.begin(), t.shape.end())},
                     {"nbytes", t.nbytes()},
                     {"source", source}});
-    if (!t.pieces.empty()) {
-      std::string pieces;
-      append_pieces_json(pieces, t);
-      list.back()["pieces"] = nlohmann::ordered_json::parse(pieces);
-    }
+    if (!t.pieces.empty()) list.back()["pieces"] = pieces_json(t);
     // Format extras (GGUF: ggml_type, block_size, type_size ...), as in the sidecar.
     const nlohmann::json extras = t.extras();
     if (extras.is_object())

@@ -162,13 +162,7 @@ int stats_command(const Options& options, Budget& budget) {
     const Tree& tree = *model.tree;
     const std::vector<TensorValues> values = tensor_values(tree);
 
-    // Pieces of at most kPieceElements elements, each accumulated apart and
-    // merged in file order (the same sums whatever thread took which).
-    struct Piece {
-      size_t tensor;
-      uint64_t first, count;
-    };
-    std::vector<Piece> pieces;
+    std::vector<ValuePiece> pieces;
     uint64_t total_bytes = 0;
     ReadBound bound(tree);
     std::vector<bool> left_out(values.size(), false);
@@ -182,32 +176,26 @@ int stats_command(const Options& options, Budget& budget) {
         continue;
       }
       total_bytes += reads * v.element_bytes;
-      for (uint64_t first = 0; first < reads; first += kPieceElements)
-        pieces.push_back({i, first, std::min(kPieceElements, reads - first)});
+      add_value_pieces(pieces, i, reads);
     }
     std::vector<StatsAccumulator> partial(pieces.size());
-    std::atomic<uint64_t> done{0};
-    ProgressBar bar(::isatty(STDERR_FILENO) != 0, "stats");
-    run_pool(
-        pieces.size(),
-        [&](size_t p) {
-          const Piece& piece = pieces[p];
-          const TensorValues& v = values[piece.tensor];
-          ValueReader reader(tree);
-          std::vector<double> buffer(kChunkElements * v.components);
-          for (uint64_t at = 0; at < piece.count; at += kChunkElements) {
-            const uint64_t n = std::min(kChunkElements, piece.count - at);
-            reader.read_distinct(v, piece.first + at, n, buffer);
-            partial[p].add(std::span(buffer).first(n * v.components));
-            done += n * v.element_bytes;
-          }
-        },
-        [&] { bar.update(done, total_bytes); });
+    run_pieces(pieces, "stats", total_bytes, [&](size_t p, std::atomic<uint64_t>& done) {
+      const ValuePiece& piece = pieces[p];
+      const TensorValues& v = values[piece.item];
+      ValueReader reader(tree);
+      std::vector<double> buffer(kChunkElements * v.components);
+      for (uint64_t at = 0; at < piece.count; at += kChunkElements) {
+        const uint64_t n = std::min(kChunkElements, piece.count - at);
+        reader.read_distinct(v, piece.first + at, n, buffer);
+        partial[p].add(std::span(buffer).first(n * v.components));
+        done += n * v.element_bytes;
+      }
+    });
 
     std::vector<StatsAccumulator> stats(values.size());
     StatsAccumulator total;
     uint64_t total_count = 0;
-    for (size_t p = 0; p < pieces.size(); ++p) stats[pieces[p].tensor].merge(partial[p]);
+    for (size_t p = 0; p < pieces.size(); ++p) stats[pieces[p].item].merge(partial[p]);
     for (size_t i = 0; i < values.size(); ++i) {
       if (values[i].repeats) stats[i].repeat(values[i].repeats->repeats);
       total.merge(stats[i]);

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cli/tensor_values.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -14,6 +16,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "commands.hpp"
 #include "io/mapped_bytes.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
@@ -448,6 +451,19 @@ void run_pool(size_t count, const std::function<void(size_t)>& work, const std::
   }
   for (auto& thread : pool) thread.join();
   if (first_error) std::rethrow_exception(first_error);
+}
+
+void add_value_pieces(std::vector<ValuePiece>& pieces, size_t item, uint64_t count) {
+  for (uint64_t first = 0; first < count; first += kPieceElements)
+    pieces.push_back({item, first, std::min(kPieceElements, count - first)});
+}
+
+void run_pieces(std::span<const ValuePiece> pieces, const char* label, uint64_t total_bytes,
+                const std::function<void(size_t k, std::atomic<uint64_t>& done)>& work) {
+  std::atomic<uint64_t> done{0};
+  ProgressBar bar(::isatty(STDERR_FILENO) != 0, label);
+  run_pool(
+      pieces.size(), [&](size_t k) { work(k, done); }, [&] { bar.update(done, total_bytes); });
 }
 
 Rename Rename::parse(std::string_view text) {

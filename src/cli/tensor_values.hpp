@@ -7,6 +7,7 @@
 //
 // The one place the commands use the tree: Tree::build, resolve, read,
 // parts and npy_of.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -159,6 +160,21 @@ struct DiffAccumulator {
 // a second until all are done. The first exception thrown by a task is
 // rethrown once every thread has stopped (the rest skip their work).
 void run_pool(size_t count, const std::function<void(size_t)>& work, const std::function<void()>& progress);
+
+// A task of run_pieces: values [first, first + count) of item `item` (a
+// tensor, a pair of tensors), accumulated apart and merged in item order,
+// so that the sums are the same whatever thread took which.
+struct ValuePiece {
+  size_t item;
+  uint64_t first, count;
+};
+// Appends the pieces (at most kPieceElements values each) of `count`
+// values of `item`.
+void add_value_pieces(std::vector<ValuePiece>& pieces, size_t item, uint64_t count);
+// Runs work(k, done) for each piece k on the pool, `done` counting the
+// bytes read, which a progress bar (`label`) shows against `total_bytes`.
+void run_pieces(std::span<const ValuePiece> pieces, const char* label, uint64_t total_bytes,
+                const std::function<void(size_t k, std::atomic<uint64_t>& done)>& work);
 
 // A sed-like `s/A/B/` (or `s/A/B/g`; any delimiter after the s) for
 // --rename: A an ECMAScript regular expression, B with \1..\9 and & for

@@ -8,12 +8,11 @@
 #include <cstring>
 #include <vector>
 
+#include "formats/read_back.hpp"
 #include "modelfs/error.hpp"
 
 namespace modelfs {
 namespace {
-
-constexpr uint64_t kReadChunk = 1 << 20;
 
 // A tensor's bytes in a mapped file; `tensors`: how many tensors share them.
 struct Placed {
@@ -23,23 +22,6 @@ struct Placed {
   const Tensor* tensor;
   uint64_t tensors = 1;
 };
-
-// pread, not the mapping: a disk error must be a message, not a SIGBUS.
-void read_back(const Catalog& catalog, const Placed& range, std::vector<char>& buffer,
-               const std::function<void(uint64_t)>& advance) {
-  ReadScope in_order(ReadScope::Kind::InOrder);  // a remote model's blocks fetched ahead, side by side
-  for (uint64_t at = range.begin; at < range.end;) {
-    const uint64_t want = std::min(kReadChunk, range.end - at);
-    range.file->ensure(at, want, &in_order);  // a remote model's blocks, fetched into its cache file
-    const ssize_t got = ::pread(range.file->fd(), buffer.data(), want, static_cast<off_t>(at));
-    if (got <= 0)
-      throw ModelError(range.file->display_name(), catalog.format, at,
-                       "tensor \"" + std::string(range.tensor->name) +
-                           "\" cannot be read: " + (got < 0 ? std::strerror(errno) : "the file ends here"));
-    at += static_cast<uint64_t>(got);
-    advance(static_cast<uint64_t>(got));
-  }
-}
 
 }  // namespace
 
@@ -108,9 +90,11 @@ void check_model(const Catalog& catalog, const IntegrityChecks& checks,
     if (progress) progress(done, total);
   };
 
-  std::vector<char> buffer(kReadChunk);
+  std::vector<char> buffer;
   for (const auto& range : ranges) {
-    read_back(catalog, range, buffer, advance);
+    const remote::StreamScope in_order;  // a remote model's blocks fetched ahead, side by side
+    read_back(*range.file, range.begin, range.end, catalog.format,
+              "tensor \"" + std::string(range.tensor->name) + "\"", buffer, advance);
     summary.bytes_read += range.end - range.begin;
     summary.tensors += range.tensors;
   }

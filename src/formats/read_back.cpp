@@ -13,12 +13,14 @@
 
 namespace modelfs {
 
-void read_back_whole(const MappedFile& file, std::string_view format, std::string_view what,
-                     const std::function<void(uint64_t)>& progress) {
+void read_back(const MappedFile& file, uint64_t begin, uint64_t end, std::string_view format,
+               std::string_view what, std::vector<char>& buffer,
+               const std::function<void(uint64_t)>& progress) {
   constexpr uint64_t kChunk = uint64_t{1} << 20;
-  std::vector<char> buffer(std::min<uint64_t>(kChunk, file.size()));
-  for (uint64_t at = 0; at < file.size();) {
-    const uint64_t want = std::min<uint64_t>(kChunk, file.size() - at);
+  ReadScope in_order(ReadScope::Kind::InOrder);  // a remote model's blocks fetched ahead, side by side
+  for (uint64_t at = begin; at < end;) {
+    const uint64_t want = std::min<uint64_t>(kChunk, end - at);
+    if (buffer.size() < want) buffer.resize(want);
     const auto cannot = [&](const std::string& why) {
       return ModelError(file.display_name(), std::string(format), at,
                         std::string(what) + " cannot be read: " + why);
@@ -26,7 +28,7 @@ void read_back_whole(const MappedFile& file, std::string_view format, std::strin
     // Taken through the mapping only so that a remote model's blocks are
     // fetched into its cache file: the bytes read back are pread's.
     try {
-      file.read(at, want);
+      file.read(at, want, &in_order);
     } catch (const ModelError& e) {
       throw cannot(e.reason());
     }
@@ -36,6 +38,12 @@ void read_back_whole(const MappedFile& file, std::string_view format, std::strin
     at += static_cast<uint64_t>(got);
     progress(static_cast<uint64_t>(got));
   }
+}
+
+void read_back_whole(const MappedFile& file, std::string_view format, std::string_view what,
+                     const std::function<void(uint64_t)>& progress) {
+  std::vector<char> buffer;
+  read_back(file, 0, file.size(), format, what, buffer, progress);
 }
 
 }  // namespace modelfs

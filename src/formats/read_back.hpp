@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string_view>
+#include <vector>
 
 #include "modelfs/mapped_file.hpp"
 
@@ -18,5 +19,10 @@ namespace modelfs {
 // weights file cannot be read: ...").
 void read_back_whole(const MappedFile& file, std::string_view format, std::string_view what,
                      const std::function<void(uint64_t)>& progress);
+// The same for bytes [begin, end) of `file` (check.cpp's tensor ranges),
+// `buffer` the scratch space kept from one call to the next.
+void read_back(const MappedFile& file, uint64_t begin, uint64_t end, std::string_view format,
+               std::string_view what, std::vector<char>& buffer,
+               const std::function<void(uint64_t)>& progress);
 
 }  // namespace modelfs

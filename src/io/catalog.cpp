@@ -115,77 +115,50 @@ std::string extras_lines(const nlohmann::json& extras, const nlohmann::json& typ
   return out;
 }
 
+// The sidecar lines of a spec's extras (a reader's JSON, printed once here);
+// another catalog's tensor has them printed already.
+std::string extras_text(const TensorSpec& spec, const Tensor& stored) {
+  return extras_lines(spec.extras, stored.typed_extras());
+}
+std::string_view extras_text(const Tensor& tensor, const Tensor&) { return tensor.extras_lines; }
+
 }  // namespace
 
-const Tensor& Catalog::add(const TensorSpec& spec) {
-  // A view of the spec, copied into the stores as another catalog's tensor is.
-  std::optional<Quantization> quantization;
-  if (const auto& q = spec.quantization)
-    quantization = Quantization{q->scheme,
-                                q->scale,
-                                q->zero_point,
-                                q->axis,
-                                q->scales,
-                                q->zero_points,
-                                q->min,
-                                q->values,
-                                q->channel_scales,
-                                q->channel_scales_dtype,
-                                q->channel_zero_points,
-                                q->channel_zero_points_dtype};
-  Tensor view{.name = spec.name,
-              .dtype = spec.dtype,
-              .ggml = spec.ggml,
-              .shape = spec.shape,
-              .strides = spec.strides,
-              .bytes = spec.bytes,
-              .source = {spec.source.file, spec.source.offset},
-              .quantization = quantization ? &*quantization : nullptr,
-              .extras_lines = {},
-              .encoded = spec.encoded ? &*spec.encoded : nullptr,
-              .pieces = {},
-              .pieces_size = 0};
-  std::vector<Piece> pieces;
-  pieces.reserve(spec.pieces.size());
-  for (const auto& piece : spec.pieces)
-    pieces.push_back({piece.bytes,
-                      piece.size,
-                      piece.start,
-                      piece.extent,
-                      piece.filters,
-                      {piece.source.file, piece.source.offset},
-                      piece.zeros});
-  view.pieces = pieces;
-  const std::string lines = extras_lines(spec.extras, view.typed_extras());
-  view.extras_lines = lines;
-  return add(view);
-}
+const Tensor& Catalog::add(const TensorSpec& spec) { return store(spec); }
+const Tensor& Catalog::add(const Tensor& tensor) { return store(tensor); }
 
-const Tensor& Catalog::add(const Tensor& tensor) {
+template <typename From>
+const Tensor& Catalog::store(const From& from) {
   check_budget();
-  Tensor t = tensor;
-  t.name = texts_.add(tensor.name);
-  if (tensor.quantization) {
-    Quantization q = *tensor.quantization;
-    q.scales = intern(q.scales);
-    q.zero_points = intern(q.zero_points);
-    t.quantization = quantizations_.add(std::span(&q, 1)).data();
+  Tensor t;
+  t.name = texts_.add(from.name);
+  t.dtype = from.dtype;
+  t.ggml = from.ggml;
+  t.shape = shapes_.add(from.shape);
+  t.strides = strides_.add(from.strides);
+  t.bytes = from.bytes;
+  t.source = {intern(from.source.file), from.source.offset};
+  if (from.quantization) {
+    const auto& q = *from.quantization;
+    const Quantization stored{q, intern(q.scales), intern(q.zero_points)};
+    t.quantization = quantizations_.add(std::span(&stored, 1)).data();
   }
-  if (tensor.encoded) t.encoded = encodings_.add(std::span(tensor.encoded, 1)).data();
-  t.shape = shapes_.add(tensor.shape);
-  t.strides = strides_.add(tensor.strides);
-  t.source.file = intern(tensor.source.file);
-  t.extras_lines = tensor.extras_lines.empty() ? std::string_view() : texts_.add(tensor.extras_lines);
-  if (!tensor.pieces.empty()) {
-    std::vector<Piece> pieces(tensor.pieces.begin(), tensor.pieces.end());
+  if (from.encoded) t.encoded = encodings_.add(std::span(&*from.encoded, 1)).data();
+  if (const auto lines = extras_text(from, t); !lines.empty()) t.extras_lines = texts_.add(lines);
+  if (!from.pieces.empty()) {
+    std::vector<Piece> pieces;
+    pieces.reserve(from.pieces.size());
     Checked<uint64_t> run_bytes = 0;
-    for (size_t i = 0; i < pieces.size(); ++i) {
+    for (size_t i = 0; i < from.pieces.size(); ++i) {
       if (i % 4096 == 0) check_budget();
-      Piece& piece = pieces[i];
-      piece.start = shapes_.add(piece.start);
-      piece.extent = shapes_.add(piece.extent);
-      piece.filters = filters_.add(piece.filters);
-      piece.source.file = intern(piece.source.file);
+      const auto& piece = from.pieces[i];
+      pieces.push_back({piece.bytes,
+                        piece.size,
+                        shapes_.add(piece.start),
+                        shapes_.add(piece.extent),
+                        filters_.add(piece.filters),
+                        {intern(piece.source.file), piece.source.offset},
+                        piece.zeros});
       run_bytes += piece.size;
     }
     t.pieces = pieces_.add(pieces);

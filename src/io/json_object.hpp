@@ -13,7 +13,7 @@
 #include <unordered_set>
 #include <utility>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 namespace modelfs {
 

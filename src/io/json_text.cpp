@@ -2,6 +2,7 @@
 #include "io/json_text.hpp"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "io/utf8.hpp"
 

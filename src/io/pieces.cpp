@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "io/checked_math.hpp"
 #include "io/json_text.hpp"
@@ -60,36 +62,76 @@ bool fletcher32_holds(std::span<const std::byte> stored) noexcept {
   return kept == sum || kept == __builtin_bswap32(sum);
 }
 
+namespace {
+
+// Each field of `p` as the sidecar and `--list --json` give it, in order:
+// `field(key, value)`, the value a bool, a number, a text, a list of
+// numbers or the filters.
+template <typename Field>
+void piece_fields(const Piece& p, Field&& field) {
+  if (p.zeros) {
+    field("zeros", true);
+  } else {
+    field("file", p.source.file);
+    if (p.source.offset) field("offset", *p.source.offset);
+    field("size", p.bytes.size());
+  }
+  if (!p.start.empty()) {
+    field("start", p.start);
+    field("extent", p.extent);
+    if (!p.filters.empty()) field("filters", p.filters);
+  }
+}
+
+void append_value(std::string& out, bool value) { out += value ? "true" : "false"; }
+void append_value(std::string& out, uint64_t value) { out += std::to_string(value); }
+void append_value(std::string& out, std::string_view text) { append_json_string(out, text); }
+void append_value(std::string& out, std::span<const uint64_t> values) { append_json_array(out, values); }
+void append_value(std::string& out, std::span<const PieceFilter> filters) {
+  out += '[';
+  for (size_t k = 0; k < filters.size(); ++k) {
+    if (k) out += ',';
+    append_json_string(out, piece_filter_name(filters[k]));
+  }
+  out += ']';
+}
+
+}  // namespace
+
 void append_pieces_json(std::string& out, const Tensor& tensor) {
   out += '[';
   for (size_t i = 0; i < tensor.pieces.size(); ++i) {
-    const Piece& p = tensor.pieces[i];
     out += i ? ",{" : "{";
-    if (p.zeros) {
-      out += "\"zeros\":true";
-    } else {
-      out += "\"file\":";
-      append_json_string(out, p.source.file);
-      if (p.source.offset) out += ",\"offset\":" + std::to_string(*p.source.offset);
-      out += ",\"size\":" + std::to_string(p.bytes.size());
-    }
-    if (!p.start.empty()) {
-      out += ",\"start\":";
-      append_json_array(out, p.start);
-      out += ",\"extent\":";
-      append_json_array(out, p.extent);
-      if (!p.filters.empty()) {
-        out += ",\"filters\":[";
-        for (size_t k = 0; k < p.filters.size(); ++k) {
-          if (k) out += ',';
-          append_json_string(out, piece_filter_name(p.filters[k]));
-        }
-        out += ']';
-      }
-    }
+    bool first = true;
+    piece_fields(tensor.pieces[i], [&](std::string_view key, const auto& value) {
+      out += first ? "\"" : ",\"";
+      first = false;
+      out += key;
+      out += "\":";
+      append_value(out, value);
+    });
     out += '}';
   }
   out += ']';
+}
+
+nlohmann::ordered_json pieces_json(const Tensor& tensor) {
+  auto pieces = nlohmann::ordered_json::array();
+  for (const Piece& p : tensor.pieces) {
+    auto& piece = pieces.emplace_back(nlohmann::ordered_json::object());
+    piece_fields(p, [&](std::string_view key, const auto& value) {
+      auto& json = piece[std::string(key)];
+      if constexpr (std::is_same_v<std::decay_t<decltype(value)>, std::span<const PieceFilter>>) {
+        json = nlohmann::ordered_json::array();
+        for (const PieceFilter filter : value) json.push_back(piece_filter_name(filter));
+      } else if constexpr (std::is_same_v<std::decay_t<decltype(value)>, std::span<const uint64_t>>) {
+        json = std::vector<uint64_t>(value.begin(), value.end());
+      } else {
+        json = value;
+      }
+    });
+  }
+  return pieces;
 }
 
 namespace {

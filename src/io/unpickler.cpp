@@ -212,6 +212,26 @@ std::optional<std::string> latin1_bytes(std::string_view utf8) {
   return out;
 }
 
+// The opcodes that push a text or bytes after its length (little-endian,
+// `length_bytes` wide): one row each rather than one case each.
+struct CountedText {
+  char op;
+  uint8_t length_bytes;
+  Kind kind;
+  const char* name;
+  const char* length_name;
+};
+constexpr CountedText kCountedTexts[] = {
+    {'X', 4, Kind::String, "BINUNICODE", "BINUNICODE length"},
+    {'\x8c', 1, Kind::String, "SHORT_BINUNICODE", "SHORT_BINUNICODE length"},
+    {'\x8d', 8, Kind::String, "BINUNICODE8", "BINUNICODE8 length"},
+    {'U', 1, Kind::String, "SHORT_BINSTRING", "SHORT_BINSTRING length"},
+    {'B', 4, Kind::Bytes, "BINBYTES", "BINBYTES length"},
+    {'C', 1, Kind::Bytes, "SHORT_BINBYTES", "SHORT_BINBYTES length"},
+    {'\x8e', 8, Kind::Bytes, "BINBYTES8", "BINBYTES8 length"},
+    {'\x96', 8, Kind::Bytes, "BYTEARRAY8", "BYTEARRAY8 length"},
+};
+
 class Machine {
  public:
   Machine(std::span<const std::byte> bytes, const std::string& file, const std::string& format, uint64_t base,
@@ -478,6 +498,15 @@ class Machine {
     target->state = state;
   }
 
+  // An opcode of kCountedTexts: its length, then that many bytes.
+  void push_counted_text(char op) {
+    const CountedText& c = *std::ranges::find(kCountedTexts, op, &CountedText::op);
+    const uint64_t n = c.length_bytes == 1   ? in_.u8(c.length_name)
+                       : c.length_bytes == 4 ? in_.u32(c.length_name)
+                                             : in_.u64(c.length_name);
+    push(make_text(c.kind, in_.take_string(n, c.name)));
+  }
+
   void step(char op) {
     switch (op) {
       case '\x80':  // PROTO
@@ -560,35 +589,21 @@ class Machine {
         push(v);
         break;
       }
-      case 'X':
-        push(make_text(Kind::String, in_.take_string(in_.u32("BINUNICODE length"), "BINUNICODE")));
-        break;
-      case '\x8c':
-        push(make_text(Kind::String, in_.take_string(in_.u8("SHORT_BINUNICODE length"), "SHORT_BINUNICODE")));
-        break;
-      case '\x8d':
-        push(make_text(Kind::String, in_.take_string(in_.u64("BINUNICODE8 length"), "BINUNICODE8")));
-        break;
       case 'T': {  // BINSTRING (Python 2 str): read as text, as torch.load does
         const int32_t n = in_.read_le<int32_t>("BINSTRING length");
         if (n < 0) fail("BINSTRING with negative length");
         push(make_text(Kind::String, in_.take_string(static_cast<uint64_t>(n), "BINSTRING")));
         break;
       }
+      case 'X':
+      case '\x8c':
+      case '\x8d':
       case 'U':
-        push(make_text(Kind::String, in_.take_string(in_.u8("SHORT_BINSTRING length"), "SHORT_BINSTRING")));
-        break;
       case 'B':
-        push(make_text(Kind::Bytes, in_.take_string(in_.u32("BINBYTES length"), "BINBYTES")));
-        break;
       case 'C':
-        push(make_text(Kind::Bytes, in_.take_string(in_.u8("SHORT_BINBYTES length"), "SHORT_BINBYTES")));
-        break;
       case '\x8e':
-        push(make_text(Kind::Bytes, in_.take_string(in_.u64("BINBYTES8 length"), "BINBYTES8")));
-        break;
       case '\x96':
-        push(make_text(Kind::Bytes, in_.take_string(in_.u64("BYTEARRAY8 length"), "BYTEARRAY8")));
+        push_counted_text(op);
         break;
       case 'S':
         push(make_text(Kind::String, unquote(line("STRING"))));

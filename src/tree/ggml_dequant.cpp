@@ -9,8 +9,8 @@
 #include "io/ggml_table.hpp"
 #include "tree/ggml_grids.hpp"
 
-// Each kernel below follows its type's definition in ggml (docs/formats.md,
-// "ggml dequantization"): the same field layout and the same float operations in the same
+// Each kernel below follows its type's definition in ggml (docs/formats.md
+// §6.6, ggml dequantization): the same field layout and the same float operations in the same
 // order, so that the values are bit for bit those of ggml's reference
 // dequantization. (This file is compiled without contracting a*b+c into
 // fused multiply-adds, which would change the rounding.)

@@ -3,8 +3,8 @@
 // The values of ggml's block-quantized types, as ggml defines them: one
 // function per type turns one stored block into its block_size float32
 // values (the same values llama.cpp's dequantize_row_* give). Written from
-// the types' definitions (block layouts and formulas: docs/formats.md,
-// "ggml dequantization"); the lookup tables the IQ types need are in
+// the types' definitions (block layouts and formulas: docs/formats.md
+// §6.6, ggml dequantization); the lookup tables the IQ types need are in
 // ggml_grids.*. The kernels are found by the type (GgmlType in dtype.hpp,
 // its table in io/ggml_table.hpp), which knows nothing of them.
 #include <cstddef>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The lookup tables of ggml's non-linear and lattice quantization types:
-// facts of the format (docs/formats.md, "ggml dequantization"), kept in
+// facts of the format (docs/formats.md §6.6, ggml dequantization), kept in
 // the compact form they are defined in (the grids' codes in the data file
 // ggml_grids.txt) and expanded once into the rows the kernels read.
 //

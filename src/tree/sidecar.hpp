@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The JSON sidecar beside every tensor file (docs/design.md, "The sidecar"):
-// the fixed keys (sidecar_keys.hpp; "npy" says what the .npy holds:
+// the fixed keys (sidecar_keys.hpp; the key npy says what the .npy holds:
 // {"dtype", "from", "exact"}), then the extras in key order, the typed
 // fields' (the ggml type, a torch quantization) among the reader's. Keys
 // keep this order so `cat P.json` reads well, one key a line (as
