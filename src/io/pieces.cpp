@@ -60,34 +60,38 @@ bool fletcher32_holds(std::span<const std::byte> stored) noexcept {
   return kept == sum || kept == __builtin_bswap32(sum);
 }
 
+void append_piece_json(std::string& out, const Piece& p) {
+  out += '{';
+  if (p.zeros) {
+    out += "\"zeros\":true";
+  } else {
+    out += "\"file\":";
+    append_json_string(out, p.source.file);
+    if (p.source.offset) out += ",\"offset\":" + std::to_string(*p.source.offset);
+    out += ",\"size\":" + std::to_string(p.bytes.size());
+  }
+  if (!p.start.empty()) {
+    out += ",\"start\":";
+    append_json_array(out, p.start);
+    out += ",\"extent\":";
+    append_json_array(out, p.extent);
+    if (!p.filters.empty()) {
+      out += ",\"filters\":[";
+      for (size_t k = 0; k < p.filters.size(); ++k) {
+        if (k) out += ',';
+        append_json_string(out, piece_filter_name(p.filters[k]));
+      }
+      out += ']';
+    }
+  }
+  out += '}';
+}
+
 void append_pieces_json(std::string& out, const Tensor& tensor) {
   out += '[';
   for (size_t i = 0; i < tensor.pieces.size(); ++i) {
-    const Piece& p = tensor.pieces[i];
-    out += i ? ",{" : "{";
-    if (p.zeros) {
-      out += "\"zeros\":true";
-    } else {
-      out += "\"file\":";
-      append_json_string(out, p.source.file);
-      if (p.source.offset) out += ",\"offset\":" + std::to_string(*p.source.offset);
-      out += ",\"size\":" + std::to_string(p.bytes.size());
-    }
-    if (!p.start.empty()) {
-      out += ",\"start\":";
-      append_json_array(out, p.start);
-      out += ",\"extent\":";
-      append_json_array(out, p.extent);
-      if (!p.filters.empty()) {
-        out += ",\"filters\":[";
-        for (size_t k = 0; k < p.filters.size(); ++k) {
-          if (k) out += ',';
-          append_json_string(out, piece_filter_name(p.filters[k]));
-        }
-        out += ']';
-      }
-    }
-    out += '}';
+    if (i) out += ',';
+    append_piece_json(out, tensor.pieces[i]);
   }
   out += ']';
 }
