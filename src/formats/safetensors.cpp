@@ -8,6 +8,7 @@
 #include "modelfs/byte_reader.hpp"
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
+#include "modelfs/json_release.hpp"
 #include "safetensors_header.hpp"
 #include "sharded_index.hpp"
 
@@ -48,6 +49,7 @@ class Parser {
     data_start_ = 8 + n;
 
     Header header = read_header(header_, file_->display_name());
+    const JsonReleaser release(header.metadata);
     count(header.entries.size());
     tensors(header.entries, each);
     return std::move(header.metadata);
