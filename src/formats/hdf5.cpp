@@ -595,6 +595,17 @@ bool probe_file(std::span<const std::byte> head) {
   return false;
 }
 
+bool probe_past_head(const MappedFile& file, uint64_t head_bytes) {
+  // Powers of two the head did not hold, while the signature fits in the
+  // file: at most 64 reads of 8 bytes.
+  for (uint64_t at = 512; at != 0 && at <= file.size() && file.size() - at >= kSignature.size(); at *= 2) {
+    if (at + kSignature.size() <= head_bytes) continue;  // probe_file's
+    const auto bytes = file.read(at, kSignature.size());
+    if (std::memcmp(bytes.data(), kSignature.data(), kSignature.size()) == 0) return true;
+  }
+  return false;
+}
+
 Catalog open_file(const ModelFile& model) {
   const Source source{model.mapped, 0, model.mapped->size(), model.path.filename().string(),
                       model.mapped->display_name()};
