@@ -13,6 +13,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace modelfs::cli {
@@ -70,6 +71,34 @@ nlohmann::ordered_json shortened(const Json& value) {
   for (size_t i = 0; i < shown; ++i) out.push_back(shortened(value[i]));
   if (shown < value.size()) out.push_back(std::string(kMoreMarker) + std::to_string(value.size()) + "\x01");
   return out;
+}
+
+// shortened(value) printed compact, as with_counts leaves it, written from
+// `value` itself.
+void append_shortened(std::string& out, const nlohmann::json& value) {
+  const auto replace = nlohmann::json::error_handler_t::replace;
+  if (value.is_object()) {
+    out += '{';
+    bool first = true;
+    for (const auto& [key, item] : value.items()) {
+      if (!std::exchange(first, false)) out += ',';
+      out += nlohmann::json(key).dump(-1, ' ', false, replace);
+      out += ':';
+      append_shortened(out, item);
+    }
+    out += '}';
+  } else if (value.is_array()) {
+    out += '[';
+    const size_t shown = value.size() > kWholeArray ? kShownItems : value.size();
+    for (size_t i = 0; i < shown; ++i) {
+      if (i) out += ',';
+      append_shortened(out, value[i]);
+    }
+    if (shown < value.size()) out += ",… (" + std::to_string(value.size()) + " items)";
+    out += ']';
+  } else {
+    out += value.dump(-1, ' ', false, replace);
+  }
 }
 
 std::string with_counts(std::string_view text) {
@@ -291,14 +320,18 @@ void print_json(const Catalog& catalog, std::ostream& out) {
 void print_info(const Catalog& catalog, bool json, std::ostream& out) {
   uint64_t total = 0;
   for (const auto& t : catalog.tensors()) total += t.nbytes();
+  const auto replace = nlohmann::json::error_handler_t::replace;
   if (json) {
-    nlohmann::ordered_json doc;
-    doc["format"] = catalog.format;
-    doc["files"] = catalog.files;
-    doc["tensors"] = catalog.tensors().size();
-    doc["nbytes"] = total;
-    doc["metadata"] = catalog.metadata;
-    out << json_for_terminal(readable_json(doc));
+    // readable_json of {format, files, tensors, nbytes, metadata}, the
+    // metadata printed from the catalog: a copy of a million keys first
+    // held them twice.
+    out << "{\n  \"format\": "
+        << json_for_terminal(nlohmann::json(catalog.format).dump(-1, ' ', false, replace))
+        << ",\n  \"files\": "
+        << json_for_terminal(nlohmann::json(catalog.files).dump(-1, ' ', false, replace))
+        << ",\n  \"tensors\": " << catalog.tensors().size() << ",\n  \"nbytes\": " << total
+        << ",\n  \"metadata\": " << json_for_terminal(catalog.metadata.dump(-1, ' ', false, replace))
+        << "\n}\n";
     return;
   }
   out << "format:   " << catalog.format << "\n";
@@ -306,8 +339,37 @@ void print_info(const Catalog& catalog, bool json, std::ostream& out) {
     out << (i == 0 ? "files:    " : "          ") << printable(catalog.files[i]) << "\n";
   out << "tensors:  " << catalog.tensors().size() << " (" << human_bytes(total) << ", " << total
       << " bytes)\n";
-  const std::string metadata = readable_json(shortened(catalog.metadata));
-  out << "metadata: " << printable_lines(with_counts(metadata));
+  out << "metadata: ";
+  if (!catalog.metadata.is_object() || catalog.metadata.empty()) {
+    out << printable_lines(with_counts(readable_json(shortened(catalog.metadata))));
+    return;
+  }
+  // Key by key, as readable_json prints shortened(metadata), each value
+  // printed from the catalog (append_shortened): a shortened copy of a
+  // million keys, its text and the text's two copies were four times the
+  // metadata.
+  bool first = true;
+  std::string member;
+  for (const auto& [key, item] : catalog.metadata.items()) {
+    member = std::exchange(first, false) ? "{\n  " : ",\n  ";
+    member += nlohmann::json(key).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + ": ";
+    const bool listed =
+        item.is_array() && !item.empty() && item.size() <= kWholeArray &&
+        std::all_of(item.begin(), item.end(), [](const auto& e) { return e.is_structured(); });
+    if (listed) {  // a list of containers: one per line
+      member += "[\n";
+      for (size_t i = 0; i < item.size(); ++i) {
+        member += "    ";
+        append_shortened(member, item[i]);
+        member += i + 1 < item.size() ? ",\n" : "\n";
+      }
+      member += "  ]";
+    } else {
+      append_shortened(member, item);
+    }
+    out << printable_lines(member);
+  }
+  out << "\n}\n";
 }
 
 }  // namespace modelfs::cli

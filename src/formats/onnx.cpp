@@ -24,6 +24,7 @@
 #include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/json_object.hpp"
+#include "modelfs/json_release.hpp"
 #include "modelfs/json_text.hpp"
 #include "modelfs/mapped_file.hpp"
 #include "modelfs/model_folder.hpp"
@@ -72,6 +73,7 @@ Catalog Reader::read() {
   // its values (their keys are const, so not moved), and the graph's
   // may be most of the model.
   Json graph_doc = Json::object();
+  const JsonReleaser release(graph_doc);  // a graph of millions of values, let go without a copy of them
   graph_doc.get_ref<Json::object_t&>().reserve(3);
   const auto graph = fields.message(model_field::kGraph);
   if (!graph) fail(0, "the model has no graph (ModelProto field 7)");
