@@ -19,6 +19,7 @@
 #include <system_error>
 #include <vector>
 
+#include "json_limits.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/budget_charge.hpp"
 #include "modelfs/checked_math.hpp"
@@ -100,8 +101,7 @@ Catalog Reader::read() {
   // Printing the graph may take several times its memory: not once the
   // graph has passed the budget.
   check_budget();
-  const auto replace = nlohmann::json::error_handler_t::replace;
-  catalog_.documents.push_back({"graph.json", graph_doc.dump(2, ' ', false, replace) + "\n"});
+  catalog_.documents.push_back({"graph.json", printed_within_budget(graph_doc, 2, context_.file, kFormat)});
   return std::move(catalog_);
 }
 
