@@ -2,8 +2,8 @@
 // The GGUF reader: header, key-values, tensor infos, data section.
 #include "formats/gguf.hpp"
 #include "fuzz_input.hpp"
+#include "io/json_text.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/json_text.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto path = modelfs::fuzz::write_input(data, size, "model.gguf");

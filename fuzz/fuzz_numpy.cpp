@@ -9,11 +9,11 @@
 #include "formats/numpy.hpp"
 #include "fuzz_input.hpp"
 #include "fuzz_tree_reads.hpp"
+#include "io/checked_math.hpp"
+#include "io/zip_archive.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
-#include "modelfs/zip_archive.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool zip = size >= 2 && data[0] == 'P' && data[1] == 'K';

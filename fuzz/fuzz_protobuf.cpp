@@ -2,8 +2,8 @@
 // The protobuf wire scanner: every length-delimited field is also tried as
 // a nested message, to the depth limit, as the ONNX reader walks them.
 #include "fuzz_input.hpp"
+#include "io/protobuf_wire.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/protobuf_wire.hpp"
 
 namespace {
 

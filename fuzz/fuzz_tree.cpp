@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "io/pieces.hpp"
+#include "io/tensor_spec.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/catalog.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/pieces.hpp"
-#include "modelfs/tensor_spec.hpp"
 #include "modelfs/tree.hpp"
 #include "tree/ggml_dequant.hpp"
 

@@ -2,8 +2,8 @@
 // The restricted unpickler: every opcode, memo, marks, persistent ids,
 // limits. It builds values and never calls anything, whatever the bytes.
 #include "fuzz_input.hpp"
+#include "io/unpickler.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/unpickler.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   modelfs::fuzz::work_dir();

@@ -2,8 +2,8 @@
 // The ZIP central-directory reader: members, local headers, ZIP64, nested
 // archives in stored members, inflation of compressed ones, CRC checks.
 #include "fuzz_input.hpp"
+#include "io/zip_archive.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/zip_archive.hpp"
 
 namespace {
 

@@ -168,7 +168,7 @@ struct BasicPiece {
 };
 using Piece = BasicPiece<std::string_view, std::span<const uint64_t>, std::span<const PieceFilter>>;
 
-struct TensorSpec;  // modelfs/tensor_spec.hpp, the readers' side
+struct TensorSpec;  // src/io/tensor_spec.hpp, the readers' side
 
 // A tensor of a catalog: views into the catalog's stores, valid while the
 // catalog lives (a catalog may be moved; its stores do not move).

@@ -80,24 +80,16 @@ std::optional<QScheme> qscheme_from_name(std::string_view name) noexcept;
 bool qscheme_per_tensor(QScheme scheme) noexcept;
 
 // One ggml tensor type (docs/formats.md, "ggml types"): the GGUF reader
-// takes its sizes, the views its kernels. A kernel reads exactly
-// `type_size` bytes a block and writes exactly `block_size` floats a block;
-// any bytes are valid input (a hostile block dequantizes to some values,
-// never to a fault).
+// takes its sizes, the tree its kernels (src/tree/ggml_dequant.hpp, by id).
 struct GgmlType {
   uint32_t id;
   std::string_view name;       // lowercase ggml name: "f32", "q4_k", ...
   uint32_t block_size;         // elements per block
   uint32_t type_size;          // bytes per block
   std::optional<DType> plain;  // the canonical dtype of an unblocked type
-  // One block into its block_size float32 values; null for a plain type.
-  void (*dequantize)(const uint8_t* block, float* out);
-  // `count` consecutive blocks, the block kernel inlined in the loop.
-  void (*dequantize_row)(const uint8_t* blocks, size_t count, float* out);
 };
 
-// The type with this id, or null for an unknown or removed id. The table is
-// defined beside the kernels it names (src/tree/ggml_dequant.cpp).
+// The type with this id, or null for an unknown or removed id.
 const GgmlType* ggml_type(uint32_t id) noexcept;
 // The type of this lowercase ggml name, or null.
 const GgmlType* ggml_type_named(std::string_view name) noexcept;

@@ -8,10 +8,11 @@
 // A remote model (a URL) is mapped the same way, from a sparse local cache
 // file whose blocks are fetched when first needed. Nothing may read the
 // mapping before ensure() has made the range present: ensure() is the one
-// chokepoint (a no-op for local files). Readers and views never call it:
-// they take bytes through read() (here, ByteSpan::read, ByteReader), which
-// bounds-checks the range and makes it present before handing it out, so
-// none can forget (ARCHITECTURE.md, "Remote models").
+// chokepoint (a no-op for local files). Readers and views take bytes
+// through read() (here, ByteSpan::read, ByteReader), which bounds-checks the
+// range and makes it present before handing it out, so none can forget;
+// the few that read a file with pread (--check's read-back) or fetch ahead
+// (ModelFolder::open_all) call it first (ARCHITECTURE.md, "Remote models").
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -46,8 +47,8 @@ class MODELFS_API MappedFile {
   // cannot be opened, is not a regular file, or cannot be mapped. Never
   // blocks on a FIFO: the open is non-blocking and the type checked before
   // anything is read.
-  // A path that is a URL (http://, https://, s3://, hf://) opens the remote
-  // object through its cache (src/remote).
+  // A local path only: a URL (http://, https://, s3://, hf://) is opened
+  // by open_model, through the remote layer's cache.
   static std::shared_ptr<const MappedFile> open(const std::filesystem::path& path);
   // Maps the file open at `fd`, which it takes (closed when the mapping is,
   // or at once when it is refused), with open's checks and messages;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "commands.hpp"
+#include "cli/commands.hpp"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -12,14 +12,14 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "list.hpp"
+#include "cli/list.hpp"
+#include "cli/options.hpp"
+#include "io/terminal_text.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/check.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
-#include "modelfs/remote.hpp"
-#include "modelfs/terminal_text.hpp"
-#include "options.hpp"
+#include "remote/remote.hpp"
 
 namespace modelfs::cli {
 namespace {

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "cli/options.hpp"
 #include "modelfs/budget.hpp"
-#include "options.hpp"
 
 namespace modelfs::cli {
 

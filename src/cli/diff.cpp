@@ -17,11 +17,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "commands.hpp"
+#include "cli/commands.hpp"
+#include "cli/options.hpp"
+#include "cli/tensor_values.hpp"
+#include "io/terminal_text.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/terminal_text.hpp"
-#include "options.hpp"
-#include "tensor_values.hpp"
 
 namespace modelfs::cli {
 namespace {

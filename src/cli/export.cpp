@@ -19,11 +19,11 @@
 #include <utility>
 #include <vector>
 
-#include "commands.hpp"
+#include "cli/commands.hpp"
+#include "cli/options.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
 #include "modelfs/tree.hpp"
-#include "options.hpp"
 
 namespace modelfs::cli {
 namespace {

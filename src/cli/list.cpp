@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "list.hpp"
+#include "cli/list.hpp"
 
-#include "modelfs/json_object.hpp"
-#include "modelfs/json_text.hpp"
-#include "modelfs/pieces.hpp"
-#include "modelfs/terminal_text.hpp"
+#include "io/json_object.hpp"
+#include "io/json_text.hpp"
+#include "io/pieces.hpp"
+#include "io/terminal_text.hpp"
 
 #include <algorithm>
 #include <array>

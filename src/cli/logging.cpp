@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "logging.hpp"
+#include "cli/logging.hpp"
 
 #include <fuse_log.h>
 #include <spdlog/sinks/basic_file_sink.h>
@@ -14,7 +14,7 @@
 #include <cstdio>
 #include <string_view>
 
-#include "modelfs/terminal_text.hpp"
+#include "io/terminal_text.hpp"
 
 namespace modelfs {
 namespace {

@@ -12,13 +12,13 @@
 #include <iostream>
 #include <optional>
 
-#include "commands.hpp"
-#include "logging.hpp"
+#include "cli/commands.hpp"
+#include "cli/logging.hpp"
+#include "cli/options.hpp"
+#include "cli/sigbus_guard.hpp"
+#include "io/terminal_text.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/remote.hpp"
-#include "modelfs/terminal_text.hpp"
-#include "options.hpp"
-#include "sigbus_guard.hpp"
+#include "remote/remote.hpp"
 
 namespace {
 

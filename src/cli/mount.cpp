@@ -26,16 +26,16 @@
 #include <string_view>
 #include <vector>
 
-#include "commands.hpp"
-#include "logging.hpp"
+#include "cli/commands.hpp"
+#include "cli/logging.hpp"
+#include "cli/options.hpp"
+#include "fuse/fuse_server.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
-#include "modelfs/fuse_server.hpp"
-#include "modelfs/remote.hpp"
 #include "modelfs/tree.hpp"
 #include "modelfs/version.hpp"
-#include "options.hpp"
+#include "remote/remote.hpp"
 
 namespace modelfs::cli {
 namespace {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "options.hpp"
+#include "cli/options.hpp"
 
 #include <spdlog/spdlog.h>
 

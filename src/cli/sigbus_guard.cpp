@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "sigbus_guard.hpp"
+#include "cli/sigbus_guard.hpp"
 
 #include <setjmp.h>
 #include <signal.h>
@@ -7,8 +7,8 @@
 #include <atomic>
 #include <optional>
 
+#include "io/mapped_bytes.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/mapped_bytes.hpp"
 
 namespace modelfs::cli {
 namespace {

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "commands.hpp"
+#include "cli/commands.hpp"
+#include "cli/options.hpp"
+#include "cli/tensor_values.hpp"
+#include "io/terminal_text.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/terminal_text.hpp"
-#include "options.hpp"
-#include "tensor_values.hpp"
 #include "tree/npy.hpp"
 
 namespace modelfs::cli {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "tensor_values.hpp"
+#include "cli/tensor_values.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -14,9 +14,9 @@
 #include <stdexcept>
 #include <thread>
 
+#include "io/mapped_bytes.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
-#include "modelfs/mapped_bytes.hpp"
 #include "tree/numeric_views.hpp"
 #include "tree/pieces_view.hpp"
 #include "tree/tree_parts.hpp"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "dcp.hpp"
+#include "formats/dcp.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -9,15 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "formats/model_folder.hpp"
+#include "formats/torch_objects.hpp"
+#include "formats/torch_save.hpp"
+#include "io/checked_math.hpp"
+#include "io/tensor_spec.hpp"
+#include "io/unpickler.hpp"
+#include "io/zip_archive.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/model_folder.hpp"
-#include "modelfs/tensor_spec.hpp"
-#include "modelfs/unpickler.hpp"
-#include "modelfs/zip_archive.hpp"
-#include "torch_objects.hpp"
-#include "torch_save.hpp"
 
 namespace modelfs::dcp {
 namespace {
@@ -30,8 +30,7 @@ using pickle::Value;
 constexpr std::string_view kFormat = "torch.distributed.checkpoint";
 constexpr std::string_view kMetadataName = ".metadata";
 constexpr std::string_view kMetadataModule = "torch.distributed.checkpoint.metadata";
-// What the export's __metadata__ says of the tensors: torch's names and layouts.
-constexpr std::string_view kCheckpointFormat = "pt";
+constexpr size_t kMaxRank = 64;
 
 std::string in_quotes(std::string_view text) { return "\"" + std::string(text) + "\""; }
 
@@ -98,10 +97,7 @@ class Reader {
     check_globals(pickled);
     const auto root = fields(pickled.root, "Metadata", "the pickle's top object");
 
-    catalog_.format = std::string(kFormat);
-    catalog_.export_hints.checkpoint_format = std::string(kCheckpointFormat);
-    catalog_.mtime = mapped->mtime();
-    catalog_.files.push_back(name_);
+    catalog_ = torch_save::torch_catalog(std::string(kFormat), *mapped, name_);
 
     read_storage_data(get(root, "storage_data"));
     const Value* entries = get(root, "state_dict_metadata");
@@ -578,7 +574,7 @@ bool probe_folder(const fs::path& folder) {
   const fs::path metadata = folder / kMetadataName;
   if (!fs::is_regular_file(metadata, ec)) return false;
   try {
-    const auto mapped = MappedFile::open(metadata);
+    const auto mapped = open_mapped(metadata);
     return probe_file(mapped->read(0, std::min<uint64_t>(mapped->size(), 4096)));
   } catch (const ModelError&) {
     return false;

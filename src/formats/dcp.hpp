@@ -38,7 +38,7 @@
 #include <filesystem>
 #include <span>
 
-#include "format_reader.hpp"
+#include "formats/format_reader.hpp"
 #include "modelfs/catalog.hpp"
 
 namespace modelfs::dcp {
@@ -51,7 +51,6 @@ inline constexpr uint64_t kMaxChunks = 4'000'000;
 inline constexpr uint64_t kMaxFiles = 65'536;
 // planner_data keys and bytes entries listed in metadata.json.
 inline constexpr uint64_t kMaxListed = 10'000;
-inline constexpr size_t kMaxRank = 64;
 
 // A pickle whose first class (in the first 4 KiB) is DCP's Metadata.
 bool probe_file(std::span<const std::byte> head);

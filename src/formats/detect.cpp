@@ -8,11 +8,11 @@
 #include <system_error>
 #include <vector>
 
-#include "format_reader.hpp"
+#include "formats/format_reader.hpp"
+#include "formats/registry.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/remote.hpp"
-#include "registry.hpp"
+#include "remote/remote.hpp"
 
 namespace modelfs {
 namespace {
@@ -85,7 +85,7 @@ Catalog open_remote(const std::string& url, IntegrityChecks* checks) {
     for (const std::string_view name : remote_index_names()) {
       const std::string index = folder + "/" + std::string(name);
       try {
-        return open_file(ModelFile{remote::display_url(index), MappedFile::open(index), checks});
+        return open_file(ModelFile{remote::display_url(index), remote::open(index), checks});
       } catch (const ModelError& e) {
         if (!is_missing(e) || e.file() != remote::display_url(index)) throw;
       }
@@ -94,7 +94,7 @@ Catalog open_remote(const std::string& url, IntegrityChecks* checks) {
   };
   if (!url.ends_with('/') && !hub_root) {
     try {
-      return open_file(ModelFile{remote::display_url(url), MappedFile::open(url), checks});
+      return open_file(ModelFile{remote::display_url(url), remote::open(url), checks});
     } catch (const ModelError& e) {
       if (!is_missing(e) || e.file() != remote::display_url(url)) throw;
       if (auto catalog = open_an_index()) return std::move(*catalog);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The ExecuTorch reader (executorch.hpp): the program's constant tensors,
 // and the external ones of its .ptd, each served in place from a mapping.
-#include "executorch.hpp"
+#include "formats/executorch.hpp"
 
 #include <algorithm>
 #include <array>
@@ -15,24 +15,24 @@
 #include <utility>
 #include <vector>
 
-#include "flatbuffer.hpp"
+#include "formats/flatbuffer.hpp"
+#include "formats/model_folder.hpp"
+#include "io/byte_reader.hpp"
+#include "io/checked_math.hpp"
+#include "io/tensor_spec.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/model_folder.hpp"
-#include "modelfs/tensor_spec.hpp"
 
 namespace modelfs::executorch {
 namespace {
 
-using flatbuffer::Flat;
-using flatbuffer::read_scalars;
-using flatbuffer::Table;
-using flatbuffer::Vec;
+// The walker and the parts both flatbuffer readers share.
+using namespace flatbuffer;  // NOLINT(google-build-using-namespace): this file is one of its readers
 
 constexpr std::string_view kFormat = "ExecuTorch";         // what messages call it
 constexpr std::string_view kCatalogFormat = "executorch";  // the catalog's name of the format
 constexpr uint64_t kMaxListed = 4096;                      // entries a metadata.json list prints
+constexpr uint64_t kMaxRank = 16;                          // the runtime's kTensorDimensionLimit
 constexpr std::string_view kDefaultPtd = "_default_external_constant.ptd";
 
 // Field ids (slot numbers) of program.fbs and flat_tensor.fbs (docs/formats.md).
@@ -75,12 +75,8 @@ namespace flat_tensor_field {
 constexpr uint32_t kSegments = 1, kNamedData = 2;  // 0 is version (always 0: not read)
 }
 
-struct TypeInfo {
-  const char* name;
-  std::optional<DType> dtype;  // none: not implemented by ExecuTorch
-};
-
-// ScalarType values 0..29 (docs/formats.md, "ScalarType").
+// ScalarType values 0..29 (docs/formats.md, "ScalarType"); those with no
+// dtype ExecuTorch does not implement.
 constexpr std::array<TypeInfo, 30> kTypes{{
     {"BYTE", DType::UInt8},
     {"CHAR", DType::Int8},
@@ -114,17 +110,6 @@ constexpr std::array<TypeInfo, 30> kTypes{{
     {"UINT64", DType::UInt64},
 }};
 
-uint64_t u32_at(const MappedFile& file, uint64_t at) {
-  uint32_t v = 0;
-  std::memcpy(&v, file.read(at, 4).data(), 4);
-  return v;
-}
-uint64_t u64_at(const MappedFile& file, uint64_t at) {
-  uint64_t v = 0;
-  std::memcpy(&v, file.read(at, 8).data(), 8);
-  return v;
-}
-
 // A segment: absolute file range.
 struct Segment {
   uint64_t offset = 0;  // relative to the segment base, as stored
@@ -135,7 +120,9 @@ struct Segment {
 // The header after the identifier ("eh00" or "FH01"), when there is one.
 struct Header {
   bool present = false;
-  uint64_t flatbuffer_end = 0;  // what the flatbuffer may span
+  uint64_t length = 0;               // as it gives it, from byte 8
+  std::span<const std::byte> bytes;  // the file's first 8 + length bytes
+  uint64_t flatbuffer_end = 0;       // what the flatbuffer may span
   uint64_t segment_base = 0;
   std::optional<uint64_t> segment_data_size;
 };
@@ -211,21 +198,9 @@ Layout read_layout(const Table& t, uint32_t type_field, uint32_t sizes_field, ui
   Flat& flat = t.flat();
   Layout out;
   out.scalar_type = t.get<int8_t>(type_field, 0);
-  if (out.scalar_type < 0 || static_cast<size_t>(out.scalar_type) >= kTypes.size())
-    flat.fail(t.at(), named + " has unknown ScalarType " + std::to_string(out.scalar_type));
-  out.info = &kTypes[static_cast<size_t>(out.scalar_type)];
-  if (!out.info->dtype)
-    flat.fail(t.at(),
-              named + " is of ScalarType " + out.info->name + ", which ExecuTorch does not implement");
-  if (auto dims = t.vector(sizes_field, 4, named + "'s sizes")) {
-    if (dims->size > kMaxRank)
-      flat.fail(dims->at, named + " has rank " + std::to_string(dims->size) + " (at most " +
-                              std::to_string(kMaxRank) + ")");
-    for (const int32_t d : read_scalars<int32_t>(flat, *dims, kMaxRank)) {
-      if (d < 0) flat.fail(dims->at, named + " has negative size " + std::to_string(d));
-      out.shape.push_back(static_cast<uint64_t>(d));
-    }
-  }
+  out.info = &type_of(kTypes, out.scalar_type, t, named, "ScalarType", "which ExecuTorch does not implement");
+  if (auto dims = t.vector(sizes_field, 4, named + "'s sizes"))
+    out.shape = read_shape(flat, *dims, kMaxRank, named, "size");
   const auto numel = checked_numel(out.shape);
   const auto strides = contiguous_strides(out.shape);
   const auto bits = numel ? checked_mul(*numel, dtype_bits(*out.info->dtype)) : std::nullopt;
@@ -275,11 +250,12 @@ Header read_header(const MappedFile& file, Flat& flat, std::string_view magic, u
   Header h;
   h.flatbuffer_end = file.size();
   if (file.size() < 16 || std::memcmp(file.read(8, 4).data(), magic.data(), 4) != 0) return h;
-  const uint64_t length = u32_at(file, 12);
-  if (length < min_length || !range_fits(8, length, file.size()))
-    flat.fail(12, std::string(magic) + " header length " + std::to_string(length) +
+  h.length = load_le<uint32_t>(file.read(12, 4));
+  if (h.length < min_length || !range_fits(8, h.length, file.size()))
+    flat.fail(12, std::string(magic) + " header length " + std::to_string(h.length) +
                       " is too short or runs past the file");
   h.present = true;
+  h.bytes = file.read(0, 8 + h.length);
   return h;
 }
 
@@ -290,9 +266,9 @@ Ptd read_ptd(std::shared_ptr<const MappedFile> mapped, std::string name) {
   if (std::memcmp(file.read(4, 4).data(), "FT01", 4) != 0) probe.fail(4, "no file identifier FT01 (a .ptd)");
   Header h = read_header(file, probe, "FH01", 40);
   if (h.present) {
-    const uint64_t fb_offset = u64_at(file, 16), fb_size = u64_at(file, 24);
-    h.segment_base = u64_at(file, 32);
-    h.segment_data_size = u64_at(file, 40);
+    const auto fb_offset = load_le<uint64_t>(h.bytes, 16), fb_size = load_le<uint64_t>(h.bytes, 24);
+    h.segment_base = load_le<uint64_t>(h.bytes, 32);
+    h.segment_data_size = load_le<uint64_t>(h.bytes, 40);
     const auto fb_end = checked_add(fb_offset, fb_size);
     if (!fb_end || *fb_end > file.size())
       probe.fail(16, "the FlatTensor header's flatbuffer [" + std::to_string(fb_offset) + ", +" +
@@ -362,11 +338,7 @@ TensorSpec make_spec(const std::string& name, const Layout& layout,
 Catalog open_ptd(const ModelFile& model) {
   const std::string file_name = model.path.filename().string();
   Ptd ptd = read_ptd(model.mapped, file_name);
-  Catalog catalog;
-  catalog.format = std::string(kCatalogFormat);
-  catalog.mtime = model.mapped->mtime();
-  catalog.files.push_back(file_name);
-  catalog.tensors_may_share_bytes = true;  // named_data entries may share a segment
+  Catalog catalog = flat_catalog(kCatalogFormat, model);  // named_data entries may share a segment
   nlohmann::json not_tensors = nlohmann::json::array();
   uint64_t blobs = 0;
   for (const PtdEntry& e : ptd.entries) {
@@ -389,250 +361,293 @@ Catalog open_ptd(const ModelFile& model) {
   return catalog;
 }
 
-Catalog open_pte(const ModelFile& model) {
-  const MappedFile& file = *model.mapped;
-  const std::string file_name = model.path.filename().string();
+// The .pte's extended header "eh00", when there is one: program_size,
+// segment_base_offset and (from 32 bytes) segment_data_size.
+Header read_program_header(const MappedFile& file) {
   Flat probe(file, kFormat);
   if (file.size() < 8) probe.fail(0, "the file is too short for a flatbuffer");
   if (std::memcmp(file.read(4, 4).data(), "ET12", 4) != 0) probe.fail(4, "no file identifier ET12");
   Header h = read_header(file, probe, "eh00", 24);
-  if (h.present) {
-    const uint64_t program_size = u64_at(file, 16);
-    h.segment_base = u64_at(file, 24);
-    if (u32_at(file, 12) >= 32) h.segment_data_size = u64_at(file, 32);
-    if (program_size < 8 || program_size > file.size())
-      probe.fail(16, "program_size " + std::to_string(program_size) + " is not within the file (" +
-                         std::to_string(file.size()) + " bytes)");
-    if (h.segment_base != 0 && h.segment_base < program_size)
-      probe.fail(24, "segment_base_offset " + std::to_string(h.segment_base) + " lies inside the program (" +
-                         std::to_string(program_size) + " bytes)");
-    if (h.segment_base > file.size() ||
-        (h.segment_data_size && !range_fits(h.segment_base, *h.segment_data_size, file.size())))
-      probe.fail(24, "the segments [" + std::to_string(h.segment_base) + ", +" +
-                         std::to_string(h.segment_data_size.value_or(0)) +
-                         ") lie past the end of the file (" + std::to_string(file.size()) + " bytes)");
-    h.flatbuffer_end = program_size;
+  if (!h.present) return h;
+  const auto program_size = load_le<uint64_t>(h.bytes, 16);
+  h.segment_base = load_le<uint64_t>(h.bytes, 24);
+  if (h.length >= 32) h.segment_data_size = load_le<uint64_t>(h.bytes, 32);
+  if (program_size < 8 || program_size > file.size())
+    probe.fail(16, "program_size " + std::to_string(program_size) + " is not within the file (" +
+                       std::to_string(file.size()) + " bytes)");
+  if (h.segment_base != 0 && h.segment_base < program_size)
+    probe.fail(24, "segment_base_offset " + std::to_string(h.segment_base) + " lies inside the program (" +
+                       std::to_string(program_size) + " bytes)");
+  if (h.segment_base > file.size() ||
+      (h.segment_data_size && !range_fits(h.segment_base, *h.segment_data_size, file.size())))
+    probe.fail(24, "the segments [" + std::to_string(h.segment_base) + ", +" +
+                       std::to_string(h.segment_data_size.value_or(0)) + ") lie past the end of the file (" +
+                       std::to_string(file.size()) + " bytes)");
+  h.flatbuffer_end = program_size;
+  return h;
+}
+
+// A program (.pte): its execution plans' constant tensors, from
+// constant_buffer, constant_segment or the .ptd beside it.
+class ProgramReader {
+ public:
+  explicit ProgramReader(const ModelFile& model)
+      : model_(model),
+        file_name_(model.path.filename().string()),
+        header_(read_program_header(*model.mapped)),
+        flat_(*model.mapped, kFormat, header_.flatbuffer_end),
+        root_(flat_, flat_.follow(0, "the root offset"), "Program"),
+        catalog_(flat_catalog(kCatalogFormat, model)) {}
+
+  Catalog read() {
+    nlohmann::json& meta = catalog_.metadata;
+    meta["kind"] = "Program (.pte)";
+    meta["version"] = root_.get<uint32_t>(program_field::kVersion, 0);
+    meta["extended_header"] = header_.present;
+    segments_ = read_segments(root_, program_field::kSegments, header_, *model_.mapped, "Program.segments");
+    meta["segment_count"] = segments_.size();
+    read_constant_sources();
+    read_named_data();
+    const auto inline_data =
+        root_.vector(program_field::kBackendDelegateData, 4, "Program.backend_delegate_data");
+    inline_count_ = inline_data ? inline_data->size : 0;
+    const auto plan_vec = root_.vector(program_field::kExecutionPlan, 4, "Program.execution_plan");
+    const uint64_t plan_count = plan_vec ? plan_vec->size : 0;
+    for (uint64_t p = 0; p < plan_count; ++p)
+      read_plan(root_.entry(*plan_vec, p, "ExecutionPlan " + std::to_string(p)));
+    meta["methods"] = std::move(plans_);
+    meta["method_count"] = plan_count;
+    meta["constant_tensor_count"] = seen_buffers_.size() + seen_external_.size();
+    meta["external_tensor_count"] = seen_external_.size();
+    if (mutable_with_state_ > 0) meta["mutable_tensors_with_initial_state_left_out"] = mutable_with_state_;
+    if (!delegates_.empty()) meta["delegates"] = std::move(delegates_);
+    meta["not_tensor_count"] = named_count_;
+    if (!not_tensors_.empty()) meta["not_tensors"] = std::move(not_tensors_);
+    add_segment_check(model_, segments_, "ExecuTorch segments");
+    if (ptd_)
+      add_segment_check({model_.path, ptd_->file, model_.checks}, ptd_->segments, "ExecuTorch .ptd segments");
+    return std::move(catalog_);
   }
-  Flat flat(file, kFormat, h.flatbuffer_end);
-  const Table root(flat, flat.follow(0, "the root offset"), "Program");
 
-  Catalog catalog;
-  catalog.format = std::string(kCatalogFormat);
-  catalog.mtime = file.mtime();
-  catalog.files.push_back(file_name);
-  catalog.tensors_may_share_bytes = true;
-  nlohmann::json& meta = catalog.metadata;
-  meta["kind"] = "Program (.pte)";
-  meta["version"] = root.get<uint32_t>(program_field::kVersion, 0);
-  meta["extended_header"] = h.present;
-
-  const std::vector<Segment> segments =
-      read_segments(root, program_field::kSegments, h, file, "Program.segments");
-  meta["segment_count"] = segments.size();
-  auto segment = [&](uint64_t index, uint64_t at, const std::string& quote) -> const Segment& {
-    if (index >= segments.size())
-      flat.fail(at, quote + " names segment " + std::to_string(index) + " (the program has " +
-                        std::to_string(segments.size()) + ")");
-    return segments[index];
-  };
-
-  const std::optional<Vec> buffers =
-      root.vector(program_field::kConstantBuffer, 4, "Program.constant_buffer");
-  const uint64_t buffer_count = buffers ? buffers->size : 0;
-  std::optional<Segment> constant_segment;
-  std::vector<uint64_t> constant_offsets;
-  uint64_t constant_offset_count = 0;
-  std::optional<Vec> offsets_vec;
-  if (auto cs = root.table(program_field::kConstantSegment, "Program.constant_segment")) {
-    offsets_vec = cs->vector(subsegment_field::kOffsets, 8, "constant_segment.offsets");
-    constant_offset_count = offsets_vec ? offsets_vec->size : 0;
-    if (constant_offset_count > 0)
-      constant_segment =
-          segment(cs->get<uint32_t>(subsegment_field::kSegmentIndex, 0), cs->at(), "constant_segment");
+ private:
+  const Segment& segment(uint64_t index, uint64_t at, const std::string& quote) const {
+    if (index >= segments_.size())
+      flat_.fail(at, quote + " names segment " + std::to_string(index) + " (the program has " +
+                         std::to_string(segments_.size()) + ")");
+    return segments_[index];
   }
-  if (buffer_count > 0 && constant_offset_count > 0)
-    flat.fail(root.at(), "both constant_buffer and constant_segment hold constants (at most one may)");
-  meta["constant_buffer_count"] = buffer_count;
-  meta["constant_segment_offsets"] = constant_offset_count;
+
+  // Where constants are: the inline constant_buffer (deprecated) or the
+  // offsets of constant_segment; at most one of them holds any.
+  void read_constant_sources() {
+    buffers_ = root_.vector(program_field::kConstantBuffer, 4, "Program.constant_buffer");
+    buffer_count_ = buffers_ ? buffers_->size : 0;
+    if (auto cs = root_.table(program_field::kConstantSegment, "Program.constant_segment")) {
+      offsets_ = cs->vector(subsegment_field::kOffsets, 8, "constant_segment.offsets");
+      offset_count_ = offsets_ ? offsets_->size : 0;
+      if (offset_count_ > 0)
+        constant_segment_ =
+            segment(cs->get<uint32_t>(subsegment_field::kSegmentIndex, 0), cs->at(), "constant_segment");
+    }
+    if (buffer_count_ > 0 && offset_count_ > 0)
+      flat_.fail(root_.at(), "both constant_buffer and constant_segment hold constants (at most one may)");
+    catalog_.metadata["constant_buffer_count"] = buffer_count_;
+    catalog_.metadata["constant_segment_offsets"] = offset_count_;
+  }
 
   // named_data: blobs by key (a delegate's), not tensors.
-  nlohmann::json not_tensors = nlohmann::json::array();
-  uint64_t named_count = 0;
-  if (auto named = root.vector(program_field::kNamedData, 4, "Program.named_data")) {
-    named_count = named->size;
-    for (uint64_t i = 0; i < named->size; ++i) {
-      const std::string what = "named_data " + std::to_string(i);
-      const Table n = root.entry(*named, i, what);
-      const std::string key = n.string(named_field::kKey, what + "'s key").value_or("");
-      const Segment& s =
-          segment(n.get<uint32_t>(named_field::kSegmentIndex, 0), n.at(), what + " " + shown(key));
-      if (not_tensors.size() < kMaxListed)
-        not_tensors.push_back(
-            {{"name", key}, {"size", s.size}, {"reason", "Program.named_data (a blob, not a tensor)"}});
+  void read_named_data() {
+    if (auto named = root_.vector(program_field::kNamedData, 4, "Program.named_data")) {
+      named_count_ = named->size;
+      for (uint64_t i = 0; i < named->size; ++i) {
+        const std::string what = "named_data " + std::to_string(i);
+        const Table n = root_.entry(*named, i, what);
+        const std::string key = n.string(named_field::kKey, what + "'s key").value_or("");
+        const Segment& s =
+            segment(n.get<uint32_t>(named_field::kSegmentIndex, 0), n.at(), what + " " + shown(key));
+        if (not_tensors_.size() < kMaxListed)
+          not_tensors_.push_back(
+              {{"name", key}, {"size", s.size}, {"reason", "Program.named_data (a blob, not a tensor)"}});
+      }
     }
+    catalog_.metadata["named_data_count"] = named_count_;
   }
-  meta["named_data_count"] = named_count;
 
-  const uint64_t inline_count = [&] {
-    const auto v = root.vector(program_field::kBackendDelegateData, 4, "Program.backend_delegate_data");
-    return v ? v->size : 0;
-  }();
-
-  std::optional<Ptd> ptd;
-  auto external = [&](const std::string& quote, uint64_t at) -> Ptd& {
-    if (ptd) return *ptd;
-    ModelFolder folder = ModelFolder::of_file(model.path, std::string(kFormat));
-    const std::vector<std::string> names{model.path.stem().string() + ".ptd", std::string(kDefaultPtd)};
+  // The .ptd beside the program, opened (inside the model's folder) when
+  // the first EXTERNAL tensor needs it.
+  Ptd& external(const std::string& quote, uint64_t at) {
+    if (ptd_) return *ptd_;
+    ModelFolder folder = ModelFolder::of_file(model_.path, std::string(kFormat));
+    const std::vector<std::string> names{model_.path.stem().string() + ".ptd", std::string(kDefaultPtd)};
     std::string reasons;
     for (const std::string& n : names) {
       auto opened = folder.open(n);
       if (opened) {
-        ptd = read_ptd(std::move(opened.file), n);
-        catalog.files.push_back(n);
-        return *ptd;
+        ptd_ = read_ptd(std::move(opened.file), n);
+        catalog_.files.push_back(n);
+        return *ptd_;
       }
       reasons += (reasons.empty() ? "" : "; ") + shown(n) + " " + opened.reason;
     }
-    flat.fail(at, quote + " is EXTERNAL, and no .ptd beside the program holds it: " + reasons);
-  };
+    flat_.fail(at, quote + " is EXTERNAL, and no .ptd beside the program holds it: " + reasons);
+  }
 
-  std::map<uint32_t, bool> seen_buffers;
-  std::map<std::string, bool, std::less<>> seen_external;
-  uint64_t mutable_with_state = 0;
-  nlohmann::json plans = nlohmann::json::array();
-  nlohmann::json delegates = nlohmann::json::array();
-  const auto plan_vec = root.vector(program_field::kExecutionPlan, 4, "Program.execution_plan");
-  const uint64_t plan_count = plan_vec ? plan_vec->size : 0;
-  for (uint64_t p = 0; p < plan_count; ++p) {
-    const Table plan = root.entry(*plan_vec, p, "ExecutionPlan " + std::to_string(p));
+  void read_plan(const Table& plan) {
     const std::string plan_name = plan.string(plan_field::kName, "ExecutionPlan.name").value_or("");
     const auto values = plan.vector(plan_field::kValues, 4, "ExecutionPlan.values");
-    if (plans.size() < kMaxListed)
-      plans.push_back({{"name", plan_name}, {"values", values ? values->size : 0}});
-    if (auto ds = plan.vector(plan_field::kDelegates, 4, "ExecutionPlan.delegates")) {
-      for (uint64_t d = 0; d < ds->size; ++d) {
-        const std::string what = "delegate " + std::to_string(d) + " of method " + shown(plan_name);
-        const Table del = plan.entry(*ds, d, what);
-        const std::string id = del.string(delegate_field::kId, what + "'s id").value_or("");
-        nlohmann::json j = {{"method", plan_name}, {"id", id}};
-        if (auto ref = del.table(delegate_field::kProcessed, what + "'s processed")) {
-          const int8_t location = ref->get<int8_t>(delegate_field::kLocation, 0);
-          const uint32_t index = ref->get<uint32_t>(delegate_field::kIndex, 0);
-          if (location == 1) {
-            j["location"] = "segment";
-            j["index"] = index;
-            j["size"] = segment(index, ref->at(), what).size;
-          } else if (location == 0) {
-            if (index >= inline_count)
-              flat.fail(ref->at(), what + " names inline delegate data " + std::to_string(index) +
-                                       " (the program has " + std::to_string(inline_count) + ")");
-            j["location"] = "inline";
-            j["index"] = index;
-          } else {
-            flat.fail(ref->at(), what + " has unknown data location " + std::to_string(location));
-          }
-        }
-        if (delegates.size() < kMaxListed) delegates.push_back(std::move(j));
-      }
-    }
-    if (!values) continue;
+    if (plans_.size() < kMaxListed)
+      plans_.push_back({{"name", plan_name}, {"values", values ? values->size : 0}});
+    read_delegates(plan, plan_name);
+    if (!values) return;
     for (uint64_t i = 0; i < values->size; ++i) {
       const std::string what = "value " + std::to_string(i) + " of method " + shown(plan_name);
-      const Table ev = plan.entry(*values, i, what);
-      if (ev.get<uint8_t>(evalue_field::kType, 0) != evalue_field::kTensor) continue;
-      const auto t = ev.table(evalue_field::kValue, what);
-      if (!t) flat.fail(ev.at(), what + " is a Tensor without its table");
-      const uint32_t index = t->get<uint32_t>(tensor_field::kDataBufferIdx, 0);
-      const bool planned = t->field(tensor_field::kAllocationInfo, 4).has_value();
-      std::string fqn;
-      bool is_external = false;
-      if (auto extra = t->table(tensor_field::kExtraTensorInfo, what + "'s extra_tensor_info")) {
-        fqn = extra->string(extra_field::kFullyQualifiedName, what + "'s fully_qualified_name").value_or("");
-        is_external = extra->get<int8_t>(extra_field::kLocation, 0) == extra_field::kExternal;
-      }
-      if (planned) {
-        if (index > 0) ++mutable_with_state;  // initial state in mutable_data_segments: left out
-        continue;
-      }
-      if (!is_external && index == 0) continue;  // an input: supplied at run time
-      const std::string quote = what + (fqn.empty() ? "" : " " + shown(fqn));
-      if (is_external ? seen_external.count(fqn) > 0 : seen_buffers.count(index) > 0) continue;
-      if (t->get<int32_t>(tensor_field::kStorageOffset, 0) != 0)
-        flat.fail(t->at(), quote + " has storage_offset " +
-                               std::to_string(t->get<int32_t>(tensor_field::kStorageOffset, 0)) +
-                               " (only 0 is supported)");
-      const Layout layout =
-          read_layout(*t, tensor_field::kScalarType, tensor_field::kSizes, tensor_field::kDimOrder, quote);
-      if (is_external) {
-        if (fqn.empty()) flat.fail(t->at(), quote + " is EXTERNAL without a fully_qualified_name");
-        Ptd& data = external(quote, t->at());
-        auto it = data.by_key.find(fqn);
-        if (it == data.by_key.end())
-          flat.fail(t->at(), quote + " is EXTERNAL, and " + shown(data.name) + " has no entry of that name");
-        const PtdEntry& e = data.entries[it->second];
-        if (e.layout && (e.layout->scalar_type != layout.scalar_type || e.layout->shape != layout.shape ||
-                         e.layout->strides != layout.strides))
-          flat.fail(t->at(), quote + " has another type, shape or dim_order in " + shown(data.name));
-        if (layout.nbytes > e.size)
-          flat.fail(t->at(), quote + " (" + layout.info->name + ") needs " + std::to_string(layout.nbytes) +
-                                 " bytes; " + shown(data.name) + " holds " + std::to_string(e.size));
-        TensorSpec spec = make_spec(fqn, layout, data.file, data.name, e.start);
-        spec.extras["executorch_location"] = "external";
-        catalog.add(spec);
-        seen_external.emplace(fqn, true);
-        continue;
-      }
-      uint64_t start = 0, available = 0;
-      if (buffer_count > 0) {
-        if (index >= buffer_count)
-          flat.fail(t->at(), quote + " names constant buffer " + std::to_string(index) +
-                                 " (the program has " + std::to_string(buffer_count) + ")");
-        const Table b = root.entry(*buffers, index, "constant buffer " + std::to_string(index));
-        const auto storage = b.vector(0, 1, "constant buffer " + std::to_string(index) + ".storage");
-        if (storage) start = storage->at, available = storage->size;
-      } else if (constant_segment) {
-        if (index >= constant_offset_count)
-          flat.fail(t->at(), quote + " names constant " + std::to_string(index) + " (constant_segment has " +
-                                 std::to_string(constant_offset_count) + " offsets)");
-        const uint64_t offset =
-            flat.scalar<uint64_t>(offsets_vec->at + 8 * uint64_t{index}, "constant offset");
-        if (offset > constant_segment->size)
-          flat.fail(offsets_vec->at + 8 * uint64_t{index},
-                    quote + "'s offset " + std::to_string(offset) + " lies past its segment (" +
-                        std::to_string(constant_segment->size) + " bytes)");
-        start = constant_segment->start + offset;
-        available = constant_segment->size - offset;
-      } else {
-        flat.fail(t->at(), quote + " names constant " + std::to_string(index) +
-                               ", but the program has neither constant_buffer nor constant_segment");
-      }
-      if (layout.nbytes > available)
-        flat.fail(t->at(), quote + " (" + layout.info->name + ") needs " + std::to_string(layout.nbytes) +
-                               " bytes; its buffer holds " + std::to_string(available));
-      const std::string name = fqn.empty() ? "constant." + std::to_string(index) : fqn;
-      TensorSpec spec = make_spec(name, layout, model.mapped, file_name, start);
-      spec.extras["executorch_buffer"] = index;
-      spec.extras["executorch_location"] = buffer_count > 0 ? "constant_buffer" : "constant_segment";
-      catalog.add(spec);
-      seen_buffers.emplace(index, true);
+      read_value(plan.entry(*values, i, what), what);
     }
   }
-  meta["methods"] = std::move(plans);
-  meta["method_count"] = plan_count;
-  meta["constant_tensor_count"] = seen_buffers.size() + seen_external.size();
-  meta["external_tensor_count"] = seen_external.size();
-  if (mutable_with_state > 0) meta["mutable_tensors_with_initial_state_left_out"] = mutable_with_state;
-  if (!delegates.empty()) meta["delegates"] = std::move(delegates);
-  meta["not_tensor_count"] = named_count;
-  if (!not_tensors.empty()) meta["not_tensors"] = std::move(not_tensors);
 
-  add_segment_check(model, segments, "ExecuTorch segments");
-  if (ptd) {
-    ModelFile companion{model.path, ptd->file, model.checks};
-    add_segment_check(companion, ptd->segments, "ExecuTorch .ptd segments");
+  // A method's delegates, listed with where their processed data lies.
+  void read_delegates(const Table& plan, const std::string& plan_name) {
+    auto ds = plan.vector(plan_field::kDelegates, 4, "ExecutionPlan.delegates");
+    for (uint64_t d = 0; ds && d < ds->size; ++d) {
+      const std::string what = "delegate " + std::to_string(d) + " of method " + shown(plan_name);
+      const Table del = plan.entry(*ds, d, what);
+      const std::string id = del.string(delegate_field::kId, what + "'s id").value_or("");
+      nlohmann::json j = {{"method", plan_name}, {"id", id}};
+      if (auto ref = del.table(delegate_field::kProcessed, what + "'s processed")) {
+        const int8_t location = ref->get<int8_t>(delegate_field::kLocation, 0);
+        const uint32_t index = ref->get<uint32_t>(delegate_field::kIndex, 0);
+        if (location == 1) {
+          j["location"] = "segment";
+          j["index"] = index;
+          j["size"] = segment(index, ref->at(), what).size;
+        } else if (location == 0) {
+          if (index >= inline_count_)
+            flat_.fail(ref->at(), what + " names inline delegate data " + std::to_string(index) +
+                                      " (the program has " + std::to_string(inline_count_) + ")");
+          j["location"] = "inline";
+          j["index"] = index;
+        } else {
+          flat_.fail(ref->at(), what + " has unknown data location " + std::to_string(location));
+        }
+      }
+      if (delegates_.size() < kMaxListed) delegates_.push_back(std::move(j));
+    }
   }
-  return catalog;
-}
+
+  // A Tensor EValue that is a constant (data_buffer_idx > 0, no
+  // allocation_info) or EXTERNAL: a tensor of the catalog, once per
+  // buffer or name however many methods name it.
+  void read_value(const Table& ev, const std::string& what) {
+    if (ev.get<uint8_t>(evalue_field::kType, 0) != evalue_field::kTensor) return;
+    const auto t = ev.table(evalue_field::kValue, what);
+    if (!t) flat_.fail(ev.at(), what + " is a Tensor without its table");
+    const uint32_t index = t->get<uint32_t>(tensor_field::kDataBufferIdx, 0);
+    const bool planned = t->field(tensor_field::kAllocationInfo, 4).has_value();
+    std::string fqn;
+    bool is_external = false;
+    if (auto extra = t->table(tensor_field::kExtraTensorInfo, what + "'s extra_tensor_info")) {
+      fqn = extra->string(extra_field::kFullyQualifiedName, what + "'s fully_qualified_name").value_or("");
+      is_external = extra->get<int8_t>(extra_field::kLocation, 0) == extra_field::kExternal;
+    }
+    if (planned) {
+      if (index > 0) ++mutable_with_state_;  // initial state in mutable_data_segments: left out
+      return;
+    }
+    if (!is_external && index == 0) return;  // an input: supplied at run time
+    const std::string quote = what + (fqn.empty() ? "" : " " + shown(fqn));
+    if (is_external ? seen_external_.count(fqn) > 0 : seen_buffers_.count(index) > 0) return;
+    if (const int32_t storage_offset = t->get<int32_t>(tensor_field::kStorageOffset, 0); storage_offset != 0)
+      flat_.fail(t->at(),
+                 quote + " has storage_offset " + std::to_string(storage_offset) + " (only 0 is supported)");
+    const Layout layout =
+        read_layout(*t, tensor_field::kScalarType, tensor_field::kSizes, tensor_field::kDimOrder, quote);
+    if (is_external) {
+      add_external(*t, fqn, layout, quote);
+    } else {
+      add_constant(*t, index, fqn, layout, quote);
+    }
+  }
+
+  // An EXTERNAL tensor: the .ptd's entry of its name, of its layout.
+  void add_external(const Table& t, const std::string& fqn, const Layout& layout, const std::string& quote) {
+    if (fqn.empty()) flat_.fail(t.at(), quote + " is EXTERNAL without a fully_qualified_name");
+    Ptd& data = external(quote, t.at());
+    auto it = data.by_key.find(fqn);
+    if (it == data.by_key.end())
+      flat_.fail(t.at(), quote + " is EXTERNAL, and " + shown(data.name) + " has no entry of that name");
+    const PtdEntry& e = data.entries[it->second];
+    if (e.layout && (e.layout->scalar_type != layout.scalar_type || e.layout->shape != layout.shape ||
+                     e.layout->strides != layout.strides))
+      flat_.fail(t.at(), quote + " has another type, shape or dim_order in " + shown(data.name));
+    if (layout.nbytes > e.size)
+      flat_.fail(t.at(), quote + " (" + layout.info->name + ") needs " + std::to_string(layout.nbytes) +
+                             " bytes; " + shown(data.name) + " holds " + std::to_string(e.size));
+    TensorSpec spec = make_spec(fqn, layout, data.file, data.name, e.start);
+    spec.extras["executorch_location"] = "external";
+    catalog_.add(spec);
+    seen_external_.emplace(fqn, true);
+  }
+
+  // A constant in the program: buffer `index` of constant_buffer, or
+  // offset `index` of constant_segment.
+  void add_constant(const Table& t, uint32_t index, const std::string& fqn, const Layout& layout,
+                    const std::string& quote) {
+    uint64_t start = 0, available = 0;
+    if (buffer_count_ > 0) {
+      if (index >= buffer_count_)
+        flat_.fail(t.at(), quote + " names constant buffer " + std::to_string(index) + " (the program has " +
+                               std::to_string(buffer_count_) + ")");
+      const Table b = root_.entry(*buffers_, index, "constant buffer " + std::to_string(index));
+      const auto storage = b.vector(0, 1, "constant buffer " + std::to_string(index) + ".storage");
+      if (storage) start = storage->at, available = storage->size;
+    } else if (constant_segment_) {
+      if (index >= offset_count_)
+        flat_.fail(t.at(), quote + " names constant " + std::to_string(index) + " (constant_segment has " +
+                               std::to_string(offset_count_) + " offsets)");
+      const uint64_t at = offsets_->at + 8 * uint64_t{index};
+      const uint64_t offset = flat_.scalar<uint64_t>(at, "constant offset");
+      if (offset > constant_segment_->size)
+        flat_.fail(at, quote + "'s offset " + std::to_string(offset) + " lies past its segment (" +
+                           std::to_string(constant_segment_->size) + " bytes)");
+      start = constant_segment_->start + offset;
+      available = constant_segment_->size - offset;
+    } else {
+      flat_.fail(t.at(), quote + " names constant " + std::to_string(index) +
+                             ", but the program has neither constant_buffer nor constant_segment");
+    }
+    if (layout.nbytes > available)
+      flat_.fail(t.at(), quote + " (" + layout.info->name + ") needs " + std::to_string(layout.nbytes) +
+                             " bytes; its buffer holds " + std::to_string(available));
+    const std::string name = fqn.empty() ? "constant." + std::to_string(index) : fqn;
+    TensorSpec spec = make_spec(name, layout, model_.mapped, file_name_, start);
+    spec.extras["executorch_buffer"] = index;
+    spec.extras["executorch_location"] = buffer_count_ > 0 ? "constant_buffer" : "constant_segment";
+    catalog_.add(spec);
+    seen_buffers_.emplace(index, true);
+  }
+
+  const ModelFile& model_;
+  const std::string file_name_;
+  const Header header_;
+  Flat flat_;
+  const Table root_;
+  Catalog catalog_;
+  std::vector<Segment> segments_;
+  std::optional<Vec> buffers_;  // constant_buffer
+  uint64_t buffer_count_ = 0;
+  std::optional<Segment> constant_segment_;
+  std::optional<Vec> offsets_;  // constant_segment's
+  uint64_t offset_count_ = 0;
+  uint64_t named_count_ = 0;
+  uint64_t inline_count_ = 0;  // backend_delegate_data
+  std::optional<Ptd> ptd_;
+  std::map<uint32_t, bool> seen_buffers_;
+  std::map<std::string, bool, std::less<>> seen_external_;
+  uint64_t mutable_with_state_ = 0;
+  nlohmann::json plans_ = nlohmann::json::array();
+  nlohmann::json delegates_ = nlohmann::json::array();
+  nlohmann::json not_tensors_ = nlohmann::json::array();
+};
 
 }  // namespace
 
@@ -644,7 +659,7 @@ bool probe_file(std::span<const std::byte> head) {
 Catalog open_file(const ModelFile& model) {
   const MappedFile& file = *model.mapped;
   if (file.size() >= 8 && std::memcmp(file.read(4, 4).data(), "FT01", 4) == 0) return open_ptd(model);
-  return open_pte(model);
+  return ProgramReader(model).read();
 }
 
 }  // namespace modelfs::executorch

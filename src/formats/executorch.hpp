@@ -24,22 +24,20 @@
 // Refused (ModelError naming "ExecuTorch"): flatbuffer violations; a
 // header whose program_size, segment_base_offset or segment_data_size
 // lie past the file; a segment past the file; a buffer or segment index
-// out of range; a shape of negative size, rank over kMaxRank, or whose
-// byte count overflows or exceeds the bytes stored; an unknown or
-// unsupported ScalarType; a dim_order that is not a permutation;
-// storage_offset != 0; both constant_buffer and constant_segment used; an
-// EXTERNAL tensor without a name, without a .ptd, or absent from it or of
-// another layout there; the older FlatTensor layout (v0.6.0's `tensors`).
+// out of range; a shape of negative size, of rank over 16 (the runtime's
+// kTensorDimensionLimit), or whose byte count overflows or exceeds the
+// bytes stored; an unknown or unsupported ScalarType; a dim_order that is
+// not a permutation; storage_offset != 0; both constant_buffer and
+// constant_segment used; an EXTERNAL tensor without a name, without a
+// .ptd, or absent from it or of another layout there; the older FlatTensor
+// layout (v0.6.0's `tensors`).
 #include <cstdint>
 #include <span>
 
-#include "format_reader.hpp"
+#include "formats/format_reader.hpp"
 #include "modelfs/catalog.hpp"
 
 namespace modelfs::executorch {
-
-// The runtime's kTensorDimensionLimit.
-inline constexpr uint64_t kMaxRank = 16;
 
 // "ET12" or "FT01" at bytes 4..8.
 bool probe_file(std::span<const std::byte> head);

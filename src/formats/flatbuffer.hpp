@@ -13,6 +13,7 @@
 // visited per walk (the flatbuffers verifier's default), the budget checked
 // at each.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -21,10 +22,12 @@
 #include <string_view>
 #include <vector>
 
+#include "formats/format_reader.hpp"
+#include "io/byte_reader.hpp"
+#include "io/checked_math.hpp"
+#include "io/tensor_spec.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/tensor_spec.hpp"
 
 namespace modelfs::flatbuffer {
 
@@ -50,9 +53,7 @@ class Flat {
   template <typename T>
   T scalar(uint64_t at, std::string_view what) const {
     if (!range_fits(at, sizeof(T), limit_)) fail(at, std::string(what) + " lies past the flatbuffer");
-    T value{};
-    std::memcpy(&value, file_.read(at, sizeof(T)).data(), sizeof(T));
-    return value;
+    return load_le<T>(file_.read(at, sizeof(T)));
   }
 
   // The position an uoffset_t at `at` points to.
@@ -177,6 +178,56 @@ std::vector<T> read_scalars(const Flat& flat, const Vec& v, uint64_t max) {
   out.reserve(n);
   for (uint64_t i = 0; i < n; ++i) out.push_back(flat.scalar<T>(v.at + sizeof(T) * i, "vector"));
   return out;
+}
+
+// An entry of a format's type table: its name of the type and the dtype
+// modelfs serves it as (none: the type holds no data modelfs serves).
+struct TypeInfo {
+  const char* name;
+  std::optional<DType> dtype;
+};
+
+// Entry `value` of `types`, the type of table `t`; refused when the table
+// has none of that number (`kind`: "tensor type"), or when the type has no
+// dtype (`no_data` says why).
+template <size_t N>
+const TypeInfo& type_of(const std::array<TypeInfo, N>& types, int8_t value, const Table& t,
+                        const std::string& named, std::string_view kind, std::string_view no_data) {
+  if (value < 0 || static_cast<size_t>(value) >= N)
+    t.flat().fail(t.at(), named + " has unknown " + std::string(kind) + " " + std::to_string(value));
+  const TypeInfo& info = types[static_cast<size_t>(value)];
+  if (!info.dtype)
+    t.flat().fail(t.at(),
+                  named + " is of " + std::string(kind) + " " + info.name + ", " + std::string(no_data));
+  return info;
+}
+
+// A shape stored as a vector of int32: at most `max_rank` dimensions, none
+// negative (`dimension`: what the format calls one, for messages).
+inline std::vector<uint64_t> read_shape(const Flat& flat, const Vec& dims, uint64_t max_rank,
+                                        const std::string& named, std::string_view dimension) {
+  if (dims.size > max_rank)
+    flat.fail(dims.at, named + " has rank " + std::to_string(dims.size) + " (at most " +
+                           std::to_string(max_rank) + ")");
+  std::vector<uint64_t> shape;
+  for (const int32_t d : read_scalars<int32_t>(flat, dims, max_rank)) {
+    if (d < 0)
+      flat.fail(dims.at, named + " has negative " + std::string(dimension) + " " + std::to_string(d));
+    shape.push_back(static_cast<uint64_t>(d));
+  }
+  return shape;
+}
+
+// The catalog of a flatbuffer model file: `format` (the catalog's name),
+// the file's time and name. Both formats' writers store equal constants
+// once, which several tensors then name: tensors may share bytes.
+inline Catalog flat_catalog(std::string_view format, const ModelFile& model) {
+  Catalog catalog;
+  catalog.format = std::string(format);
+  catalog.mtime = model.mapped->mtime();
+  catalog.files.push_back(model.path.filename().string());
+  catalog.tensors_may_share_bytes = true;
+  return catalog;
 }
 
 }  // namespace modelfs::flatbuffer

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "gguf.hpp"
+#include "formats/gguf.hpp"
 
 #include <algorithm>
 #include <array>
@@ -12,14 +12,14 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "formats/model_folder.hpp"
+#include "io/budget_charge.hpp"
+#include "io/byte_reader.hpp"
+#include "io/checked_math.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/budget_charge.hpp"
-#include "modelfs/byte_reader.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/json_release.hpp"
-#include "modelfs/model_folder.hpp"
-#include "modelfs/remote.hpp"
+#include "remote/remote.hpp"
 
 namespace modelfs::gguf {
 namespace {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "hdf5.hpp"
+#include "formats/hdf5.hpp"
 
 #include <zlib.h>
 
@@ -8,13 +8,13 @@
 #include <cstring>
 #include <unordered_set>
 
+#include "formats/hdf5_sandbox.hpp"
 #include "formats/json_limits.hpp"
-#include "hdf5_sandbox.hpp"
+#include "io/byte_reader.hpp"
+#include "io/checked_math.hpp"
+#include "io/pieces.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/byte_reader.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/pieces.hpp"
 
 namespace modelfs::hdf5 {
 namespace {

@@ -14,8 +14,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "hdf5.hpp"
-#include "hdf5_sandbox.hpp"
+#include "formats/hdf5.hpp"
+#include "formats/hdf5_sandbox.hpp"
 
 namespace modelfs::hdf5 {
 namespace {

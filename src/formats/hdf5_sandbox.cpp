@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "hdf5_sandbox.hpp"
+#include "formats/hdf5_sandbox.hpp"
 
 #include <fcntl.h>
 #include <linux/filter.h>
@@ -19,9 +19,10 @@
 #include <memory>
 #include <vector>
 
+#include "io/byte_reader.hpp"
+#include "io/terminal_text.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/terminal_text.hpp"
 
 namespace modelfs::hdf5 {
 namespace {
@@ -203,12 +204,6 @@ std::string ended(int status, const SandboxLimits& limits) {
          std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")";
 }
 
-uint64_t u64_at(const std::string& packet, size_t at) {
-  uint64_t value;
-  std::memcpy(&value, packet.data() + at, sizeof value);
-  return value;
-}
-
 }  // namespace
 
 bool send_packet(int socket, Packet kind, const void* payload, uint64_t size) {
@@ -297,7 +292,8 @@ std::string run_sandboxed(const MappedFile& file, uint64_t base, uint64_t length
     switch (kind) {
       case Packet::Read: {
         if (payload.size() != 16) fail(display, "the HDF5 process sent a malformed read request");
-        const uint64_t offset = u64_at(packet, 1), size = u64_at(packet, 9);
+        const auto request = std::as_bytes(std::span(packet));
+        const auto offset = load_le<uint64_t>(request, 1), size = load_le<uint64_t>(request, 9);
         reply.assign(1, '\1');
         if (size <= kMaxReadChunk && offset <= length && size <= length - offset) {
           const auto started = Clock::now();

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "modelfs/budget.hpp"
-#include "modelfs/budget_charge.hpp"
+#include "io/budget_charge.hpp"
 #include "modelfs/error.hpp"
 
 namespace modelfs {

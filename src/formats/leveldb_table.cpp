@@ -3,16 +3,17 @@
 // (leveldb_table.hpp): footer, block trailers and snappy, block entries.
 // Apart from the bundle reader (tfckpt.cpp) so that the table's structural
 // checks read on their own, without the tensors built from its entries.
-#include "leveldb_table.hpp"
+#include "formats/leveldb_table.hpp"
 
 #include <snappy.h>
 
 #include <algorithm>
 
+#include "formats/tfckpt.hpp"
+#include "io/byte_reader.hpp"
+#include "io/checked_math.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "tfckpt.hpp"
 
 namespace modelfs::tfckpt {
 namespace {
@@ -37,7 +38,7 @@ Footer parse_footer(std::span<const std::byte> footer, uint64_t file_size, const
     fail(file, std::nullopt,
          "file is " + std::to_string(file_size) + " bytes, shorter than a table's 48-byte footer");
   const uint64_t at = file_size - kFooterBytes;
-  const uint64_t magic = le32(footer, 40) | (uint64_t{le32(footer, 44)} << 32);
+  const auto magic = load_le<uint64_t>(footer, 40);
   if (magic != kTableMagic) fail(file, at + 40, "no table magic at the end of the file (not an .index)");
   uint64_t pos = 0;
   auto handle = [&](const char* what) {
@@ -70,7 +71,7 @@ Block read_block(std::span<const std::byte> contents_and_trailer, uint64_t offse
   const uint64_t size = contents_and_trailer.size() - kTrailerBytes;
   const auto contents = contents_and_trailer.first(size);
   const auto type = static_cast<uint8_t>(contents_and_trailer[size]);
-  const uint32_t stored = le32(contents_and_trailer, size + 1);
+  const auto stored = load_le<uint32_t>(contents_and_trailer, size + 1);
   const uint32_t actual = crc32c_extend(crc32c(contents), contents_and_trailer.subspan(size, 1));
   if (unmask_crc(stored) != actual)
     fail(file, offset + size + 1, "block checksum mismatch (the .index is corrupt)");
@@ -110,14 +111,14 @@ void for_each_entry(
     const std::function<void(std::string_view key, std::span<const std::byte> value)>& visit) {
   const uint64_t size = contents.size();
   if (size < 4) fail(file, offset, "block of " + std::to_string(size) + " bytes has no restart count");
-  const uint64_t restarts = le32(contents, size - 4);
+  const uint64_t restarts = load_le<uint32_t>(contents, size - 4);
   if (restarts == 0 || restarts > (size - 4) / 4)
     fail(file, offset + size - 4,
          "block says it has " + std::to_string(restarts) + " restart points, which its " +
              std::to_string(size) + " bytes cannot hold");
   const uint64_t entries_end = size - 4 - restarts * 4;
   uint64_t next_restart = 0;  // index into the restart array
-  auto restart_at = [&](uint64_t i) { return le32(contents, entries_end + i * 4); };
+  auto restart_at = [&](uint64_t i) { return load_le<uint32_t>(contents, entries_end + i * 4); };
   if (restart_at(0) != 0) fail(file, offset + entries_end, "block's first restart point is not 0");
   std::string key;
   uint64_t pos = 0;

@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "modelfs/crc32c.hpp"
+#include "io/crc32c.hpp"
 
 namespace modelfs::tfckpt {
 
@@ -83,12 +83,6 @@ inline std::optional<uint64_t> varint_at(std::span<const std::byte> bytes, uint6
     }
   }
   return std::nullopt;
-}
-
-inline uint32_t le32(std::span<const std::byte> bytes, uint64_t pos) {
-  uint32_t v;
-  std::memcpy(&v, bytes.data() + pos, 4);
-  return v;
 }
 
 }  // namespace modelfs::tfckpt

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "numpy.hpp"
+#include "formats/numpy.hpp"
 
 #include <zlib.h>
 
@@ -9,9 +9,9 @@
 #include <limits>
 #include <map>
 
+#include "io/byte_reader.hpp"
+#include "io/checked_math.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/byte_reader.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 
 namespace modelfs::numpy {

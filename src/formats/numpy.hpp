@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "format_reader.hpp"
+#include "formats/format_reader.hpp"
+#include "io/zip_archive.hpp"
 #include "modelfs/catalog.hpp"
-#include "modelfs/zip_archive.hpp"
 
 namespace modelfs::numpy {
 

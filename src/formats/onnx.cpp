@@ -3,7 +3,7 @@
 // sparse and attribute tensors, their typed, raw and external bytes) and
 // the probe. The graph document is onnx_graph.cpp's (onnx_reader.hpp says
 // how the two halves share the Reader).
-#include "onnx.hpp"
+#include "formats/onnx.hpp"
 
 #include <sys/stat.h>
 
@@ -19,20 +19,20 @@
 #include <system_error>
 #include <vector>
 
-#include "json_limits.hpp"
+#include "formats/json_limits.hpp"
+#include "formats/model_folder.hpp"
+#include "formats/onnx_reader.hpp"
+#include "io/budget_charge.hpp"
+#include "io/checked_math.hpp"
+#include "io/json_object.hpp"
+#include "io/json_text.hpp"
+#include "io/protobuf_wire.hpp"
+#include "io/sha1.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/budget_charge.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/json_object.hpp"
 #include "modelfs/json_release.hpp"
-#include "modelfs/json_text.hpp"
 #include "modelfs/mapped_file.hpp"
-#include "modelfs/model_folder.hpp"
-#include "modelfs/protobuf_wire.hpp"
-#include "modelfs/remote.hpp"
-#include "modelfs/sha1.hpp"
-#include "onnx_reader.hpp"
+#include "remote/remote.hpp"
 
 namespace modelfs::onnx {
 namespace detail {
@@ -281,26 +281,13 @@ std::string Reader::read_tensor(const WireMessage& tensor, const std::string& gi
   return name;
 }
 
-// Text elements as JSON Lines (dtype.hpp, DType::String), within what the
-// model may make of them in all (kMaxStringTextBytes).
+// Text elements as JSON Lines (string_lines.hpp), within what the model
+// may make of them in all.
 std::string Reader::json_lines(const std::vector<std::string_view>& elements, uint64_t at,
                                const std::string& quote) {
-  uint64_t length = 0;
-  // At most seven bytes of text per byte of the model, plus three per
-  // element: no overflow.
-  for (auto element : elements) length += json_bytes_length(element) + 1;
-  if (length > kMaxStringTextBytes - string_text_bytes_)
-    fail(at, quote + "its strings as JSON Lines take " + std::to_string(length) +
-                 " bytes, over what is left of the " + std::to_string(kMaxStringTextBytes) +
-                 "-byte limit on a model's string tensors");
-  string_text_bytes_ += length;
-  std::string out;
-  out.reserve(length);
-  for (auto element : elements) {
-    append_json_bytes(out, element);
-    out += '\n';
-  }
-  return out;
+  auto text = string_lines_.write(elements.size(), [&](uint64_t i) { return elements[i]; });
+  if (!text.lines) fail(at, quote + string_lines_.over_cap(text.length));
+  return std::move(*text.lines);
 }
 
 // float_data / double_data (fixed width) and the varint fields.

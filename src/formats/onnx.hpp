@@ -38,7 +38,7 @@
 #include <filesystem>
 #include <span>
 
-#include "format_reader.hpp"
+#include "formats/format_reader.hpp"
 #include "modelfs/catalog.hpp"
 
 namespace modelfs::onnx {
@@ -46,10 +46,6 @@ namespace modelfs::onnx {
 // protobuf's own limit on one message, which onnx's checker enforces too;
 // larger models must keep their weights in external data.
 inline constexpr uint64_t kMaxModelBytes = 2147483647;
-// The JSON Lines text made for a model's STRING tensors, in all: an
-// element can take up to six times its bytes (\udcXX), so a hostile model
-// could otherwise make a dozen GiB of text.
-inline constexpr uint64_t kMaxStringTextBytes = uint64_t{1} << 30;
 // A Constant node's value_ints become eight bytes each, from as little as
 // one byte of the file: a list beyond this is refused.
 inline constexpr uint64_t kMaxConstantListBytes = uint64_t{1} << 30;

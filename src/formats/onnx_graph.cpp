@@ -8,12 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "formats/onnx_reader.hpp"
+#include "io/budget_charge.hpp"
+#include "io/byte_reader.hpp"
+#include "io/checked_math.hpp"
+#include "io/json_object.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/budget_charge.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/json_object.hpp"
-#include "onnx_reader.hpp"
 
 namespace modelfs::onnx::detail {
 
@@ -206,6 +207,34 @@ uint64_t Reader::effective_type(const Fields& fields) const {
   return type::kUndefined;
 }
 
+namespace {
+
+// The attribute types whose value is a message, or a list of them: the
+// field that holds it, the key the attribute's JSON gives it under, and
+// what it is.
+enum class Holds { Tensor, SparseTensor, Graph, Type };
+struct MessageForm {
+  uint64_t type;
+  uint32_t field;
+  const char* key;
+  bool list;
+  Holds holds;
+};
+constexpr MessageForm kMessageForms[] = {
+    {attribute_type::kTensor, attribute_field::kT, "tensor", false, Holds::Tensor},
+    {attribute_type::kTensors, attribute_field::kTensors, "tensors", true, Holds::Tensor},
+    {attribute_type::kSparseTensor, attribute_field::kSparseTensor, "sparse_tensor", false,
+     Holds::SparseTensor},
+    {attribute_type::kSparseTensors, attribute_field::kSparseTensors, "sparse_tensors", true,
+     Holds::SparseTensor},
+    {attribute_type::kGraph, attribute_field::kG, "graph", false, Holds::Graph},
+    {attribute_type::kGraphs, attribute_field::kGraphs, "graphs", true, Holds::Graph},
+    {attribute_type::kTypeProto, attribute_field::kTp, "type", false, Holds::Type},
+    {attribute_type::kTypeProtos, attribute_field::kTypeProtos, "types", true, Holds::Type},
+};
+
+}  // namespace
+
 // (name, JSON value) of one AttributeProto; its tensors go to the catalog
 // and its graphs are read in place (nested in the JSON).
 std::pair<std::string, Json> Reader::read_attribute(const WireMessage& attribute, const std::string& owner,
@@ -231,29 +260,31 @@ std::pair<std::string, Json> Reader::read_attribute(const WireMessage& attribute
     return {name, value};
   }
   // A message-valued attribute holds one message (the merge of its
-  // field's occurrences) or a list; `read` gets each with the suffix,
+  // field's occurrences) or a list; each is read with the suffix,
   // "/<index>" in a list, that its tensors' names and graphs' paths take.
-  const auto one = [&](uint32_t field, const char* key, const auto& read) {
-    if (const auto message = fields.message(field)) value[key] = read(*message, "");
+  const auto read_message = [&](Holds holds, const WireMessage& m, const std::string& suffix) -> Json {
+    if (holds == Holds::Graph) return read_graph(m, graph_path + "/" + tensor_base + suffix);
+    if (holds == Holds::Type) return read_type(m);
+    // Tensors, dense or sparse: a Constant's one is named after its output.
+    const bool constant = constant_name && suffix.empty();
+    return read_any(m, constant ? *constant_name : tensor_base + suffix, false,
+                    constant ? "constant" : "attribute", graph_path, holds == Holds::SparseTensor);
   };
-  const auto each = [&](uint32_t field, const char* key, const auto& read) {
-    value[key] = Json::array();
-    const auto list = fields.every(field);
-    for (size_t i = 0; i < list.size(); ++i)
-      value[key].push_back(read(attribute.child(list[i]), "/" + std::to_string(i)));
-  };
-  // Tensors, dense or sparse: a Constant's one is named after its output.
-  const auto tensors = [&](bool sparse) {
-    return [&, sparse](const WireMessage& tensor, const std::string& suffix) {
-      const bool constant = constant_name && suffix.empty();
-      return read_any(tensor, constant ? *constant_name : tensor_base + suffix, false,
-                      constant ? "constant" : "attribute", graph_path, sparse);
-    };
-  };
-  const auto graph = [&](const WireMessage& g, const std::string& suffix) {
-    return read_graph(g, graph_path + "/" + tensor_base + suffix);
-  };
-  const auto type_proto = [&](const WireMessage& t, const std::string&) { return read_type(t); };
+  for (const MessageForm& form : kMessageForms) {
+    if (form.type != type) continue;
+    if (!form.list) {
+      if (const auto message = fields.message(form.field))
+        value[form.key] = read_message(form.holds, *message, "");
+    } else {
+      value[form.key] = Json::array();
+      const auto list = fields.every(form.field);
+      for (size_t i = 0; i < list.size(); ++i)
+        value[form.key].push_back(
+            read_message(form.holds, attribute.child(list[i]), "/" + std::to_string(i)));
+    }
+    check_budget();
+    return {name, value};
+  }
   switch (type) {
     case attribute_type::kFloat: {
       const auto* f = fields.last(kF);
@@ -275,9 +306,7 @@ std::pair<std::string, Json> Reader::read_attribute(const WireMessage& attribute
           if (f.length % 4 != 0) fail(f.offset, "attribute \"" + name + "\": packed floats of odd length");
           const auto packed = payload_bytes(f);
           for (uint64_t at = 0; at < f.length; at += 4) {
-            uint32_t bits = 0;
-            std::memcpy(&bits, packed.data() + at, 4);
-            value.push_back(static_cast<double>(std::bit_cast<float>(bits)));
+            value.push_back(static_cast<double>(load_le<float>(packed, at)));
           }
         } else {
           value.push_back(fixed32_float(f));
@@ -297,30 +326,6 @@ std::pair<std::string, Json> Reader::read_attribute(const WireMessage& attribute
     }
     case attribute_type::kStrings:
       value = texts(fields, kStrings);
-      break;
-    case attribute_type::kTensor:
-      one(kT, "tensor", tensors(false));
-      break;
-    case attribute_type::kTensors:
-      each(kTensors, "tensors", tensors(false));
-      break;
-    case attribute_type::kSparseTensor:
-      one(kSparseTensor, "sparse_tensor", tensors(true));
-      break;
-    case attribute_type::kSparseTensors:
-      each(kSparseTensors, "sparse_tensors", tensors(true));
-      break;
-    case attribute_type::kGraph:
-      one(kG, "graph", graph);
-      break;
-    case attribute_type::kGraphs:
-      each(kGraphs, "graphs", graph);
-      break;
-    case attribute_type::kTypeProto:
-      one(kTp, "type", type_proto);
-      break;
-    case attribute_type::kTypeProtos:
-      each(kTypeProtos, "types", type_proto);
       break;
     default:
       value["unknown_type"] = type;

@@ -22,13 +22,15 @@
 #include <utility>
 #include <vector>
 
-#include "format_reader.hpp"
+#include "formats/format_reader.hpp"
+#include "formats/model_folder.hpp"
+#include "formats/onnx.hpp"
+#include "formats/string_lines.hpp"
+#include "io/json_text.hpp"
+#include "io/protobuf_wire.hpp"
 #include "modelfs/catalog.hpp"
-#include "modelfs/json_text.hpp"
+#include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
-#include "modelfs/model_folder.hpp"
-#include "modelfs/protobuf_wire.hpp"
-#include "onnx.hpp"
 
 namespace modelfs::onnx::detail {
 
@@ -268,7 +270,7 @@ class Reader {
   std::optional<ModelFolder> folder_;
   WireContext context_;
   Catalog catalog_;
-  uint64_t string_text_bytes_ = 0;                                     // made so far for STRING tensors
+  StringLines string_lines_;                                           // the model's STRING tensors' text
   std::map<std::string, std::shared_ptr<const MappedFile>> external_;  // by location
   EarlyOpens early_;                                                   // open_remote_external's
   std::map<std::pair<dev_t, ino_t>, std::shared_ptr<const MappedFile>> external_by_identity_;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "openvino.hpp"
+#include "formats/openvino.hpp"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -17,14 +17,18 @@
 #include <string_view>
 #include <vector>
 
+#include "formats/model_folder.hpp"
+#include "formats/read_back.hpp"
+#include "formats/string_lines.hpp"
+#include "io/budget_charge.hpp"
+#include "io/byte_reader.hpp"
+#include "io/checked_math.hpp"
+#include "io/json_text.hpp"
+#include "io/tensor_spec.hpp"
+#include "io/trim.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/budget_charge.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/json_text.hpp"
 #include "modelfs/mapped_file.hpp"
-#include "modelfs/model_folder.hpp"
-#include "modelfs/tensor_spec.hpp"
 
 namespace modelfs::openvino {
 namespace {
@@ -119,20 +123,13 @@ std::optional<uint64_t> parse_u64(std::string_view text) {
   return value;
 }
 
-std::string_view trim(std::string_view text) {
-  const auto first = text.find_first_not_of(" \t\r\n");
-  if (first == std::string_view::npos) return {};
-  const auto last = text.find_last_not_of(" \t\r\n");
-  return text.substr(first, last - first + 1);
-}
-
 // Shape text: "" (a scalar) or comma-separated non-negative integers.
 std::optional<std::vector<uint64_t>> parse_shape(std::string_view text) {
   std::vector<uint64_t> shape;
-  if (trim(text).empty()) return shape;
+  if (trim_blanks(text).empty()) return shape;
   while (true) {
     const auto comma = text.find(',');
-    const auto dim = parse_u64(trim(text.substr(0, comma)));
+    const auto dim = parse_u64(trim_blanks(text.substr(0, comma)));
     if (!dim || shape.size() >= kMaxRank) return std::nullopt;
     shape.push_back(*dim);
     if (comma == std::string_view::npos) return shape;
@@ -158,17 +155,14 @@ class Reader {
 
   Catalog read() {
     const auto& file = model_.mapped;
-    if (file->size() > kMaxXmlBytes)
-      fail(std::nullopt, "is " + std::to_string(file->size()) + " bytes; an IR .xml is read whole, up to " +
-                             std::to_string(kMaxXmlBytes));
+    text_ = whole_text(*file, kMaxXmlBytes, kErrorFormat, "an IR .xml");
     // Half the rate of other formats' metadata: an IR repeats its tag and
     // attribute names in every layer, some 2-3 times the bytes a JSON
     // header takes for a tensor (what the budget's rate is set for); the
     // parsed tree, some 5 times the text, still fits (-o max_parse_mb
     // raises it for an .xml over ~50 MB).
     add_metadata_bytes(file->size() / 2);
-    const auto bytes = file->read(0, file->size());
-    text_ = std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    const auto bytes = std::as_bytes(std::span(text_));
 
     {
       // The parsed tree is given back before the document's copy is made.
@@ -353,9 +347,9 @@ class Reader {
                          std::to_string(kMaxRank) + ")");
     const std::string_view offset_text = attr("offset");
     const std::string_view size_text = attr("size");
-    const auto offset = parse_u64(trim(offset_text));
+    const auto offset = parse_u64(trim_blanks(offset_text));
     if (!offset) fail(at(data), quote + "offset " + shown(offset_text) + " is not a non-negative integer");
-    const auto size = parse_u64(trim(size_text));
+    const auto size = parse_u64(trim_blanks(size_text));
     if (!size) fail(at(data), quote + "size " + shown(size_text) + " is not a non-negative integer");
 
     Size numel = 1;
@@ -425,7 +419,7 @@ class Reader {
     if (!port || !port.child("dim")) return;
     std::vector<uint64_t> dims;
     for (const pugi::xml_node dim : port.children("dim")) {
-      const auto value = parse_u64(trim(dim.child_value()));
+      const auto value = parse_u64(trim_blanks(dim.child_value()));
       if (!value || dims.size() > kMaxRank) {
         fail(at(dim), quote + "its output port has dim " + shown(dim.child_value()) +
                           ", not a non-negative integer (a Const's shape is static)");
@@ -440,12 +434,7 @@ class Reader {
   void read_strings(TensorSpec& t, uint64_t offset, uint64_t size, uint64_t count, const std::string& quote,
                     uint64_t where) {
     const auto region = bin_->read(offset, size);
-    const auto* p = reinterpret_cast<const unsigned char*>(region.data());
-    const auto i32 = [&](uint64_t at) {
-      uint32_t v = 0;
-      std::memcpy(&v, p + at, 4);
-      return static_cast<int32_t>(v);
-    };
+    const auto i32 = [&](uint64_t at) { return load_le<int32_t>(region, at); };
     if (size < 4) fail(where, quote + "a string Const of " + std::to_string(size) + " bytes has no count");
     const int32_t n = i32(0);
     if (n < 0 || static_cast<uint64_t>(n) != count)
@@ -456,33 +445,31 @@ class Reader {
       fail(where, quote + "its " + std::to_string(n) + " string offsets need " + std::to_string(header) +
                       " bytes; it has " + std::to_string(size));
     const uint64_t chars = size - header;
-    std::string out;
     uint64_t previous = 0;
-    for (uint64_t i = 0; i <= static_cast<uint64_t>(n); ++i) {
-      if (i % 4096 == 0) check_budget();
+    // Offset i + 1 ends element i: each checked between the one before and
+    // the characters' end.
+    const auto end_of = [&](uint64_t i) {
       const int32_t end = i32(4 + 4 * i);
       if (end < 0 || static_cast<uint64_t>(end) < previous || static_cast<uint64_t>(end) > chars ||
           (i == 0 && end != 0))
         fail(where, quote + "string offset " + std::to_string(i) + " (" + std::to_string(end) +
                         ") is not between the previous one and the " + std::to_string(chars) +
                         " bytes of characters");
-      if (i > 0) {
-        const std::string_view element(reinterpret_cast<const char*>(p + header + previous),
-                                       static_cast<uint64_t>(end) - previous);
-        const uint64_t text = json_bytes_length(element) + 1;
-        if (text > kMaxStringTextBytes - string_text_bytes_)
-          fail(where, quote + "its strings as JSON Lines take over what is left of the " +
-                          std::to_string(kMaxStringTextBytes) + "-byte limit on a model's string Consts");
-        string_text_bytes_ += text;
-        append_json_bytes(out, element);
-        out += '\n';
-      }
-      previous = static_cast<uint64_t>(end);
-    }
+      return static_cast<uint64_t>(end);
+    };
+    end_of(0);
+    auto text = string_lines_.write(count, [&](uint64_t i) {
+      const uint64_t end = end_of(i + 1);
+      const std::string_view element(reinterpret_cast<const char*>(region.data() + header + previous),
+                                     end - previous);
+      previous = end;
+      return element;
+    });
     if (previous != chars)
       fail(where, quote + "its strings end at " + std::to_string(previous) + " of " + std::to_string(chars) +
                       " bytes of characters");
-    t.bytes = ByteSpan::owned(std::move(out));
+    if (!text.lines) fail(where, quote + string_lines_.over_cap(text.length));
+    t.bytes = ByteSpan::owned(std::move(*text.lines));
     t.source = {bin_name_, std::nullopt};
   }
 
@@ -523,24 +510,10 @@ class Reader {
   // was opened (its Consts' ranges were checked against that at open).
   void add_check() {
     const auto file = bin_;
-    const std::string format(kErrorFormat);
     model_.checks->push_back(
         {"the weights file " + bin_name_ + " (" + std::to_string(file->size()) + " bytes)", file->size(),
-         [file, format](const std::function<void(uint64_t)>& progress) {
-           constexpr uint64_t kChunk = uint64_t{1} << 20;
-           std::vector<char> buffer(std::min<uint64_t>(kChunk, file->size()));
-           for (uint64_t at = 0; at < file->size();) {
-             const uint64_t want = std::min<uint64_t>(kChunk, file->size() - at);
-             file->ensure(at, want);
-             const ssize_t got = ::pread(file->fd(), buffer.data(), want, static_cast<off_t>(at));
-             if (got <= 0)
-               throw ModelError(
-                   file->display_name(), format, at,
-                   std::string("weights file cannot be read: ") +
-                       (got < 0 ? std::strerror(errno) : "it ends here, shorter than when it was opened"));
-             at += static_cast<uint64_t>(got);
-             progress(static_cast<uint64_t>(got));
-           }
+         [file](const std::function<void(uint64_t)>& progress) {
+           read_back_whole(*file, kErrorFormat, "weights file", progress);
          }});
   }
 
@@ -562,7 +535,7 @@ class Reader {
   uint64_t consts_ = 0;
   Json left_out_ = Json::array();
   uint64_t left_out_count_ = 0;
-  uint64_t string_text_bytes_ = 0;
+  StringLines string_lines_;  // the model's string Consts' text
 };
 
 }  // namespace
@@ -600,7 +573,7 @@ bool probe_file(std::span<const std::byte> head) {
   const std::string_view tag = text.substr(0, text.find('>'));
   for (size_t at = tag.find("version"); at != std::string_view::npos; at = tag.find("version", at + 1)) {
     if (std::string_view(" \t\r\n").find(tag[at - 1]) == std::string_view::npos) continue;
-    const std::string_view rest = trim(tag.substr(at + 7));
+    const std::string_view rest = trim_blanks(tag.substr(at + 7));
     if (rest.starts_with('=')) return true;
   }
   return false;

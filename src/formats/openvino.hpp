@@ -36,7 +36,7 @@
 #include <cstdint>
 #include <span>
 
-#include "format_reader.hpp"
+#include "formats/format_reader.hpp"
 #include "modelfs/catalog.hpp"
 
 namespace modelfs::openvino {
@@ -46,8 +46,6 @@ inline constexpr uint64_t kMaxXmlBytes = uint64_t{256} << 20;
 inline constexpr uint64_t kMaxDepth = 64;
 inline constexpr uint64_t kMaxAttributeBytes = uint64_t{1} << 20;
 inline constexpr uint64_t kMaxRank = 64;
-// What a model's string Consts may take as JSON Lines, in all.
-inline constexpr uint64_t kMaxStringTextBytes = uint64_t{1} << 30;
 
 // The text starts (after a byte order mark, blanks, an XML declaration and
 // comments) with a <net> start tag that has a version attribute.

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "pt2.hpp"
+#include "formats/pt2.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -16,13 +16,13 @@
 #include <string_view>
 #include <vector>
 
-#include "json_limits.hpp"
+#include "formats/json_limits.hpp"
+#include "formats/torch_objects.hpp"
+#include "formats/torch_save.hpp"
+#include "io/budget_charge.hpp"
+#include "io/checked_math.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/budget_charge.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "torch_objects.hpp"
-#include "torch_save.hpp"
 
 namespace modelfs::pt2 {
 namespace {

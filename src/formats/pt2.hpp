@@ -5,9 +5,9 @@
 // flat (2.1-2.7) and AOTInductor; docs/formats.md, "PT2 archives", says what
 // each holds, and docs/design.md, "Tensor names", how tensors are named.
 // Nothing pickled is executed: custom objects are listed, never rebuilt.
-#include "format_reader.hpp"
+#include "formats/format_reader.hpp"
+#include "io/zip_archive.hpp"
 #include "modelfs/catalog.hpp"
-#include "modelfs/zip_archive.hpp"
 
 namespace modelfs::pt2 {
 

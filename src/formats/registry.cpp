@@ -1,23 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
 // The one list of format readers. Adding a format: its reader's files, its
 // entry here (ARCHITECTURE.md, "Adding a format").
-#include "registry.hpp"
+#include "formats/registry.hpp"
 
 #include <array>
 
-#include "dcp.hpp"
-#include "executorch.hpp"
-#include "gguf.hpp"
-#include "hdf5.hpp"
-#include "numpy.hpp"
-#include "onnx.hpp"
-#include "openvino.hpp"
-#include "pt2.hpp"
-#include "safetensors.hpp"
-#include "tfckpt.hpp"
-#include "tfjs.hpp"
-#include "tflite.hpp"
-#include "torch.hpp"
+#include "formats/dcp.hpp"
+#include "formats/executorch.hpp"
+#include "formats/gguf.hpp"
+#include "formats/hdf5.hpp"
+#include "formats/numpy.hpp"
+#include "formats/onnx.hpp"
+#include "formats/openvino.hpp"
+#include "formats/pt2.hpp"
+#include "formats/safetensors.hpp"
+#include "formats/tfckpt.hpp"
+#include "formats/tfjs.hpp"
+#include "formats/tflite.hpp"
+#include "formats/torch.hpp"
 
 namespace modelfs {
 namespace {

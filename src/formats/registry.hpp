@@ -10,8 +10,8 @@
 #include <span>
 #include <string_view>
 
-#include "format_reader.hpp"
-#include "modelfs/zip_archive.hpp"
+#include "formats/format_reader.hpp"
+#include "io/zip_archive.hpp"
 
 namespace modelfs {
 

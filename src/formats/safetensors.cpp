@@ -1,19 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "safetensors.hpp"
+#include "formats/safetensors.hpp"
 
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 
+#include "formats/safetensors_header.hpp"
+#include "formats/sharded_index.hpp"
+#include "io/budget_charge.hpp"
+#include "io/byte_reader.hpp"
+#include "io/checked_math.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/budget_charge.hpp"
-#include "modelfs/byte_reader.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/json_release.hpp"
-#include "safetensors_header.hpp"
-#include "sharded_index.hpp"
 
 namespace modelfs::safetensors {
 namespace {
@@ -163,8 +163,7 @@ File parse(std::shared_ptr<const MappedFile> file, const std::string& name) {
 
 bool probe_file(std::span<const std::byte> head) {
   if (head.size() < 9) return false;
-  uint64_t n = 0;
-  std::memcpy(&n, head.data(), 8);
+  const auto n = load_le<uint64_t>(head);
   // An index JSON also has '{' early on, but then its first eight bytes are
   // text, which read as a length far beyond any real header.
   if (n >= (uint64_t{1} << 48) && static_cast<char>(head[0]) == '{') return false;

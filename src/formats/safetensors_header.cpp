@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "safetensors_header.hpp"
+#include "formats/safetensors_header.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -9,11 +9,11 @@
 #include <utility>
 #include <vector>
 
-#include "json_limits.hpp"
+#include "formats/json_limits.hpp"
+#include "formats/safetensors.hpp"
+#include "io/safetensors_dtype.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/json_release.hpp"
-#include "modelfs/safetensors_dtype.hpp"
-#include "safetensors.hpp"
 
 namespace modelfs::safetensors {
 namespace {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "sharded_index.hpp"
+#include "formats/sharded_index.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -8,11 +8,11 @@
 #include <set>
 #include <unordered_map>
 
-#include "json_limits.hpp"
-#include "modelfs/budget_charge.hpp"
+#include "formats/json_limits.hpp"
+#include "formats/model_folder.hpp"
+#include "io/budget_charge.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
-#include "modelfs/model_folder.hpp"
 
 namespace modelfs {
 

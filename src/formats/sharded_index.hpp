@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "format_reader.hpp"
+#include "formats/format_reader.hpp"
 #include "modelfs/catalog.hpp"
 
 namespace modelfs {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // TensorFlow checkpoint bundles (tfckpt.hpp; docs/formats.md, "TensorFlow
 // checkpoint bundles").
-#include "tfckpt.hpp"
+#include "formats/tfckpt.hpp"
 
 #include <algorithm>
 #include <array>
@@ -12,15 +12,17 @@
 #include <memory>
 #include <system_error>
 
+#include "formats/model_folder.hpp"
+#include "formats/string_lines.hpp"
+#include "io/budget_charge.hpp"
+#include "io/byte_reader.hpp"
+#include "io/checked_math.hpp"
+#include "io/json_text.hpp"
+#include "io/protobuf_wire.hpp"
+#include "io/tensor_spec.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/budget_charge.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/json_text.hpp"
-#include "modelfs/model_folder.hpp"
-#include "modelfs/protobuf_wire.hpp"
-#include "modelfs/remote.hpp"
-#include "modelfs/tensor_spec.hpp"
+#include "remote/remote.hpp"
 
 namespace modelfs::tfckpt {
 namespace {
@@ -177,7 +179,7 @@ bool probe_file(std::span<const std::byte> head) {
   if (head.size() < kFooterBytes + 8) return false;
   if (head.size() < 4096) {
     const auto tail = head.last(8);
-    if ((le32(tail, 0) | (uint64_t{le32(tail, 4)} << 32)) != kTableMagic) return false;
+    if (load_le<uint64_t>(tail) != kTableMagic) return false;
   }
   if (first_entry_is_header(head)) return true;
   // A snappy block: the length preamble, then a literal holding the entry.
@@ -579,7 +581,7 @@ class BundleReader {
       if (lengths) lengths->push_back(*length);
     }
     if (bytes.size() - pos < 4) fail(file, at, what + ": no checksum after the string lengths");
-    const uint32_t stored = le32(bytes, pos);
+    const auto stored = load_le<uint32_t>(bytes, pos);
     if (unmask_crc(stored) != lengths_crc)
       fail(file, at, what + ": the string lengths do not match their checksum");
     uint32_t crc = crc32c_extend(lengths_crc, bytes.subspan(pos, 4));
@@ -665,28 +667,15 @@ class BundleReader {
     uint64_t strings_at = 0;
     const auto raw = bytes.span();
     string_entry_crc(raw, numel, file_, e.at, what, &lengths, &strings_at);
-    uint64_t length = 0;
     uint64_t pos = strings_at;
-    // At most seven bytes of text per byte stored, plus one per element.
-    for (const uint64_t l : lengths) {
-      length += json_bytes_length(as_text(raw.subspan(pos, l))) + 1;
-      pos += l;
-    }
-    if (length > kMaxStringTextBytes - string_text_bytes_)
-      refuse(e.at, what + ": its strings as JSON Lines take " + std::to_string(length) +
-                       " bytes, over what is left of the " + std::to_string(kMaxStringTextBytes) +
-                       "-byte limit on a bundle's string tensors");
-    string_text_bytes_ += length;
-    std::string text;
-    text.reserve(length);
-    pos = strings_at;
-    for (const uint64_t l : lengths) {
-      append_json_bytes(text, as_text(raw.subspan(pos, l)));
-      text += '\n';
-      pos += l;
-    }
+    auto text = string_lines_.write(lengths.size(), [&](uint64_t i) {
+      const std::string_view element = as_text(raw.subspan(pos, lengths[i]));
+      pos += lengths[i];
+      return element;
+    });
+    if (!text.lines) refuse(e.at, what + ": " + string_lines_.over_cap(text.length));
     check_budget();
-    t.bytes = ByteSpan::owned(std::move(text));
+    t.bytes = ByteSpan::owned(std::move(*text.lines));
     t.source = {data_name, std::nullopt};
     t.extras["text"] = kStringText;
     add_crc_check(what, bytes, e.crc32c, e.at, numel);
@@ -797,8 +786,8 @@ class BundleReader {
   nlohmann::json left_out_ = nlohmann::json::array();
   std::optional<ModelFolder> folder_;
   std::map<int64_t, std::shared_ptr<const MappedFile>> shards_;
-  EarlyOpens early_;  // open_remote_shards
-  uint64_t string_text_bytes_ = 0;
+  EarlyOpens early_;          // open_remote_shards
+  StringLines string_lines_;  // the bundle's string tensors' text
 };
 
 }  // namespace

@@ -45,8 +45,8 @@
 #include <string_view>
 #include <vector>
 
-#include "format_reader.hpp"
-#include "leveldb_table.hpp"
+#include "formats/format_reader.hpp"
+#include "formats/leveldb_table.hpp"
 #include "modelfs/catalog.hpp"
 
 namespace modelfs::tfckpt {
@@ -54,8 +54,6 @@ namespace modelfs::tfckpt {
 inline constexpr std::string_view kFormat = "tensorflow checkpoint";
 inline constexpr uint64_t kMaxShards = 65536;
 inline constexpr size_t kMaxRank = 254;  // TensorShape's own limit
-// The JSON Lines text made for a bundle's DT_STRING tensors, in all.
-inline constexpr uint64_t kMaxStringTextBytes = uint64_t{1} << 30;
 
 // A partitioned variable's slice key, decoded: the full tensor's name and,
 // per dimension, (start, length), length -1 for the whole dimension.

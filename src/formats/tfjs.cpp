@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "tfjs.hpp"
+#include "formats/tfjs.hpp"
 
 #include <unistd.h>
 
@@ -15,15 +15,18 @@
 #include <unordered_set>
 #include <vector>
 
-#include "json_limits.hpp"
+#include "formats/json_limits.hpp"
+#include "formats/model_folder.hpp"
+#include "formats/read_back.hpp"
+#include "formats/string_lines.hpp"
+#include "io/budget_charge.hpp"
+#include "io/byte_reader.hpp"
+#include "io/checked_math.hpp"
+#include "io/json_text.hpp"
+#include "io/tensor_spec.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/budget_charge.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/json_text.hpp"
 #include "modelfs/mapped_file.hpp"
-#include "modelfs/model_folder.hpp"
-#include "modelfs/tensor_spec.hpp"
 
 namespace modelfs::tfjs {
 namespace {
@@ -108,13 +111,9 @@ class Reader {
 
   Catalog read() {
     const auto& file = model_.mapped;
-    if (file->size() > kMaxModelJsonBytes)
-      fail("is " + std::to_string(file->size()) + " bytes; a model.json is read whole, up to " +
-           std::to_string(kMaxModelJsonBytes));
+    const std::string_view text = whole_text(*file, kMaxModelJsonBytes, kErrorFormat, "a model.json");
     // All of it is metadata: the weights are in the shards.
     add_metadata_bytes(file->size());
-    const auto bytes = file->read(0, file->size());
-    const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
     Json json = parse_json_limited(text, display(), kErrorFormat, 0, kMaxJsonDepth);
     if (!json.is_object()) fail("is not a JSON object");
     auto manifest = json.find("weightsManifest");
@@ -338,7 +337,6 @@ class Reader {
   // JSON Lines (dtype.hpp, DType::String); the bytes they take.
   uint64_t read_strings(TensorSpec& t, const GroupBytes& group, uint64_t offset, uint64_t count,
                         const std::string& quote) {
-    std::string out;
     std::string element;
     uint64_t at = offset;
     auto runs_past = [&](const std::string& what) {
@@ -346,29 +344,22 @@ class Reader {
            std::to_string(group.size()) + " bytes");
     };
     // Each element takes at least 4 bytes of a stream that is finite: the
-    // loop ends at the group's end whatever `count` says.
-    for (uint64_t i = 0; i < count; ++i) {
-      check_budget();
+    // elements end at the group's end whatever `count` says.
+    auto text = string_lines_.write(count, [&](uint64_t i) -> std::string_view {
       if (at > group.size() || group.size() - at < 4) runs_past("the length of string " + std::to_string(i));
       element.clear();
       group.copy(at, 4, element);
-      uint32_t length = 0;
-      std::memcpy(&length, element.data(), 4);
+      const auto length = load_le<uint32_t>(std::as_bytes(std::span(element)));
       at += 4;
       if (group.size() - at < length)
         runs_past("string " + std::to_string(i) + " (" + std::to_string(length) + " bytes)");
       element.clear();
       group.copy(at, length, element);
       at += length;
-      const uint64_t text = json_bytes_length(element) + 1;
-      if (text > kMaxStringTextBytes - string_text_bytes_)
-        fail(quote + "its strings as JSON Lines take over what is left of the " +
-             std::to_string(kMaxStringTextBytes) + "-byte limit on a model's string weights");
-      string_text_bytes_ += text;
-      append_json_bytes(out, element);
-      out += '\n';
-    }
-    t.bytes = ByteSpan::owned(std::move(out));
+      return element;
+    });
+    if (!text.lines) fail(quote + string_lines_.over_cap(text.length));
+    t.bytes = ByteSpan::owned(std::move(*text.lines));
     // Decoded: the shard it starts in, at no offset of the raw file's.
     t.source = {offset < group.size() ? group.at(offset).name : name_, std::nullopt};
     return at - offset;
@@ -408,28 +399,9 @@ class Reader {
     const std::string what = "the shards of weightsManifest group " + std::to_string(number) + " (" +
                              std::to_string(group.size()) + " bytes, exactly its weights')";
     auto shards = group.shards();
-    const std::string format(kErrorFormat);
     model_.checks->push_back(
-        {what, group.size(),
-         [shards = std::move(shards), format](const std::function<void(uint64_t)>& progress) {
-           constexpr uint64_t kChunk = uint64_t{1} << 20;
-           std::vector<char> buffer;
-           for (const auto& shard : shards) {
-             const MappedFile& file = *shard.file;
-             buffer.resize(std::min<uint64_t>(kChunk, file.size()));
-             for (uint64_t at = 0; at < file.size();) {
-               const uint64_t want = std::min<uint64_t>(kChunk, file.size() - at);
-               file.ensure(at, want);  // a remote model's blocks, fetched into its cache file
-               const ssize_t got = ::pread(file.fd(), buffer.data(), want, static_cast<off_t>(at));
-               if (got <= 0)
-                 throw ModelError(
-                     file.display_name(), format, at,
-                     std::string("shard cannot be read: ") +
-                         (got < 0 ? std::strerror(errno) : "it ends here, shorter than when it was opened"));
-               at += static_cast<uint64_t>(got);
-               progress(static_cast<uint64_t>(got));
-             }
-           }
+        {what, group.size(), [shards = std::move(shards)](const std::function<void(uint64_t)>& progress) {
+           for (const auto& shard : shards) read_back_whole(*shard.file, kErrorFormat, "shard", progress);
          }});
   }
 
@@ -438,7 +410,7 @@ class Reader {
   std::optional<ModelFolder> folder_;
   Catalog catalog_;
   std::unordered_set<std::string> names_;
-  uint64_t string_text_bytes_ = 0;
+  StringLines string_lines_;  // the model's string weights' text
 };
 
 // Blanks before the text, and a UTF-8 byte order mark.

@@ -29,7 +29,7 @@
 #include <filesystem>
 #include <span>
 
-#include "format_reader.hpp"
+#include "formats/format_reader.hpp"
 #include "modelfs/catalog.hpp"
 
 namespace modelfs::tfjs {
@@ -38,8 +38,6 @@ inline constexpr uint64_t kMaxModelJsonBytes = uint64_t{256} << 20;
 // A Keras topology nests a layer's config in its model's, a wrapper's in
 // its layer's: tens of levels at most.
 inline constexpr int kMaxJsonDepth = 100;
-// What a model's string weights may take as JSON Lines, in all.
-inline constexpr uint64_t kMaxStringTextBytes = uint64_t{1} << 30;
 
 // A JSON object whose first keys (in the first 4 KiB) are TensorFlow.js's.
 bool probe_file(std::span<const std::byte> head);

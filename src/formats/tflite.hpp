@@ -28,14 +28,10 @@
 #include <cstdint>
 #include <span>
 
-#include "format_reader.hpp"
+#include "formats/format_reader.hpp"
 #include "modelfs/catalog.hpp"
 
 namespace modelfs::tflite {
-
-inline constexpr uint64_t kMaxRank = 64;
-// What a model's string tensors may take as JSON Lines, in all.
-inline constexpr uint64_t kMaxStringTextBytes = uint64_t{1} << 30;
 
 // "TFL3" at bytes 4..8.
 bool probe_file(std::span<const std::byte> head);

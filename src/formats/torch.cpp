@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "torch.hpp"
+#include "formats/torch.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -9,13 +9,14 @@
 #include <map>
 #include <ranges>
 
-#include "modelfs/checked_math.hpp"
+#include "formats/sharded_index.hpp"
+#include "formats/torch_objects.hpp"
+#include "formats/torch_save.hpp"
+#include "io/byte_reader.hpp"
+#include "io/checked_math.hpp"
+#include "io/unpickler.hpp"
+#include "io/zip_archive.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/unpickler.hpp"
-#include "modelfs/zip_archive.hpp"
-#include "sharded_index.hpp"
-#include "torch_objects.hpp"
-#include "torch_save.hpp"
 
 namespace modelfs::torch {
 namespace {
@@ -36,9 +37,6 @@ constexpr int64_t kLegacyProtocolVersion = 1001;
 // TorchScript source files are read (inflated) only to learn which
 // attributes are parameters and buffers; larger ones are not worth it.
 constexpr uint64_t kMaxScriptSourceBytes = uint64_t{16} << 20;
-// What the export's __metadata__ says of a torch checkpoint's tensors (what
-// transformers expects of a PyTorch checkpoint).
-constexpr std::string_view kCheckpointFormat = "pt";
 
 bool starts_with(std::span<const std::byte> head, std::string_view magic) {
   return head.size() >= magic.size() && std::memcmp(head.data(), magic.data(), magic.size()) == 0;
@@ -155,11 +153,7 @@ Catalog open_zip(const ModelFile& model, const ZipArchive& zip) {
     info["byteorder"] = text;
   }
 
-  Catalog catalog;
-  catalog.format = format;
-  catalog.export_hints.checkpoint_format = std::string(kCheckpointFormat);
-  catalog.mtime = file->mtime();
-  catalog.files.push_back(file_name(model.path));
+  Catalog catalog = torch_save::torch_catalog(format, *file, file_name(model.path));
   if (script) read_script_classes(zip, prefix, options);
 
   auto data = walk_record(zip, *data_pkl, prefix + "data/", options, "", true);
@@ -240,8 +234,7 @@ Catalog open_legacy(const ModelFile& model) {
                                " is listed but no tensor refers to it, so its element size is unknown");
     if (bytes.size() - position < 8)
       throw fail(position, "storage " + key->text + ": element count runs past the end of the file");
-    int64_t numel = 0;
-    std::memcpy(&numel, file->read(position, 8).data(), 8);
+    const auto numel = load_le<int64_t>(file->read(position, 8));
     if (numel < 0 || static_cast<uint64_t>(numel) != id->second.numel)
       throw fail(position, "storage " + key->text + " holds " + std::to_string(numel) +
                                " elements, but the object says " + std::to_string(id->second.numel));
@@ -270,11 +263,7 @@ Catalog open_legacy(const ModelFile& model) {
   });
   walker.walk(object.root, "", object.end);
 
-  Catalog catalog;
-  catalog.format = format;
-  catalog.export_hints.checkpoint_format = std::string(kCheckpointFormat);
-  catalog.mtime = file->mtime();
-  catalog.files.push_back(file_name(model.path));
+  Catalog catalog = torch_save::torch_catalog(format, *file, file_name(model.path));
   catalog.reserve(walker.tensors().size());
   for (const auto& t : walker.tensors()) catalog.add(t);
   catalog.metadata["values"] = std::move(walker.values());
@@ -325,7 +314,7 @@ bool probe_folder(const std::filesystem::path& folder) {
 
 Catalog open_index_file(const ModelFile& index) {
   Catalog catalog = open_sharded_index(index, kSharded, open_shard);
-  catalog.export_hints.checkpoint_format = std::string(kCheckpointFormat);
+  catalog.export_hints.checkpoint_format = std::string(torch_save::kCheckpointFormat);
   catalog.tensors_may_share_bytes = true;
   return catalog;
 }

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "torch_objects.hpp"
+#include "formats/torch_objects.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "io/budget_charge.hpp"
+#include "io/checked_math.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/budget_charge.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 
 namespace modelfs::torch {

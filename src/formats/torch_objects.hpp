@@ -16,9 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/tensor_spec.hpp"
+#include "io/unpickler.hpp"
 #include "modelfs/catalog.hpp"
-#include "modelfs/tensor_spec.hpp"
-#include "modelfs/unpickler.hpp"
 
 namespace modelfs::torch {
 

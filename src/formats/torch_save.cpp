@@ -1,18 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "torch_save.hpp"
+#include "formats/torch_save.hpp"
 
 #include <string>
 
+#include "io/trim.hpp"
+#include "io/unpickler.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/unpickler.hpp"
 
 namespace modelfs::torch_save {
-std::string trimmed(std::string_view text) {
-  const auto begin = text.find_first_not_of(" \t\r\n");
-  if (begin == std::string_view::npos) return "";
-  const auto end = text.find_last_not_of(" \t\r\n");
-  return std::string(text.substr(begin, end - begin + 1));
-}
+
+std::string trimmed(std::string_view text) { return std::string(trim_blanks(text)); }
 
 std::string archive_folder(const ZipArchive& zip) {
   if (zip.members().empty()) return "";

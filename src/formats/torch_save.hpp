@@ -11,14 +11,31 @@
 
 #include <nlohmann/json.hpp>
 
+#include "formats/torch_objects.hpp"
+#include "io/tensor_spec.hpp"
+#include "io/zip_archive.hpp"
 #include "modelfs/catalog.hpp"
-#include "modelfs/tensor_spec.hpp"
-#include "modelfs/zip_archive.hpp"
-#include "torch_objects.hpp"
+#include "modelfs/mapped_file.hpp"
 
 namespace modelfs::torch_save {
 
 inline constexpr uint64_t kMaxPickleBytes = uint64_t{1} << 31;
+
+// What an export's __metadata__ says of a torch checkpoint's tensors:
+// torch's names and layouts (what transformers expects of a PyTorch
+// checkpoint).
+inline constexpr std::string_view kCheckpointFormat = "pt";
+
+// The catalog of a checkpoint torch writes (torch.save, TorchScript, a
+// distributed checkpoint): `format`, the file's time and `name`.
+inline Catalog torch_catalog(std::string format, const MappedFile& file, std::string name) {
+  Catalog catalog;
+  catalog.format = std::move(format);
+  catalog.export_hints.checkpoint_format = std::string(kCheckpointFormat);
+  catalog.mtime = file.mtime();
+  catalog.files.push_back(std::move(name));
+  return catalog;
+}
 
 struct SaveContents {
   std::vector<TensorSpec> tensors;

@@ -8,14 +8,14 @@
 // EIO with a log line). The tree never changes after mounting, so entries
 // and attributes are cached by the kernel for as long as it likes and file
 // pages are kept between opens.
-#include "modelfs/fuse_server.hpp"
+#include "fuse/fuse_server.hpp"
 
-#include "loop.hpp"
-#include "modelfs/json_text.hpp"
-#include "modelfs/remote.hpp"
-#include "prefetcher.hpp"
-#include "replies.hpp"
-#include "threads.hpp"
+#include "fuse/loop.hpp"
+#include "fuse/prefetcher.hpp"
+#include "fuse/replies.hpp"
+#include "fuse/threads.hpp"
+#include "io/json_text.hpp"
+#include "remote/remote.hpp"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "loop.hpp"
+#include "fuse/loop.hpp"
 
 #include <linux/fuse.h>
 #include <pthread.h>
@@ -17,7 +17,7 @@
 #include <system_error>
 #include <thread>
 
-#include "threads.hpp"
+#include "fuse/threads.hpp"
 
 namespace modelfs {
 namespace {

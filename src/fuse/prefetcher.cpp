@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "prefetcher.hpp"
+#include "fuse/prefetcher.hpp"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -11,7 +11,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "threads.hpp"
+#include "fuse/threads.hpp"
 
 namespace modelfs {
 

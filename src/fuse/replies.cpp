@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "replies.hpp"
+#include "fuse/replies.hpp"
 
 namespace modelfs {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "threads.hpp"
+#include "fuse/threads.hpp"
 
 #include <pthread.h>
 #include <signal.h>

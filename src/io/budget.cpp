@@ -3,8 +3,8 @@
 
 #include <exception>
 
-#include "modelfs/budget_charge.hpp"
-#include "modelfs/checked_math.hpp"
+#include "io/budget_charge.hpp"
+#include "io/checked_math.hpp"
 #include "modelfs/error.hpp"
 
 namespace modelfs {

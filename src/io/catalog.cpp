@@ -4,12 +4,12 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "io/checked_math.hpp"
+#include "io/json_text.hpp"
+#include "io/pieces.hpp"
+#include "io/sidecar_keys.hpp"
+#include "io/tensor_spec.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/checked_math.hpp"
-#include "modelfs/json_text.hpp"
-#include "modelfs/pieces.hpp"
-#include "modelfs/sidecar_keys.hpp"
-#include "modelfs/tensor_spec.hpp"
 
 namespace modelfs {
 

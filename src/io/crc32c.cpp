@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // CRC-32C (Castagnoli): SSE4.2's instruction where the CPU has it, else
 // slicing by eight (crc32c.hpp).
-#include "modelfs/crc32c.hpp"
+#include "io/crc32c.hpp"
 
 #include <array>
 #include <cstring>

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "modelfs/dtype.hpp"
-#include "modelfs/safetensors_dtype.hpp"
+#include "io/ggml_table.hpp"
+#include "io/safetensors_dtype.hpp"
 
 #include <array>
 
@@ -111,5 +112,19 @@ bool qscheme_per_tensor(QScheme scheme) noexcept {
   return scheme == QScheme::PerTensorAffine || scheme == QScheme::PerTensorSymmetric ||
          scheme == QScheme::MinScaleAffine || scheme == QScheme::Widened;
 }
+
+const GgmlType* ggml_type(uint32_t id) noexcept {
+  for (const auto& type : ggml::kTypes)
+    if (type.id == id) return &type;
+  return nullptr;
+}
+
+const GgmlType* ggml_type_named(std::string_view name) noexcept {
+  for (const auto& type : ggml::kTypes)
+    if (type.name == name) return &type;
+  return nullptr;
+}
+
+std::span<const GgmlType> ggml_types() noexcept { return ggml::kTypes; }
 
 }  // namespace modelfs

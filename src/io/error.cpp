@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "modelfs/error.hpp"
 
-#include "modelfs/terminal_text.hpp"
+#include "io/terminal_text.hpp"
 
 namespace modelfs {
 namespace {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "modelfs/mapped_bytes.hpp"
+#include "io/mapped_bytes.hpp"
 
 #include <sys/stat.h>
 

@@ -13,9 +13,8 @@
 #include <shared_mutex>
 #include <vector>
 
+#include "io/mapped_bytes.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/mapped_bytes.hpp"
-#include "modelfs/remote.hpp"
 
 namespace modelfs {
 
@@ -94,7 +93,6 @@ std::span<const std::byte> MappedFile::read(uint64_t offset, uint64_t length) co
 }
 
 std::shared_ptr<const MappedFile> MappedFile::open(const std::filesystem::path& path) {
-  if (remote::is_url(path.native())) return remote::open(path.native());
   // O_NONBLOCK: opening a FIFO (or a terminal) for reading would otherwise
   // wait for a writer, forever. The type is checked on the open descriptor,
   // so nothing can be swapped in between.

@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "modelfs/pieces.hpp"
+#include "io/pieces.hpp"
 
 #include <algorithm>
 #include <limits>
 #include <optional>
 #include <string>
 
+#include "io/checked_math.hpp"
+#include "io/json_text.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/json_text.hpp"
 
 namespace modelfs {
 

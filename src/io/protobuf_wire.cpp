@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "modelfs/protobuf_wire.hpp"
+#include "io/protobuf_wire.hpp"
 
 #include "modelfs/budget.hpp"
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "modelfs/sha1.hpp"
+#include "io/sha1.hpp"
 
 #include <bit>
 #include <cstdio>

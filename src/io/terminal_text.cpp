@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "modelfs/terminal_text.hpp"
+#include "io/terminal_text.hpp"
 
 #include <locale.h>
 
@@ -8,7 +8,7 @@
 #include <cwchar>
 #include <optional>
 
-#include "modelfs/utf8.hpp"
+#include "io/utf8.hpp"
 
 namespace modelfs {
 namespace {

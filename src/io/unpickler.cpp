@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "modelfs/unpickler.hpp"
+#include "io/unpickler.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -12,9 +12,9 @@
 #include <unordered_set>
 #include <utility>
 
+#include "io/budget_charge.hpp"
+#include "io/byte_reader.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/budget_charge.hpp"
-#include "modelfs/byte_reader.hpp"
 #include "modelfs/dtype.hpp"
 #include "modelfs/error.hpp"
 

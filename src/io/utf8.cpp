@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "modelfs/utf8.hpp"
+#include "io/utf8.hpp"
 
 namespace modelfs {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "modelfs/zip_archive.hpp"
+#include "io/zip_archive.hpp"
 
 #include <zip.h>
 #include <zlib.h>
@@ -9,10 +9,10 @@
 #include <mutex>
 #include <tuple>
 
+#include "io/budget_charge.hpp"
+#include "io/byte_reader.hpp"
+#include "io/checked_math.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/budget_charge.hpp"
-#include "modelfs/byte_reader.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 
 namespace modelfs {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The in-memory bookkeeping of a remote object's blocks (block_table.hpp).
-#include "block_table.hpp"
+#include "remote/block_table.hpp"
 
 namespace modelfs::remote {
 

@@ -31,15 +31,15 @@
 #include <ranges>
 #include <thread>
 
-#include "block_table.hpp"
-#include "cache_object.hpp"
-#include "fetch_pool.hpp"
-#include "http.hpp"
+#include "io/sha1.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
-#include "modelfs/remote.hpp"
-#include "modelfs/sha1.hpp"
-#include "read_window.hpp"
+#include "remote/block_table.hpp"
+#include "remote/cache_object.hpp"
+#include "remote/fetch_pool.hpp"
+#include "remote/http.hpp"
+#include "remote/read_window.hpp"
+#include "remote/remote.hpp"
 
 namespace modelfs::remote {
 namespace {

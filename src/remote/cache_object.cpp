@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The block cache on disk: its folder, its files, the records' header and
 // checksums, and the removal of objects no daemon mounts (cache_object.hpp).
-#include "cache_object.hpp"
+#include "remote/cache_object.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -14,7 +14,7 @@
 #include <memory>
 #include <vector>
 
-#include "modelfs/crc32c.hpp"
+#include "io/crc32c.hpp"
 
 namespace modelfs::remote::cache {
 namespace {

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "http.hpp"
+#include "remote/http.hpp"
 
 namespace modelfs::remote {
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // HTTP requests of remote objects (http.hpp).
-#include "http.hpp"
+#include "remote/http.hpp"
 
 #include <unistd.h>
 
@@ -13,8 +13,8 @@
 #include <mutex>
 #include <thread>
 
-#include "cache_object.hpp"
 #include "modelfs/error.hpp"
+#include "remote/cache_object.hpp"
 
 namespace modelfs::remote {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "modelfs/remote.hpp"
+#include "remote/remote.hpp"
 
 namespace modelfs::remote {
 

@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "modelfs/error.hpp"
-#include "modelfs/remote.hpp"
+#include "remote/remote.hpp"
 
 namespace modelfs::remote {
 namespace {

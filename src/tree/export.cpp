@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "export.hpp"
+#include "tree/export.hpp"
 
 #include <nlohmann/json.hpp>
 
-#include "modelfs/checked_math.hpp"
-#include "modelfs/json_object.hpp"
-#include "modelfs/json_text.hpp"
-#include "modelfs/safetensors_dtype.hpp"
-#include "npy.hpp"
+#include "io/checked_math.hpp"
+#include "io/json_object.hpp"
+#include "io/json_text.hpp"
+#include "io/safetensors_dtype.hpp"
+#include "tree/npy.hpp"
 
 namespace modelfs {
 namespace {

@@ -23,10 +23,10 @@
 #include <utility>
 #include <vector>
 
+#include "io/checked_math.hpp"
 #include "modelfs/catalog.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/tree.hpp"
-#include "tree_parts.hpp"
+#include "tree/tree_parts.hpp"
 
 namespace modelfs {
 

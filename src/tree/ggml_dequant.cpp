@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "ggml_dequant.hpp"
+#include "tree/ggml_dequant.hpp"
 
 #include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
 
-#include "ggml_grids.hpp"
+#include "io/ggml_table.hpp"
+#include "tree/ggml_grids.hpp"
 
 // Each kernel below follows its type's definition in ggml (docs/formats.md,
 // "ggml dequantization"): the same field layout and the same float operations in the same
@@ -499,54 +500,29 @@ void row(const uint8_t* blocks, size_t count, float* out) {
   for (size_t i = 0; i < count; ++i) kernel(blocks + i * kTypeSize, out + i * kBlockSize);
 }
 
-// docs/formats.md, "ggml types". Ids missing here were removed from ggml (or
-// never used in files) and are refused.
-#define MODELFS_PLAIN(id, name, type_size, dtype) \
-  GgmlType { id, #name, 1, type_size, DType::dtype, nullptr, nullptr }
-#define MODELFS_BLOCK(id, name, block_size, type_size) \
-  GgmlType { id, #name, block_size, type_size, std::nullopt, name, row<name, block_size, type_size> }
-
-constexpr GgmlType kTypes[] = {
-    MODELFS_PLAIN(0, f32, 4, Float32),
-    MODELFS_PLAIN(1, f16, 2, Float16),
-    MODELFS_BLOCK(2, q4_0, 32, 18),
-    MODELFS_BLOCK(3, q4_1, 32, 20),
-    MODELFS_BLOCK(6, q5_0, 32, 22),
-    MODELFS_BLOCK(7, q5_1, 32, 24),
-    MODELFS_BLOCK(8, q8_0, 32, 34),
-    // ggml's struct; gguf-py says 40 (docs/formats.md, "Open questions").
-    MODELFS_BLOCK(9, q8_1, 32, 36),
-    MODELFS_BLOCK(10, q2_k, 256, 84),
-    MODELFS_BLOCK(11, q3_k, 256, 110),
-    MODELFS_BLOCK(12, q4_k, 256, 144),
-    MODELFS_BLOCK(13, q5_k, 256, 176),
-    MODELFS_BLOCK(14, q6_k, 256, 210),
-    MODELFS_BLOCK(15, q8_k, 256, 292),
-    MODELFS_BLOCK(16, iq2_xxs, 256, 66),
-    MODELFS_BLOCK(17, iq2_xs, 256, 74),
-    MODELFS_BLOCK(18, iq3_xxs, 256, 98),
-    MODELFS_BLOCK(19, iq1_s, 256, 50),
-    MODELFS_BLOCK(20, iq4_nl, 32, 18),
-    MODELFS_BLOCK(21, iq3_s, 256, 110),
-    MODELFS_BLOCK(22, iq2_s, 256, 82),
-    MODELFS_BLOCK(23, iq4_xs, 256, 136),
-    MODELFS_PLAIN(24, i8, 1, Int8),
-    MODELFS_PLAIN(25, i16, 2, Int16),
-    MODELFS_PLAIN(26, i32, 4, Int32),
-    MODELFS_PLAIN(27, i64, 8, Int64),
-    MODELFS_PLAIN(28, f64, 8, Float64),
-    MODELFS_BLOCK(29, iq1_m, 256, 56),
-    MODELFS_PLAIN(30, bf16, 2, BFloat16),
-    MODELFS_BLOCK(34, tq1_0, 256, 54),
-    MODELFS_BLOCK(35, tq2_0, 256, 66),
-    MODELFS_BLOCK(39, mxfp4, 32, 17),
-    MODELFS_BLOCK(40, nvfp4, 64, 36),
-    MODELFS_BLOCK(41, q1_0, 128, 18),
-    MODELFS_BLOCK(42, q2_0, 64, 18),
+struct Kernels {
+  uint32_t id;
+  GgmlKernels kernels;
 };
 
-#undef MODELFS_PLAIN
-#undef MODELFS_BLOCK
+// A kernel for each block type of the table (io/ggml_table.hpp), its row
+// loop's sizes taken from the table's entry.
+#define MODELFS_KERNELS(name)                                                             \
+  Kernels {                                                                               \
+    entry(#name).id, { name, row<name, entry(#name).block_size, entry(#name).type_size> } \
+  }
+
+constexpr Kernels kKernels[] = {
+    MODELFS_KERNELS(q4_0),    MODELFS_KERNELS(q4_1),   MODELFS_KERNELS(q5_0),    MODELFS_KERNELS(q5_1),
+    MODELFS_KERNELS(q8_0),    MODELFS_KERNELS(q8_1),   MODELFS_KERNELS(q2_k),    MODELFS_KERNELS(q3_k),
+    MODELFS_KERNELS(q4_k),    MODELFS_KERNELS(q5_k),   MODELFS_KERNELS(q6_k),    MODELFS_KERNELS(q8_k),
+    MODELFS_KERNELS(iq2_xxs), MODELFS_KERNELS(iq2_xs), MODELFS_KERNELS(iq3_xxs), MODELFS_KERNELS(iq1_s),
+    MODELFS_KERNELS(iq4_nl),  MODELFS_KERNELS(iq3_s),  MODELFS_KERNELS(iq2_s),   MODELFS_KERNELS(iq4_xs),
+    MODELFS_KERNELS(iq1_m),   MODELFS_KERNELS(tq1_0),  MODELFS_KERNELS(tq2_0),   MODELFS_KERNELS(mxfp4),
+    MODELFS_KERNELS(nvfp4),   MODELFS_KERNELS(q1_0),   MODELFS_KERNELS(q2_0),
+};
+
+#undef MODELFS_KERNELS
 
 }  // namespace
 
@@ -554,20 +530,12 @@ float half_to_float(uint16_t bits) noexcept { return half_bits(bits); }
 
 }  // namespace modelfs::ggml
 
-namespace modelfs {
+namespace modelfs::ggml {
 
-const GgmlType* ggml_type(uint32_t id) noexcept {
-  for (const auto& type : ggml::kTypes)
-    if (type.id == id) return &type;
+const GgmlKernels* kernels(const GgmlType& type) noexcept {
+  for (const auto& entry : kKernels)
+    if (entry.id == type.id) return &entry.kernels;
   return nullptr;
 }
 
-const GgmlType* ggml_type_named(std::string_view name) noexcept {
-  for (const auto& type : ggml::kTypes)
-    if (type.name == name) return &type;
-  return nullptr;
-}
-
-std::span<const GgmlType> ggml_types() noexcept { return ggml::kTypes; }
-
-}  // namespace modelfs
+}  // namespace modelfs::ggml

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "ggml_grids.hpp"
+#include "tree/ggml_grids.hpp"
 
 #include <array>
 

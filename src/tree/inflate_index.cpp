@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "inflate_index.hpp"
+#include "tree/inflate_index.hpp"
 
 #include <zlib.h>
 
@@ -10,7 +10,7 @@
 #include <mutex>
 #include <vector>
 
-#include "modelfs/mapped_bytes.hpp"
+#include "io/mapped_bytes.hpp"
 
 namespace modelfs {
 namespace {

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "inflate_view.hpp"
+#include "tree/inflate_view.hpp"
 
 #include <cstring>
 #include <stdexcept>
 #include <vector>
 
-#include "inflate_index.hpp"
 #include "modelfs/error.hpp"
+#include "tree/inflate_index.hpp"
 
 namespace modelfs {
 namespace {

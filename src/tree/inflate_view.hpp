@@ -23,7 +23,7 @@
 #include <string>
 
 #include "modelfs/catalog.hpp"
-#include "tree_parts.hpp"
+#include "tree/tree_parts.hpp"
 
 namespace modelfs {
 

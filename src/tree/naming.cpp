@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "naming.hpp"
+#include "tree/naming.hpp"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "npy.hpp"
+#include "tree/npy.hpp"
 
-#include "modelfs/checked_math.hpp"
-#include "numeric_views.hpp"
+#include "io/checked_math.hpp"
+#include "tree/ggml_dequant.hpp"
+#include "tree/numeric_views.hpp"
 
 namespace modelfs {
 
@@ -28,7 +29,7 @@ std::optional<std::string_view> dequantized_from(DType stored) {
 
 std::optional<NpyContent> npy_content(const Tensor& tensor) {
   if (tensor.dtype == DType::GgmlBlock) {
-    if (tensor.ggml == nullptr || tensor.ggml->dequantize == nullptr) return std::nullopt;
+    if (tensor.ggml == nullptr || ggml::kernels(*tensor.ggml) == nullptr) return std::nullopt;
     return NpyContent{DType::Float32, tensor.ggml->name, false};
   }
   if (const Quantization* q = tensor.quantization) {

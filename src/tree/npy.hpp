@@ -12,8 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "io/checked_math.hpp"
 #include "modelfs/catalog.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/tree.hpp"
 
 namespace modelfs {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "numeric_views.hpp"
+#include "tree/numeric_views.hpp"
 
 #include <algorithm>
 #include <array>
@@ -10,9 +10,9 @@
 #include <limits>
 #include <string>
 
-#include "ggml_dequant.hpp"
-#include "modelfs/checked_math.hpp"
+#include "io/checked_math.hpp"
 #include "modelfs/mapped_file.hpp"
+#include "tree/ggml_dequant.hpp"
 
 namespace modelfs {
 namespace {
@@ -553,14 +553,15 @@ void ElementView::fill(uint64_t offset, std::span<std::byte> out) const {
 
 std::unique_ptr<BlockView> BlockView::make(const ByteSpan& stored, const GgmlType& type, uint64_t numel) {
   const GgmlType* codec = &type;
-  if (codec->dequantize == nullptr || codec->dequantize_row == nullptr || numel % codec->block_size != 0)
-    return nullptr;
+  const ggml::GgmlKernels* kernels = ggml::kernels(type);
+  if (kernels == nullptr || numel % codec->block_size != 0) return nullptr;
   const Size bytes = Size(numel / codec->block_size) * codec->type_size;
   const Size size = Size(numel) * 4;
   if (!bytes.ok() || !size.ok() || bytes.value() > stored.size()) return nullptr;
   if (!kViewBound.allows(size.value(), stored.size())) return nullptr;
   std::unique_ptr<BlockView> view(new BlockView(stored, bytes.value(), size.value()));
   view->type_ = codec;
+  view->kernels_ = kernels;
   return view;
 }
 
@@ -578,13 +579,13 @@ void BlockView::fill(uint64_t offset, std::span<std::byte> out) const {
     // cut by either end of the range through `values`.
     if (within == 0 && left >= block_bytes && reinterpret_cast<uintptr_t>(to) % alignof(float) == 0) {
       const size_t count = left / block_bytes;
-      codec->dequantize_row(stored + block * codec->type_size, count, reinterpret_cast<float*>(to));
+      kernels_->row(stored + block * codec->type_size, count, reinterpret_cast<float*>(to));
       block += count;
       to += count * block_bytes;
       left -= count * block_bytes;
       continue;
     }
-    codec->dequantize(stored + block * codec->type_size, values);
+    kernels_->block(stored + block * codec->type_size, values);
     const size_t take = std::min<size_t>(block_bytes - within, left);
     std::memcpy(to, reinterpret_cast<const std::byte*>(values) + within, take);
     to += take;

@@ -33,8 +33,9 @@
 
 #include "modelfs/catalog.hpp"
 #include "modelfs/tree.hpp"
-#include "npy.hpp"
-#include "tree_parts.hpp"
+#include "tree/ggml_dequant.hpp"
+#include "tree/npy.hpp"
+#include "tree/tree_parts.hpp"
 
 namespace modelfs {
 
@@ -225,6 +226,7 @@ class BlockView final : public StoredView {
  private:
   BlockView(const ByteSpan& stored, uint64_t reach, uint64_t size) : StoredView(stored, reach, size) {}
   const GgmlType* type_ = nullptr;
+  const ggml::GgmlKernels* kernels_ = nullptr;
 };
 
 // Where a tree keeps its converted views: side by side in storage sized

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "pieces_view.hpp"
+#include "tree/pieces_view.hpp"
 
 #include <zlib.h>
 
@@ -12,11 +12,11 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "inflate_index.hpp"
-#include "modelfs/checked_math.hpp"
+#include "io/checked_math.hpp"
+#include "io/mapped_bytes.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/mapped_bytes.hpp"
-#include "npy.hpp"
+#include "tree/inflate_index.hpp"
+#include "tree/npy.hpp"
 
 namespace modelfs {
 namespace {

@@ -36,10 +36,10 @@
 #include <string>
 #include <vector>
 
+#include "io/pieces.hpp"
 #include "modelfs/catalog.hpp"
-#include "modelfs/pieces.hpp"
-#include "numeric_views.hpp"
-#include "tree_parts.hpp"
+#include "tree/numeric_views.hpp"
+#include "tree/tree_parts.hpp"
 
 namespace modelfs {
 

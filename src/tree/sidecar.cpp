@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "sidecar.hpp"
+#include "tree/sidecar.hpp"
 
 #include <algorithm>
 
-#include "modelfs/json_text.hpp"
-#include "modelfs/pieces.hpp"
-#include "modelfs/sidecar_keys.hpp"
+#include "io/json_text.hpp"
+#include "io/pieces.hpp"
+#include "io/sidecar_keys.hpp"
 
 namespace modelfs {
 namespace {

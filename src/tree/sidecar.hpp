@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "modelfs/catalog.hpp"
-#include "npy.hpp"
+#include "tree/npy.hpp"
 
 namespace modelfs {
 

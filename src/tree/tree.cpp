@@ -10,19 +10,19 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "export.hpp"
-#include "inflate_view.hpp"
+#include "io/budget_charge.hpp"
+#include "io/checked_math.hpp"
+#include "io/json_text.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/budget_charge.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/json_text.hpp"
-#include "naming.hpp"
-#include "npy.hpp"
-#include "numeric_views.hpp"
-#include "pieces_view.hpp"
-#include "sidecar.hpp"
-#include "tree_parts.hpp"
+#include "tree/export.hpp"
+#include "tree/inflate_view.hpp"
+#include "tree/naming.hpp"
+#include "tree/npy.hpp"
+#include "tree/numeric_views.hpp"
+#include "tree/pieces_view.hpp"
+#include "tree/sidecar.hpp"
+#include "tree/tree_parts.hpp"
 
 namespace modelfs {
 

@@ -28,7 +28,7 @@ namespace modelfs {
 // build; a read costs in proportion to the range it asks for.
 //
 // The tree's read path (slice_parts) calls prepare() and then fill() under
-// the mapped-bytes guard (src/include/modelfs/mapped_bytes.hpp), so a model
+// the mapped-bytes guard (src/io/mapped_bytes.hpp), so a model
 // file shrunk under the mount fails the read instead of the process: fill()
 // must read only what prepare() made present and, while it reads a mapping,
 // hold only trivially destructible objects (a fault leaves by longjmp).

@@ -8,12 +8,12 @@
 #include <array>
 #include <cstring>
 
-#include "modelfs/json_text.hpp"
-#include "modelfs/mapped_bytes.hpp"
-#include "modelfs/remote.hpp"
+#include "io/json_text.hpp"
+#include "io/mapped_bytes.hpp"
 #include "modelfs/tree.hpp"
-#include "sidecar.hpp"
-#include "tree_parts.hpp"
+#include "remote/remote.hpp"
+#include "tree/sidecar.hpp"
+#include "tree/tree_parts.hpp"
 
 namespace modelfs {
 

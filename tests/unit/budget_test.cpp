@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "io/budget_charge.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/budget_charge.hpp"
 #include "modelfs/error.hpp"
 
 namespace modelfs {

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <gtest/gtest.h>
 
+#include "io/tensor_spec.hpp"
 #include "modelfs/check.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/tensor_spec.hpp"
 #include "test_files.hpp"
 
 namespace modelfs {

@@ -7,8 +7,8 @@
 
 #include <limits>
 
+#include "io/checked_math.hpp"
 #include "modelfs/catalog.hpp"
-#include "modelfs/checked_math.hpp"
 
 namespace modelfs {
 namespace {

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "modelfs/tensor_spec.hpp"
+#include "io/tensor_spec.hpp"
 #include "modelfs/tree.hpp"
 #include "tree/npy.hpp"
 #include "tree/tree_parts.hpp"

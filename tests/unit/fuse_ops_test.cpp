@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "fuse/replies.hpp"
-#include "modelfs/tensor_spec.hpp"
+#include "io/tensor_spec.hpp"
 #include "modelfs/tree.hpp"
 #include "tree/tree_parts.hpp"
 

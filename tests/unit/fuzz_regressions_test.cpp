@@ -12,11 +12,11 @@
 #include <span>
 #include <string>
 
+#include "io/unpickler.hpp"
 #include "modelfs/check.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
 #include "modelfs/tree.hpp"
-#include "modelfs/unpickler.hpp"
 
 namespace modelfs {
 namespace {

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "cli/list.hpp"
-#include "modelfs/tensor_spec.hpp"
+#include "io/tensor_spec.hpp"
 
 namespace modelfs {
 namespace {

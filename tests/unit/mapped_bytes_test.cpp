@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The mapped-bytes guard (src/include/modelfs/mapped_bytes.hpp), as the
+// The mapped-bytes guard (src/io/mapped_bytes.hpp), as the
 // program sets it (cli/sigbus_guard.cpp, installed for these tests by
 // test_files.cpp): a model file truncated under its mapping makes the read
 // path's copies and computed parts throw ModelError, where an unguarded
@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "../../src/tree/numeric_views.hpp"
+#include "io/mapped_bytes.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/mapped_bytes.hpp"
 #include "modelfs/mapped_file.hpp"
 #include "modelfs/tree.hpp"
 #include "test_files.hpp"
 #include "test_parts.hpp"
+#include "tree/numeric_views.hpp"
 #include "tree/tree_parts.hpp"
 
 namespace modelfs {

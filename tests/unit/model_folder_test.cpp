@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "formats/model_folder.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
-#include "modelfs/model_folder.hpp"
 #include "test_files.hpp"
 
 namespace modelfs {

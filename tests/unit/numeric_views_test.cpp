@@ -13,12 +13,12 @@
 #include <random>
 #include <set>
 
-#include "../../src/tree/ggml_dequant.hpp"
-#include "../../src/tree/ggml_grids.hpp"
-#include "../../src/tree/numeric_views.hpp"
 #include "formats/gguf.hpp"
-#include "modelfs/json_text.hpp"
-#include "modelfs/tensor_spec.hpp"
+#include "io/json_text.hpp"
+#include "io/tensor_spec.hpp"
+#include "tree/ggml_dequant.hpp"
+#include "tree/ggml_grids.hpp"
+#include "tree/numeric_views.hpp"
 #include "tree/sidecar.hpp"
 
 namespace modelfs {
@@ -26,7 +26,7 @@ namespace {
 
 // A ggml block type without kernels: what a block type modelfs cannot
 // dequantize looks like to the views.
-constexpr GgmlType kNoKernels{99, "q9_9", 32, 18, std::nullopt, nullptr, nullptr};
+constexpr GgmlType kNoKernels{99, "q9_9", 32, 18, std::nullopt};
 // Bytes in memory as the catalog holds them (a ByteSpan, which the views take).
 ByteSpan in_memory(std::span<const std::byte> bytes) {
   return ByteSpan::owned(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
@@ -366,8 +366,7 @@ TEST(GgmlTypes, EveryIdAndNameMapsToOneEntry) {
     EXPECT_TRUE(ids.insert(type.id).second);
     EXPECT_EQ(ggml_type(type.id), &type);
     EXPECT_EQ(ggml_type_named(type.name), &type);
-    EXPECT_EQ(type.plain.has_value(), type.dequantize == nullptr);
-    EXPECT_EQ(type.dequantize == nullptr, type.dequantize_row == nullptr);
+    EXPECT_EQ(type.plain.has_value(), ggml::kernels(type) == nullptr);
     if (type.plain) {
       EXPECT_EQ(type.block_size, 1u);
       EXPECT_EQ(type.type_size * 8, dtype_bits(*type.plain));

@@ -9,9 +9,9 @@
 #include <filesystem>
 
 #include "formats/onnx.hpp"
+#include "io/protobuf_wire.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
-#include "modelfs/protobuf_wire.hpp"
 #include "test_files.hpp"
 
 namespace modelfs {

@@ -15,10 +15,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/pieces.hpp"
+#include "io/tensor_spec.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
-#include "modelfs/pieces.hpp"
-#include "modelfs/tensor_spec.hpp"
 #include "modelfs/tree.hpp"
 #include "test_files.hpp"
 #include "tree/tree_parts.hpp"

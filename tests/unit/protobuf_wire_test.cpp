@@ -5,8 +5,8 @@
 
 #include <functional>
 
+#include "io/protobuf_wire.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/protobuf_wire.hpp"
 #include "test_files.hpp"
 
 namespace modelfs::protobuf {

@@ -7,10 +7,10 @@
 #include <thread>
 #include <vector>
 
+#include "formats/model_folder.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/model_folder.hpp"
-#include "modelfs/remote.hpp"
 #include "remote/block_table.hpp"
+#include "remote/remote.hpp"
 
 namespace modelfs {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "modelfs/sha1.hpp"
+#include "io/sha1.hpp"
 
 namespace modelfs {
 namespace {

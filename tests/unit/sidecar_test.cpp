@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "modelfs/json_text.hpp"
-#include "modelfs/tensor_spec.hpp"
+#include "io/json_text.hpp"
+#include "io/tensor_spec.hpp"
 #include "tree/sidecar.hpp"
 
 namespace modelfs {

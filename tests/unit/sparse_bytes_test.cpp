@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "../../src/tree/numeric_views.hpp"
-#include "modelfs/byte_reader.hpp"
+#include "io/byte_reader.hpp"
 #include "modelfs/catalog.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
 #include "test_files.hpp"
 #include "test_parts.hpp"
+#include "tree/numeric_views.hpp"
 #include "tree/tree_parts.hpp"
 
 namespace modelfs {

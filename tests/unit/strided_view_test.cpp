@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "../../src/tree/numeric_views.hpp"
+#include "tree/numeric_views.hpp"
 
 namespace modelfs {
 namespace {

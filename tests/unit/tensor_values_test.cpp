@@ -2,7 +2,7 @@
 // The accumulators of --stats and --diff (src/cli/tensor_values.hpp)
 // against the same figures computed directly here, in long double, from
 // the whole run at once.
-#include "../../src/cli/tensor_values.hpp"
+#include "cli/tensor_values.hpp"
 
 #include <gtest/gtest.h>
 

@@ -3,8 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/terminal_text.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/terminal_text.hpp"
 
 namespace modelfs {
 namespace {

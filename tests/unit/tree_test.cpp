@@ -4,8 +4,8 @@
 
 #include <set>
 
-#include "modelfs/json_text.hpp"
-#include "modelfs/tensor_spec.hpp"
+#include "io/json_text.hpp"
+#include "io/tensor_spec.hpp"
 #include "modelfs/tree.hpp"
 #include "tree/sidecar.hpp"
 #include "tree/tree_parts.hpp"
@@ -94,7 +94,7 @@ TEST(Tree, SplitsNamesIntoFoldersWithSidecarsAndNpyViews) {
 TEST(Tree, NoNpyWhereModelfsCannotConvertTheType) {
   TensorSpec w = tensor("w", DType::GgmlBlock, {64});
   // A block type modelfs has no dequantization for.
-  static constexpr GgmlType kNoKernels{99, "q9_9", 32, 18, std::nullopt, nullptr, nullptr};
+  static constexpr GgmlType kNoKernels{99, "q9_9", 32, 18, std::nullopt};
   w.ggml = &kNoKernels;
   w.bytes = ByteSpan::owned(std::string(36, 'x'));
   auto tree = build({w, tensor("b", DType::BFloat16)});

@@ -6,8 +6,8 @@
 
 #include <cstring>
 
+#include "io/unpickler.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/unpickler.hpp"
 
 namespace modelfs::pickle {
 namespace {

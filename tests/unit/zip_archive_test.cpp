@@ -10,9 +10,9 @@
 #include <fstream>
 #include <iterator>
 
+#include "io/zip_archive.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
-#include "modelfs/zip_archive.hpp"
 #include "test_files.hpp"
 
 namespace modelfs {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "modelfs/model_folder.hpp"
+#include "formats/model_folder.hpp"
 
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -16,7 +16,7 @@
 
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
-#include "modelfs/remote.hpp"
+#include "remote/remote.hpp"
 
 namespace modelfs {
 namespace fs = std::filesystem;
@@ -170,7 +170,7 @@ ModelFolder::Opened ModelFolder::open(std::string_view name) const {
   if (name.find_first_of("?#%\\") != std::string_view::npos)
     return refuse(Problem::NotAName, "contains '?', '#', '%' or '\\', which a URL reads as more than a name");
   try {
-    return Opened{Problem::None, MappedFile::open(folder_.native() + "/" + std::string(name)), {}};
+    return Opened{Problem::None, remote::open(folder_.native() + "/" + std::string(name)), {}};
   } catch (const ModelError& e) {
     return refuse(Problem::Unresolvable, "cannot be opened: " + e.reason());
   }
@@ -205,9 +205,12 @@ std::vector<ModelFolder::Opened> ModelFolder::open_all(const std::vector<std::st
       return;
     }
     const MappedFile& file = *opened[i].file;
+    // Taken through the checked read only for its fetch of a remote file's
+    // blocks: the reader reads them again.
     try {
-      if (head_bytes > 0) file.ensure(0, std::min(head_bytes, file.size()));
-      if (tail_bytes > 0) file.ensure(file.size() - std::min(tail_bytes, file.size()), tail_bytes);
+      const uint64_t head = std::min(head_bytes, file.size()), tail = std::min(tail_bytes, file.size());
+      if (head > 0) file.read(0, head);
+      if (tail > 0) file.read(file.size() - tail, tail);
     } catch (const ModelError&) {
       // The reader's own read of these bytes fetches them again or says why not.
     }

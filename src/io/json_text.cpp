@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "modelfs/json_text.hpp"
+#include "io/json_text.hpp"
 
 #include <algorithm>
 
-#include "modelfs/utf8.hpp"
+#include "io/utf8.hpp"
 
 namespace modelfs {
 namespace {

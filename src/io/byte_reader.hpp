@@ -11,16 +11,31 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <type_traits>
 
+#include "io/checked_math.hpp"
 #include "modelfs/budget.hpp"
-#include "modelfs/checked_math.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
 
 namespace modelfs {
+
+// The little-endian number at `at` of `bytes`: the one loader of the
+// readers' fixed-width fields (ByteReader's reads come through it too).
+// The range is the caller's to have checked, with its own message; one
+// that does not fit is a bug of the caller's, thrown as std::out_of_range.
+template <typename T>
+T load_le(std::span<const std::byte> bytes, uint64_t at = 0) {
+  static_assert(std::is_integral_v<T> || std::is_floating_point_v<T>);
+  if (!range_fits(at, sizeof(T), bytes.size()))
+    throw std::out_of_range("a little-endian load past its bytes");
+  T value;
+  std::memcpy(&value, bytes.data() + at, sizeof(T));  // hosts are little-endian (checked below)
+  return value;
+}
 
 class ByteReader {
  public:
@@ -67,10 +82,7 @@ class ByteReader {
   template <typename T>
   T read_le(std::string_view what) {
     static_assert(std::is_integral_v<T> || std::is_floating_point_v<T>);
-    auto raw = take(sizeof(T), what);
-    T value;
-    std::memcpy(&value, raw.data(), sizeof(T));  // hosts are little-endian (checked at build)
-    return value;
+    return load_le<T>(take(sizeof(T), what));
   }
   uint8_t u8(std::string_view what) { return read_le<uint8_t>(what); }
   uint16_t u16(std::string_view what) { return read_le<uint16_t>(what); }

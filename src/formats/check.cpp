@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "modelfs/error.hpp"
-#include "modelfs/remote.hpp"
+#include "remote/remote.hpp"
 
 namespace modelfs {
 namespace {
