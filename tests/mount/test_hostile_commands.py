@@ -54,7 +54,7 @@ def test_every_command_answers_without_a_signal(corpus, case, tmp_path):
     for step, future in runs.items():
         run = future.result()
         report(case, step, run)
-        # --diff opens the model twice, each with its budget.
-        budget = budget_kib(corpus.folder(case), models=2 if step == "--diff" else 1)
-        within_bounds(step, run, (0, 2), problems, budget)
+        # --diff opens the model twice, each with its budget (and the cap of one).
+        models = 2 if step == "--diff" else 1
+        within_bounds(step, run, (0, 2), problems, budget_kib(corpus.folder(case), models), models)
     assert not problems, f"{case} ({model}):\n  " + "\n  ".join(problems)
