@@ -28,6 +28,7 @@
 #include "modelfs/api.hpp"
 #include "modelfs/block_store.hpp"
 #include "modelfs/dtype.hpp"
+#include "modelfs/json_release.hpp"
 #include "modelfs/mapped_file.hpp"
 
 namespace modelfs {

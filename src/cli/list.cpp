@@ -13,6 +13,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace modelfs::cli {
@@ -72,6 +73,34 @@ nlohmann::ordered_json shortened(const Json& value) {
   return out;
 }
 
+// shortened(value) printed compact, as with_counts leaves it, written from
+// `value` itself.
+void append_shortened(std::string& out, const nlohmann::json& value) {
+  const auto replace = nlohmann::json::error_handler_t::replace;
+  if (value.is_object()) {
+    out += '{';
+    bool first = true;
+    for (const auto& [key, item] : value.items()) {
+      if (!std::exchange(first, false)) out += ',';
+      out += nlohmann::json(key).dump(-1, ' ', false, replace);
+      out += ':';
+      append_shortened(out, item);
+    }
+    out += '}';
+  } else if (value.is_array()) {
+    out += '[';
+    const size_t shown = value.size() > kWholeArray ? kShownItems : value.size();
+    for (size_t i = 0; i < shown; ++i) {
+      if (i) out += ',';
+      append_shortened(out, value[i]);
+    }
+    if (shown < value.size()) out += ",… (" + std::to_string(value.size()) + " items)";
+    out += ']';
+  } else {
+    out += value.dump(-1, ' ', false, replace);
+  }
+}
+
 std::string with_counts(std::string_view text) {
   // The marker as printed: "\u0001modelfs-more:N\u0001". Copied piece by
   // piece into a new text: replacing in place would move the rest of the
@@ -111,6 +140,112 @@ std::string printable_lines(std::string_view text) {
     start = end + 1;
   }
   return out;
+}
+
+// `value` printed with an indent of 2 as it would be `depth` levels deep in
+// a document (its own first line is where the caller is), made printable.
+std::string dumped(const nlohmann::ordered_json& value, size_t depth) {
+  const std::string text = value.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::string indent(2 * depth, ' ');
+  std::string out;
+  out.reserve(text.size());
+  for (size_t start = 0; start < text.size();) {
+    // JSON strings hold no raw newline: every one is the layout's.
+    const size_t end = std::min(text.find('\n', start), text.size());
+    if (start > 0) out += indent;
+    out.append(text, start, end - start);
+    if (end < text.size()) out += '\n';
+    start = end + 1;
+  }
+  return json_for_terminal(out);
+}
+
+// Compact JSON (no space outside strings, as append_piece_json writes it)
+// laid out as dump() with an indent of 2 lays it out `depth` levels deep,
+// made printable.
+std::string indented(std::string_view compact, size_t depth) {
+  std::string out;
+  size_t level = depth;
+  const auto newline = [&] { out.append(1, '\n').append(2 * level, ' '); };
+  bool in_string = false;
+  for (size_t i = 0; i < compact.size(); ++i) {
+    const char c = compact[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < compact.size())
+        out += compact[++i];
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    switch (c) {
+      case '"':
+        in_string = true;
+        out += c;
+        break;
+      case '[':
+      case '{':
+        out += c;
+        if (i + 1 < compact.size() && (compact[i + 1] == ']' || compact[i + 1] == '}')) {
+          out += compact[++i];
+        } else {
+          ++level;
+          newline();
+        }
+        break;
+      case ']':
+      case '}':
+        --level;
+        newline();
+        out += c;
+        break;
+      case ',':
+        out += c;
+        newline();
+        break;
+      case ':':
+        out += ": ";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return json_for_terminal(out);
+}
+
+// One entry of --list --json's "tensors", three levels deep. The shape is
+// written number by number: a shape of millions of dimensions printed from
+// a JSON array took sixteen bytes a number before the text.
+void print_tensor_json(const Tensor& t, std::ostream& out) {
+  constexpr std::string_view kField = ",\n      ";
+  out << "{\n      \"name\": " << dumped(nlohmann::ordered_json(t.name), 3) << kField
+      << "\"dtype\": " << dumped(nlohmann::ordered_json(t.dtype_name()), 3) << kField << "\"shape\": [";
+  for (size_t i = 0; i < t.shape.size(); ++i) out << (i == 0 ? "\n        " : ",\n        ") << t.shape[i];
+  out << (t.shape.empty() ? "]" : "\n      ]") << kField << "\"nbytes\": " << t.nbytes();
+  nlohmann::ordered_json source;
+  source["file"] = t.source.file;
+  if (t.source.offset) source["offset"] = *t.source.offset;
+  out << kField << "\"source\": " << dumped(source, 3);
+  if (!t.pieces.empty()) {
+    // Piece by piece: 100 000 pieces of one tensor parsed into a document
+    // took 40 bytes of it for each byte of their text.
+    out << kField << "\"pieces\": [";
+    std::string compact;
+    for (size_t i = 0; i < t.pieces.size(); ++i) {
+      compact.clear();
+      append_piece_json(compact, t.pieces[i]);
+      out << (i == 0 ? "\n        " : ",\n        ") << indented(compact, 4);
+    }
+    out << "\n      ]";
+  }
+  // Format extras (GGUF: ggml_type, block_size, type_size ...), as in the
+  // sidecar; none of their keys is one of the fields above.
+  const nlohmann::json extras = t.extras();
+  if (extras.is_object())
+    for (const auto& [key, value] : extras.items())
+      out << kField << dumped(nlohmann::ordered_json(key), 3) << ": "
+          << dumped(nlohmann::ordered_json(value), 3);
+  out << "\n    }";
 }
 
 }  // namespace
@@ -169,39 +304,34 @@ void print_table(const Catalog& catalog, std::ostream& out) {
 }
 
 void print_json(const Catalog& catalog, std::ostream& out) {
-  nlohmann::ordered_json doc;
-  doc["format"] = catalog.format;
-  doc["files"] = catalog.files;
-  auto& list = doc["tensors"] = nlohmann::ordered_json::array();
-  for (const auto& t : catalog.tensors()) {
-    nlohmann::ordered_json source;
-    source["file"] = t.source.file;
-    if (t.source.offset) source["offset"] = *t.source.offset;
-    list.push_back({{"name", t.name},
-                    {"dtype", t.dtype_name()},
-                    {"shape", std::vector<uint64_t>(t.shape.begin(), t.shape.end())},
-                    {"nbytes", t.nbytes()},
-                    {"source", source}});
-    if (!t.pieces.empty()) list.back()["pieces"] = pieces_json(t);
-    // Format extras (GGUF: ggml_type, block_size, type_size ...), as in the sidecar.
-    const nlohmann::json extras = t.extras();
-    if (extras.is_object())
-      for (const auto& [key, value] : extras.items()) list.back()[key] = value;
+  // Written tensor by tensor, as one document would print with an indent
+  // of 2: a document of 200 000 entries built whole, printed and made
+  // printable held four copies of the listing (350 MB for a 6 MB index).
+  out << "{\n  \"format\": " << dumped(nlohmann::ordered_json(catalog.format), 1)
+      << ",\n  \"files\": " << dumped(nlohmann::ordered_json(catalog.files), 1) << ",\n  \"tensors\": [";
+  const auto& tensors = catalog.tensors();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    out << (i == 0 ? "\n    " : ",\n    ");
+    print_tensor_json(tensors[i], out);
   }
-  out << json_for_terminal(doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)) << "\n";
+  out << (tensors.empty() ? "]" : "\n  ]") << "\n}\n";
 }
 
 void print_info(const Catalog& catalog, bool json, std::ostream& out) {
   uint64_t total = 0;
   for (const auto& t : catalog.tensors()) total += t.nbytes();
+  const auto replace = nlohmann::json::error_handler_t::replace;
   if (json) {
-    nlohmann::ordered_json doc;
-    doc["format"] = catalog.format;
-    doc["files"] = catalog.files;
-    doc["tensors"] = catalog.tensors().size();
-    doc["nbytes"] = total;
-    doc["metadata"] = catalog.metadata;
-    out << json_for_terminal(readable_json(doc));
+    // readable_json of {format, files, tensors, nbytes, metadata}, the
+    // metadata printed from the catalog: a copy of a million keys first
+    // held them twice.
+    out << "{\n  \"format\": "
+        << json_for_terminal(nlohmann::json(catalog.format).dump(-1, ' ', false, replace))
+        << ",\n  \"files\": "
+        << json_for_terminal(nlohmann::json(catalog.files).dump(-1, ' ', false, replace))
+        << ",\n  \"tensors\": " << catalog.tensors().size() << ",\n  \"nbytes\": " << total
+        << ",\n  \"metadata\": " << json_for_terminal(catalog.metadata.dump(-1, ' ', false, replace))
+        << "\n}\n";
     return;
   }
   out << "format:   " << catalog.format << "\n";
@@ -209,8 +339,37 @@ void print_info(const Catalog& catalog, bool json, std::ostream& out) {
     out << (i == 0 ? "files:    " : "          ") << printable(catalog.files[i]) << "\n";
   out << "tensors:  " << catalog.tensors().size() << " (" << human_bytes(total) << ", " << total
       << " bytes)\n";
-  const std::string metadata = readable_json(shortened(catalog.metadata));
-  out << "metadata: " << printable_lines(with_counts(metadata));
+  out << "metadata: ";
+  if (!catalog.metadata.is_object() || catalog.metadata.empty()) {
+    out << printable_lines(with_counts(readable_json(shortened(catalog.metadata))));
+    return;
+  }
+  // Key by key, as readable_json prints shortened(metadata), each value
+  // printed from the catalog (append_shortened): a shortened copy of a
+  // million keys, its text and the text's two copies were four times the
+  // metadata.
+  bool first = true;
+  std::string member;
+  for (const auto& [key, item] : catalog.metadata.items()) {
+    member = std::exchange(first, false) ? "{\n  " : ",\n  ";
+    member += nlohmann::json(key).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + ": ";
+    const bool listed =
+        item.is_array() && !item.empty() && item.size() <= kWholeArray &&
+        std::all_of(item.begin(), item.end(), [](const auto& e) { return e.is_structured(); });
+    if (listed) {  // a list of containers: one per line
+      member += "[\n";
+      for (size_t i = 0; i < item.size(); ++i) {
+        member += "    ";
+        append_shortened(member, item[i]);
+        member += i + 1 < item.size() ? ",\n" : "\n";
+      }
+      member += "  ]";
+    } else {
+      append_shortened(member, item);
+    }
+    out << printable_lines(member);
+  }
+  out << "\n}\n";
 }
 
 }  // namespace modelfs::cli

@@ -3,6 +3,7 @@
 // the commands that need no mount (the forms: print_usage, options.cpp).
 // Exit status: 0 success; 1 usage, mountpoint or FUSE failure; 2 the model
 // cannot be read (the message names file, format, offset and reason).
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
@@ -36,7 +37,22 @@ void raise_open_file_limit() {
   ::setrlimit(RLIMIT_NOFILE, &limit);  // left as it was when refused
 }
 
+// glibc keeps memory a program frees: a block above its mmap threshold
+// is given back at once, but the threshold rises to the size of each such
+// block freed (up to 32 MiB), after which growing buffers (a lexer's
+// token, a printed document, a table doubling) leave every earlier size
+// behind in the heap; and each thread that allocates gets an arena of its
+// own, holding its freed memory apart. The budget bounds what is in use;
+// these settings keep what the process holds close to it (the program's
+// choice: libmodelfs sets no allocator option for its host).
+void bound_freed_memory() {
+  mallopt(M_MMAP_THRESHOLD, 256 << 10);  // fixed: no longer raised by frees
+  mallopt(M_TRIM_THRESHOLD, 1 << 20);    // the heap's free top given back past 1 MiB
+  mallopt(M_ARENA_MAX, 2);               // the FUSE workers share two arenas
+}
+
 int run(int argc, char** argv) {
+  bound_freed_memory();
   raise_open_file_limit();
   // The program's own process-wide hook (the library installs none): a
   // model cut under the mount fails the read that faults, not the daemon.

@@ -57,6 +57,9 @@ std::optional<Catalog> open_archive(const ModelFile& model) {
 
 Catalog open_file(const ModelFile& file);
 
+// What every reader's probe_file is shown of a file.
+constexpr uint64_t kHeadBytes = 4096;
+
 // The index names tried in a remote folder, which cannot be listed.
 std::vector<std::string_view> remote_index_names() {
   std::vector<std::string_view> out;
@@ -133,18 +136,23 @@ Catalog open_detected(const std::filesystem::path& model, const OpenOptions& opt
 }
 
 Catalog open_file(const ModelFile& file) {
-  const auto head = file.mapped->read(0, std::min<uint64_t>(file.mapped->size(), 4096));
+  const auto head = file.mapped->read(0, std::min<uint64_t>(file.mapped->size(), kHeadBytes));
+  const auto open_with = [&](const FormatReader& reader) {
+    return within_budget(file.path.string(), reader.name, "reading the model",
+                         [&] { return reader.open_file(file); });
+  };
   bool zip_tried = false;
   for (const auto& reader : format_readers()) {
-    if (reader.probe_file && reader.probe_file(head))
-      return within_budget(file.path.string(), reader.name, "reading the model",
-                           [&] { return reader.open_file(file); });
+    if (reader.probe_file && reader.probe_file(head)) return open_with(reader);
     // Archives are tried where the first archive reader stands in the order.
     if (reader.probe_archive && is_zip(head) && !zip_tried) {
       zip_tried = true;
       if (auto catalog = open_archive(file)) return std::move(*catalog);
     }
   }
+  // Only once every reader has passed on the head: a few reads further in.
+  for (const auto& reader : format_readers())
+    if (reader.probe_past_head && reader.probe_past_head(*file.mapped, head.size())) return open_with(reader);
   throw ModelError(file.path.string(), "unknown", 0,
                    "not a model file modelfs recognises (" + std::to_string(file.mapped->size()) +
                        " bytes; expected " + one_of(distinct(&FormatReader::family)) + ")");

@@ -18,6 +18,7 @@
 #include "io/checked_math.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
+#include "modelfs/json_release.hpp"
 #include "remote/remote.hpp"
 
 namespace modelfs::gguf {
@@ -259,6 +260,7 @@ class Parser {
     metadata_counted_ += count * min_element;
     type_name = "array[" + std::string(kValueTypes[element_type].name) + "]";
     nlohmann::json array = nlohmann::json::array();
+    const JsonReleaser release(array);  // refused half-read, unwound without a copy of its slots
     array.get_ref<nlohmann::json::array_t&>().reserve(std::min<uint64_t>(count, kReserveLimit));
     std::string element_name;
     for (uint64_t i = 0; i < count; ++i) array.push_back(read_value(element_type, depth + 1, element_name));
@@ -425,6 +427,9 @@ class Parser {
   uint64_t kv_count_ = 0;
   uint64_t tensor_count_at_ = 0;
   uint64_t alignment_at_ = 0;  // where the key general.alignment is
+  // A parser refused midway lets its key-values go without the scratch
+  // nlohmann's destructor takes (json_release.hpp).
+  const JsonReleaser<nlohmann::json> release_kv_{out_.kv}, release_kv_types_{out_.kv_types};
 };
 
 // ---- split sets -----------------------------------------------------------
@@ -481,15 +486,16 @@ std::optional<uint64_t> integer_kv(const File& file, const std::string& key, con
 
 // The catalog of a single file or of a split set's first: its tensors and
 // its metadata.
-Catalog catalog_of(const File& first, const std::string& first_name,
-                   std::shared_ptr<const MappedFile> mapped) {
+// The key-values are moved into the catalog, not copied: a copy of two
+// million strings doubled what reading them took.
+Catalog catalog_of(File& first, const std::string& first_name, std::shared_ptr<const MappedFile> mapped) {
   Catalog catalog;
   catalog.format = std::string(kFormat);
   catalog.mtime = mapped->mtime();
   catalog.files.push_back(first_name);
   catalog.metadata["gguf"] = first.header_json();
-  catalog.metadata["kv"] = first.kv;
-  catalog.metadata["kv_types"] = first.kv_types;
+  catalog.metadata["kv"] = std::move(first.kv);
+  catalog.metadata["kv_types"] = std::move(first.kv_types);
   for (const auto& tensor : first.tensors) catalog.add(tensor);
   return catalog;
 }
@@ -558,8 +564,10 @@ Catalog open_split(const std::filesystem::path& folder, const SplitName& split,
       continue;
     }
     catalog.files.push_back(name);
-    others.push_back(
-        {{"file", name}, {"gguf", file.header_json()}, {"kv", file.kv}, {"kv_types", file.kv_types}});
+    others.push_back({{"file", name},
+                      {"gguf", file.header_json()},
+                      {"kv", std::move(file.kv)},
+                      {"kv_types", std::move(file.kv_types)}});
     for (const auto& tensor : file.tensors) catalog.add(tensor);
   }
   if (total_expected && *total_expected != catalog.tensors().size())

@@ -30,7 +30,10 @@ constexpr uint64_t kMaxDeflateRatio = 1032;  // deflate's most: 258 bytes per 2 
 constexpr uint64_t kBombBytes = uint64_t{4} << 30;
 constexpr uint64_t kBombRatio = 1000;
 constexpr uint32_t kFilterDeflate = 1, kFilterShuffle = 2, kFilterFletcher32 = 3;
-constexpr uint64_t kLibraryBytes = uint64_t{32} << 20;
+// libhdf5's own margin beyond the model's budget: 24 MiB, so that the
+// child, which also holds the pages of the program it was forked from,
+// stays within the budget and 32 MiB, as every modelfs process does.
+constexpr uint64_t kLibraryBytes = uint64_t{24} << 20;
 
 struct Dataset {
   std::string path;
@@ -592,6 +595,17 @@ void add_records(Catalog& catalog, std::string_view records, const Source& sourc
 bool probe_file(std::span<const std::byte> head) {
   for (uint64_t at = 0; at + kSignature.size() <= head.size(); at = at == 0 ? 512 : at * 2)
     if (std::memcmp(head.data() + at, kSignature.data(), kSignature.size()) == 0) return true;
+  return false;
+}
+
+bool probe_past_head(const MappedFile& file, uint64_t head_bytes) {
+  // Powers of two the head did not hold, while the signature fits in the
+  // file: at most 64 reads of 8 bytes.
+  for (uint64_t at = 512; at != 0 && at <= file.size() && file.size() - at >= kSignature.size(); at *= 2) {
+    if (at + kSignature.size() <= head_bytes) continue;  // probe_file's
+    const auto bytes = file.read(at, kSignature.size());
+    if (std::memcmp(bytes.data(), kSignature.data(), kSignature.size()) == 0) return true;
+  }
   return false;
 }
 

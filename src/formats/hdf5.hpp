@@ -79,6 +79,9 @@ inline constexpr uint64_t kTooManyLookups = kUndefined - 1;
 
 // The HDF5 signature at 0, 512, 1024, ... of the probed head.
 bool probe_file(std::span<const std::byte> head);
+// The signature further on, at 2^n bytes past the head (a user block of
+// any size before it), where libhdf5 looks for it too.
+bool probe_past_head(const MappedFile& file, uint64_t head_bytes);
 Catalog open_file(const ModelFile& model);
 // A Keras 3 archive: config.json, metadata.json and model.weights.h5.
 bool is_keras_archive(const ZipArchive& zip);

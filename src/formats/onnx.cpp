@@ -19,6 +19,7 @@
 #include <system_error>
 #include <vector>
 
+#include "formats/json_limits.hpp"
 #include "formats/model_folder.hpp"
 #include "formats/onnx_reader.hpp"
 #include "io/budget_charge.hpp"
@@ -29,6 +30,7 @@
 #include "io/sha1.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
+#include "modelfs/json_release.hpp"
 #include "modelfs/mapped_file.hpp"
 #include "remote/remote.hpp"
 
@@ -72,6 +74,7 @@ Catalog Reader::read() {
   // its values (their keys are const, so not moved), and the graph's
   // may be most of the model.
   Json graph_doc = Json::object();
+  const JsonReleaser release(graph_doc);  // a graph of millions of values, let go without a copy of them
   graph_doc.get_ref<Json::object_t&>().reserve(3);
   const auto graph = fields.message(model_field::kGraph);
   if (!graph) fail(0, "the model has no graph (ModelProto field 7)");
@@ -98,8 +101,7 @@ Catalog Reader::read() {
   // Printing the graph may take several times its memory: not once the
   // graph has passed the budget.
   check_budget();
-  const auto replace = nlohmann::json::error_handler_t::replace;
-  catalog_.documents.push_back({"graph.json", graph_doc.dump(2, ' ', false, replace) + "\n"});
+  catalog_.documents.push_back({"graph.json", printed_within_budget(graph_doc, 2, context_.file, kFormat)});
   return std::move(catalog_);
 }
 

@@ -248,6 +248,8 @@ class ArchiveReader {
     return member.stored() ? std::optional(zip_.file_offset(member)) : std::nullopt;
   }
   const ZipMember* find(const std::string& path) const { return zip_.find(root_ + path); }
+  // ModelError when `member` inflates to more than `limit` bytes.
+  void refuse_over(const ZipMember& member, uint64_t limit) const;
   std::string text_of(const ZipMember& member, uint64_t limit) const;
   json json_of(const ZipMember& member) const;
   void add_document(const std::string& path, const ZipMember& member);
@@ -283,16 +285,23 @@ class ArchiveReader {
   json skipped_ = json::array();
 };
 
-std::string ArchiveReader::text_of(const ZipMember& member, uint64_t limit) const {
+void ArchiveReader::refuse_over(const ZipMember& member, uint64_t limit) const {
   if (member.uncompressed_size > limit)
     fail(offset_of(member), member.name + " is " + std::to_string(member.uncompressed_size) +
                                 " bytes, over the limit of " + std::to_string(limit) + " for it");
+}
+
+std::string ArchiveReader::text_of(const ZipMember& member, uint64_t limit) const {
+  refuse_over(member, limit);
   return std::string(zip_.contents(member).view());
 }
 
+// Parsed where the member's bytes are (the mapping, or its inflated copy):
+// a copy of a 30 MB model JSON first held it twice.
 json ArchiveReader::json_of(const ZipMember& member) const {
-  const std::string text = text_of(member, kMaxJsonBytes);
-  return parse_json_limited(text, display_, kFormat, offset_of(member).value_or(0), kMaxJsonDepth);
+  refuse_over(member, kMaxJsonBytes);
+  const ByteSpan bytes = zip_.contents(member);
+  return parse_json_limited(bytes.view(), display_, kFormat, offset_of(member).value_or(0), kMaxJsonDepth);
 }
 
 void ArchiveReader::add_document(const std::string& path, const ZipMember& member) {

@@ -87,8 +87,11 @@ const std::array kReaders{
                  .probe_folder = gguf::probe_folder,
                  .open_folder = gguf::open_folder,
                  .folder_holds = "*-00001-of-NNNNN.gguf"},
-    FormatReader{
-        .name = "hdf5", .family = "HDF5", .probe_file = hdf5::probe_file, .open_file = hdf5::open_file},
+    FormatReader{.name = "hdf5",
+                 .family = "HDF5",
+                 .probe_file = hdf5::probe_file,
+                 .probe_past_head = hdf5::probe_past_head,
+                 .open_file = hdf5::open_file},
     FormatReader{.name = "npz",
                  .family = "NumPy",
                  .probe_archive = numpy::is_npz_archive,

@@ -30,6 +30,9 @@ struct FormatReader {
   // entries of one format repeat it.
   std::string_view family;
   bool (*probe_file)(std::span<const std::byte> head) = nullptr;
+  // A probe beyond the head, when no reader took the head: a signature
+  // that may lie anywhere in the file (HDF5's, after a user block).
+  bool (*probe_past_head)(const MappedFile& file, uint64_t head_bytes) = nullptr;
   Catalog (*open_file)(const ModelFile& model) = nullptr;
   bool (*probe_archive)(const ZipArchive& zip) = nullptr;
   Catalog (*open_archive)(const ModelFile& model, const ZipArchive& zip) = nullptr;

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "formats/safetensors.hpp"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "formats/safetensors_header.hpp"
@@ -10,6 +13,7 @@
 #include "io/checked_math.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
+#include "modelfs/json_release.hpp"
 
 namespace modelfs::safetensors {
 namespace {
@@ -45,9 +49,11 @@ class Parser {
                   std::to_string(file_->size()) + " bytes)");
     add_metadata_bytes(n);
     header_ = reader.take_string(n, "header");
+    drop_pages(8, n);
     data_start_ = 8 + n;
 
     Header header = read_header(header_, file_->display_name());
+    const JsonReleaser release(header.metadata);
     count(header.entries.size());
     tensors(header.entries, each);
     return std::move(header.metadata);
@@ -56,6 +62,18 @@ class Parser {
  private:
   [[noreturn]] void fail(uint64_t offset, const std::string& reason) const {
     throw ModelError(file_->display_name(), std::string(kFormat), offset, reason);
+  }
+
+  // The header is read from its copy (charged to the budget): its pages of
+  // the mapping, which no budget counts, are given back to the kernel
+  // rather than kept resident beside it (a 15 MB header held both). A
+  // later read faults them in again from the file: every mapping is a
+  // shared one of a file.
+  void drop_pages(uint64_t offset, uint64_t length) const {
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto at = reinterpret_cast<uintptr_t>(file_->unchecked_data()) + offset;
+    const uintptr_t begin = (at + page - 1) / page * page, end = (at + length) / page * page;
+    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
   }
 
   [[noreturn]] void fail_at_key(const std::string& name, const std::string& reason) const {

@@ -13,6 +13,7 @@
 #include "formats/safetensors.hpp"
 #include "io/safetensors_dtype.hpp"
 #include "modelfs/error.hpp"
+#include "modelfs/json_release.hpp"
 
 namespace modelfs::safetensors {
 namespace {
@@ -172,6 +173,13 @@ class HeaderReader {
         draft.field = field;
         break;
       }
+      case Slot::Metadata:
+        // The metadata object is its own key set (every key is placed in
+        // it, see place()): a set beside it doubled the memory of a
+        // million keys.
+        if (header_.metadata.contains(name)) duplicate(name);
+        key_ = name;
+        break;
       default:
         if (!frame.keys->insert(name).second) duplicate(name);
         key_ = name;
@@ -252,11 +260,14 @@ class HeaderReader {
         }
       }
       case Slot::Metadata:
-        if (value.kind == Value::String)
+        if (value.kind == Value::String) {
           header_.metadata[key_] = std::move(*value.text);
-        else
+        } else {
+          // Kept as null for the duplicate check; the header is refused.
+          header_.metadata[key_] = nullptr;
           problem(std::string(kMetadataKey),
                   "__metadata__ value of \"" + key_ + "\" is a " + value.type_name() + ", not a string");
+        }
         return Slot::Ignored;
       case Slot::Shape:
         if (value.kind == Value::Unsigned)
@@ -291,7 +302,7 @@ class HeaderReader {
       fail(kHeaderStart, "JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
     const Slot inner = place({is_object ? Value::Object : Value::Array});
     Frame frame{inner, nullptr};
-    if (is_object && inner != Slot::Top && inner != Slot::Entry)
+    if (is_object && inner != Slot::Top && inner != Slot::Entry && inner != Slot::Metadata)
       frame.keys = std::make_unique<std::unordered_set<std::string>>();
     frames_.push_back(std::move(frame));
     return true;
@@ -339,6 +350,9 @@ class HeaderReader {
 
   const std::string& file_;
   Header header_;
+  // Refused at its budget, a header of a million metadata keys is let go
+  // without the scratch nlohmann's destructor takes (json_release.hpp).
+  const JsonReleaser<nlohmann::json> release_metadata_{header_.metadata};
   std::vector<Frame> frames_;
   std::string key_;  // the last key read at the header's level or in __metadata__
   std::optional<EntryDraft> draft_;

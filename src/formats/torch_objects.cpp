@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "io/budget_charge.hpp"
 #include "io/checked_math.hpp"
 #include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
@@ -181,6 +182,18 @@ std::optional<StorageId> parse_storage_id(const Value& id, std::string* why) {
     out.view = std::make_pair(static_cast<uint64_t>(*offset), static_cast<uint64_t>(*size));
   }
   return out;
+}
+
+// The table of tensors doubles at once, which the budget would refuse only
+// at its next checkpoint, once made (65 536 tensors repeated through the
+// memo doubled it to 65 MiB under a budget of 95): tested for room first.
+void ObjectWalker::add_tensor(TensorSpec&& t) {
+  if (tensors_.size() == tensors_.capacity()) {
+    const uint64_t grown = std::max<size_t>(tensors_.capacity() * 2, 1) * sizeof(TensorSpec);
+    charge_budget(grown, options_.file, options_.format, "the table of tensors");
+    release_budget(grown);
+  }
+  tensors_.push_back(std::move(t));
 }
 
 void ObjectWalker::fail(const std::string& reason) const {
@@ -378,7 +391,12 @@ std::optional<nlohmann::json> ObjectWalker::revisit(const Value* v, const Object
         "the pickled object names more tensors through structure shared in its memo than the "
         "pickle has bytes (" +
         std::to_string(max_names_) + ")");
-  tensors_.reserve(tensors_.size() + (first.end_tensor - first.first_tensor));
+  const size_t needed = tensors_.size() + (first.end_tensor - first.first_tensor);
+  if (needed > tensors_.capacity()) {  // as add_tensor: room tested before the table grows
+    charge_budget(needed * sizeof(TensorSpec), options_.file, options_.format, "the table of tensors");
+    release_budget(needed * sizeof(TensorSpec));
+  }
+  tensors_.reserve(needed);
   for (size_t i = first.first_tensor; i < first.end_tensor; ++i) {
     TensorSpec copy = tensors_[i];
     copy.name = first.path.top ? path.child(copy.name).name
@@ -625,7 +643,7 @@ void ObjectWalker::make_tensor(const Value* storage, const Value& args, size_t f
   if (!id->location.empty() && id->location != "cpu") extras["device"] = id->location;
   t.extras = std::move(extras);
 
-  tensors_.push_back(std::move(t));
+  add_tensor(std::move(t));
 }
 
 void ObjectWalker::storage_only(const Value* v, const ObjectPath& path) {
@@ -652,7 +670,7 @@ void ObjectWalker::storage_only(const Value* v, const ObjectPath& path) {
   t.bytes = bytes.bytes;
   t.source = {options_.source, bytes.file_offset};
   t.extras = {{"kind", "storage"}, {"storage", {{"key", id->key}, {"offset", 0}}}};
-  tensors_.push_back(std::move(t));
+  add_tensor(std::move(t));
 }
 
 std::optional<StorageType> plain_dtype(std::string_view name) {

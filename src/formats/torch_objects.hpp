@@ -119,6 +119,7 @@ class ObjectWalker {
   void search_only(const pickle::Value* v, const ObjectPath& path, uint32_t depth);
   void search_state(const pickle::Value* state, const ObjectPath& path, uint32_t depth);
   [[noreturn]] void fail(const std::string& reason) const;
+  void add_tensor(TensorSpec&& t);
   nlohmann::json plain(const pickle::Value* v);
 
   WalkOptions options_;

@@ -19,8 +19,12 @@
 
 namespace {
 
-// The bytes malloc really set aside for `p`: what is charged and given back.
-inline std::size_t usable(void* p) noexcept { return p ? malloc_usable_size(p) : 0; }
+// The bytes malloc really set aside for `p`, what is charged and given
+// back: the usable bytes and the size word before them (glibc's chunk
+// header). Left out, the header was a third of a 24-byte allocation, and a
+// model of a million small values held a sixth more than its budget said.
+constexpr std::size_t kChunkHeader = sizeof(std::size_t);
+inline std::size_t usable(void* p) noexcept { return p ? malloc_usable_size(p) + kChunkHeader : 0; }
 
 void* take(std::size_t n, std::size_t alignment) {
   modelfs::Budget* budget = modelfs::current_budget();

@@ -72,9 +72,38 @@ std::string compact(const nlohmann::ordered_json& value) {
   return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-bool is_list_of_containers(const nlohmann::ordered_json& value) {
+// compact(value) appended to `out` where it is printed: a value of a
+// million keys printed to a text of its own first was held twice.
+template <typename Json>
+void append_compact(std::string& out, const Json& value) {
+  nlohmann::detail::serializer<Json> printer(nlohmann::detail::output_adapter<char, std::string>(out), ' ',
+                                             nlohmann::json::error_handler_t::replace);
+  printer.dump(value, false, false, 0);
+}
+
+template <typename Json>
+bool is_list_of_containers(const Json& value) {
   if (!value.is_array() || value.empty()) return false;
   return std::all_of(value.begin(), value.end(), [](const auto& element) { return element.is_structured(); });
+}
+
+// One top-level key and its value, as readable_json prints them.
+template <typename Json>
+void append_member(std::string& out, std::string_view key, const Json& item) {
+  out += out.empty() ? "{\n  " : ",\n  ";
+  append_json_string(out, key);
+  out += ": ";
+  if (is_list_of_containers(item)) {
+    out += "[\n";
+    for (size_t i = 0; i < item.size(); ++i) {
+      out += "    ";
+      append_compact(out, item[i]);
+      out += i + 1 < item.size() ? ",\n" : "\n";
+    }
+    out += "  ]";
+  } else {
+    append_compact(out, item);
+  }
 }
 
 }  // namespace
@@ -105,21 +134,25 @@ size_t json_bytes_length(std::string_view bytes) {
 
 std::string readable_json(const nlohmann::ordered_json& value) {
   if (!value.is_object() || value.empty()) return compact(value) + "\n";
-  std::string out = "{\n";
-  bool first = true;
-  for (const auto& [key, item] : value.items()) {
-    if (!first) out += ",\n";
-    first = false;
-    out += "  " + compact(nlohmann::ordered_json(key)) + ": ";
-    if (is_list_of_containers(item)) {
-      out += "[\n";
-      for (size_t i = 0; i < item.size(); ++i)
-        out += "    " + compact(item[i]) + (i + 1 < item.size() ? ",\n" : "\n");
-      out += "  ]";
-    } else {
-      out += compact(item);
-    }
-  }
+  std::string out;
+  for (const auto& [key, item] : value.items()) append_member(out, key, item);
+  return out + "\n}\n";
+}
+
+std::string readable_metadata(const std::string& format, const std::vector<std::string>& files,
+                              const nlohmann::json& metadata) {
+  std::string out;
+  // The metadata's own "format" or "files", where it has them, in their place.
+  const auto first = [&](const std::string& key, const nlohmann::ordered_json& own) {
+    if (const auto it = metadata.find(key); it != metadata.end())
+      append_member(out, key, *it);
+    else
+      append_member(out, key, own);
+  };
+  first("format", format);
+  first("files", files);
+  for (const auto& [key, item] : metadata.items())
+    if (key != "format" && key != "files") append_member(out, key, item);
   return out + "\n}\n";
 }
 

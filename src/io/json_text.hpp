@@ -14,6 +14,11 @@
 namespace modelfs {
 
 std::string readable_json(const nlohmann::ordered_json& value);
+// readable_json of {"format": format, "files": files, then every key of
+// `metadata`} (metadata.json), printed from `metadata` where it is, with no
+// ordered copy of it.
+std::string readable_metadata(const std::string& format, const std::vector<std::string>& files,
+                              const nlohmann::json& metadata);
 
 // Appends `text` as a JSON string, exactly as readable_json prints it. The
 // tree prints one sidecar and one index line per tensor, so these direct

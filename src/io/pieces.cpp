@@ -98,40 +98,26 @@ void append_value(std::string& out, std::span<const PieceFilter> filters) {
 
 }  // namespace
 
+void append_piece_json(std::string& out, const Piece& piece) {
+  out += '{';
+  bool first = true;
+  piece_fields(piece, [&](std::string_view key, const auto& value) {
+    out += first ? "\"" : ",\"";
+    first = false;
+    out += key;
+    out += "\":";
+    append_value(out, value);
+  });
+  out += '}';
+}
+
 void append_pieces_json(std::string& out, const Tensor& tensor) {
   out += '[';
   for (size_t i = 0; i < tensor.pieces.size(); ++i) {
-    out += i ? ",{" : "{";
-    bool first = true;
-    piece_fields(tensor.pieces[i], [&](std::string_view key, const auto& value) {
-      out += first ? "\"" : ",\"";
-      first = false;
-      out += key;
-      out += "\":";
-      append_value(out, value);
-    });
-    out += '}';
+    if (i) out += ',';
+    append_piece_json(out, tensor.pieces[i]);
   }
   out += ']';
-}
-
-nlohmann::ordered_json pieces_json(const Tensor& tensor) {
-  auto pieces = nlohmann::ordered_json::array();
-  for (const Piece& p : tensor.pieces) {
-    auto& piece = pieces.emplace_back(nlohmann::ordered_json::object());
-    piece_fields(p, [&](std::string_view key, const auto& value) {
-      auto& json = piece[std::string(key)];
-      if constexpr (std::is_same_v<std::decay_t<decltype(value)>, std::span<const PieceFilter>>) {
-        json = nlohmann::ordered_json::array();
-        for (const PieceFilter filter : value) json.push_back(piece_filter_name(filter));
-      } else if constexpr (std::is_same_v<std::decay_t<decltype(value)>, std::span<const uint64_t>>) {
-        json = std::vector<uint64_t>(value.begin(), value.end());
-      } else {
-        json = value;
-      }
-    });
-  }
-  return pieces;
 }
 
 namespace {

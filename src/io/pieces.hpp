@@ -58,8 +58,8 @@ inline uint64_t checksum_bytes(std::span<const PieceFilter> filters) noexcept {
 // its file, offset and stored size; for box pieces its start, extent and
 // filters; "zeros" for a piece never written.
 void append_pieces_json(std::string& out, const Tensor& tensor);
-// The same as a JSON value (`--list --json`).
-nlohmann::ordered_json pieces_json(const Tensor& tensor);
+// One piece of it: the object, on one line.
+void append_piece_json(std::string& out, const Piece& piece);
 
 // Box pieces (start and extent of the tensor's rank), or run pieces.
 inline bool box_pieces(const Tensor& tensor) noexcept {

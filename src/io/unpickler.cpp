@@ -281,6 +281,14 @@ class Machine {
   void push(Value* v) {
     if (stack_.size() >= kMaxStackDepth)
       fail("stack deeper than " + std::to_string(kMaxStackDepth) + " values");
+    if (stack_.size() == stack_.capacity()) {
+      // The stack doubles at once, which the budget would refuse only at
+      // its next checkpoint, once made (two million memo repeats: a 64 MiB
+      // stack under a budget of 95): tested for room first.
+      const uint64_t grown = std::max<size_t>(stack_.capacity() * 2, 16) * sizeof(Value*);
+      charge_budget(grown, file_, format_, "the pickle's stack");
+      release_budget(grown);
+    }
     stack_.push_back(v);
   }
 

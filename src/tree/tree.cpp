@@ -610,13 +610,11 @@ class TreeBuilder {
         add_file(meta_dir_, free_name(meta_dir_, "index.json", false), FileRole::Index, {}, nullptr);
     node(index).size = (index_size_ + ends.size()).value();
 
-    nlohmann::ordered_json metadata;
-    metadata["format"] = catalog.format;
-    metadata["files"] = catalog.files;
-    for (const auto& [key, value] : catalog.metadata.items()) metadata[key] = value;
-    add_made_document("metadata.json", readable_json(metadata));
+    add_made_document("metadata.json", readable_metadata(catalog.format, catalog.files, catalog.metadata));
     // Served from that text from now on; the parsed form (an ONNX graph's
-    // inputs and outputs: tens of KiB of small nodes) would only hold memory.
+    // inputs and outputs: tens of KiB of small nodes) would only hold
+    // memory. Let go without the scratch nlohmann's destructor takes.
+    release_json(tree_.catalog_.metadata);
     tree_.catalog_.metadata = nlohmann::json::object();
 
     // The catalog's documents stay where they are: the tree owns the catalog.

@@ -615,11 +615,16 @@ def pt2_big_json(folder, size=PT2_JSON_BYTES):
     budget."""
     item = b'{"a":[1,2,3],"b":"x"},'
     text = b'{"schema_version":{"major":8,"minor":0},"graph_module":{"x":[' + item * (size // len(item)) + b"0]}}"
+    return _pt2_of_json(folder / "big_json.pt2", text)
+
+
+def _pt2_of_json(path, text):
+    """A PT2 archive whose model JSON is `text`, deflated."""
     compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
     stream = compressor.compress(text) + compressor.flush()
     members = [Member("m/archive_format", b"pt2"),
                Member("m/models/model.json", deflate_chunks=[stream], size=len(text), crc=zlib.crc32(text))]
-    return write_zip(folder / "big_json.pt2", members)
+    return write_zip(path, members)
 
 
 EMPTY_TENSORS = 120_000
@@ -1512,6 +1517,70 @@ def hdf5_heap_cycle(folder):
     return path
 
 
+# --- issue 42: the budget bounds the process (peak RSS within the budget
+# and 32 MiB), HDF5 past a 4 KiB user block, work in proportion to what is
+# stored, more files than the usual soft limit on open files.
+
+def safetensors_million_metadata_keys(folder, keys=1_100_000):
+    """1 100 000 __metadata__ keys of 8 bytes, empty values (a 15 MB
+    header): refused at 293 MiB of RSS under a budget of 182 MiB, its keys
+    held twice (the object and a set) and copied again to be printed."""
+    header = ('{"__metadata__":{' + ",".join(f'"k{i:07d}":""' for i in range(keys)) + "}}").encode()
+    path = folder / "million_keys.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header)
+    return path
+
+
+def gguf_empty_strings(folder, count=2_000_000):
+    """A GGUF key-value array of two million empty strings (16 MB): 320 MiB
+    of RSS under a budget of 187, its copy and its destruction uncharged."""
+    body = struct.pack("<Q", 1) + b"a" + struct.pack("<IIQ", gg.ARRAY, gg.STRING, count) + bytes(8 * count)
+    path = folder / "empty_strings.gguf"
+    path.write_bytes(_gguf_head() + body + bytes(64))
+    return path
+
+
+def pt2_long_json_string(folder, size=30 << 20):
+    """A PT2 archive whose model JSON holds one string of 30 MB, deflated to
+    31 KB: 103 MiB of RSS under a budget of 65, lexed before the budget saw it."""
+    text = b'{"schema_version":{"major":8,"minor":0},"graph_module":{"x":"' + b"a" * size + b'"}}'
+    return _pt2_of_json(folder / "long_string.pt2", text)
+
+
+HDF5_BIG_USER_BLOCK = 16384
+
+
+def hdf5_big_user_block(folder):
+    """A 16 KiB user block: the signature past the 4 KiB detection probed
+    ("not a model file" before), libhdf5's addresses after it."""
+    h5py = _h5py()
+    path = folder / "big_user_block.h5"
+    with h5py.File(path, "w", userblock_size=HDF5_BIG_USER_BLOCK) as f:
+        f.create_dataset("plain", data=np.arange(600, dtype="<i4").reshape(20, 30), chunks=(8, 8))
+        f["contiguous"] = np.arange(32, dtype="<f8")
+    return path
+
+
+def pt_expanded_gib_views(folder, views=64):
+    """64 expand()s of one 4-byte storage to 1 GiB each (5 KB): --stats read
+    64 GiB of one repeated value for 40-80 s."""
+    return _views_of_one_storage(folder / "expanded_gib.pt", views, 1 << 28, 0.5)
+
+
+TFJS_SHARDS = 5000
+
+
+def tfjs_many_shards(folder, count=TFJS_SHARDS):
+    """A TensorFlow.js weight of 5 000 float32s, one 4-byte shard each:
+    refused at about the 1016th shard under a soft limit of 1024 open files."""
+    values = np.arange(count, dtype="<f4") * 0.5 - 7
+    paths = []
+    for i in range(count):
+        paths.append(f"group1-shard{i + 1}of{count}.bin")
+        (folder / paths[-1]).write_bytes(values[i:i + 1].tobytes())
+    return _tfjs_model(folder, [(paths, [{"name": "w", "dtype": "float32", "shape": [count]}])])
+
+
 CASES = {
     "long_name": (long_name, False),
     "shared_pickle_dict": (shared_pickle_dict, True),
@@ -1608,6 +1677,13 @@ CASES = {
     "hdf5_user_block_chunks": (hdf5_user_block_chunks, False),
     "hdf5_odd_types": (hdf5_odd_types, False),
     "hdf5_heap_cycle": (hdf5_heap_cycle, False),
+    # --- issue 42: process memory, a user block past 4 KiB, work in proportion, open files ---
+    "safetensors_1m_metadata_keys": (safetensors_million_metadata_keys, False),
+    "gguf_2m_empty_strings": (gguf_empty_strings, False),
+    "pt2_30mb_json_string": (pt2_long_json_string, False),
+    "hdf5_16k_user_block": (hdf5_big_user_block, False),
+    "pt_64_expanded_gib_views": (pt_expanded_gib_views, True),
+    "tfjs_5000_shards": (tfjs_many_shards, False),
 }
 
 

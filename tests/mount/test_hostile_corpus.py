@@ -55,6 +55,16 @@ COMMAND_SECONDS = 120 if SANITIZED else 10
 # alone on a 2-CPU VM): that walk is bounded against a hang, not against
 # the parse, so it has a cap of its own.
 READ_SECONDS = 4 * COMMAND_SECONDS
+# Every process also stays within its model's memory budget and a fixed
+# 32 MiB for the program (its image, the allocator's freed memory, copies
+# not charged: README, Limits). The default budget is 64 MiB and 8 bytes
+# per byte of metadata read (include/modelfs/budget.hpp); no reader counts
+# more metadata than the model's files hold, so 64 MiB and 8 bytes per
+# byte of the case's files bounds it from above (--diff opens the model
+# twice, each with its budget).
+BUDGET_FLOOR_KIB = 64 * 1024
+BUDGET_PER_BYTE = 8
+PROGRAM_KIB = 32 * 1024
 # RLIMIT_AS for every process a step starts: it only stops a runaway input
 # from taking the shared machine down (the worst seen was 3 GB), far above
 # the bound asserted, so it never decides a pass.
@@ -97,7 +107,14 @@ class Run:
         return f"{state}, {self.seconds:.1f} s, peak {self.peak_kib / 1024:.0f} MiB"
 
 
+# The soft limit on open files a login shell gives (the hard one left):
+# modelfs raises it itself (tfjs_5000_shards has more files).
+SOFT_OPEN_FILES = 1024
+
+
 def _guard():
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(SOFT_OPEN_FILES, hard), hard))
     if SANITIZED:
         return
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_GUARD, ADDRESS_SPACE_GUARD))
@@ -498,6 +515,14 @@ EXPECT = {
          "uint24_padded_with_ones": "24-bit values"}, ["exact"])},
     "hdf5_heap_cycle": {"exits": (2,), "--list": expect_memory_limit_named, "--check": expect_memory_limit_named,
                         "mount": expect_memory_limit_named},
+    # Issue 42: process memory (the budget bound, within_bounds), a user
+    # block past 4 KiB, more files than the soft limit on open files (_guard).
+    "gguf_2m_empty_strings": {"exits": (0,)},
+    "pt2_30mb_json_string": {"exits": (2,)},
+    "hdf5_16k_user_block": {"exits": (0,), "mounted": check_values(
+        {"plain": np.arange(600, dtype="<i4"), "contiguous": np.arange(32, dtype="<f8")})},
+    "tfjs_5000_shards": {"exits": (0,), "mounted": check_values(
+        {"w": np.arange(hc.TFJS_SHARDS, dtype="<f4") * 0.5 - 7})},
 }
 
 
@@ -510,7 +535,24 @@ def report(case, step, run):
                                 "peak_mib": round(run.peak_kib / 1024, 1)}) + "\n")
 
 
-def within_bounds(step, run, exits, problems):
+def case_bytes(folder):
+    """Bytes of the regular files a case wrote in `folder` (links and FIFOs not followed)."""
+    total = 0
+    for dirpath, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path) and os.path.isfile(path):
+                total += os.path.getsize(path)
+    return total
+
+
+def budget_kib(folder, models=1):
+    """The default memory budget of a case's model, bounded from above
+    (BUDGET_FLOOR_KIB above), for `models` models open at once."""
+    return models * (BUDGET_FLOOR_KIB + BUDGET_PER_BYTE * case_bytes(folder) // 1024)
+
+
+def within_bounds(step, run, exits, problems, budget=None, models=1):
     if run.timed_out:
         problems.append(f"{step}: {run.summary()}")
         return
@@ -520,8 +562,12 @@ def within_bounds(step, run, exits, problems):
     elif run.returncode == 2 and len(run.stderr.strip().splitlines()) != 1:
         problems.append(f"{step}: refused with {len(run.stderr.strip().splitlines())} lines "
                         f"on stderr: {run.stderr[-600:]!r}")
-    if run.peak_kib >= PEAK_RSS_KIB and not SANITIZED:
-        problems.append(f"{step}: {run.summary()}: peak RSS over {PEAK_RSS_KIB // 1024} MiB")
+    # The cap is of one model's reading: a step that opens `models` at once has it for each.
+    if run.peak_kib >= models * PEAK_RSS_KIB and not SANITIZED:
+        problems.append(f"{step}: {run.summary()}: peak RSS over {models * PEAK_RSS_KIB // 1024} MiB")
+    if budget is not None and run.peak_kib > budget + PROGRAM_KIB and not SANITIZED:
+        problems.append(f"{step}: {run.summary()}: peak RSS past the budget ({budget // 1024} MiB) "
+                        f"and {PROGRAM_KIB // 1024} MiB")
 
 
 @pytest.fixture(scope="session")
@@ -534,6 +580,7 @@ def corpus(tmp_path_factory):
                 pytest.skip(f"{case}: the generator needs torch (python3-torch)")
             made[case] = hc.make(case, root / case)
         return made[case]
+    get.folder = lambda case: root / case
     return get
 
 
@@ -544,6 +591,7 @@ def test_hostile_case_is_answered_within_bounds(corpus, case):
     model = corpus(case)
     expect = EXPECT.get(case, {})
     exits = expect.get("exits", (0, 2))
+    budget = budget_kib(corpus.folder(case))
     problems = []
 
     steps = [["--list"], ["--check"]] + ([["--list", "--json"]] if "--list --json" in expect else [])
@@ -554,7 +602,7 @@ def test_hostile_case_is_answered_within_bounds(corpus, case):
         run = run_bounded([MODELFS, *options, model],
                           keep_stdout=64 << 20 if "--json" in options else 64 << 10)
         report(case, step, run)
-        within_bounds(step, run, exits, problems)
+        within_bounds(step, run, exits, problems, budget)
         if step in expect and not run.timed_out:
             expect[step](step, run, problems)
 
@@ -583,7 +631,7 @@ def test_hostile_case_is_answered_within_bounds(corpus, case):
             else:
                 run.peak_kib = max(run.peak_kib, *(vm_hwm_kib(p) for p in daemon))
         report(case, "mount", run)
-        within_bounds("mount", run, exits, problems)
+        within_bounds("mount", run, exits, problems, budget)
         if "mount" in expect and not run.timed_out:
             expect["mount"]("mount", run, problems)
     finally:
