@@ -92,7 +92,6 @@ void check_model(const Catalog& catalog, const IntegrityChecks& checks,
 
   std::vector<char> buffer;
   for (const auto& range : ranges) {
-    const remote::StreamScope in_order;  // a remote model's blocks fetched ahead, side by side
     read_back(*range.file, range.begin, range.end, catalog.format,
               "tensor \"" + std::string(range.tensor->name) + "\"", buffer, advance);
     summary.bytes_read += range.end - range.begin;
