@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "modelfs/budget.hpp"
 #include "io/budget_charge.hpp"
+#include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
 
 namespace modelfs {
