@@ -3,10 +3,8 @@
 
 #include <algorithm>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-#include <type_traits>
 
 #include "io/checked_math.hpp"
 #include "io/json_text.hpp"
