@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "formats/ggml_tensor.hpp"
+#include "io/budget_charge.hpp"
 #include "io/byte_reader.hpp"
 #include "io/checked_math.hpp"
 #include "modelfs/error.hpp"
@@ -250,6 +251,21 @@ void read_rwkv(Cursor& c, Layout& layout, uint32_t version) {
 
 // ---- the tensor records -----------------------------------------------------
 
+// The budget grows with the metadata read (headers, vocabularies, records
+// without their data), each byte of the file counted once however many
+// layouts walk it.
+class MetadataCount {
+ public:
+  void add(uint64_t from, uint64_t to) {
+    from = std::max(from, counted_to_);
+    if (to > from) add_metadata_bytes(to - from);
+    counted_to_ = std::max(counted_to_, to);
+  }
+
+ private:
+  uint64_t counted_to_ = 0;
+};
+
 // The ggml type of a record's code, or refused.
 const GgmlType& record_type(Cursor& c, const Layout& layout, int32_t code, uint64_t at,
                             const std::string& quote) {
@@ -272,7 +288,7 @@ const GgmlType& record_type(Cursor& c, const Layout& layout, int32_t code, uint6
 // tensor to `catalog`; a record that does not end inside the file, or
 // leaves bytes that are not a record, is refused.
 void read_records(Cursor& c, const Layout& layout, const std::shared_ptr<const MappedFile>& file,
-                  const std::string& name, Catalog& catalog) {
+                  const std::string& name, Catalog& catalog, MetadataCount& counted) {
   std::unordered_set<std::string_view> names;
   while (c.remaining() > 0) {
     const uint64_t at = c.at();
@@ -301,6 +317,7 @@ void read_records(Cursor& c, const Layout& layout, const std::shared_ptr<const M
                          " bytes remain)");
     TensorSpec t;
     const std::string_view stored = c.text(static_cast<uint64_t>(name_len), "tensor name");
+    counted.add(at, c.at());
     t.name = std::string(stored);
     const std::string quote = where + "tensor \"" + t.name + "\": ";
     if (!names.insert(stored).second) c.fail(at, quote + "the name is stored twice");
@@ -349,7 +366,7 @@ nlohmann::json header_json(std::string_view magic, std::optional<uint32_t> versi
 }
 
 Attempt attempt(const ModelFile& model, std::string_view magic, std::optional<uint32_t> version,
-                const HeaderReader& read_header) {
+                const HeaderReader& read_header, MetadataCount& counted) {
   const auto& file = model.mapped;
   Cursor c(*file, version ? 8 : 4);
   Layout layout;
@@ -359,12 +376,13 @@ Attempt attempt(const ModelFile& model, std::string_view magic, std::optional<ui
     out.program = layout.program;
     out.reached_records = true;
     const uint64_t records_at = c.at();
+    counted.add(0, records_at);
     Catalog catalog;
     catalog.format = std::string(kFormat);
     catalog.mtime = file->mtime();
     const std::string name = model.path.filename().string();
     catalog.files.push_back(name);
-    read_records(c, layout, file, name, catalog);
+    read_records(c, layout, file, name, catalog, counted);
     nlohmann::json& meta = catalog.metadata;
     meta["ggml"] = header_json(magic, version, layout, records_at);
     meta["ggml"]["tensor_count"] = catalog.tensors().size();
@@ -388,12 +406,14 @@ Attempt attempt(const ModelFile& model, std::string_view magic, std::optional<ui
 
 // A 'ggml' file: each layout tried; exactly one must take the whole file.
 Catalog open_ggml(const ModelFile& model) {
+  MetadataCount counted;
   std::vector<Attempt> attempts;
-  attempts.push_back(attempt(model, kGgml, std::nullopt, read_whisper));
-  attempts.push_back(attempt(model, kGgml, std::nullopt, read_silero));
-  attempts.push_back(attempt(model, kGgml, std::nullopt, read_parakeet));
-  attempts.push_back(attempt(model, kGgml, std::nullopt,
-                             [](Cursor& c, Layout& l) { read_llama(c, l, kGgml, std::nullopt); }));
+  attempts.push_back(attempt(model, kGgml, std::nullopt, read_whisper, counted));
+  attempts.push_back(attempt(model, kGgml, std::nullopt, read_silero, counted));
+  attempts.push_back(attempt(model, kGgml, std::nullopt, read_parakeet, counted));
+  attempts.push_back(attempt(
+      model, kGgml, std::nullopt, [](Cursor& c, Layout& l) { read_llama(c, l, kGgml, std::nullopt); },
+      counted));
   std::vector<Attempt*> whole;
   for (auto& a : attempts)
     if (a.catalog) whole.push_back(&a);
@@ -401,9 +421,9 @@ Catalog open_ggml(const ModelFile& model) {
   if (whole.size() == 1) return std::move(*whole.front()->catalog);
   if (whole.size() > 1)
     throw ModelError(file, std::string(kFormat), std::nullopt,
-                     "a 'ggml' file that parses whole both as " + std::string(whole[0]->program) +
-                         " and as " + std::string(whole[1]->program) +
-                         " writes it; modelfs does not guess which");
+                     "a 'ggml' file that parses whole both in the layout of " +
+                         std::string(whole[0]->program) + " and in that of " +
+                         std::string(whole[1]->program) + "; modelfs does not guess which wrote it");
   // The nearest: a layout whose header was read, then the one read furthest.
   const Attempt* nearest = &attempts.front();
   for (const auto& a : attempts)
@@ -438,13 +458,17 @@ Catalog open_file(const ModelFile& model) {
   if (magic == kGgml) return open_ggml(model);
   const uint32_t version = reader.u32("version");
   const std::string shown_magic = magic == kGgmf ? "'ggmf'" : "'ggjt'";
+  MetadataCount counted;
   if (magic == kGgmf && (version == 100 || version == 101))
-    return take(attempt(model, kGgmf, version, [&](Cursor& c, Layout& l) { read_rwkv(c, l, version); }),
+    return take(attempt(
+                    model, kGgmf, version, [&](Cursor& c, Layout& l) { read_rwkv(c, l, version); }, counted),
                 model);
   if ((magic == kGgmf && version == 1) || (magic == kGgjt && version >= 1 && version <= 3)) {
     const std::string_view kind = magic == kGgmf ? kGgmf : kGgjt;
-    return take(attempt(model, kind, version, [&](Cursor& c, Layout& l) { read_llama(c, l, kind, version); }),
-                model);
+    return take(
+        attempt(
+            model, kind, version, [&](Cursor& c, Layout& l) { read_llama(c, l, kind, version); }, counted),
+        model);
   }
   throw ModelError(file->display_name(), std::string(kFormat), 4,
                    shown_magic + " version " + std::to_string(version) + " is none modelfs reads (" +
