@@ -41,27 +41,18 @@ struct Layout {
   std::string header_arrays;  // what header arrays it holds (not tensors); empty: none
 };
 
-// rwkv.cpp's type codes (rwkv_file_format.inc, rwkv_type_to_ggml): 4-6 were
-// removed types.
+// rwkv.cpp's type codes and the ggml_type each stands for
+// (rwkv_file_format.inc, rwkv_type_to_ggml); its 4-6 were removed types.
+struct RwkvType {
+  int32_t code;
+  uint32_t ggml;
+};
+constexpr RwkvType kRwkvTypes[] = {{0, 0}, {1, 1}, {2, 2}, {3, 3}, {7, 6}, {8, 7}, {9, 8}};
+
 std::optional<uint32_t> rwkv_to_ggml(int32_t code) {
-  switch (code) {
-    case 0:
-      return 0;  // FP32
-    case 1:
-      return 1;  // FP16
-    case 2:
-      return 2;  // Q4_0
-    case 3:
-      return 3;  // Q4_1
-    case 7:
-      return 6;  // Q5_0
-    case 8:
-      return 7;  // Q5_1
-    case 9:
-      return 8;  // Q8_0
-    default:
-      return std::nullopt;
-  }
+  for (const auto& type : kRwkvTypes)
+    if (type.code == code) return type.ggml;
+  return std::nullopt;
 }
 
 // A cursor over the file for the header's fields: every count and length
@@ -134,6 +125,15 @@ std::array<int32_t, N> read_hparams(Cursor& c, Layout& layout, const std::array<
   return values;
 }
 
+// The mel filter bank whisper.cpp's files hold after their
+// hyper-parameters: i32 rows, i32 columns, float32 values (not a tensor).
+void read_mel_filters(Cursor& c, Layout& layout) {
+  const uint64_t rows = c.count("mel filter rows", 0);
+  const uint64_t cols = c.count("mel filter columns", 0);
+  layout.hparams["mel_filters"] = {rows, cols};
+  c.skip_floats(rows, cols, "mel filters");
+}
+
 // ---- the layouts' headers ---------------------------------------------------
 
 void read_whisper(Cursor& c, Layout& layout) {
@@ -149,13 +149,9 @@ void read_whisper(Cursor& c, Layout& layout) {
   if (qntvr != kCurrentQuantVersion)
     layout.blocks_refused = "whisper.cpp's quantization version " + std::to_string(qntvr) + " (ftype " +
                             std::to_string(hp[10]) +
-                            ") stores blocks in a layout older than ggml's "
-                            "current one (version " +
+                            ") stores blocks in a layout older than ggml's current one " + "(version " +
                             std::to_string(kCurrentQuantVersion) + ")";
-  const uint64_t n_mel = c.count("mel filter rows", 0);
-  const uint64_t n_fft = c.count("mel filter columns", 0);
-  layout.hparams["mel_filters"] = {n_mel, n_fft};
-  c.skip_floats(n_mel, n_fft, "mel filters");
+  read_mel_filters(c, layout);
   const uint64_t tokens = c.count("token count", 4);
   for (uint64_t i = 0; i < tokens; ++i) c.skip(c.count_u32("token length", 1), "token");
   layout.vocab_size = tokens;
@@ -196,10 +192,7 @@ void read_parakeet(Cursor& c, Layout& layout) {
                        {"n_vocab", "n_audio_ctx", "n_audio_state", "n_audio_head", "n_audio_layer", "n_mels",
                         "ftype", "n_fft", "subsampling_factor", "n_subsampling_channels", "n_conv_kernel",
                         "n_pred_dim", "n_pred_layers", "n_tdt_durations", "n_max_tokens"});
-  const uint64_t n_mel = c.count("mel filter rows", 0);
-  const uint64_t n_fb = c.count("mel filter columns", 0);
-  layout.hparams["mel_filters"] = {n_mel, n_fb};
-  c.skip_floats(n_mel, n_fb, "mel filters");
+  read_mel_filters(c, layout);
   const uint64_t window = c.count("window length", 4);
   c.skip(window * 4, "window");
   if (hp[13] < 0) c.fail(c.at(), "n_tdt_durations is " + std::to_string(hp[13]) + ", negative");

@@ -25,11 +25,8 @@ GGML_FORMAT = "GGML / GGMF / GGJT (legacy)"
 
 
 def c_strides(shape):
-    strides, acc = [], 1
-    for dim in reversed(shape):
-        strides.insert(0, acc)
-        acc *= max(dim, 1)
-    return strides
+    """C-order element strides, as numpy gives them for one-byte elements."""
+    return list(np.empty(shape, np.int8).strides)
 
 
 def check_mounted(model, info=None):

@@ -6,8 +6,10 @@
 // ModelError naming "ggml" and the offset of the bad field.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "formats/ggml_legacy.hpp"
@@ -19,77 +21,77 @@ namespace {
 
 using test::TempDir;
 
-// Bytes written field by field, as the programs lay them out.
+// Bytes written field by field, as the programs lay them out: each number
+// little-endian at its type's width, text as it is.
 class Bytes {
  public:
-  explicit Bytes(std::string_view magic) { raw(magic); }
-  Bytes& raw(std::string_view bytes) {
-    bytes_.append(bytes);
+  explicit Bytes(std::string_view magic) : bytes_(magic) {}
+  template <typename... Fields>
+  Bytes& put(const Fields&... fields) {
+    (append(fields), ...);
     return *this;
   }
-  template <typename T>
-  Bytes& le(T value) {
-    char buf[sizeof(T)];
-    std::memcpy(buf, &value, sizeof(T));
-    bytes_.append(buf, sizeof(T));
-    return *this;
-  }
-  Bytes& i32(int32_t v) { return le(v); }
-  Bytes& u32(uint32_t v) { return le(v); }
-  Bytes& zeros(size_t n) {
-    bytes_.append(n, '\0');
-    return *this;
-  }
-  // A record: ne fastest first, then its `data` bytes (ggjt: padded first).
-  Bytes& record(std::string_view name, int32_t type, std::vector<int32_t> ne, size_t data,
+  Bytes& zeros(size_t n) { return put(std::string(n, '\0')); }
+  // A record: ne fastest first, then `data` zero bytes (ggjt: padded first).
+  Bytes& record(std::string_view name, int32_t type, const std::vector<int32_t>& ne, size_t data,
                 bool aligned = false) {
-    i32(static_cast<int32_t>(ne.size())).i32(static_cast<int32_t>(name.size())).i32(type);
-    for (int32_t d : ne) i32(d);
-    raw(name);
-    if (aligned)
-      while (bytes_.size() % 32) bytes_.push_back('\0');
+    put(static_cast<int32_t>(ne.size()), static_cast<int32_t>(name.size()), type);
+    for (int32_t d : ne) put(d);
+    put(name);
+    if (aligned) zeros((32 - bytes_.size() % 32) % 32);
     return zeros(data);
   }
   size_t size() const { return bytes_.size(); }
   const std::string& str() const { return bytes_; }
 
  private:
+  void append(std::string_view text) { bytes_.append(text); }
+  void append(const std::string& text) { bytes_.append(text); }
+  void append(const char* text) { bytes_.append(text); }
+  template <typename T>
+  requires std::is_arithmetic_v<T>
+  void append(T value) {
+    std::array<char, sizeof(T)> raw;
+    std::memcpy(raw.data(), &value, sizeof(T));
+    bytes_.append(raw.data(), raw.size());
+  }
+
   std::string bytes_;
 };
 
 Bytes whisper_header(int32_t ftype = 1) {
   Bytes b("lmgg");
-  for (int i = 0; i < 10; ++i) b.i32(i == 0 ? 2 : 4);
-  b.i32(ftype).i32(2).i32(3).zeros(2 * 3 * 4).i32(2);  // hparams, 2 x 3 filters, 2 tokens
-  return b.u32(1).raw("a").u32(2).raw("bc");
+  for (int i = 0; i < 10; ++i) b.put(i == 0 ? 2 : 4);
+  b.put(ftype, 2, 3).zeros(2 * 3 * 4).put(2);  // hparams, 2 x 3 filters, 2 tokens
+  return b.put(1, "a", 2, "bc");
 }
 
 Bytes silero_header() {
   Bytes b("lmgg");
-  b.i32(10).raw("silero-16k").i32(6).i32(2).i32(0).i32(512).i32(64).i32(1);
-  return b.i32(129).i32(128).i32(3).i32(128).i32(128).i32(128).i32(1);
+  b.put(10, "silero-16k", 6, 2, 0, 512, 64, 1);
+  return b.put(129, 128, 3, 128, 128, 128, 1);
 }
 
 Bytes parakeet_header() {
   Bytes b("lmgg");
   const int32_t hp[15] = {2, 3200, 8, 2, 1, 16, 0, 64, 8, 4, 3, 8, 1, 2, 5};
-  for (int32_t v : hp) b.i32(v);
-  b.i32(2).i32(2).zeros(16).i32(3).zeros(12).u32(0).u32(1);  // filters, window, 2 durations
-  return b.i32(2).i32(1).raw("x").i32(1).raw("y");
+  for (int32_t v : hp) b.put(v);
+  b.put(2, 2).zeros(16).put(3).zeros(12).put(0, 1);  // filters, window, 2 durations
+  return b.put(2, 1, "x", 1, "y");
 }
 
 Bytes llama_header(std::string_view magic, uint32_t version) {
   Bytes b(magic);
-  if (magic != "lmgg") b.u32(version);
-  b.u32(2).u32(64).u32(256).u32(2).u32(1).u32(32).u32(1);
+  if (magic != "lmgg") b.put(version);
+  b.put(2, 64, 256, 2, 1, 32, 1);
   for (std::string_view token : {"<s>", "a"}) {
-    b.u32(static_cast<uint32_t>(token.size())).raw(token);
-    if (magic != "lmgg") b.le(0.5f);
+    b.put(static_cast<uint32_t>(token.size()), token);
+    if (magic != "lmgg") b.put(0.5f);
   }
   return b;
 }
 
-Bytes rwkv_header(uint32_t version) { return Bytes("fmgg").u32(version).u32(256).u32(64).u32(1).u32(7); }
+Bytes rwkv_header(uint32_t version) { return Bytes("fmgg").put(version, 256, 64, 1, 7); }
 
 Catalog open_bytes(const TempDir& dir, const std::string& bytes) {
   return ggml_legacy::open_file(ModelFile::open(dir.write("model.bin", bytes)));
@@ -191,8 +193,8 @@ TEST(GgmlLegacy, RecordRefusals) {
   const size_t at = whisper_header().size();
   EXPECT_EQ(refusal(whisper_header().record("a", 0, {1, 1, 1, 1, 1}, 4).str(), "n_dims is 5").offset(), at);
   refusal(llama_header("fmgg", 1).record("a", 0, {1, 1, 1}, 4).str(), "n_dims is 3");
-  refusal(rwkv_header(101).i32(1).i32(60000).i32(0).i32(1).raw("a").str(), "name of 60000 bytes");
-  refusal(rwkv_header(101).i32(1).i32(70000).i32(0).i32(1).raw("a").str(), "name length 70000");
+  refusal(rwkv_header(101).put(1, 60000, 0, 1, "a").str(), "name of 60000 bytes");
+  refusal(rwkv_header(101).put(1, 70000, 0, 1, "a").str(), "name length 70000");
   refusal(rwkv_header(101).record("a", 0, {-1}, 0).str(), "dimension -1 is negative");
   refusal(rwkv_header(101).record("a", 2, {33}, 18).str(), "not a multiple");
   refusal(rwkv_header(101).record("a", 0, {4}, 15).str(), "run past the end");
@@ -202,9 +204,9 @@ TEST(GgmlLegacy, RecordRefusals) {
 }
 
 TEST(GgmlLegacy, HeaderRefusals) {
-  refusal(Bytes("fmgg").u32(7).zeros(32).str(), "'ggmf' version 7");
-  refusal(Bytes("tjgg").u32(0).zeros(32).str(), "'ggjt' version 0");
-  refusal(Bytes("fmgg").u32(1).u32(1000000).zeros(40).str(), "n_vocab 1000000 cannot fit");
+  refusal(Bytes("fmgg").put(7).zeros(32).str(), "'ggmf' version 7");
+  refusal(Bytes("tjgg").put(0).zeros(32).str(), "'ggjt' version 0");
+  refusal(Bytes("fmgg").put(1, 1000000).zeros(40).str(), "n_vocab 1000000 cannot fit");
   refusal(Bytes("lmgg").zeros(8).str(), "none of the layouts");
   // Bytes after a whisper header that are no record: the nearest layout's reason, at its offset.
   const ModelError after = refusal(whisper_header().zeros(12).str(), "name length 0");
