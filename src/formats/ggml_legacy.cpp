@@ -268,10 +268,12 @@ const GgmlType& record_type(Cursor& c, const Layout& layout, int32_t code, uint6
   else if (code >= 0)
     id = static_cast<uint32_t>(code);
   const GgmlType* type = id ? ggml_type(*id) : nullptr;
+  if (type == nullptr && layout.rwkv_codes)
+    c.fail(at, quote + "type code " + std::to_string(code) + " is none of rwkv.cpp's (0-3, 7-9; 4-6 were " +
+                   "removed types)");
   if (type == nullptr)
-    c.fail(at, quote + "type code " + std::to_string(code) + " is not one " + std::string(layout.program) +
-                   " stores" +
-                   (layout.rwkv_codes ? " (rwkv.cpp's codes: 0-3, 7-9)" : " (a ggml_type modelfs knows)"));
+    c.fail(at, quote + "type code " + std::to_string(code) + " is no ggml_type modelfs reads" +
+                   (code == 4 || code == 5 ? " (q4_2 and q4_3 were removed from ggml in 2023)" : ""));
   if (!type->plain && !layout.blocks_refused.empty())
     c.fail(at, quote + std::string(type->name) + " blocks: " + layout.blocks_refused);
   return *type;

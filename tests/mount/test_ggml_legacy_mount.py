@@ -259,3 +259,26 @@ def test_export_round_trip(shared, tmp):
         got = exported[rec.name]
         assert got.dtype == want.dtype and got.shape == want.shape, rec.name
         np.testing.assert_array_equal(got, want, err_msg=rec.name)
+
+
+# ---- remote --------------------------------------------------------------------
+
+def test_url_mounts_reading_records_not_data(tmp, nginx):
+    """A whisper file by URL: each 'ggml' layout is tried over the records'
+    headers, never the 8 MiB tensor between them; a tensor's read fetches
+    about its bytes."""
+    big = np.random.default_rng(4).standard_normal((1024, 2048)).astype(np.float32)
+    tensors = [("encoder.big", 0, list(big.shape), big.tobytes())] + quantized_tensors([6])
+    (nginx.root / "ggml-base.bin").write_bytes(gf.whisper(tensors, ftype=2001))
+    info = gf.parse((nginx.root / "ggml-base.bin").read_bytes())
+    with mounted(f"{nginx.url}/ggml-base.bin", "-o", f"cache_dir={tmp / 'cache'}") as mnt:
+        paths, index = index_paths(mnt)
+        assert [t["name"] for t in index["tensors"]] == [r.name for r in info["records"]]
+        at_mount = nginx.bytes_sent("/ggml-base.bin")
+        assert at_mount < big.nbytes // 8, at_mount
+        data = (nginx.root / "ggml-base.bin").read_bytes()
+        q = info["records"][1]
+        np.testing.assert_array_equal(np.load(str(paths[q.name]) + ".npy"), gf.values(q, data))
+        assert nginx.bytes_sent("/ggml-base.bin") - at_mount < big.nbytes // 8
+        assert cat(paths["encoder.big"]) == big.tobytes()
+        np.testing.assert_array_equal(np.load(str(paths["encoder.big"]) + ".npy"), big)

@@ -177,7 +177,9 @@ TEST(GgmlLegacy, RwkvCodesAreItsOwn) {
   EXPECT_EQ(c.tensors()[0].ggml->name, "q5_0");
   EXPECT_EQ(c.tensors()[1].ggml->name, "q5_1");
   EXPECT_EQ(c.tensors()[2].ggml->name, "q8_0");
-  refusal(rwkv_header(101).record("a", 5, {32}, 20).str(), "type code 5");
+  refusal(rwkv_header(101).record("a", 5, {32}, 20).str(), "type code 5 is none of rwkv.cpp's");
+  refusal(llama_header("tjgg", 3).record("a", 4, {32}, 20, true).str(), "q4_2 and q4_3 were removed");
+  refusal(llama_header("tjgg", 3).record("a", -1, {32}, 20, true).str(), "type code -1 is no ggml_type");
 }
 
 TEST(GgmlLegacy, BlocksOlderThanGgmlsLayoutsAreRefused) {
