@@ -115,6 +115,13 @@ SEEDS = {
     "hdf5_odd_types": (("fuzz_hdf5", "fuzz_open_model"), hc.hdf5_odd_types),
     "hdf5_user_block_chunks": (("fuzz_hdf5", "fuzz_open_model"), hc.hdf5_user_block_chunks),
     "hdf5_heap_cycle": (("fuzz_hdf5", "fuzz_open_model"), hc.hdf5_heap_cycle),
+    # llamafile (issue 45): members on 4 KiB instead of zipalign's 64 KiB, to fit a seed.
+    "llamafile_deflated_gguf": (("fuzz_llamafile", "fuzz_open_model"),
+                                lambda d: hc.llamafile_deflated_gguf(d, alignment=4096)),
+    "llamafile_gguf_cut_short": (("fuzz_llamafile", "fuzz_open_model"),
+                                 lambda d: hc.llamafile_gguf_cut_short(d, alignment=4096)),
+    "llamafile_tensor_past_end": (("fuzz_llamafile", "fuzz_open_model"),
+                                  lambda d: hc.llamafile_tensor_past_end(d, alignment=4096)),
 }
 
 

@@ -1581,6 +1581,96 @@ def tfjs_many_shards(folder, count=TFJS_SHARDS):
     return _tfjs_model(folder, [(paths, [{"name": "w", "dtype": "float32", "shape": [count]}])])
 
 
+# --- llamafile cases (issue 45) ---
+def _llamafile(folder, members, name="model.llamafile", sizes=None, alignment=65536):
+    """A llamafile as zipalign lays one out (a shell-script stand-in for the
+    executable, each member stored with its data on `alignment`, ZIP64 extras,
+    offsets from the file's first byte): members are (name, bytes[,
+    method]); `sizes` overrides a member's sizes in its ZIP64 extras."""
+    out, central = bytearray(b"#!/bin/sh\nexit 1\n"), bytearray()
+    for member in members:
+        mname, data = member[0].encode(), member[1]
+        method = member[2] if len(member) > 2 else 0
+        stored = zlib.compress(data)[2:-4] if method == 8 else data
+        size, csize = (sizes or {}).get(member[0], (len(data), len(stored)))
+        local_extra = struct.pack("<HHQQ", 1, 16, size, csize)
+        at = -(-(len(out) + 30 + len(mname) + 20) // alignment) * alignment - 30 - len(mname) - 20
+        out += b"\0" * (at - len(out))
+        out += struct.pack("<IHHHHHIIIHH", 0x04034B50, 45, 0, method, 0, 0, zlib.crc32(data), 0xFFFFFFFF,
+                           0xFFFFFFFF, len(mname), 20) + mname + local_extra + stored
+        extra = struct.pack("<HHQQQ", 1, 24, size, csize, at)
+        central += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 45, 45, 0, method, 0, 0, zlib.crc32(data),
+                               0xFFFFFFFF, 0xFFFFFFFF, len(mname), len(extra), 0, 0, 0, 0, 0xFFFFFFFF)
+        central += mname + extra
+    directory_at = len(out)
+    out += central
+    end64_at = len(out)
+    out += struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 45, 45, 0, 0, len(members), len(members), len(central),
+                       directory_at)
+    out += struct.pack("<IIQI", 0x07064B50, 0, end64_at, 1)
+    out += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0)
+    path = folder / name
+    path.write_bytes(bytes(out))
+    return path
+
+
+def _small_gguf(offset=None):
+    """A GGUF of one float32 tensor "w" of 1024 values; with `offset`, its
+    tensor info's offset field patched to it."""
+    blob, _ = gg.to_bytes([("general.architecture", gg.Value(gg.STRING, "llama"))],
+                          [gg.Tensor("w", 0, [1024], np.arange(1024, dtype="<f4").tobytes())])
+    if offset is not None:
+        # name (u64 length, "w"), n_dims u32, ne[0] u64, type u32, then the offset.
+        at = blob.index(struct.pack("<Q", 1) + b"w") + 9 + 4 + 8 + 4
+        blob = blob[:at] + struct.pack("<Q", offset) + blob[at + 8:]
+    return blob
+
+
+def llamafile_deflated_gguf(folder, alignment=65536):
+    """The GGUF member deflated: it cannot be served in place."""
+    return _llamafile(folder, [("model.gguf", _small_gguf(), 8), (".args", b"-m\nmodel.gguf\n")],
+                      alignment=alignment)
+
+
+def llamafile_gguf_cut_short(folder, alignment=65536):
+    """The GGUF member's sizes stop 4 KiB into its tensor data: the rest
+    lies in the file (the next member's padding) but not in the member."""
+    blob = _small_gguf()
+    return _llamafile(folder, [("model.gguf", blob), (".args", b"x")],
+                      sizes={"model.gguf": (len(blob) - 2048, len(blob) - 2048)}, alignment=alignment)
+
+
+def llamafile_member_2_62(folder):
+    """The GGUF member's ZIP64 sizes say 2^62 bytes."""
+    return _llamafile(folder, [("model.gguf", _small_gguf())], sizes={"model.gguf": (1 << 62, 1 << 62)})
+
+
+def llamafile_tensor_past_end(folder, alignment=65536):
+    """A tensor of the GGUF member at 1 TiB from its data section."""
+    return _llamafile(folder, [("model.gguf", _small_gguf(offset=1 << 40))], alignment=alignment)
+
+
+def llamafile_truncated(folder):
+    """A llamafile cut in the middle of its GGUF: no end record is left."""
+    path = _llamafile(folder, [("model.gguf", _small_gguf()), (".args", b"x")])
+    path.write_bytes(path.read_bytes()[:65536 + 1000])
+    return path
+
+
+def llamafile_20k_members(folder):
+    """20 000 members of 1 KiB beside the GGUF: each listed, the documents
+    bounded in all (16 MiB), the rest only listed."""
+    members = [("model.gguf", _small_gguf())]
+    members += [(f"licenses/{i:05}.txt", bytes([65 + i % 26]) * 1024) for i in range(20_000)]
+    # Plain stored members (Python's zipfile), no 64 KiB padding, to keep the case small.
+    import zipfile
+    path = folder / "many.llamafile"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members:
+            z.writestr(zipfile.ZipInfo(name), data)
+    return path
+
+
 CASES = {
     "long_name": (long_name, False),
     "shared_pickle_dict": (shared_pickle_dict, True),
@@ -1684,6 +1774,13 @@ CASES = {
     "hdf5_16k_user_block": (hdf5_big_user_block, False),
     "pt_64_expanded_gib_views": (pt_expanded_gib_views, True),
     "tfjs_5000_shards": (tfjs_many_shards, False),
+    # --- llamafile (issue 45): a compressed GGUF, a member cut short or lying, truncation, many members ---
+    "llamafile_deflated_gguf": (llamafile_deflated_gguf, False),
+    "llamafile_gguf_cut_short": (llamafile_gguf_cut_short, False),
+    "llamafile_member_2_62": (llamafile_member_2_62, False),
+    "llamafile_tensor_past_end": (llamafile_tensor_past_end, False),
+    "llamafile_truncated": (llamafile_truncated, False),
+    "llamafile_20k_members": (llamafile_20k_members, False),
 }
 
 

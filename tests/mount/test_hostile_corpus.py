@@ -523,6 +523,13 @@ EXPECT = {
         {"plain": np.arange(600, dtype="<i4"), "contiguous": np.arange(32, dtype="<f8")})},
     "tfjs_5000_shards": {"exits": (0,), "mounted": check_values(
         {"w": np.arange(hc.TFJS_SHARDS, dtype="<f4") * 0.5 - 7})},
+    # llamafile (issue 45): each refused, one line; many members listed, the GGUF served.
+    "llamafile_deflated_gguf": {"exits": (2,)},
+    "llamafile_gguf_cut_short": {"exits": (2,)},
+    "llamafile_member_2_62": {"exits": (2,)},
+    "llamafile_tensor_past_end": {"exits": (2,)},
+    "llamafile_truncated": {"exits": (2,)},
+    "llamafile_20k_members": {"exits": (0,), "mounted": check_values({"w": np.arange(1024, dtype="<f4")})},
 }
 
 
