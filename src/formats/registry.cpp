@@ -10,6 +10,7 @@
 #include "formats/gguf.hpp"
 #include "formats/hdf5.hpp"
 #include "formats/llamafile.hpp"
+#include "formats/nemo.hpp"
 #include "formats/numpy.hpp"
 #include "formats/onnx.hpp"
 #include "formats/openvino.hpp"
@@ -111,6 +112,10 @@ const std::array kReaders{
                  .open_file = llamafile::open_file,
                  .probe_archive = llamafile::is_llamafile_archive,
                  .open_archive = llamafile::open_archive},
+    // A tar ("ustar" at byte 257) holding model_weights.ckpt, or gzip's
+    // magic (a .nemo of NeMo before 1.7, refused by name).
+    FormatReader{
+        .name = "nemo", .family = "NeMo", .probe_file = nemo::probe_file, .open_file = nemo::open_file},
     FormatReader{.name = "pt2",
                  .family = "PyTorch",
                  .probe_archive = pt2::is_pt2_archive,
