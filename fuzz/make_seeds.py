@@ -122,6 +122,10 @@ SEEDS = {
                                  lambda d: hc.llamafile_gguf_cut_short(d, alignment=4096)),
     "llamafile_tensor_past_end": (("fuzz_llamafile", "fuzz_open_model"),
                                   lambda d: hc.llamafile_tensor_past_end(d, alignment=4096)),
+    # NeMo (issue 45): tar headers that lie, a checkpoint cut by its member.
+    "nemo_member_past_end": (("fuzz_nemo", "fuzz_open_model"), hc.nemo_member_past_end),
+    "nemo_ckpt_cut_by_its_member": (("fuzz_nemo", "fuzz_open_model"), hc.nemo_ckpt_cut_by_its_member),
+    "nemo_pax_size_lies": (("fuzz_nemo", "fuzz_open_model"), hc.nemo_pax_size_lies),
 }
 
 

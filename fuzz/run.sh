@@ -90,6 +90,7 @@ for x in "$SHARED"/realworld2/files/openvino/*/*.xml; do
 done
 seed fuzz_openvino
 seed fuzz_llamafile "$SHARED"/realworld4/files/llamafile/*.llamafile
+seed fuzz_nemo "$SHARED"/realworld4/files/nemo/*.nemo "$SHARED"/realworld4/files/hostile/*.nemo
 seed fuzz_open_model examples/*.safetensors "$SHARED"/real/*/* "$SHARED"/generated/*/*
 seed fuzz_export examples/*.safetensors "$SHARED"/real/*/* "$SHARED"/generated/*/*
 # The numeric views and the tree builder read their inputs as numbers of

@@ -1671,6 +1671,88 @@ def llamafile_20k_members(folder):
     return path
 
 
+# --- NeMo cases (issue 45) ---
+def _nemo_ckpt():
+    """torch.save of a small state_dict (a ZIP archive), as model_weights.ckpt holds it."""
+    buffer = io.BytesIO()
+    torch.save({"w": torch.arange(1024, dtype=torch.float32)}, buffer)
+    return buffer.getvalue()
+
+
+def _tar_header(name, size, type_=b"0", size_field=None):
+    """A ustar header as Python's tarfile writes one, its checksum computed."""
+    h = bytearray(512)
+    h[0:len(name)] = name.encode()
+    h[100:108] = b"0000644\0"
+    if size_field is None:  # octal, or base-256 past its 11 digits (GNU's)
+        size_field = b"%011o\0" % size if size < 8 ** 11 else b"\x80" + size.to_bytes(11, "big")
+    h[124:136] = size_field
+    h[156:157] = type_
+    h[257:265] = b"ustar\x0000"
+    h[148:156] = b" " * 8
+    h[148:156] = b"%06o\0 " % sum(h)
+    return bytes(h)
+
+
+def _tar(members, end=True):
+    out = bytearray()
+    for name, data, *rest in members:
+        out += _tar_header(name, len(data), *rest) + data + b"\0" * (-len(data) % 512)
+    return bytes(out) + (b"\0" * 1024 if end else b"")
+
+
+def nemo_member_past_end(folder):
+    """The checkpoint's header says 1 TiB: its data would run past the file."""
+    path = folder / "past.nemo"
+    path.write_bytes(_tar_header("./model_weights.ckpt", 1 << 40) + _nemo_ckpt())
+    return path
+
+
+def nemo_ckpt_cut_by_its_member(folder):
+    """The tar member holds the checkpoint's first half; the rest follows in
+    the next member: the ZIP must be read inside its member, not the file."""
+    ckpt = _nemo_ckpt()
+    half = len(ckpt) // 2 // 512 * 512
+    path = folder / "cut.nemo"
+    path.write_bytes(_tar([("./model_weights.ckpt", ckpt[:half]), ("./rest", ckpt[half:])]))
+    return path
+
+
+def nemo_truncated(folder):
+    """A .nemo cut in the middle of its checkpoint."""
+    blob = _tar([("./model_config.yaml", b"a: 1\n"), ("./model_weights.ckpt", _nemo_ckpt())])
+    path = folder / "truncated.nemo"
+    path.write_bytes(blob[:len(blob) // 2])
+    return path
+
+
+def nemo_pax_size_lies(folder):
+    """A PAX record gives the checkpoint a size of 2^62."""
+    record = b"25 size=4611686018427387904\n"
+    record = b"%d size=4611686018427387904\n" % (len(record))
+    path = folder / "pax.nemo"
+    path.write_bytes(_tar([("./PaxHeaders/x", record, b"x"), ("./model_weights.ckpt", _nemo_ckpt())]))
+    return path
+
+
+def nemo_gzip_empty(folder):
+    """As megatron_retro_chunk_tp1.nemo: gzip of an empty tar."""
+    import gzip
+    path = folder / "empty.nemo"
+    path.write_bytes(gzip.compress(b"\0" * 10240))
+    return path
+
+
+def nemo_20k_members(folder):
+    """20 000 small members beside the checkpoint: listed, the documents
+    bounded in all, the tensor served."""
+    members = [("./model_weights.ckpt", _nemo_ckpt())]
+    members += [(f"./tokenizer/{i:05}.txt", bytes([65 + i % 26]) * 1000) for i in range(20_000)]
+    path = folder / "many.nemo"
+    path.write_bytes(_tar(members))
+    return path
+
+
 CASES = {
     "long_name": (long_name, False),
     "shared_pickle_dict": (shared_pickle_dict, True),
@@ -1781,6 +1863,13 @@ CASES = {
     "llamafile_tensor_past_end": (llamafile_tensor_past_end, False),
     "llamafile_truncated": (llamafile_truncated, False),
     "llamafile_20k_members": (llamafile_20k_members, False),
+    # --- NeMo (issue 45): members past the file, a checkpoint cut by its member, truncation, PAX lies ---
+    "nemo_member_past_end": (nemo_member_past_end, True),
+    "nemo_ckpt_cut_by_its_member": (nemo_ckpt_cut_by_its_member, True),
+    "nemo_truncated": (nemo_truncated, True),
+    "nemo_pax_size_lies": (nemo_pax_size_lies, True),
+    "nemo_gzip_empty": (nemo_gzip_empty, False),
+    "nemo_20k_members": (nemo_20k_members, True),
 }
 
 
