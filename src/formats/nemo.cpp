@@ -9,6 +9,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "formats/nemo_gzip.hpp"
 #include "formats/torch_save.hpp"
 #include "io/checked_math.hpp"
 #include "io/zip_archive.hpp"
@@ -22,6 +23,11 @@ constexpr std::string_view kFormat = "nemo";
 constexpr uint64_t kBlock = 512;
 constexpr std::string_view kCheckpoint = "model_weights.ckpt";
 constexpr std::string_view kConfig = "model_config.yaml";
+// Of a checkpoint in a gzip .nemo, the last bytes kept by the first pass:
+// its ZIP directory must lie there.
+constexpr uint64_t kCheckpointTail = uint64_t{16} << 20;
+// After a gzip .nemo's tar ends: at most this much (tarfile pads to 10 KiB).
+constexpr uint64_t kMaxTrailingBytes = uint64_t{1} << 20;
 
 // Header fields: offset and length (POSIX ustar, as tarfile.py reads them).
 struct Field {
@@ -60,9 +66,35 @@ std::string normalized(std::string name) {
   return name;
 }
 
+// Where the tar's bytes come from, read forward only: the model file, or
+// (a gzip .nemo) the stream inflating into a sparse image, which keeps what
+// `entering` says the reader will need of a member.
+class TarSource {
+ public:
+  virtual ~TarSource() = default;
+  // How many of the bytes [at, at + n) exist (n when all do).
+  virtual uint64_t available(uint64_t at, uint64_t n) = 0;
+  // Bytes that were found available, present.
+  virtual std::string_view read(uint64_t at, uint64_t n) = 0;
+  // The data of `m` (its name final) comes next.
+  virtual void entering(const Member&) {}
+};
+
+class FileSource final : public TarSource {
+ public:
+  explicit FileSource(const MappedFile& file) : file_(file) {}
+  uint64_t available(uint64_t at, uint64_t n) override {
+    return at >= file_.size() ? 0 : std::min(n, file_.size() - at);
+  }
+  std::string_view read(uint64_t at, uint64_t n) override { return text_of(file_.read(at, n)); }
+
+ private:
+  const MappedFile& file_;
+};
+
 class TarReader {
  public:
-  explicit TarReader(const MappedFile& file) : file_(file), display_(file.display_name()) {}
+  TarReader(TarSource& source, std::string display) : source_(source), display_(std::move(display)) {}
 
   std::vector<Member> read() {
     std::vector<Member> members;
@@ -71,12 +103,12 @@ class TarReader {
     std::optional<std::string> long_name;
     uint64_t pax_size = 0;
     bool has_pax_size = false;
-    uint64_t at = 0;
-    while (at < file_.size()) {
-      if (file_.size() - at < kBlock)
-        fail(at,
-             "a tar header is cut short: " + std::to_string(file_.size() - at) + " bytes remain of its 512");
-      const std::string_view header = text_of(file_.read(at, kBlock));
+    for (uint64_t at = 0;;) {
+      const uint64_t have = source_.available(at, kBlock);
+      if (have == 0) break;
+      if (have < kBlock)
+        fail(at, "a tar header is cut short: " + std::to_string(have) + " bytes remain of its 512");
+      const std::string_view header = source_.read(at, kBlock);
       if (header.find_first_not_of('\0') == std::string_view::npos) break;  // the end-of-archive blocks
       check_checksum(header, at);
       Member m;
@@ -86,15 +118,19 @@ class TarReader {
       const std::string prefix = string_field(header, kPrefix);
       m.name = string_field(header, kName);
       if (header.substr(kMagic.at, 5) == "ustar" && !prefix.empty()) m.name = prefix + "/" + m.name;
-      if (has_pax_size) m.size = pax_size;
-      if (long_name) m.name = *long_name;
+      const bool extended = m.type == 'x' || m.type == 'L' || m.type == 'g' || m.type == 'K';
+      if (!extended) {
+        if (has_pax_size) m.size = pax_size;
+        if (long_name) m.name = *long_name;
+        m.name = normalized(std::move(m.name));
+      }
       m.data_at = at + kBlock;
-      if (!range_fits(m.data_at, m.size, file_.size()))
+      source_.entering(m);
+      if (const uint64_t got = source_.available(m.data_at, m.size); got != m.size)
         fail(at, "member \"" + m.name + "\": " + std::to_string(m.size) + " bytes at offset " +
-                     std::to_string(m.data_at) + " run past the end of the file (" +
-                     std::to_string(file_.size()) + " bytes)");
-      const uint64_t padded = (m.size + kBlock - 1) / kBlock * kBlock;
-      at = m.data_at + padded;
+                     std::to_string(m.data_at) + " run past the end of the file (it ends at byte " +
+                     std::to_string(m.data_at + got) + ")");
+      at = m.data_at + (m.size + kBlock - 1) / kBlock * kBlock;
       check_budget();
       if (m.type == 'x' || m.type == 'L') {
         // Extended header: its values are the next member's.
@@ -106,14 +142,14 @@ class TarReader {
         }
         continue;
       }
+      if (extended) continue;  // global PAX values, GNU long link names
       long_name.reset();
       has_pax_size = false;
-      if (m.type == 'g' || m.type == 'K') continue;  // global PAX values, GNU long link names
-      m.name = normalized(std::move(m.name));
       if (m.name.empty() || m.name == ".") continue;
-      if (!names.insert(m.name).second) fail(at, "member \"" + m.name + "\" appears twice in the archive");
+      if (!names.insert(m.name).second)
+        fail(m.header_at, "member \"" + m.name + "\" appears twice in the archive");
       if (members.size() >= kMaxTarMembers)
-        fail(at, "more than " + std::to_string(kMaxTarMembers) + " members in the archive");
+        fail(m.header_at, "more than " + std::to_string(kMaxTarMembers) + " members in the archive");
       members.push_back(std::move(m));
     }
     return members;
@@ -123,7 +159,7 @@ class TarReader {
     if (m.size > kMaxPaxBytes)
       fail(m.header_at, what + " of " + std::to_string(m.size) + " bytes, over the limit of " +
                             std::to_string(kMaxPaxBytes));
-    return text_of(file_.read(m.data_at, m.size));
+    return source_.read(m.data_at, m.size);
   }
 
  private:
@@ -202,7 +238,7 @@ class TarReader {
     }
   }
 
-  const MappedFile& file_;
+  TarSource& source_;
   std::string display_;
 };
 
@@ -218,16 +254,125 @@ bool is_checkpoint(const std::string& name, std::string& folder) {
   return std::regex_match(folder, rank);
 }
 
+// A gzip .nemo being read: the stream, the sparse image of the tar it
+// inflates to, and the members whose data the image holds.
+struct Inflated {
+  GzipStream stream;
+  SparseImage image;
+  std::shared_ptr<const MappedFile> mapped;  // the image, once the first pass is done
+  std::unordered_set<uint64_t> captured;     // data offsets of members held whole
+};
+
+// The first pass over a gzip .nemo: the tar inflated forward, into the
+// image only what the readers will need: headers, extended headers, the
+// config and small members (whole, up to the documents' bounds), and of a
+// checkpoint the ZIP's local headers (30 bytes after each "PK\3\4" found)
+// and its last kCheckpointTail bytes (its directory).
+class InflatingSource final : public TarSource {
+ public:
+  explicit InflatingSource(Inflated& inflated) : in_(inflated) {}
+
+  uint64_t available(uint64_t at, uint64_t n) override {
+    retain_at_ = at;
+    retained_.clear();
+    retain_ = n <= kMaxPaxBytes ? n : 0;
+    const uint64_t end = n > UINT64_MAX - at ? UINT64_MAX : at + n;
+    if (n == kBlock) want(at, end);  // a header
+    const uint64_t out =
+        in_.stream.advance(end, [this](uint64_t pos, std::span<const std::byte> bytes) { take(pos, bytes); });
+    return out <= at ? 0 : std::min(n, out - at);
+  }
+
+  std::string_view read(uint64_t at, uint64_t n) override {
+    if (at != retain_at_ || n > retained_.size()) throw std::logic_error("a tar read of bytes not kept");
+    return std::string_view(retained_).substr(0, n);
+  }
+
+  void entering(const Member& m) override {
+    const uint64_t end = m.data_at + m.size;
+    if (m.type == 'x' || m.type == 'L' || m.type == 'g' || m.type == 'K') {
+      if (m.size <= kMaxPaxBytes) want(m.data_at, end);
+      return;
+    }
+    std::string folder;
+    if (is_checkpoint(m.name, folder)) {
+      scan_begin_ = m.data_at;
+      scan_end_ = end;
+      want(end - std::min(m.size, kCheckpointTail), end);
+      return;
+    }
+    const bool config = m.name == kConfig && m.size <= kMaxConfigBytes;
+    if (!config && (m.size > kMaxDocumentBytes || documents_ + m.size > kMaxDocumentsBytes)) return;
+    if (!config) documents_ += m.size;
+    want(m.data_at, end);
+    in_.captured.insert(m.data_at);
+  }
+
+ private:
+  static constexpr uint32_t kLocalHeader = 0x04034b50;  // "PK\3\4", little-endian
+  static constexpr uint64_t kLocalHeaderBytes = 30;
+
+  void want(uint64_t begin, uint64_t end) {
+    if (begin < end) wanted_.emplace_back(begin, end);
+  }
+
+  // Decoded bytes [pos, pos + size): kept for a read, scanned, written
+  // where wanted.
+  void take(uint64_t pos, std::span<const std::byte> bytes) {
+    const uint64_t end = pos + bytes.size();
+    if (retain_ > 0 && pos < retain_at_ + retain_ && end > retain_at_) {
+      const uint64_t from = std::max(pos, retain_at_), to = std::min(end, retain_at_ + retain_);
+      retained_.append(reinterpret_cast<const char*>(bytes.data()) + (from - pos), to - from);
+    }
+    if (pos < scan_end_ && end > scan_begin_) scan(pos, bytes);
+    for (auto it = wanted_.begin(); it != wanted_.end();) {
+      const uint64_t from = std::max(pos, it->first), to = std::min(end, it->second);
+      if (from < to) in_.image.write(from, bytes.subspan(from - pos, to - from));
+      it = it->second <= end ? wanted_.erase(it) : it + 1;
+    }
+  }
+
+  // Each "PK\3\4" of the checkpoint's bytes: a local header, or storage
+  // bytes that look like one (kept all the same: they are never served).
+  void scan(uint64_t pos, std::span<const std::byte> bytes) {
+    for (uint64_t i = 0; i < bytes.size(); ++i) {
+      const uint64_t at = pos + i;
+      if (at < scan_begin_ || at >= scan_end_) continue;
+      rolling_ = rolling_ >> 8 | static_cast<uint32_t>(bytes[i]) << 24;
+      if (at < scan_begin_ + 3 || rolling_ != kLocalHeader) continue;
+      const uint64_t header = at - 3;
+      // Its first bytes may have come in the piece before.
+      for (uint64_t b = header; b < pos; ++b) {
+        const auto byte = static_cast<std::byte>(rolling_ >> (8 * (b - header)));
+        in_.image.write(b, std::span(&byte, 1));
+      }
+      want(std::max(header, pos), std::min(header + kLocalHeaderBytes, scan_end_));
+    }
+  }
+
+  Inflated& in_;
+  std::vector<std::pair<uint64_t, uint64_t>> wanted_;
+  std::string retained_;
+  uint64_t retain_at_ = 0;
+  uint64_t retain_ = 0;
+  uint64_t scan_begin_ = 0;
+  uint64_t scan_end_ = 0;
+  uint32_t rolling_ = 0;
+  uint64_t documents_ = 0;
+};
+
 class Reader {
  public:
-  explicit Reader(const ModelFile& model)
+  Reader(const ModelFile& model, Inflated* inflated)
       : model_(model),
-        file_(*model.mapped),
-        display_(file_.display_name()),
+        inflated_(inflated),
+        tar_(inflated ? inflated->mapped : model.mapped),
+        display_(model.mapped->display_name()),
         name_(model.path.filename().string()) {}
 
   Catalog read() {
-    const std::vector<Member> members = TarReader(file_).read();
+    FileSource source(*tar_);
+    const std::vector<Member> members = TarReader(source, display_).read();
     std::vector<std::pair<std::string, const Member*>> checkpoints;
     for (const auto& m : members) {
       std::string folder;
@@ -238,34 +383,24 @@ class Reader {
                        "the tar holds no model_weights.ckpt (nor mp_rank_XX/model_weights.ckpt): not a "
                        ".nemo model archive");
     std::sort(checkpoints.begin(), checkpoints.end());
-    catalog_ = torch_save::torch_catalog(std::string(kFormat), file_, name_);
+    catalog_ = torch_save::torch_catalog(std::string(kFormat), *model_.mapped, name_);
     if (checkpoints.size() > 1) catalog_.export_hints.checkpoint_format.reset();
     catalog_.tensors_may_share_bytes = true;  // tied weights and views share storages
+    std::vector<ZipArchive> zips;
+    for (const auto& [folder, member] : checkpoints) zips.push_back(open_checkpoint(*member));
+    if (inflated_) inflate_records(zips);
     nlohmann::json read_checkpoints = nlohmann::json::array();
-    for (const auto& [folder, member] : checkpoints)
-      read_checkpoints.push_back(read_checkpoint(*member, checkpoints.size() > 1 ? folder + "/" : ""));
-    nlohmann::json listed = nlohmann::json::array();
-    uint64_t documents_bytes = 0;
-    for (const auto& m : members) {
-      listed.push_back({{"name", m.name}, {"size", m.size}, {"offset", m.data_at}});
-      if (!is_regular(m)) continue;
-      if (m.name == kConfig) {
-        if (m.size > kMaxConfigBytes)
-          fail(m.header_at, std::string(kConfig) + " is " + std::to_string(m.size) +
-                                " bytes, over the limit of " + std::to_string(kMaxConfigBytes));
-        catalog_.documents.push_back(
-            {std::string(kConfig), std::string(text_of(file_.read(m.data_at, m.size)))});
-        continue;
-      }
-      std::string folder;
-      if (is_checkpoint(m.name, folder) || m.size > kMaxDocumentBytes ||
-          documents_bytes + m.size > kMaxDocumentsBytes)
-        continue;
-      documents_bytes += m.size;
-      catalog_.documents.push_back({"nemo/" + m.name, std::string(text_of(file_.read(m.data_at, m.size)))});
-    }
-    catalog_.metadata["nemo"] = {{"members", std::move(listed)},
+    for (size_t i = 0; i < zips.size(); ++i)
+      read_checkpoints.push_back(read_checkpoint(*checkpoints[i].second, zips[i],
+                                                 checkpoints.size() > 1 ? checkpoints[i].first + "/" : ""));
+    catalog_.metadata["nemo"] = {{"members", list_members(members)},
                                  {"checkpoints", std::move(read_checkpoints)}};
+    if (inflated_) {
+      const ByteSpan deflate = inflated_->stream.deflate_bytes();
+      catalog_.metadata["nemo"]["gzip"] = {{"deflate_offset", deflate.file_offset()},
+                                           {"deflate_bytes", deflate.size()},
+                                           {"tar_bytes", inflated_->stream.decoded_size()}};
+    }
     return std::move(catalog_);
   }
 
@@ -276,14 +411,76 @@ class Reader {
 
   static bool is_regular(const Member& m) { return m.type == '0' || m.type == '\0' || m.type == '7'; }
 
-  // One checkpoint: a torch.save ZIP lying in the member's bytes, read in place.
-  nlohmann::json read_checkpoint(const Member& member, const std::string& prefix) {
-    if (member.size < 4 || text_of(file_.read(member.data_at, 4)) != std::string_view("PK\x03\x04", 4))
+  // Every member listed; the config and the small ones as documents (of a
+  // gzip .nemo, those the first pass kept).
+  nlohmann::json list_members(const std::vector<Member>& members) {
+    nlohmann::json listed = nlohmann::json::array();
+    uint64_t documents_bytes = 0;
+    for (const auto& m : members) {
+      listed.push_back({{"name", m.name}, {"size", m.size}, {"offset", m.data_at}});
+      std::string folder;
+      if (!is_regular(m) || is_checkpoint(m.name, folder)) continue;
+      if (inflated_ && !inflated_->captured.contains(m.data_at)) continue;
+      if (m.name == kConfig) {
+        if (m.size > kMaxConfigBytes)
+          fail(m.header_at, std::string(kConfig) + " is " + std::to_string(m.size) +
+                                " bytes, over the limit of " + std::to_string(kMaxConfigBytes));
+        catalog_.documents.push_back(
+            {std::string(kConfig), std::string(text_of(tar_->read(m.data_at, m.size)))});
+        continue;
+      }
+      if (m.size > kMaxDocumentBytes || documents_bytes + m.size > kMaxDocumentsBytes) continue;
+      documents_bytes += m.size;
+      catalog_.documents.push_back({"nemo/" + m.name, std::string(text_of(tar_->read(m.data_at, m.size)))});
+    }
+    return listed;
+  }
+
+  ZipArchive open_checkpoint(const Member& member) const {
+    if (member.size < 4 || text_of(tar_->read(member.data_at, 4)) != std::string_view("PK\x03\x04", 4))
       fail(member.data_at,
            member.name +
                " is not a torch.save ZIP archive (a legacy torch.save, from before torch 1.6, "
                "is not read inside a .nemo)");
-    const ZipArchive zip = ZipArchive::open(model_.mapped, member.data_at, member.size, std::string(kFormat));
+    return ZipArchive::open(tar_, member.data_at, member.size, std::string(kFormat));
+  }
+
+  // The second pass over a gzip .nemo: the checkpoints' records but their
+  // storages (data.pkl, version, byteorder, ...) inflated into the image.
+  void inflate_records(const std::vector<ZipArchive>& zips) {
+    std::vector<std::pair<uint64_t, uint64_t>> wanted;
+    for (const auto& zip : zips) {
+      const std::string storages = torch_save::archive_folder(zip) + "data/";
+      for (const auto& m : zip.members())
+        if (!m.name.starts_with(storages))
+          wanted.emplace_back(zip.base() + m.data_offset, zip.base() + m.data_offset + m.compressed_size);
+    }
+    uint64_t last = 0;
+    for (const auto& [begin, end] : wanted) last = std::max(last, end);
+    inflated_->stream.restart();
+    inflated_->stream.advance(last, [&](uint64_t pos, std::span<const std::byte> bytes) {
+      for (const auto& [begin, end] : wanted) {
+        const uint64_t from = std::max(pos, begin), to = std::min(pos + bytes.size(), end);
+        if (from < to) inflated_->image.write(from, bytes.subspan(from - pos, to - from));
+      }
+    });
+  }
+
+  // Of a gzip .nemo, a tensor's bytes are a range of what the stream
+  // decodes to: served by the tree's inflate views, never held.
+  void serve_inflated(TensorSpec& t) const {
+    if (t.bytes.mapped_file() != tar_.get())
+      fail(std::nullopt, "tensor \"" + t.name +
+                             "\" is not stored as it is in the checkpoint (a big-endian or compressed "
+                             "storage), which a gzip .nemo cannot serve");
+    t.encoded = Encoded{Encoded::Method::Deflate, t.bytes.file_offset(), t.bytes.size(),
+                        inflated_->stream.decoded_size(), 0};
+    t.bytes = inflated_->stream.deflate_bytes();
+    t.source = {name_, std::nullopt};
+  }
+
+  // One checkpoint: a torch.save ZIP lying in the member's bytes, read in place.
+  nlohmann::json read_checkpoint(const Member& member, const ZipArchive& zip, const std::string& prefix) {
     torch::WalkOptions options;
     options.file = display_;
     options.format = std::string(kFormat);
@@ -297,25 +494,50 @@ class Reader {
       if (t.quantization && !t.quantization->scales.empty()) t.quantization->scales.insert(0, prefix);
       if (t.quantization && !t.quantization->zero_points.empty())
         t.quantization->zero_points.insert(0, prefix);
+      if (inflated_) serve_inflated(t);
       catalog_.add(t);
     }
     if (!contents.values.empty())
       catalog_.metadata["values"][prefix.empty() ? "." : prefix] = contents.values;
     if (!contents.skipped_objects.empty())
       for (auto& skipped : contents.skipped_objects) catalog_.metadata["skipped_objects"].push_back(skipped);
-    if (model_.checks != nullptr)
+    // A gzip .nemo's image holds no storage bytes to check: its stream's
+    // CRC-32 was checked as it was inflated.
+    if (model_.checks != nullptr && !inflated_)
       for (auto& check : zip.crc_checks()) model_.checks->push_back(std::move(check));
     return {{"member", member.name}, {"tensors", contents.tensors.size()}, {"protocol", contents.protocol}};
   }
 
   const ModelFile& model_;
-  const MappedFile& file_;
+  Inflated* inflated_;
+  std::shared_ptr<const MappedFile> tar_;
   std::string display_;
   std::string name_;
   Catalog catalog_;
 };
 
 constexpr std::string_view kGzipMagic = "\x1f\x8b";
+
+// A gzip .nemo: the first pass walks the tar as it inflates, keeping what
+// the readers need in the image; the image is then read as a tar is.
+Catalog open_gzip(const ModelFile& model) {
+  const std::string display = model.mapped->display_name();
+  Inflated inflated{GzipStream(model.mapped, std::string(kFormat)),
+                    SparseImage(display, std::string(kFormat)),
+                    nullptr,
+                    {}};
+  InflatingSource source(inflated);
+  TarReader(source, display).read();
+  // What follows the tar's end blocks: tarfile's padding to its record size.
+  const uint64_t walked = inflated.stream.produced();
+  inflated.stream.advance(walked + kMaxTrailingBytes, [](uint64_t, std::span<const std::byte>) {});
+  if (!inflated.stream.ended())
+    throw ModelError(display, std::string(kFormat), std::nullopt,
+                     "more than " + std::to_string(kMaxTrailingBytes) +
+                         " bytes follow the end of the tar inside the gzip stream");
+  inflated.mapped = inflated.image.map(inflated.stream.decoded_size());
+  return Reader(model, &inflated).read();
+}
 
 }  // namespace
 
@@ -327,11 +549,8 @@ bool probe_file(std::span<const std::byte> head) {
 
 Catalog open_file(const ModelFile& model) {
   const MappedFile& file = *model.mapped;
-  if (file.size() >= 2 && text_of(file.read(0, 2)) == kGzipMagic)
-    throw ModelError(file.display_name(), std::string(kFormat), 0,
-                     "a gzip-compressed .nemo (as NeMo before 1.7 wrote them) is not supported: its weights "
-                     "cannot be served in place; mount the tar inside it (gunzip -c FILE.nemo > FILE.tar)");
-  return Reader(model).read();
+  if (file.size() >= 2 && text_of(file.read(0, 2)) == kGzipMagic) return open_gzip(model);
+  return Reader(model, nullptr).read();
 }
 
 }  // namespace modelfs::nemo

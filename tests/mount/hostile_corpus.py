@@ -1743,6 +1743,29 @@ def nemo_gzip_empty(folder):
     return path
 
 
+def nemo_gzip_truncated(folder):
+    """A gzip .nemo (NeMo before 1.7) cut in the middle of its stream."""
+    import gzip
+    blob = gzip.compress(_tar([("./model_config.yaml", b"a: 1\n"), ("./model_weights.ckpt", _nemo_ckpt())]))
+    path = folder / "cut.nemo"
+    path.write_bytes(blob[:len(blob) // 2])
+    return path
+
+
+def nemo_gzip_bomb(folder):
+    """A gzip .nemo whose tar is followed by 1 GiB of zeros in the stream
+    (a 1 MB file): refused once 1 MiB has passed the tar's end."""
+    import zlib as z
+    compressor = z.compressobj(9, z.DEFLATED, 31)
+    parts = [compressor.compress(_tar([("./model_weights.ckpt", _nemo_ckpt())]))]
+    zeros = b"\0" * (1 << 20)
+    parts += [compressor.compress(zeros) for _ in range(1024)]
+    parts.append(compressor.flush())
+    path = folder / "bomb.nemo"
+    path.write_bytes(b"".join(parts))
+    return path
+
+
 def nemo_20k_members(folder):
     """20 000 small members beside the checkpoint: listed, the documents
     bounded in all, the tensor served."""
@@ -1870,6 +1893,8 @@ CASES = {
     "nemo_pax_size_lies": (nemo_pax_size_lies, True),
     "nemo_gzip_empty": (nemo_gzip_empty, False),
     "nemo_20k_members": (nemo_20k_members, True),
+    "nemo_gzip_truncated": (nemo_gzip_truncated, True),
+    "nemo_gzip_bomb": (nemo_gzip_bomb, True),
 }
 
 

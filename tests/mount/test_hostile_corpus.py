@@ -537,6 +537,8 @@ EXPECT = {
     "nemo_pax_size_lies": {"exits": (2,)},
     "nemo_gzip_empty": {"exits": (2,)},
     "nemo_20k_members": {"exits": (0,), "mounted": check_values({"w": np.arange(1024, dtype="<f4")})},
+    "nemo_gzip_truncated": {"exits": (2,)},
+    "nemo_gzip_bomb": {"exits": (2,)},
 }
 
 

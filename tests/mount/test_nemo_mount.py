@@ -3,7 +3,8 @@
 (a torch.save ZIP) served in place at its offset inside the tar, the
 config as .modelfs/model_config.yaml, other small members as documents,
 model-parallel mp_rank_XX/ checkpoints, PAX, GNU and ustar headers; the
-gzip-compressed .nemo of NeMo before 1.7 refused in one line.
+gzip-compressed .nemo of NeMo before 1.7 served through the inflate index
+(each read inflated from the nearest seek point, nothing held whole).
 
 Oracles: torch.load of the checkpoint Python's tarfile extracts (the real
 files), and what the test's own writer saved (tarfile + torch.save, as
@@ -15,7 +16,7 @@ import tarfile
 import numpy as np
 import pytest
 
-from conftest import cat, index_paths, metadata, mounted, refused, sidecar
+from conftest import cat, index_paths, metadata, mounted, refused, run_modelfs, sidecar
 
 torch = pytest.importorskip("torch")
 
@@ -33,7 +34,7 @@ def npy_of(t):
 def check_tensors(mnt, state, nemo_bytes, prefix=""):
     """Every tensor's raw file, .npy and sidecar against `state` (name ->
     torch tensor); each served in place: its source offset in the .nemo
-    holds its bytes."""
+    holds its bytes (a gzip .nemo's tensors have none: they are inflated)."""
     paths, index = index_paths(mnt)
     assert index["format"] == "nemo"
     assert sorted(paths) == sorted(prefix + k for k in state)
@@ -45,8 +46,11 @@ def check_tensors(mnt, state, nemo_bytes, prefix=""):
         if t.is_contiguous():
             raw = cat(path)
             assert raw == want.tobytes(), name
-            at = meta["source"]["offset"]
-            assert nemo_bytes[at:at + len(raw)] == raw, name
+            if nemo_bytes[:2] == b"\x1f\x8b":
+                assert "offset" not in meta["source"], name
+            else:
+                at = meta["source"]["offset"]
+                assert nemo_bytes[at:at + len(raw)] == raw, name
         if t.dtype != torch.bfloat16:
             got = np.load(str(path) + ".npy")
             assert got.dtype == want.dtype and got.shape == want.shape, name
@@ -158,14 +162,42 @@ def test_refusals(tmp):
         info.size = len(buffer.getvalue())
         tar.addfile(info, io.BytesIO(buffer.getvalue()))
     refused(legacy, "nemo", "model_weights.ckpt", "legacy")
-    compressed = write_nemo(tmp / "old.nemo", {"": state_dict()}, compress=True)
-    for command in ("--list", "--check"):
-        refused(compressed, "nemo", "gzip-compressed", "not supported", command=command)
+
+
+def test_gzip_nemo_served_through_the_inflate_index(tmp):
+    """NeMo before 1.7: the tar gzip-compressed. Every tensor (a strided
+    view too, by its .npy), two ranks, the config and a small member."""
+    ranks = {"mp_rank_00": state_dict(4), "mp_rank_01": state_dict(5)}
+    model = write_nemo(tmp / "old.nemo", ranks, extra=[("tokenizer/vocab.txt", b"x\ny\n")], compress=True)
+    with mounted(model) as mnt:
+        for folder, state in ranks.items():
+            for name, t in state.items():
+                path = mnt / folder / name.replace(".", "/")
+                if t.is_contiguous():
+                    assert cat(path) == npy_of(t).tobytes(), name
+                    if t.dtype != torch.bfloat16:
+                        np.testing.assert_array_equal(np.load(str(path) + ".npy"), npy_of(t))
+        assert (mnt / ".modelfs" / "model_config.yaml").read_bytes() == CONFIG
+        assert (mnt / ".modelfs" / "nemo" / "tokenizer" / "vocab.txt").read_bytes() == b"x\ny\n"
+        gz = metadata(mnt)["nemo"]["gzip"]
+        assert gz["tar_bytes"] == len(gzip.decompress(model.read_bytes()))
+    assert run_modelfs("--check", model).returncode == 0
+
+
+def test_gzip_nemo_cut_or_corrupt_refused(tmp):
+    model = write_nemo(tmp / "old.nemo", {"": state_dict()}, compress=True)
+    blob = model.read_bytes()
+    (tmp / "cut.nemo").write_bytes(blob[:len(blob) // 2])
+    refused(tmp / "cut.nemo", "nemo", "gzip")
+    flipped = bytearray(blob)
+    flipped[-8] ^= 0xFF  # the trailer's CRC-32
+    (tmp / "crc.nemo").write_bytes(bytes(flipped))
+    refused(tmp / "crc.nemo", "nemo", "CRC-32")
 
 
 def real_checkpoint(path):
-    """torch.load of the model_weights.ckpt Python's tarfile extracts, and
-    the config's bytes."""
+    """torch.load of the model_weights.ckpt Python's tarfile extracts (from
+    the gzip stream too), and the config's bytes."""
     with tarfile.open(path) as tar:
         ckpt = tar.extractfile("./model_weights.ckpt").read()
         config = tar.extractfile("./model_config.yaml").read()
@@ -177,12 +209,6 @@ def check_real(shared, tmp, name, count):
     if not model.exists():
         pytest.skip(f"{model} not found")
     blob = model.read_bytes()
-    if blob[:2] == b"\x1f\x8b":
-        # NeMo before 1.7: refused; the tar inside (gunzipped here) mounts.
-        refused(model, "gzip-compressed", "not supported")
-        plain = tmp / name
-        plain.write_bytes(gzip.decompress(blob))
-        model, blob = plain, plain.read_bytes()
     state, config = real_checkpoint(model)
     assert len(state) == count
     with mounted(model) as mnt:
@@ -195,7 +221,7 @@ def test_real_plain_tar_with_pax_headers(shared, tmp):
 
 
 @pytest.mark.parametrize("name,count", [("vad_marblenet.nemo", 85), ("vad_telephony_marblenet.nemo", 84)])
-def test_real_gzip_nemo_refused_and_its_tar_mounted(shared, tmp, name, count):
+def test_real_gzip_nemo(shared, tmp, name, count):
     check_real(shared, tmp, name, count)
 
 

@@ -3,6 +3,7 @@
 // and size, GNU long names, base-256 sizes), the checkpoint read in place
 // inside it, and the refusals rule by rule, each a ModelError of "nemo".
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <cstdio>
 #include <cstring>
@@ -152,7 +153,46 @@ TEST(Nemo, RefusalsRuleByRule) {
   EXPECT_NE(refusal(header("./a", 0, '0', "zz") + end()).find("not an octal number"), std::string::npos);
   std::string negative(12, '\xff');
   EXPECT_NE(refusal(header("./a", 0, '0', negative) + end()).find("negative"), std::string::npos);
-  EXPECT_NE(refusal("\x1f\x8b\x08\x00"s + std::string(60, '\0')).find("gzip-compressed"), std::string::npos);
+  EXPECT_NE(refusal("\x1f\x8b\x07\x00"s + std::string(60, '\0')).find("not deflate"), std::string::npos);
+  EXPECT_NE(refusal("\x1f\x8b\x08\x00"s + std::string(6, '\0')).find("cut short"), std::string::npos);
+}
+
+// gzip (RFC 1952) around `data`, its deflate stream of stored blocks.
+std::string gzip(const std::string& data) {
+  std::string out = "\x1f\x8b\x08\x08"s + std::string(6, '\0') + "m.tar\0"s;
+  out += test::deflate_stored_blocks(data);
+  const auto crc =
+      static_cast<uint32_t>(::crc32(0, reinterpret_cast<const Bytef*>(data.data()), data.size()));
+  const auto size = static_cast<uint32_t>(data.size());
+  out.append(reinterpret_cast<const char*>(&crc), 4);
+  out.append(reinterpret_cast<const char*>(&size), 4);
+  return out;
+}
+
+TEST(Nemo, GzipTarIsServedFromTheStream) {
+  TempDir dir;
+  const std::string tar =
+      member("./model_config.yaml", "a: 1\n") + member("./model_weights.ckpt", checkpoint()) + end();
+  const std::string gz = gzip(tar);
+  const Catalog catalog = open_model(dir.write("m.nemo", gz));
+  ASSERT_EQ(catalog.tensors().size(), 1u);
+  const Tensor& w = catalog.tensors()[0];
+  ASSERT_NE(w.encoded, nullptr);
+  EXPECT_EQ(w.encoded->method, Encoded::Method::Deflate);
+  EXPECT_EQ(w.encoded->decoded_size, tar.size());
+  // The tensor's bytes are where the tar holds them, in what the stream decodes to.
+  EXPECT_EQ(tar.substr(w.encoded->decoded_offset, w.encoded->size),
+            "\x00\x00\x80\x3f\x00\x00\x00\x40\x00\x00\x40\x40\x00\x00\x80\x40"s);
+  EXPECT_FALSE(w.source.offset.has_value());
+  ASSERT_EQ(catalog.documents.size(), 1u);
+  EXPECT_EQ(catalog.documents[0].content, "a: 1\n");
+  // A trailer that lies, bytes after the stream, a tar with nothing after its end blocks but 2 MiB.
+  std::string bad_crc = gz;
+  bad_crc[bad_crc.size() - 8] ^= 1;
+  EXPECT_NE(refusal(bad_crc).find("CRC-32"), std::string::npos);
+  EXPECT_NE(refusal(gz + "x").find("follow the gzip stream"), std::string::npos);
+  EXPECT_NE(refusal(gzip(tar + std::string(2 << 20, '\0'))).find("follow the end of the tar"),
+            std::string::npos);
 }
 
 }  // namespace
