@@ -23,11 +23,6 @@ constexpr std::string_view kFormat = "nemo";
 constexpr uint64_t kBlock = 512;
 constexpr std::string_view kCheckpoint = "model_weights.ckpt";
 constexpr std::string_view kConfig = "model_config.yaml";
-// Of a checkpoint in a gzip .nemo, the last bytes kept by the first pass:
-// its ZIP directory must lie there.
-constexpr uint64_t kCheckpointTail = uint64_t{16} << 20;
-// After a gzip .nemo's tar ends: at most this much (tarfile pads to 10 KiB).
-constexpr uint64_t kMaxTrailingBytes = uint64_t{1} << 20;
 
 // Header fields: offset and length (POSIX ustar, as tarfile.py reads them).
 struct Field {

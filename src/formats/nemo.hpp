@@ -24,15 +24,21 @@
 // model_config.yaml is the document .modelfs/model_config.yaml; other
 // members of at most kMaxDocumentBytes are documents under .modelfs/nemo/,
 // up to kMaxDocumentsBytes in all. metadata.json: "nemo" {members: [{name,
-// size, offset}], checkpoints: [{member, tensors, protocol}]}, and the
-// checkpoint's plain "values".
+// size, offset}], checkpoints: [{member, tensors, protocol}], gzip}, and
+// the checkpoint's plain "values".
+//
+// A gzip-compressed .nemo (NeMo before 1.7) is read from a sparse image of
+// the tar it inflates to (formats/nemo_gzip.hpp), made in two forward
+// passes; its tensors are ranges of the deflate stream's output, inflated
+// per read by the tree (Encoded::Deflate), never held whole.
 //
 // Refused, one line: a header whose checksum is wrong or that is cut short;
 // a member (or a PAX record) whose data runs past the end of the file; a
 // name that appears twice; no model_weights.ckpt; a checkpoint that is not
-// a torch.save ZIP (a legacy torch.save); a gzip-compressed .nemo (NeMo
-// before 1.7), which could not be served in place: said so, with the way
-// to make it a plain tar.
+// a torch.save ZIP (a legacy torch.save) or a ZIP that does not fit its
+// member; of a gzip .nemo, a stream cut short, corrupt or whose CRC-32 or
+// size is wrong, bytes after it, more than kMaxTrailingBytes after the
+// tar, a checkpoint directory outside its last kCheckpointTail bytes.
 #include <cstdint>
 #include <span>
 
@@ -46,6 +52,11 @@ inline constexpr uint64_t kMaxPaxBytes = uint64_t{1} << 20;
 inline constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;
 inline constexpr uint64_t kMaxDocumentBytes = uint64_t{1} << 20;
 inline constexpr uint64_t kMaxDocumentsBytes = uint64_t{16} << 20;
+// Of a checkpoint in a gzip .nemo, the last bytes kept by the first pass:
+// its ZIP directory must lie there.
+inline constexpr uint64_t kCheckpointTail = uint64_t{16} << 20;
+// After a gzip .nemo's tar ends: at most this much (tarfile pads to 10 KiB).
+inline constexpr uint64_t kMaxTrailingBytes = uint64_t{1} << 20;
 
 // A tar ("ustar" at byte 257), or gzip's magic (a .nemo of NeMo before 1.7).
 bool probe_file(std::span<const std::byte> head);
