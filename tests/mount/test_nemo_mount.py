@@ -254,3 +254,19 @@ def test_export_round_trip(tmp, compress):
     else:
         # A strided view of a stream decoded per read is not gathered: left out, and named.
         assert "decoder.weight_t" not in exported
+
+
+@pytest.mark.parametrize("name,count", [("vad_multilingual_marblenet.nemo", 84), ("vad_marblenet.nemo", 85)])
+def test_real_nemo_by_url(shared, tmp, nginx, name, count):
+    """A plain and a gzip .nemo by URL: the tar (or the stream) read
+    through the remote cache, every tensor as torch.load gives it."""
+    model = shared / REAL / "nemo" / name
+    if not model.exists():
+        pytest.skip(f"{model} not found")
+    served = nginx.root / name
+    served.write_bytes(model.read_bytes())
+    state, config = real_checkpoint(served)
+    assert len(state) == count
+    with mounted(f"{nginx.url}/{name}", "-o", f"cache_dir={tmp / 'cache'}") as mnt:
+        check_tensors(mnt, state, served.read_bytes())
+        assert (mnt / ".modelfs" / "model_config.yaml").read_bytes() == config
