@@ -5,6 +5,7 @@
 
 #include <array>
 
+#include "formats/coreml.hpp"
 #include "formats/dcp.hpp"
 #include "formats/executorch.hpp"
 #include "formats/ggml_legacy.hpp"
@@ -164,6 +165,16 @@ const std::array kReaders{
                  .remote_index_names = kTfckptRemoteIndexes},
     FormatReader{
         .name = "npy", .family = "NumPy", .probe_file = numpy::probe_file, .open_file = numpy::open_file},
+    // A bare protobuf like ONNX, told from it by the Model's field numbers
+    // (a model type at 200 or above; ONNX's graph is field 7); an
+    // .mlpackage folder by its Manifest.json.
+    FormatReader{.name = "coreml",
+                 .family = "Core ML",
+                 .probe_file = coreml::probe_file,
+                 .open_file = coreml::open_file,
+                 .probe_folder = coreml::probe_folder,
+                 .open_folder = coreml::open_folder,
+                 .folder_holds = "Manifest.json and Data/ (.mlpackage)"},
     // ONNX has no magic: probed last, by a bounded trial parse of its first
     // fields, so that every format with a magic is recognised before it.
     FormatReader{
