@@ -247,9 +247,12 @@ class ProgramReader {
     const auto header = w.read(0, kRecordBytes);
     if (load_le<uint32_t>(header, 4) != 2)
       refuse(4, "blob file version " + std::to_string(load_le<uint32_t>(header, 4)) + ", not 2");
-    if (!range_fits(offset, kRecordBytes, w.size()) || offset < kRecordBytes)
-      refuse(offset, "blob offset " + std::to_string(offset) + " is not a metadata record inside the file (" +
-                         std::to_string(w.size()) + " bytes)");
+    if (offset < kRecordBytes)
+      refuse(offset, "blob offset " + std::to_string(offset) + " points into the file's header");
+    if (!range_fits(offset, kRecordBytes, w.size()))
+      refuse(offset, "blob offset " + std::to_string(offset) +
+                         ": its 64-byte record runs past the end of the file (" + std::to_string(w.size()) +
+                         " bytes)");
     const auto record = w.read(offset, kRecordBytes);
     if (load_le<uint32_t>(record, 0) != kSentinel)
       refuse(offset, "the blob's metadata record has no sentinel 0xDEADBEEF");
@@ -263,9 +266,12 @@ class ProgramReader {
     if (!expected || *expected != size)
       refuse(offset + 8, "the blob holds " + std::to_string(size) + " bytes, its shape needs " +
                              (expected ? std::to_string(*expected) : std::string("more")));
-    if (data % kRecordBytes != 0 || data < offset + kRecordBytes || !range_fits(data, size, w.size()))
-      refuse(offset + 16, "blob data at " + std::to_string(data) + " (+" + std::to_string(size) +
-                              ") is not 64-byte aligned after its record inside the file");
+    if (data % kRecordBytes != 0 || data < offset + kRecordBytes)
+      refuse(offset + 16,
+             "blob data at " + std::to_string(data) + " is not on a 64-byte boundary after its record");
+    if (!range_fits(data, size, w.size()))
+      refuse(offset + 16, "blob data [" + std::to_string(data) + ", +" + std::to_string(size) +
+                              ") runs past the end of the file (" + std::to_string(w.size()) + " bytes)");
     r_.add(name, type.dtype, d.shape, ByteSpan::mapped(mapped, data, size), relative, data);
   }
 
