@@ -21,6 +21,16 @@ import hostile_corpus as hc  # noqa: E402
 MAX_SEED_BYTES = 64 * 1024
 MiB = 1 << 20
 
+def coreml_input(folder, make):
+    """fuzz_coreml's input for the package `make` writes: its model.mlmodel,
+    the marker, its weight.bin."""
+    data = make(folder) / "Data" / "com.apple.CoreML"
+    path = folder / "package.input"
+    path.write_bytes((data / "model.mlmodel").read_bytes() + b"\n--weight.bin--\n" +
+                     (data / "weights" / "weight.bin").read_bytes())
+    return path
+
+
 # case -> (targets, make(folder) -> path): sizes shrunk to fit a seed, the
 # shape of each case kept (the long name stays just under 64 KiB: mutations
 # that insert bytes carry it past 65 535).
@@ -132,6 +142,12 @@ SEEDS = {
     "nemo_member_past_end": (("fuzz_nemo", "fuzz_open_model"), hc.nemo_member_past_end),
     "nemo_ckpt_cut_by_its_member": (("fuzz_nemo", "fuzz_open_model"), hc.nemo_ckpt_cut_by_its_member),
     "nemo_pax_size_lies": (("fuzz_nemo", "fuzz_open_model"), hc.nemo_pax_size_lies),
+    # Core ML (issue 45): a package as fuzz_coreml takes it (model, marker, weight.bin).
+    "coreml_blob_offset_past_end": (("fuzz_coreml",), lambda d: coreml_input(d, hc.coreml_blob_offset_past_end)),
+    "coreml_wrong_sentinel": (("fuzz_coreml",), lambda d: coreml_input(d, hc.coreml_wrong_sentinel)),
+    "coreml_blob_size_lies": (("fuzz_coreml",), lambda d: coreml_input(d, hc.coreml_blob_size_lies)),
+    "coreml_weight_count_not_shape": (("fuzz_coreml", "fuzz_open_model"), hc.coreml_weight_count_not_shape),
+    "coreml_truncated": (("fuzz_coreml", "fuzz_open_model"), hc.coreml_truncated),
 }
 
 

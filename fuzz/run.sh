@@ -94,6 +94,9 @@ seed fuzz_ggml_legacy "$SHARED"/realworld4/files/ggml/whispercpp_for-tests-ggml-
   "$SHARED"/realworld4/files/hostile/whispercpp_for-tests-ggml-whisper-bad-ndims.bin
 seed fuzz_llamafile "$SHARED"/realworld4/files/llamafile/*.llamafile
 seed fuzz_nemo "$SHARED"/realworld4/files/nemo/*.nemo "$SHARED"/realworld4/files/hostile/*.nemo
+# Core ML seeds: the .mlmodel files (the packages' weight.bin files are
+# over max_len: make_seeds.py writes small packages as fuzz_coreml takes them).
+seed fuzz_coreml "$SHARED"/realworld4/files/coreml/*.mlmodel "$SHARED"/realworld4/files/hostile/*.mlmodel
 seed fuzz_open_model examples/*.safetensors "$SHARED"/real/*/* "$SHARED"/generated/*/*
 seed fuzz_export examples/*.safetensors "$SHARED"/real/*/* "$SHARED"/generated/*/*
 # The numeric views and the tree builder read their inputs as numbers of

@@ -26,6 +26,7 @@ import zlib
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import coreml_files as cm  # noqa: E402
 import ggml_legacy_files as gl  # noqa: E402
 import gguf_writer as gg  # noqa: E402
 import safetensors_writer as st  # noqa: E402
@@ -1835,6 +1836,68 @@ def nemo_20k_members(folder):
     return path
 
 
+# --- Core ML cases (issue 45): blob records and weights that lie, truncation, nesting ---
+def _coreml_package(folder, edit_record=None, offset_shift=0):
+    """A package with one float32 const of 6 values in weight.bin; `edit_record`
+    rewrites the weight file given its first record's offset."""
+    data = np.arange(6, dtype="<f4").tobytes()
+    weights, records = cm.weight_file([data], [2])
+    if edit_record:
+        weights = edit_record(bytearray(weights), records[0])
+    model = cm.program_model([cm.const_op("w", 11, [2, 3], cm.blob_value(records[0] + offset_shift))])
+    return cm.package(folder / "model.mlpackage", model, bytes(weights))
+
+
+def coreml_blob_offset_past_end(folder):
+    """The const's blob offset points 1 TiB into a small weight.bin."""
+    return _coreml_package(folder, offset_shift=1 << 40)
+
+
+def coreml_wrong_sentinel(folder):
+    """The blob's metadata record lacks 0xDEADBEEF."""
+    return _coreml_package(folder, lambda b, r: b[:r] + b"\xef\xbe\xad\x00" + b[r + 4:])
+
+
+def coreml_blob_size_lies(folder):
+    """The record says 2^62 bytes for a [2, 3] float32 const."""
+    return _coreml_package(folder, lambda b, r: b[:r + 8] + struct.pack("<Q", 1 << 62) + b[r + 16:])
+
+
+def coreml_weight_count_not_shape(folder):
+    """An innerProduct [4, 4] holding 5 floats."""
+    path = folder / "short.mlmodel"
+    weights = cm.weight_params(np.arange(5, dtype="<f4").tobytes(), 1)
+    path.write_bytes(cm.nn_model([cm.inner_product("fc", 4, 4, weights)]))
+    return path
+
+
+def coreml_shape_overflows(folder):
+    """An innerProduct of 2^40 x 2^40 channels: its element count overflows."""
+    path = folder / "huge.mlmodel"
+    weights = cm.weight_params(np.arange(4, dtype="<f4").tobytes(), 1)
+    path.write_bytes(cm.nn_model([cm.inner_product("fc", 1 << 40, 1 << 40, weights)]))
+    return path
+
+
+def coreml_truncated(folder):
+    """A neural network cut in the middle of its weights."""
+    weights = cm.weight_params(np.arange(64, dtype="<f4").tobytes(), 1)
+    blob = cm.nn_model([cm.inner_product("fc", 8, 8, weights)])
+    path = folder / "cut.mlmodel"
+    path.write_bytes(blob[:len(blob) - 100])
+    return path
+
+
+def coreml_nested_blocks(folder, depth=200):
+    """A const inside 200 nested blocks: past the scanner's nesting bound."""
+    op = cm.const_op("w", 23, [], cm.immediate_ints([1]))
+    for _ in range(depth):
+        op = cm.lfield(1, "cond") + cm.lfield(4, cm.lfield(3, op))
+    path = folder / "nested.mlmodel"
+    path.write_bytes(cm.program_model([op]))
+    return path
+
+
 CASES = {
     "long_name": (long_name, False),
     "shared_pickle_dict": (shared_pickle_dict, True),
@@ -1961,6 +2024,14 @@ CASES = {
     "nemo_20k_members": (nemo_20k_members, True),
     "nemo_gzip_truncated": (nemo_gzip_truncated, True),
     "nemo_gzip_bomb": (nemo_gzip_bomb, True),
+    # --- Core ML (issue 45): blob records and weights that lie, truncation, nesting ---
+    "coreml_blob_offset_past_end": (coreml_blob_offset_past_end, False),
+    "coreml_wrong_sentinel": (coreml_wrong_sentinel, False),
+    "coreml_blob_size_lies": (coreml_blob_size_lies, False),
+    "coreml_weight_count_not_shape": (coreml_weight_count_not_shape, False),
+    "coreml_shape_overflows": (coreml_shape_overflows, False),
+    "coreml_truncated": (coreml_truncated, False),
+    "coreml_nested_blocks": (coreml_nested_blocks, False),
 }
 
 

@@ -546,6 +546,14 @@ EXPECT = {
     "nemo_20k_members": {"exits": (0,), "mounted": check_values({"w": np.arange(1024, dtype="<f4")})},
     "nemo_gzip_truncated": {"exits": (2,)},
     "nemo_gzip_bomb": {"exits": (2,)},
+    # Core ML (issue 45): each refused, one line.
+    "coreml_blob_offset_past_end": {"exits": (2,)},
+    "coreml_wrong_sentinel": {"exits": (2,)},
+    "coreml_blob_size_lies": {"exits": (2,)},
+    "coreml_weight_count_not_shape": {"exits": (2,)},
+    "coreml_shape_overflows": {"exits": (2,)},
+    "coreml_truncated": {"exits": (2,)},
+    "coreml_nested_blocks": {"exits": (2,)},
 }
 
 
