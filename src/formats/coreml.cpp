@@ -3,6 +3,7 @@
 // neural-network weights. ML programs are coreml_program.cpp's.
 #include "formats/coreml.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -42,6 +43,33 @@ constexpr uint32_t kInputChannels = 1, kOutputChannels = 2, kWeights = 20, kBias
 }
 namespace matmul_field {
 constexpr uint32_t kFirst = 5, kSecond = 6, kWeights = 8, kBias = 9;
+}
+// Layers whose WeightParams are 1-D, [n] (docs/formats.md, "Naming"):
+// the layer's params field, then each WeightParams field and its name;
+// activation's PReLU (25) and parametricSoftplus (71) one level deeper.
+struct CountedLayer {
+  uint32_t layer;
+  uint32_t nested;  // 0: the params hold the WeightParams themselves
+  std::pair<uint32_t, const char*> weights[4];
+};
+constexpr CountedLayer kCountedLayers[] = {
+    {160, 0, {{15, "gamma"}, {16, "beta"}, {17, "mean"}, {18, "variance"}}},
+    {245, 0, {{2, "scale"}, {5, "bias"}}},
+    {250, 0, {{2, "bias"}}},
+    {290, 0, {{2, "data"}}},
+    {130, 25, {{1, "alpha"}}},
+    {130, 71, {{1, "alpha"}, {2, "beta"}}},
+};
+// Layer types that hold no WeightParams (NeuralNetwork.proto): pooling,
+// activations other than those above, normalizations without parameters,
+// element-wise and reshaping layers.
+constexpr uint32_t kWeightless[] = {120, 130, 165, 170, 175, 180, 190, 200, 210, 211, 212, 220, 230, 231,
+                                    240, 260, 261, 270, 280, 300, 301, 310, 320, 330, 340, 345, 350};
+namespace embedding_field {
+constexpr uint32_t kLayer = 150, kInputDim = 1, kOutputChannels = 2, kWeights = 20, kBias = 21;
+}
+namespace batchnorm_field {
+constexpr uint32_t kLayer = 160, kChannels = 1;
 }
 namespace weight_field {
 constexpr uint32_t kFloat = 1, kFloat16 = 2, kRaw = 30, kInt8Raw = 31, kQuantization = 40, kIsUpdatable = 50;
@@ -267,38 +295,70 @@ void Reader::read_layer(const WireMessage& layer, uint64_t index) {
     const std::vector<uint64_t> shape = deconv ? std::vector<uint64_t>{kernel, out / groups, size[0], size[1]}
                                                : std::vector<uint64_t>{out, kernel, size[0], size[1]};
     if (auto w = p.message(conv_field::kWeights)) read_weights(name, "weights", *w, shape);
-    if (auto b = p.message(conv_field::kBias)) read_weights(name, "bias", *b, {out});
+    if (auto b = p.message(conv_field::kBias)) read_weights(name, "bias", *b, std::vector<uint64_t>{out});
     return;
   }
   if (auto inner = fields.message(layer_field::kInnerProduct)) {
     const Fields p(*inner);
     const uint64_t out = number(p, inner_field::kOutputChannels);
     if (auto w = p.message(inner_field::kWeights))
-      read_weights(name, "weights", *w, {out, number(p, inner_field::kInputChannels)});
-    if (auto b = p.message(inner_field::kBias)) read_weights(name, "bias", *b, {out});
+      read_weights(name, "weights", *w, std::vector<uint64_t>{out, number(p, inner_field::kInputChannels)});
+    if (auto b = p.message(inner_field::kBias)) read_weights(name, "bias", *b, std::vector<uint64_t>{out});
     return;
   }
   if (auto matmul = fields.message(layer_field::kBatchedMatmul)) {
     const Fields p(*matmul);
     const uint64_t first = number(p, matmul_field::kFirst), second = number(p, matmul_field::kSecond);
-    if (auto w = p.message(matmul_field::kWeights)) read_weights(name, "weights", *w, {second, first});
-    if (auto b = p.message(matmul_field::kBias)) read_weights(name, "bias", *b, {second});
+    if (auto w = p.message(matmul_field::kWeights))
+      read_weights(name, "weights", *w, std::vector<uint64_t>{second, first});
+    if (auto b = p.message(matmul_field::kBias))
+      read_weights(name, "bias", *b, std::vector<uint64_t>{second});
     return;
   }
-  // Another layer type: named with its params' field number, so that a
-  // layer holding weights this reader does not shape is seen, not lost.
+  if (auto embedding = fields.message(embedding_field::kLayer)) {
+    const Fields p(*embedding);
+    const uint64_t out = number(p, embedding_field::kOutputChannels);
+    if (auto w = p.message(embedding_field::kWeights))
+      read_weights(name, "weights", *w, std::vector<uint64_t>{out, number(p, embedding_field::kInputDim)});
+    if (auto b = p.message(embedding_field::kBias))
+      read_weights(name, "bias", *b, std::vector<uint64_t>{out});
+    return;
+  }
+  if (read_counted_layer(fields, name)) return;
+  // Another layer type that may hold weights: named with its params' field
+  // number, so that weights this reader does not shape are seen, not lost.
   layer.scan([&](const WireField& f) {
-    if (f.number >= 100 && layers_not_read_.size() < kMaxListed)
+    if (f.number >= 100 && std::ranges::find(kWeightless, f.number) == std::end(kWeightless) &&
+        layers_not_read_.size() < kMaxListed)
       layers_not_read_.push_back({{"name", name}, {"layer_field", f.number}});
   });
 }
 
+bool Reader::read_counted_layer(const Fields& fields, const std::string& name) {
+  bool read = false;
+  for (const auto& counted : kCountedLayers) {
+    auto params = fields.message(counted.layer);
+    if (params && counted.nested != 0) params = Fields(*params).message(counted.nested);
+    if (!params) continue;
+    read = true;
+    const Fields p(*params);
+    std::optional<std::vector<uint64_t>> shape;
+    // Batchnorm says its channels: each of its four vectors must hold that many.
+    if (counted.layer == batchnorm_field::kLayer) {
+      const WireField* channels = p.last(batchnorm_field::kChannels);
+      shape = std::vector<uint64_t>{channels ? varint(*channels) : 0};
+    }
+    for (const auto& [number, field] : counted.weights)
+      if (field != nullptr)
+        if (auto w = p.message(number)) read_weights(name, field, *w, shape);
+  }
+  return read;
+}
+
 void Reader::read_weights(const std::string& layer, const std::string& field, const WireMessage& weights,
-                          const std::vector<uint64_t>& shape) {
+                          std::optional<std::vector<uint64_t>> layer_shape) {
   const Fields p(weights);
   const std::string name = layer + "." + field;
-  const auto numel = checked_numel(shape);
-  if (!numel) fail(weights.offset(), name + ": its layer's shape overflows");
   nlohmann::json extras = nlohmann::json::object();
   extras["layer"] = layer;
   if (const WireField* u = p.last(weight_field::kIsUpdatable)) extras["is_updatable"] = varint(*u) != 0;
@@ -328,8 +388,18 @@ void Reader::read_weights(const std::string& layer, const std::string& field, co
   if (stored.size() > 1) fail(weights.offset(), name + ": holds values in more than one of its fields");
   const Stored s = stored.front();
   const bool quantized = p.last(weight_field::kQuantization) != nullptr;
+  const bool split_floats = s.dtype == DType::Float32 && s.field->type == WireType::Fixed32;
+  // A layer that gives no shape: [n], n the values stored.
+  if (!layer_shape) {
+    const uint64_t n =
+        split_floats ? p.every(weight_field::kFloat).size() : s.field->length / s.element_bytes;
+    layer_shape = std::vector<uint64_t>{n};
+  }
+  const std::vector<uint64_t>& shape = *layer_shape;
+  const auto numel = checked_numel(shape);
+  if (!numel) fail(weights.offset(), name + ": its layer's shape overflows");
 
-  if (s.dtype == DType::Float32 && s.field->type == WireType::Fixed32) {
+  if (split_floats) {
     const auto& all = p.every(weight_field::kFloat);
     if (all.size() != *numel)
       fail(s.field->offset,

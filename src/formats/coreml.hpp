@@ -20,8 +20,10 @@
 // float32) and float16Value are served in place, int8RawValue as int8,
 // rawValue as uint8; a count that does not fill the layer's shape is
 // refused, except a quantized rawValue (its bits packed), served as its
-// bytes, 1-D. Layers of other types are listed in metadata.json's
-// "layers_not_read", never guessed.
+// bytes, 1-D. batchnorm, scale, bias, loadConstant and PReLU/parametric
+// softplus WeightParams are [n] (batchnorm checked against its channels),
+// embedding weights [outputChannels, inputDim]. Layers of other types are
+// listed in metadata.json's "layers_not_read", never guessed.
 //
 // ML programs: every `const` operation of every function and block (nested
 // blocks too), named by its output (FUNCTION/NAME when there are several

@@ -69,8 +69,10 @@ class Reader {
   void read_description(const WireMessage& description);
   void read_network(const WireMessage& network);
   void read_layer(const WireMessage& layer, uint64_t index);
+  bool read_counted_layer(const Fields& fields, const std::string& name);
+  // `shape` from the layer, or none for [n] (n the values stored).
   void read_weights(const std::string& layer, const std::string& field, const WireMessage& weights,
-                    const std::vector<uint64_t>& shape);
+                    std::optional<std::vector<uint64_t>> shape);
 
   const ModelFile& model_;
   std::string model_name_;

@@ -107,6 +107,28 @@ def _weights(params, number, name, shape, out):
             out[name] = (dtype, shape, data, at)
 
 
+# Layers whose WeightParams are 1-D [n]: layer field -> (nested field or None, {WeightParams field: name}).
+COUNTED = [(160, None, {15: "gamma", 16: "beta", 17: "mean", 18: "variance"}),
+           (245, None, {2: "scale", 5: "bias"}), (250, None, {2: "bias"}), (290, None, {2: "data"}),
+           (130, 25, {1: "alpha"}), (130, 71, {1: "alpha", 2: "beta"})]
+ELEMENT_BYTES = {"<f4": 4, "<f2": 2, "u1": 1, "i1": 1}
+
+
+def _counted(layer, name, out):
+    for number, nested, weights in COUNTED:
+        params = layer.msg(number)
+        if params is not None and nested is not None:
+            params = params.msg(nested)
+        if params is None:
+            continue
+        for field, field_name in weights.items():
+            before = set(out)
+            _weights(params, field, f"{name}.{field_name}", None, out)
+            for key in set(out) - before:
+                dtype, _, data, at = out[key]
+                out[key] = (dtype, [len(data) // ELEMENT_BYTES[dtype]], data, at)
+
+
 def read_nn(b):
     """{name: (numpy dtype, shape, bytes, offset in the file)} of a neural
     network's convolution, innerProduct and batchedMatmul weights."""
@@ -131,6 +153,12 @@ def read_nn(b):
             # The [first, second] matrix is stored column-major: C order [second, first].
             _weights(p, 8, name + ".weights", [p.int(6), p.int(5)], out)
             _weights(p, 9, name + ".bias", [p.int(6)], out)
+        elif layer.has(150):
+            p = layer.msg(150)
+            _weights(p, 20, name + ".weights", [p.int(2), p.int(1)], out)
+            _weights(p, 21, name + ".bias", [p.int(2)], out)
+        else:
+            _counted(layer, name, out)
     return out
 
 
@@ -249,6 +277,11 @@ def convolution(name, c_out, kernel_channels, kh, kw, weights, bias=None):
     if bias is not None:
         params += vfield(70, 1) + lfield(91, bias)
     return lfield(1, name) + lfield(2, "x") + lfield(3, name + "_out") + lfield(100, params)
+
+
+def layer(name, number, params):
+    """A layer `name` whose params are field `number`."""
+    return lfield(1, name) + lfield(2, "x") + lfield(3, name + "_out") + lfield(number, params)
 
 
 def nn_model(layers, spec=4, field=500):

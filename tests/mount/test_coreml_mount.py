@@ -76,6 +76,8 @@ def test_real_neural_networks(shared, file_name):
         meta = metadata(mnt)
         assert meta["model_type"] in ("neuralNetwork", "neuralNetworkClassifier")
         assert meta["inputs"] and meta["outputs"]
+        # Pooling, activations, flatten, softmax hold no weights: nothing left unread.
+        assert "layers_not_read" not in meta
 
 
 def test_batched_matmul_is_column_major(shared):
@@ -165,6 +167,37 @@ def test_written_float16_int8_and_raw_weights(tmp):
         paths, _ = check_tensors(mnt, expected)
         assert sidecar(paths["q.weights"])["layer_shape"] == [2, 5]
         assert sidecar(paths["fc.weights"])["source"]["offset"] == oracle["fc.weights"][3]
+
+
+def test_written_layers_shaped_by_count(tmp):
+    """batchnorm, scale, bias, loadConstant, PReLU and embedding weights:
+    [n] (batchnorm's checked against its channels), embedding [out, in]."""
+    v = lambda k, n: np.arange(n, dtype="<f4") + k
+    wp = lambda a: cm.lfield(1, a.tobytes())
+    bn = cm.vfield(1, 3) + b"".join(cm.lfield(f, wp(v(f, 3))) for f in (15, 16, 17, 18))
+    emb = np.arange(10, dtype="<f4").reshape(5, 2)
+    model = tmp / "layers.mlmodel"
+    model.write_bytes(cm.nn_model([
+        cm.layer("bn", 160, bn),
+        cm.layer("sc", 245, cm.lfield(2, wp(v(1, 4))) + cm.vfield(3, 1) + cm.lfield(5, wp(v(2, 4)))),
+        cm.layer("b", 250, cm.lfield(2, wp(v(3, 2)))),
+        cm.layer("k", 290, cm.lfield(2, wp(v(4, 6)))),
+        cm.layer("p", 130, cm.lfield(25, cm.lfield(1, wp(v(5, 3))))),
+        cm.layer("e", 150, cm.vfield(1, 2) + cm.vfield(2, 5) + cm.lfield(20, wp(emb))),
+        cm.layer("relu", 130, cm.lfield(10, b"")),
+        cm.layer("lstm", 420, cm.vfield(1, 4)),
+    ]))
+    oracle = cm.read_nn(model.read_bytes())
+    assert sorted(oracle) == sorted(["bn.gamma", "bn.beta", "bn.mean", "bn.variance", "sc.scale", "sc.bias",
+                                     "b.bias", "k.data", "p.alpha", "e.weights"])
+    assert oracle["e.weights"][1] == [5, 2] and oracle["k.data"][1] == [6]
+    with mounted(model) as mnt:
+        check_tensors(mnt, oracle, model.name)
+        # A weightless ReLU is not listed; an LSTM, whose weights are not read, is.
+        assert metadata(mnt)["layers_not_read"] == [{"name": "lstm", "layer_field": 420}]
+    short = tmp / "short_bn.mlmodel"
+    short.write_bytes(cm.nn_model([cm.layer("bn", 160, cm.vfield(1, 4) + cm.lfield(15, wp(v(0, 3))))]))
+    refused(short, "bn.gamma", "4 elements")
 
 
 def written_program(tmp, records_edit=None):
