@@ -190,29 +190,22 @@ Catalog Reader::read() {
     kind = f.number;
   });
   if (!kind) fail(0, "the model holds no model type (no field 200 or above)");
+  const std::pair<uint32_t, const char*> kTypes[] = {
+      {model_field::kNeuralNetwork, "neuralNetwork"},
+      {model_field::kNeuralNetworkClassifier, "neuralNetworkClassifier"},
+      {model_field::kNeuralNetworkRegressor, "neuralNetworkRegressor"},
+      {model_field::kMlProgram, "mlProgram"}};
+  const auto* type = std::ranges::find(kTypes, *kind, &std::pair<uint32_t, const char*>::first);
+  if (type == std::end(kTypes))
+    fail(fields.last(*kind)->offset,
+         "model type field " + std::to_string(*kind) +
+             " is not read (neural networks 303, 403, 500 and ML programs 502 are)");
+  meta["model_type"] = type->second;
   const auto body = fields.message(*kind);
-  switch (*kind) {
-    case model_field::kNeuralNetwork:
-      meta["model_type"] = "neuralNetwork";
-      read_network(*body);
-      break;
-    case model_field::kNeuralNetworkClassifier:
-      meta["model_type"] = "neuralNetworkClassifier";
-      read_network(*body);
-      break;
-    case model_field::kNeuralNetworkRegressor:
-      meta["model_type"] = "neuralNetworkRegressor";
-      read_network(*body);
-      break;
-    case model_field::kMlProgram:
-      meta["model_type"] = "mlProgram";
-      read_program(*body);
-      break;
-    default:
-      fail(fields.last(*kind)->offset,
-           "model type field " + std::to_string(*kind) +
-               " is not read (neural networks 303, 403, 500 and ML programs 502 are)");
-  }
+  if (*kind == model_field::kMlProgram)
+    read_program(*body);
+  else
+    read_network(*body);
   if (!layers_not_read_.empty()) meta["layers_not_read"] = std::move(layers_not_read_);
   if (!not_tensors_.empty()) meta["not_tensors"] = std::move(not_tensors_);
   return std::move(catalog_);
@@ -439,10 +432,20 @@ void Reader::read_weights(const std::string& layer, const std::string& field, co
 
 }  // namespace detail
 
+namespace {
+// The first byte of a ModelDescription field's key (length-delimited):
+// input 1, output 10, predictedFeatureName 11, predictedProbabilitiesName
+// 12, and the first byte of trainingInput 50's and metadata 100's.
+bool is_description_tag(uint8_t byte) {
+  return byte == 0x0a || byte == 0x52 || byte == 0x5a || byte == 0x62 || byte == 0x92 || byte == 0xa2;
+}
+}  // namespace
+
 bool probe_file(std::span<const std::byte> head) {
   // Model fields only: specificationVersion or the description first, then
   // the description, isUpdatable or a model type (>= 200). The
-  // description is a message whose first field is an input (tag 0x0a); an
+  // description is a message whose first field is one of its own
+  // (inputs, outputs, the predicted names, training inputs, metadata); an
   // ONNX producer_name in its place is text.
   const protobuf::WireContext context{"", std::string(detail::kFormat)};
   uint64_t pos = 0;
@@ -456,7 +459,8 @@ bool probe_file(std::span<const std::byte> head) {
         if (fields != 0 || type != 0 || value == 0 || value > detail::kMaxSpecificationVersion) return false;
       } else if (number == 2) {
         if (type != 2 || fields > 1) return false;
-        if (value > 0 && (pos >= head.size() || static_cast<uint8_t>(head[pos]) != 0x0a)) return false;
+        if (value > 0 && (pos >= head.size() || !is_description_tag(static_cast<uint8_t>(head[pos]))))
+          return false;
       } else if (number == 10) {
         if (type != 0) return false;
       } else if (number >= 200 && number < 1000) {
