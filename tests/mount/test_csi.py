@@ -281,7 +281,7 @@ def test_publish_local_inline_volume_read_by_any_user(plugin, node):
 def test_publish_http_persistent_volume_with_options(plugin, node, nginx, www):
     write_model(www)
     target = pod_target(node, "pod-2", "pv-model")
-    capability = plugin.capability(mode=3, flags=["ro"])  # ReadOnlyMany, mountOptions [ro]
+    capability = plugin.capability(mode=3, flags=["ro", "remote_window=128M"])  # ReadOnlyMany, mountOptions
     plugin.publish("pv-model", target, f"{nginx.url}/model.safetensors", options="flat, remote_parallel=4",
                    capability=capability, context={"csi.storage.k8s.io/ephemeral": "false"})
     check_values(target)  # flat: the names are whole, as files at the root
@@ -486,3 +486,86 @@ def test_dev_fd_that_is_not_fuse_is_refused(tmp):
     assert "is not /dev/fuse" in one_line(result.stderr)
     result = run_modelfs(model, "/dev/fd/987")
     assert result.returncode == 1 and "not open" in one_line(result.stderr)
+
+
+# ----- deploy/kubernetes: parsed (no cluster here to --dry-run them against) -----
+
+DEPLOY = REPO / "deploy" / "kubernetes"
+
+
+def manifests(name):
+    yaml = pytest.importorskip("yaml")
+    return {doc["kind"]: doc for doc in yaml.safe_load_all((DEPLOY / name).read_text()) if doc}
+
+
+def test_csidriver_manifest():
+    driver = manifests("csidriver.yaml")["CSIDriver"]
+    assert driver["apiVersion"] == "storage.k8s.io/v1" and driver["metadata"]["name"] == "csi.modelfs"
+    spec = driver["spec"]
+    assert spec["attachRequired"] is False and spec["podInfoOnMount"] is True
+    assert sorted(spec["volumeLifecycleModes"]) == ["Ephemeral", "Persistent"]
+    assert spec["fsGroupPolicy"] == "None"
+
+
+def test_daemonset_manifest():
+    daemonset = manifests("node.yaml")["DaemonSet"]
+    assert daemonset["apiVersion"] == "apps/v1"
+    pod = daemonset["spec"]["template"]["spec"]
+    assert daemonset["spec"]["selector"]["matchLabels"].items() <= daemonset["spec"]["template"]["metadata"]["labels"].items()
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    containers = {c["name"]: c for c in pod["containers"]}
+    plugin, registrar = containers["modelfs-csi"], containers["node-driver-registrar"]
+    assert plugin["securityContext"]["privileged"] is True
+    mounts = {m["mountPath"]: m for m in plugin["volumeMounts"]}
+    kubelet = mounts["/var/lib/kubelet"]
+    assert kubelet["mountPropagation"] == "Bidirectional"
+    assert volumes[kubelet["name"]]["hostPath"]["path"] == "/var/lib/kubelet"
+    assert volumes[mounts["/dev/fuse"]["name"]]["hostPath"] == {"path": "/dev/fuse", "type": "CharDevice"}
+    cache = [a.split("=", 1)[1] for a in plugin["args"] if a.startswith("--cache-dir=")]
+    assert cache and volumes[mounts[cache[0]]["name"]]["hostPath"]["path"] == "/var/cache/modelfs"
+    endpoint = [a.split("=", 1)[1] for a in plugin["args"] if a.startswith("--endpoint=")][0]
+    assert endpoint == "unix:///csi/csi.sock" and "--node-id=$(KUBE_NODE_NAME)" in plugin["args"]
+    assert plugin["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    # The registrar finds the plugin's socket in the shared folder, and tells
+    # kubelet where that folder is on the host.
+    socket_dir = volumes[mounts["/csi"]["name"]]["hostPath"]["path"]
+    assert socket_dir == "/var/lib/kubelet/plugins/csi.modelfs"
+    assert "--csi-address=/csi/csi.sock" in registrar["args"]
+    assert f"--kubelet-registration-path={socket_dir}/csi.sock" in registrar["args"]
+    registrar_mounts = {m["mountPath"]: m["name"] for m in registrar["volumeMounts"]}
+    assert registrar_mounts["/csi"] == mounts["/csi"]["name"]
+    assert volumes[registrar_mounts["/registration"]]["hostPath"]["path"] == "/var/lib/kubelet/plugins_registry"
+
+
+def test_example_pod_and_static_pv_manifests():
+    docs = manifests("example-pod.yaml")
+    [volume] = docs["Pod"]["spec"]["volumes"]
+    csi = volume["csi"]
+    assert csi["driver"] == "csi.modelfs" and csi["volumeAttributes"]["source"].startswith("hf://")
+    assert csi["nodePublishSecretRef"]["name"] == docs["Secret"]["metadata"]["name"]
+    assert "HF_TOKEN" in docs["Secret"]["stringData"]
+    [mount] = docs["Pod"]["spec"]["containers"][0]["volumeMounts"]
+    assert mount["name"] == volume["name"] and mount["readOnly"] is True
+
+    docs = manifests("static-pv.yaml")
+    pv, claim, pod = docs["PersistentVolume"], docs["PersistentVolumeClaim"], docs["Pod"]
+    assert pv["spec"]["csi"]["driver"] == "csi.modelfs" and pv["spec"]["csi"]["volumeHandle"]
+    assert pv["spec"]["csi"]["volumeAttributes"]["source"]
+    assert claim["spec"]["volumeName"] == pv["metadata"]["name"] and claim["spec"]["storageClassName"] == ""
+    assert claim["spec"]["accessModes"] == pv["spec"]["accessModes"] == ["ReadOnlyMany"]
+    assert pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+
+
+def test_man_page_is_clean_and_names_every_option():
+    if shutil.which("man") is None:
+        pytest.skip("needs man (man-db)")
+    page = subprocess.run(["man", "--warnings", "-l", str(REPO / "man" / "modelfs-csi.1")], capture_output=True,
+                          text=True, env=dict(os.environ, MANWIDTH="80"))
+    assert page.returncode == 0 and page.stderr == "", page.stderr
+    if not CSI.exists():
+        pytest.skip(f"modelfs-csi not built at {CSI}")
+    usage = subprocess.run([str(CSI), "--help"], capture_output=True, text=True, check=True).stdout
+    flags = {word.strip("(),") for word in usage.split() if word.startswith("--")}
+    assert flags >= {"--endpoint", "--node-id", "--driver-name", "--cache-dir", "--local-root", "--state-dir"}
+    for flag in flags:
+        assert flag in page.stdout.replace("\u2010", "-"), flag
