@@ -22,6 +22,7 @@ import pytest
 
 import safetensors_writer as st
 from conftest import MODELFS, REPO, daemon_pids, is_mounted, one_line, run_modelfs
+from test_remote import moto  # noqa: F401 (the fixture)
 
 BUILD = pathlib.Path(os.environ.get("MODELFS_BUILD_DIR", REPO / "build"))
 CSI = pathlib.Path(os.environ.get("MODELFS_CSI_BIN", BUILD / "modelfs-csi"))
@@ -107,9 +108,10 @@ def wait_for(condition, what, timeout=20):
 class Plugin:
     """modelfs-csi on NODE/plugin/csi.sock, and the stubs kubelet would use."""
 
-    def __init__(self, pb, node, *args, local_root=True):
+    def __init__(self, pb, node, *args, local_root=True, env=None):
         self.pb, self.rpc, self.grpc = pb
         self.node = node
+        self.env = env
         self.socket = node / "plugin" / "csi.sock"
         self.args = ["--endpoint", f"unix://{self.socket}", "--node-id", "node-a", "--cache-dir",
                      str(node / "cache"), "--modelfs", str(MODELFS), *args]
@@ -121,7 +123,7 @@ class Plugin:
 
     def start(self):
         with open(self.log, "a") as log:
-            self.process = subprocess.Popen([str(CSI), *self.args], stdout=log, stderr=log)
+            self.process = subprocess.Popen([str(CSI), *self.args], stdout=log, stderr=log, env=self.env)
         self.channel = self.grpc.insecure_channel(f"unix://{self.socket}")
         self.identity = self.rpc.IdentityStub(self.channel)
         self.nodes = self.rpc.NodeStub(self.channel)
@@ -383,6 +385,62 @@ def test_secrets_reach_only_the_daemon_environment(plugin, node, nginx, www):
     unpublished(plugin, "v-secret", target)
     assert SECRET not in plugin.log.read_text()
     assert not any(SECRET in f.read_text(errors="replace") for f in (node / "plugin" / "state").rglob("*"))
+
+
+def plugin_environment(node, **variables):
+    """The plugin's environment: no credentials of this machine's, a home
+    with none in it, and `variables` (endpoints) for its daemons."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "HF_"))}
+    return dict(env, HOME=str(node / "plugin"), **variables)
+
+
+def test_hf_source_served_only_with_the_secret_token(pb, node, nginx, www):
+    store = www / "hubstore" / "tiny"
+    store.mkdir(parents=True)
+    write_model(store)
+    # This Hub answers a resolve only with the token.
+    conf = nginx.conf.read_text()
+    resolve = "location ~ ^/hub-owner/([^/]+)/resolve/([^/]+)/(.*)$ {"
+    assert resolve in conf
+    nginx.stop()
+    nginx.conf.write_text(conf.replace(
+        resolve, resolve + f'\n      if ($http_authorization != "Bearer {SECRET}") {{ return 401; }}'))
+    nginx.start()
+    p = Plugin(pb, node, env=plugin_environment(node, HF_ENDPOINT=nginx.url))
+    try:
+        target = pod_target(node, "pod-hf")
+        message = p.refused("FAILED_PRECONDITION", p.publish, "v-hf", target, "hf://hub-owner/tiny/model.safetensors")
+        assert "401" in message and SECRET not in message
+        assert not target.exists() and not mounts_below(node)
+        p.publish("v-hf", target, "hf://hub-owner/tiny/model.safetensors", secrets={"HF_TOKEN": SECRET},
+                  context=inline_context("pod-hf"))
+        check_values(target)
+        unpublished(p, "v-hf", target)
+    finally:
+        p.stop()
+    assert SECRET not in p.log.read_text()
+
+
+def test_s3_source_served_only_with_the_secret_keys(pb, node, moto):
+    from test_remote import s3_upload
+
+    key_id, secret = s3_upload(moto, "weights", {"models/model.safetensors": write_model(node / "models")})
+    p = Plugin(pb, node, env=plugin_environment(node, AWS_ENDPOINT_URL=moto.url, AWS_REGION="us-east-1"))
+    try:
+        target = pod_target(node, "pod-s3")
+        source = "s3://weights/models/model.safetensors"
+        p.refused("FAILED_PRECONDITION", p.publish, "v-s3", target, source)
+        p.refused("FAILED_PRECONDITION", p.publish, "v-s3", target, source,
+                  secrets={"AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": "not-the-secret"})
+        assert not target.exists() and not mounts_below(node)
+        p.publish("v-s3", target, source, secrets={"AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret})
+        check_values(target)
+        [pid] = daemon_pids(target)
+        assert secret.encode() not in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+        unpublished(p, "v-s3", target)
+    finally:
+        p.stop()
+    assert secret not in p.log.read_text()
 
 
 def test_mounts_outlive_the_plugin_and_a_new_one_unpublishes_them(pb, node):
