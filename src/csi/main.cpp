@@ -6,6 +6,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -159,6 +160,8 @@ int run(int argc, char** argv) {
     if (folder.empty()) return fail(*dir + ": cannot create the folder");
     *dir = folder;
   }
+  // The records name every published source: the plugin's alone.
+  ::chmod(config.state_dir.c_str(), 0700);
   if (config.modelfs.empty()) config.modelfs = default_modelfs();
   return modelfs::csi::serve(config);
 }

@@ -119,10 +119,16 @@ Finished run_program(const std::vector<std::string>& argv, const std::vector<std
   ::posix_spawnattr_init(&attributes);
   // Its own session: a signal to the plugin's process group, or the end of
   // its terminal, does not reach the daemon.
-  sigset_t none;
+  // Nor does it inherit the plugin's signal mask (SIGTERM blocked for the
+  // thread that waits for it) or its ignored SIGPIPE.
+  sigset_t none, defaults;
   sigemptyset(&none);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGPIPE);
   ::posix_spawnattr_setsigmask(&attributes, &none);
-  ::posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK);
+  ::posix_spawnattr_setsigdefault(&attributes, &defaults);
+  ::posix_spawnattr_setflags(&attributes,
+                             POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   pid_t pid = -1;
   const int spawned = ::posix_spawn(&pid, args[0], &actions, &attributes, args.data(), envp.data());
   ::posix_spawn_file_actions_destroy(&actions);

@@ -157,6 +157,16 @@ const std::vector<std::string>& secret_keys() {
   return keys;
 }
 
+std::string shown_source(const std::string& source) {
+  const auto scheme = source.find("://");
+  if (scheme == std::string::npos) return source;
+  std::string shown = source.substr(0, source.find_first_of("?#"));
+  const auto host = scheme + 3;
+  const auto at = shown.find('@', host);
+  if (at != std::string::npos && at < shown.find('/', host)) shown.erase(host, at + 1 - host);
+  return shown;
+}
+
 std::string normal_target(const std::string& target_path) {
   fs::path target(target_path);
   if (!target.is_absolute()) return {};

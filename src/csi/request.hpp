@@ -38,6 +38,10 @@ grpc::Status read_publish(const v1::NodePublishVolumeRequest& request, const Con
 // an absolute path.
 std::string normal_target(const std::string& target_path);
 
+// A source as logs and messages show it: a URL without what may be a
+// credential (user:password@, a query such as a presigned signature).
+std::string shown_source(const std::string& source);
+
 // The secret keys a daemon is given (the variables modelfs reads).
 const std::vector<std::string>& secret_keys();
 

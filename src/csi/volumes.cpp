@@ -101,7 +101,7 @@ grpc::Status Volumes::publish(const v1::NodePublishVolumeRequest& request) {
       if (record && same_publish(*record, publish)) return grpc::Status::OK;
       return {grpc::StatusCode::ALREADY_EXISTS,
               publish.target + " already serves " +
-                  (record ? "volume " + record->volume_id + " (" + record->source + ")"
+                  (record ? "volume " + record->volume_id + " (" + shown_source(record->source) + ")"
                           : "another modelfs mount")};
     case MountState::kOther:
       return {grpc::StatusCode::ALREADY_EXISTS,
@@ -135,7 +135,8 @@ grpc::Status Volumes::mount(const Publish& publish) {
   if (finished.exit_code != 0) {
     clean_up(target, made_target);
     const std::string message = last_line(finished.output);
-    spdlog::warn("publish of {} ({}) at {} failed: {}", publish.volume_id, publish.source, target, message);
+    spdlog::warn("publish of {} ({}) at {} failed: {}", publish.volume_id, shown_source(publish.source),
+                 target, message);
     return {grpc::StatusCode::FAILED_PRECONDITION, message};
   }
   if (mount_state(target) != MountState::kModelfs) {
@@ -147,7 +148,7 @@ grpc::Status Volumes::mount(const Publish& publish) {
     clean_up(target, made_target);
     return {grpc::StatusCode::INTERNAL, config_.state_dir + ": cannot record the mount: " + why};
   }
-  spdlog::info("published {} ({}) at {}", publish.volume_id, publish.source, target);
+  spdlog::info("published {} ({}) at {}", publish.volume_id, shown_source(publish.source), target);
   return grpc::Status::OK;
 }
 
