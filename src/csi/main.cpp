@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <iostream>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "csi/plugin.hpp"
 #include "csi/request.hpp"
@@ -114,30 +116,24 @@ int run(int argc, char** argv) {
       return 0;
     }
     std::string value;
-    if (const auto equals = arg.find('='); arg.starts_with("--") && equals != std::string::npos) {
+    const auto equals = arg.find('=');
+    const bool joined = arg.starts_with("--") && equals != std::string::npos;
+    if (joined) {
       value = arg.substr(equals + 1);
       arg.resize(equals);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      return fail(arg + " needs a value (modelfs-csi --help)");
     }
-    if (arg == "--endpoint")
-      endpoint = value;
-    else if (arg == "--node-id")
-      config.node_id = value;
-    else if (arg == "--driver-name")
-      config.driver_name = value;
-    else if (arg == "--cache-dir")
-      config.cache_dir = value;
-    else if (arg == "--local-root")
-      config.local_root = value;
-    else if (arg == "--state-dir")
-      config.state_dir = value;
-    else if (arg == "--modelfs")
-      config.modelfs = value;
-    else
-      return fail("unknown option " + arg + " (modelfs-csi --help)");
+    const std::pair<const char*, std::string*> flags[] = {{"--endpoint", &endpoint},
+                                                          {"--node-id", &config.node_id},
+                                                          {"--driver-name", &config.driver_name},
+                                                          {"--cache-dir", &config.cache_dir},
+                                                          {"--local-root", &config.local_root},
+                                                          {"--state-dir", &config.state_dir},
+                                                          {"--modelfs", &config.modelfs}};
+    const auto flag =
+        std::find_if(std::begin(flags), std::end(flags), [&](const auto& f) { return arg == f.first; });
+    if (flag == std::end(flags)) return fail("unknown option " + arg + " (modelfs-csi --help)");
+    if (!joined && i + 1 >= argc) return fail(arg + " needs a value (modelfs-csi --help)");
+    *flag->second = joined ? value : argv[++i];
   }
   config.socket = socket_of(endpoint);
   if (config.socket.empty())
