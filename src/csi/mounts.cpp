@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace modelfs::csi {
 namespace {
@@ -78,12 +79,35 @@ MountState mount_state(const std::string& path) {
     // Later lines are mounted later, on top of earlier ones.
     state = parts[dash + 1] == "fuse.modelfs" ? MountState::kModelfs : MountState::kOther;
   }
-  if (state == MountState::kModelfs) {
-    // statfs always reaches the daemon; the root's attributes may be cached.
-    struct statfs fs {};
-    if (::statfs(path.c_str(), &fs) != 0 && errno == ENOTCONN) state = MountState::kDead;
-  }
   return state;
+}
+
+Daemon ask_daemon(const std::string& path, std::chrono::seconds limit) {
+  // The child only calls statfs and _exit, which a fork of a threaded
+  // process may.
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    struct statfs fs {};
+    if (::statfs(path.c_str(), &fs) == 0) ::_exit(0);
+    ::_exit(errno == ENOTCONN ? 1 : 2);
+  }
+  if (pid < 0) return Daemon::kSilent;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  for (;;) {
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (done < 0 && errno != EINTR) return Daemon::kSilent;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      // A FUSE request waits killably: SIGKILL ends the child.
+      ::kill(pid, SIGKILL);
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      return Daemon::kSilent;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 1 ? Daemon::kGone : Daemon::kAnswers;
 }
 
 std::string unmount(const std::string& path) {

@@ -10,13 +10,24 @@ namespace modelfs::csi {
 
 enum class MountState {
   kNone,     // nothing mounted at the path
-  kModelfs,  // a modelfs mount whose daemon answers
-  kDead,     // a modelfs mount whose daemon has gone (ENOTCONN)
+  kModelfs,  // a modelfs mount
   kOther,    // another file system
 };
 
-// The topmost mount at `path` (absolute, normalized), from /proc/self/mountinfo.
+// The topmost mount at `path` (absolute, normalized), from
+// /proc/self/mountinfo alone: nothing here asks the mount's daemon.
 MountState mount_state(const std::string& path);
+
+enum class Daemon {
+  kAnswers,  // the mount's daemon answered
+  kGone,     // it has exited: the kernel answers ENOTCONN
+  kSilent,   // no answer within the limit (stopped, deadlocked, or swamped)
+};
+
+// Asks the daemon of the FUSE mount at `path` (statfs, which always reaches
+// it) from a child process, killed past `limit`: a daemon that never
+// answers must not hold a thread of the plugin.
+Daemon ask_daemon(const std::string& path, std::chrono::seconds limit);
 
 // Unmounts `path` (lazily when busy); an empty string, or why it failed.
 std::string unmount(const std::string& path);

@@ -19,6 +19,9 @@ namespace {
 // Kubelet gives each call two minutes; a model's metadata is fetched well
 // within that or the publish fails with what modelfs said.
 constexpr std::chrono::seconds kMountLimit{100};
+// A daemon that serves answers statfs at once, unless every thread of it
+// waits on a remote that stalls.
+constexpr std::chrono::seconds kAnswerLimit{10};
 
 // fuse_opt splits -o lists at commas; a backslash keeps one literal.
 std::string escape_option(const std::string& value) {
@@ -98,21 +101,28 @@ grpc::Status Volumes::publish(const v1::NodePublishVolumeRequest& request) {
   const auto record = read_record(config_.state_dir, publish.target);
   switch (mount_state(publish.target)) {
     case MountState::kModelfs:
-      if (record && same_publish(*record, publish)) return grpc::Status::OK;
-      return {grpc::StatusCode::ALREADY_EXISTS,
-              publish.target + " already serves " +
-                  (record ? "volume " + record->volume_id + " (" + shown_source(record->source) + ")"
-                          : "another modelfs mount")};
+      if (!record || !same_publish(*record, publish))
+        return {grpc::StatusCode::ALREADY_EXISTS,
+                publish.target + " already serves " +
+                    (record ? "volume " + record->volume_id + " (" + shown_source(record->source) + ")"
+                            : "another modelfs mount")};
+      switch (ask_daemon(publish.target, kAnswerLimit)) {
+        case Daemon::kAnswers:
+          return grpc::Status::OK;
+        case Daemon::kSilent:
+          return {grpc::StatusCode::UNAVAILABLE,
+                  "the modelfs daemon serving " + publish.target + " does not answer; try again"};
+        case Daemon::kGone:
+          // Killed with the plugin's container, or crashed: mounted afresh.
+          spdlog::warn("{}: the daemon serving it has exited; mounting again", publish.target);
+          if (const auto why = unmount(publish.target); !why.empty())
+            return {grpc::StatusCode::INTERNAL, publish.target + ": cannot unmount the dead mount: " + why};
+          remove_record(config_.state_dir, publish.target);
+      }
+      break;
     case MountState::kOther:
       return {grpc::StatusCode::ALREADY_EXISTS,
               publish.target + " is already a mount point of another file system"};
-    case MountState::kDead:
-      // Its daemon is gone (killed with the plugin's container): mounted afresh.
-      spdlog::warn("{}: the daemon serving it has exited; mounting again", publish.target);
-      if (const auto why = unmount(publish.target); !why.empty())
-        return {grpc::StatusCode::INTERNAL, publish.target + ": cannot unmount the dead mount: " + why};
-      remove_record(config_.state_dir, publish.target);
-      break;
     case MountState::kNone:
       break;
   }
@@ -163,7 +173,7 @@ grpc::Status Volumes::unpublish(const v1::NodeUnpublishVolumeRequest& request) {
       return {grpc::StatusCode::FAILED_PRECONDITION,
               target + " is a mount point of another file system, not a modelfs volume; left alone"};
     case MountState::kModelfs:
-    case MountState::kDead:
+      // Asks nothing of the daemon, which may be gone or hung.
       if (const auto why = unmount(target); !why.empty())
         return {grpc::StatusCode::INTERNAL, target + ": cannot unmount: " + why};
       break;

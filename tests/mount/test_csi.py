@@ -475,6 +475,9 @@ def test_a_dead_daemon_is_mounted_again(plugin, node):
     model = write_model(node / "models")
     target = pod_target(node, "pod-d")
     plugin.publish("vol-d", target, model)
+    # Served first: killed while its own threads (readahead, prefetch) wait on
+    # its mount, a daemon cannot finish exiting and the mount hangs instead.
+    check_values(target)
     [pid] = daemon_pids(target)
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: not daemon_pids(target), what="the daemon to die")
@@ -482,6 +485,29 @@ def test_a_dead_daemon_is_mounted_again(plugin, node):
     check_values(target)
     assert len(mount_lines(target)) == 1
     unpublished(plugin, "vol-d", target)
+
+
+def test_a_daemon_that_does_not_answer_holds_no_call(plugin, node):
+    model = write_model(node / "models")
+    target = pod_target(node, "pod-h")
+    plugin.publish("vol-h", target, model)
+    check_values(target)
+    [pid] = daemon_pids(target)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        message = plugin.refused("UNAVAILABLE", plugin.publish, "vol-h", target, model)
+        assert "does not answer" in message and time.monotonic() - started < 30
+        # Other targets are served meanwhile, and unpublishing asks the daemon nothing.
+        other = pod_target(node, "pod-h2")
+        plugin.publish("vol-h2", other, model)
+        check_values(other)
+        unpublished(plugin, "vol-h2", other)
+        plugin.unpublish("vol-h", target)
+        assert not is_mounted(target) and not target.exists()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: not daemon_pids(target), what="the stopped daemon to exit once unmounted")
 
 
 def test_twenty_volumes_published_and_unpublished_at_once(plugin, node):
