@@ -61,9 +61,9 @@ bool same_publish(const Record& record, const Publish& publish) {
 }
 
 // Undoes what a failed publish left: a mount (a daemon that mounted before
-// failing, a record that could not be written) and the folder it made.
+// failing) and the folder it made.
 void clean_up(const std::string& target, bool made_target) {
-  if (mount_state(target) != MountState::kNone) {
+  if (mount_state(target) == MountState::kModelfs) {
     if (const auto why = unmount(target); !why.empty()) spdlog::error("{}: cannot unmount: {}", target, why);
   }
   if (made_target && ::rmdir(target.c_str()) != 0)
@@ -131,32 +131,35 @@ grpc::Status Volumes::publish(const v1::NodePublishVolumeRequest& request) {
 
 grpc::Status Volumes::mount(const Publish& publish) {
   const std::string& target = publish.target;
+  // Recorded before the daemon starts: a plugin stopped between the two
+  // finds, once restarted, the mount it made and what it serves.
+  if (!write_record(config_.state_dir, {publish.volume_id, target, publish.source, publish.options}))
+    return {grpc::StatusCode::INTERNAL,
+            config_.state_dir + ": cannot record the publish: " + std::strerror(errno)};
   bool made_target = false;
   if (::mkdir(target.c_str(), 0750) == 0) {
     made_target = true;
   } else if (errno != EEXIST) {
-    return {grpc::StatusCode::INTERNAL, target + ": cannot create: " + std::strerror(errno)};
+    const std::string why = std::strerror(errno);
+    remove_record(config_.state_dir, target);
+    return {grpc::StatusCode::INTERNAL, target + ": cannot create: " + why};
   }
   std::string options = "ro,allow_other";
   if (!config_.cache_dir.empty()) options += ",cache_dir=" + escape_option(config_.cache_dir);
   for (const auto& option : publish.options) options += "," + option;
   const auto finished = run_program({config_.modelfs, publish.model, target, "-o", options},
                                     daemon_environment(publish.secrets), kMountLimit);
-  if (finished.exit_code != 0) {
+  grpc::Status status = grpc::Status::OK;
+  if (finished.exit_code != 0)
+    status = {grpc::StatusCode::FAILED_PRECONDITION, last_line(finished.output)};
+  else if (mount_state(target) != MountState::kModelfs)
+    status = {grpc::StatusCode::INTERNAL, target + ": modelfs exited 0 but nothing is mounted there"};
+  if (!status.ok()) {
     clean_up(target, made_target);
-    const std::string message = last_line(finished.output);
+    remove_record(config_.state_dir, target);
     spdlog::warn("publish of {} ({}) at {} failed: {}", publish.volume_id, shown_source(publish.source),
-                 target, message);
-    return {grpc::StatusCode::FAILED_PRECONDITION, message};
-  }
-  if (mount_state(target) != MountState::kModelfs) {
-    clean_up(target, made_target);
-    return {grpc::StatusCode::INTERNAL, target + ": modelfs exited 0 but nothing is mounted there"};
-  }
-  if (!write_record(config_.state_dir, {publish.volume_id, target, publish.source, publish.options})) {
-    const std::string why = std::strerror(errno);
-    clean_up(target, made_target);
-    return {grpc::StatusCode::INTERNAL, config_.state_dir + ": cannot record the mount: " + why};
+                 target, status.error_message());
+    return status;
   }
   spdlog::info("published {} ({}) at {}", publish.volume_id, shown_source(publish.source), target);
   return grpc::Status::OK;

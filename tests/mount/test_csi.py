@@ -471,6 +471,34 @@ def test_mounts_outlive_the_plugin_and_a_new_one_unpublishes_them(pb, node):
         p.stop()
 
 
+def test_a_plugin_killed_mid_publish_knows_the_mount_once_restarted(pb, node, nginx, www, tmp):
+    from remote_servers import LatencyProxy
+
+    write_model(www)
+    # Each request held 1.5 s: modelfs mounts seconds after the call begins.
+    proxy = LatencyProxy(tmp / "proxy", nginx.port, 1500)
+    p = Plugin(pb, node)
+    try:
+        target = pod_target(node, "pod-k")
+        source = f"{proxy.url}/model.safetensors"
+        call = p.nodes.NodePublishVolume.future(p.pb.NodePublishVolumeRequest(
+            volume_id="vol-k", target_path=str(target), volume_capability=p.capability(),
+            volume_context={"source": source}), timeout=120)
+        time.sleep(1)
+        p.stop(signal.SIGKILL)  # kubelet saw no answer and will ask again
+        with pytest.raises(p.grpc.RpcError):
+            call.result()
+        wait_for(lambda: is_mounted(target), what="the daemon to mount", timeout=60)
+        p.start()
+        p.publish("vol-k", target, source)  # the record it wrote first: OK
+        assert len(mount_lines(target)) == 1
+        check_values(target)
+        unpublished(p, "vol-k", target)
+    finally:
+        p.stop()
+        proxy.stop()
+
+
 def test_a_dead_daemon_is_mounted_again(plugin, node):
     model = write_model(node / "models")
     target = pod_target(node, "pod-d")
