@@ -499,14 +499,20 @@ def test_a_plugin_killed_mid_publish_knows_the_mount_once_restarted(pb, node, ng
         proxy.stop()
 
 
-def test_a_dead_daemon_is_mounted_again(plugin, node):
+def published_and_read(plugin, node, volume_id):
+    """(model, target, daemon pid) of a volume published and read once."""
     model = write_model(node / "models")
-    target = pod_target(node, "pod-d")
-    plugin.publish("vol-d", target, model)
-    # Served first: killed while its own threads (readahead, prefetch) wait on
-    # its mount, a daemon cannot finish exiting and the mount hangs instead.
+    target = pod_target(node, f"pod-{volume_id}")
+    plugin.publish(volume_id, target, model)
+    # Read first: a daemon killed while its own threads (readahead, prefetch)
+    # wait on its mount cannot finish exiting, and the mount hangs instead.
     check_values(target)
     [pid] = daemon_pids(target)
+    return model, target, pid
+
+
+def test_a_dead_daemon_is_mounted_again(plugin, node):
+    model, target, pid = published_and_read(plugin, node, "vol-d")
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: not daemon_pids(target), what="the daemon to die")
     plugin.publish("vol-d", target, model)  # the record matches, the mount is dead: mounted afresh
@@ -516,11 +522,7 @@ def test_a_dead_daemon_is_mounted_again(plugin, node):
 
 
 def test_a_daemon_that_does_not_answer_holds_no_call(plugin, node):
-    model = write_model(node / "models")
-    target = pod_target(node, "pod-h")
-    plugin.publish("vol-h", target, model)
-    check_values(target)
-    [pid] = daemon_pids(target)
+    model, target, pid = published_and_read(plugin, node, "vol-h")
     os.kill(pid, signal.SIGSTOP)
     try:
         started = time.monotonic()
