@@ -18,18 +18,26 @@ namespace {
 
 // A target path can be longer than a file name may be: the record is named
 // by a hash of it (FNV-1a, 64 bits) and holds the path, which a read checks.
-std::string record_path(const std::string& state_dir, const std::string& target) {
+std::string state_file(const std::string& state_dir, const std::string& target, const char* suffix) {
   uint64_t hash = 14695981039346656037ull;
   for (const unsigned char c : target) {
     hash ^= c;
     hash *= 1099511628211ull;
   }
   char name[32];
-  std::snprintf(name, sizeof name, "%016llx.json", static_cast<unsigned long long>(hash));
-  return state_dir + "/" + name;
+  std::snprintf(name, sizeof name, "%016llx", static_cast<unsigned long long>(hash));
+  return state_dir + "/" + name + suffix;
+}
+
+std::string record_path(const std::string& state_dir, const std::string& target) {
+  return state_file(state_dir, target, ".json");
 }
 
 }  // namespace
+
+std::string log_path(const std::string& state_dir, const std::string& target) {
+  return state_file(state_dir, target, ".log");
+}
 
 std::optional<Record> read_record(const std::string& state_dir, const std::string& target) {
   std::ifstream in(record_path(state_dir, target));
@@ -66,9 +74,10 @@ bool write_record(const std::string& state_dir, const Record& record) {
 }
 
 void remove_record(const std::string& state_dir, const std::string& target) {
-  const std::string path = record_path(state_dir, target);
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
-    spdlog::warn("{}: cannot remove the record of {}: {}", path, target, std::strerror(errno));
+  for (const auto& path : {record_path(state_dir, target), log_path(state_dir, target)}) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+      spdlog::warn("{}: cannot remove the state of {}: {}", path, target, std::strerror(errno));
+  }
 }
 
 }  // namespace modelfs::csi

@@ -20,6 +20,9 @@ struct Record {
 std::optional<Record> read_record(const std::string& state_dir, const std::string& target);
 // Written whole or not at all (a temporary file renamed); false when it could not be.
 bool write_record(const std::string& state_dir, const Record& record);
+// The record and the daemon's log.
 void remove_record(const std::string& state_dir, const std::string& target);
+// Where the target's daemon logs (its syslog is nobody's in a container).
+std::string log_path(const std::string& state_dir, const std::string& target);
 
 }  // namespace modelfs::csi

@@ -144,7 +144,7 @@ grpc::Status Volumes::mount(const Publish& publish) {
     remove_record(config_.state_dir, target);
     return {grpc::StatusCode::INTERNAL, target + ": cannot create: " + why};
   }
-  std::string options = "ro,allow_other";
+  std::string options = "ro,allow_other,log_file=" + escape_option(log_path(config_.state_dir, target));
   if (!config_.cache_dir.empty()) options += ",cache_dir=" + escape_option(config_.cache_dir);
   for (const auto& option : publish.options) options += "," + option;
   const auto finished = run_program({config_.modelfs, publish.model, target, "-o", options},

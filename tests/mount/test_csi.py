@@ -265,6 +265,9 @@ def test_publish_local_inline_volume_read_by_any_user(plugin, node):
     check_values(target)
     [line] = mount_lines(target)
     assert " fuse.modelfs " in line and line.split()[5].startswith("ro") and "allow_other" in line
+    # The daemon logs beside the plugin's record of the target.
+    [log] = (node / "plugin" / "state").glob("*.log")
+    wait_for(lambda: f"serving {model} " in log.read_text(), what="the daemon's log line")
     # A pod runs as any user: nobody reads the same bytes.
     if shutil.which("setpriv"):
         as_nobody = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "cat",
