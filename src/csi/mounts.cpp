@@ -99,10 +99,14 @@ Daemon ask_daemon(const std::string& path, std::chrono::seconds limit) {
     if (done == pid) break;
     if (done < 0 && errno != EINTR) return Daemon::kSilent;
     if (std::chrono::steady_clock::now() >= deadline) {
-      // A FUSE request waits killably: SIGKILL ends the child.
+      // A request the daemon has taken but not answered waits even past
+      // SIGKILL: the child is reaped by a thread of its own whenever it ends.
       ::kill(pid, SIGKILL);
-      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-      }
+      std::thread([pid] {
+        int ignored = 0;
+        while (::waitpid(pid, &ignored, 0) < 0 && errno == EINTR) {
+        }
+      }).detach();
       return Daemon::kSilent;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

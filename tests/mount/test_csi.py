@@ -528,6 +528,9 @@ def test_a_daemon_that_does_not_answer_holds_no_call(plugin, node):
     model, target, pid = published_and_read(plugin, node, "vol-h")
     os.kill(pid, signal.SIGSTOP)
     try:
+        # Every thread stopped (a thread woken late may still take a request).
+        wait_for(lambda: all(pathlib.Path(t, "stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+                             for t in pathlib.Path(f"/proc/{pid}/task").iterdir()), what="the daemon to stop")
         started = time.monotonic()
         message = plugin.refused("UNAVAILABLE", plugin.publish, "vol-h", target, model)
         assert "does not answer" in message and time.monotonic() - started < 30
@@ -690,3 +693,10 @@ def test_man_page_is_clean_and_names_every_option():
     assert flags >= {"--endpoint", "--node-id", "--driver-name", "--cache-dir", "--local-root", "--state-dir"}
     for flag in flags:
         assert flag in page.stdout.replace("\u2010", "-"), flag
+
+
+def test_image_recipe_installs_the_packages_under_an_init():
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    assert "dpkg-buildpackage -b -us -uc" in dockerfile and "modelfs-csi_*.deb" in dockerfile
+    # The daemons outlive the plugin's process: PID 1 must reap them.
+    assert 'ENTRYPOINT ["/usr/bin/tini", "--", "/usr/bin/modelfs-csi"]' in dockerfile
