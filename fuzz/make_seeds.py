@@ -115,6 +115,23 @@ SEEDS = {
     "hdf5_odd_types": (("fuzz_hdf5", "fuzz_open_model"), hc.hdf5_odd_types),
     "hdf5_user_block_chunks": (("fuzz_hdf5", "fuzz_open_model"), hc.hdf5_user_block_chunks),
     "hdf5_heap_cycle": (("fuzz_hdf5", "fuzz_open_model"), hc.hdf5_heap_cycle),
+    # Legacy GGML (issue 45): records that lie about what follows them.
+    "ggml_truncated_record": (("fuzz_ggml_legacy", "fuzz_open_model"), hc.ggml_truncated_record),
+    "ggml_data_past_end": (("fuzz_ggml_legacy", "fuzz_open_model"), hc.ggml_data_past_end),
+    "ggml_ndims_lies": (("fuzz_ggml_legacy", "fuzz_open_model"), hc.ggml_ndims_lies),
+    "ggml_name_length_lies": (("fuzz_ggml_legacy", "fuzz_open_model"), hc.ggml_name_length_lies),
+    "ggml_50k_records": (("fuzz_ggml_legacy", "fuzz_open_model"), lambda d: hc.ggml_many_records(d, count=1000)),
+    # llamafile (issue 45): members on 4 KiB instead of zipalign's 64 KiB, to fit a seed.
+    "llamafile_deflated_gguf": (("fuzz_llamafile", "fuzz_open_model"),
+                                lambda d: hc.llamafile_deflated_gguf(d, alignment=4096)),
+    "llamafile_gguf_cut_short": (("fuzz_llamafile", "fuzz_open_model"),
+                                 lambda d: hc.llamafile_gguf_cut_short(d, alignment=4096)),
+    "llamafile_tensor_past_end": (("fuzz_llamafile", "fuzz_open_model"),
+                                  lambda d: hc.llamafile_tensor_past_end(d, alignment=4096)),
+    # NeMo (issue 45): tar headers that lie, a checkpoint cut by its member.
+    "nemo_member_past_end": (("fuzz_nemo", "fuzz_open_model"), hc.nemo_member_past_end),
+    "nemo_ckpt_cut_by_its_member": (("fuzz_nemo", "fuzz_open_model"), hc.nemo_ckpt_cut_by_its_member),
+    "nemo_pax_size_lies": (("fuzz_nemo", "fuzz_open_model"), hc.nemo_pax_size_lies),
 }
 
 
@@ -155,11 +172,26 @@ def hdf5_type_records(folder):
     return path
 
 
+def ggml_seed(folder, name, write):
+    """A legacy GGML file of `write`'s layout: a q4_0, a q5_0, a q5_1 and a q8_0 tensor, an f16 and an f32."""
+    gl = hc.gl
+    tensors = [(f"blk.{t}", t, [2, 32], gl.random_blocks(t, 64, t)) for t in (2, 6, 7, 8)]
+    tensors += [("half", 1, [3, 2], gl.random_blocks(1, 6, 1)), ("norm", 0, [5], gl.random_blocks(0, 5, 0))]
+    path = pathlib.Path(folder) / f"{name}.bin"
+    path.write_bytes(write(tensors))
+    return path
+
+
 # Seeds that are no hostile case: name -> (targets, make(folder) -> path).
 EXTRA_SEEDS = {
     "dcp_rows_and_columns": (("fuzz_dcp",), hc.dcp_fuzz_seed),
     "cache_record": (("fuzz_cache_record",), cache_record_seed),
     "hdf5_type_records": (("fuzz_hdf5",), hdf5_type_records),
+    # Legacy GGML: each program's layout with block types (the real files have no ggjt or whisper blocks).
+    "ggml_ggjt_v3_blocks": (("fuzz_ggml_legacy",), lambda d: ggml_seed(d, "ggjt", hc.gl.llama)),
+    "ggml_whisper_blocks": (("fuzz_ggml_legacy",),
+                            lambda d: ggml_seed(d, "whisper", lambda t: hc.gl.whisper(t, ftype=2008))),
+    "ggml_rwkv_blocks": (("fuzz_ggml_legacy",), lambda d: ggml_seed(d, "rwkv", hc.gl.rwkv)),
 }
 # The unpickler is given the pickles inside the torch cases.
 PICKLE_TARGET = "fuzz_unpickler"

@@ -89,6 +89,11 @@ for x in "$SHARED"/realworld2/files/openvino/*/*.xml; do
   { cat "$x"; printf '\0'; cat "$b"; } >"$BUILD/corpus/fuzz_openvino/$(basename "$(dirname "$x")")" || true
 done
 seed fuzz_openvino
+# Legacy GGML seeds: the small real files (Parakeet's, the n_dims refusal).
+seed fuzz_ggml_legacy "$SHARED"/realworld4/files/ggml/whispercpp_for-tests-ggml-parakeet-*.bin \
+  "$SHARED"/realworld4/files/hostile/whispercpp_for-tests-ggml-whisper-bad-ndims.bin
+seed fuzz_llamafile "$SHARED"/realworld4/files/llamafile/*.llamafile
+seed fuzz_nemo "$SHARED"/realworld4/files/nemo/*.nemo "$SHARED"/realworld4/files/hostile/*.nemo
 seed fuzz_open_model examples/*.safetensors "$SHARED"/real/*/* "$SHARED"/generated/*/*
 seed fuzz_export examples/*.safetensors "$SHARED"/real/*/* "$SHARED"/generated/*/*
 # The numeric views and the tree builder read their inputs as numbers of
