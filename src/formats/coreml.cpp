@@ -433,6 +433,16 @@ void Reader::read_weights(const std::string& layer, const std::string& field, co
 }  // namespace detail
 
 namespace {
+
+// A package's Manifest.json: a JSON object naming its items.
+bool is_manifest(std::span<const std::byte> head) {
+  const std::string_view text(reinterpret_cast<const char*>(head.data()), head.size());
+  const size_t start = text.find_first_not_of(" \t\r\n");
+  return start != std::string_view::npos && text[start] == '{' &&
+         (text.find("\"itemInfoEntries\"") != std::string_view::npos ||
+          text.find("\"rootModelIdentifier\"") != std::string_view::npos);
+}
+
 // The first byte of a ModelDescription field's key (length-delimited):
 // input 1, output 10, predictedFeatureName 11, predictedProbabilitiesName
 // 12, and the first byte of trainingInput 50's and metadata 100's.
@@ -442,6 +452,7 @@ bool is_description_tag(uint8_t byte) {
 }  // namespace
 
 bool probe_file(std::span<const std::byte> head) {
+  if (is_manifest(head)) return true;
   // Model fields only: specificationVersion or the description first, then
   // the description, isUpdatable or a model type (>= 200). The
   // description is a message whose first field is one of its own
@@ -480,22 +491,15 @@ bool probe_file(std::span<const std::byte> head) {
   return false;
 }
 
-Catalog open_file(const ModelFile& model) {
-  return detail::Reader(model, model.path.filename().string()).read();
-}
+namespace {
 
-bool probe_folder(const std::filesystem::path& folder) {
-  std::error_code ec;
-  return std::filesystem::is_regular_file(folder / "Manifest.json", ec) &&
-         std::filesystem::is_directory(folder / "Data", ec);
-}
-
-Catalog open_folder(const std::filesystem::path& folder, IntegrityChecks* checks) {
+// The root model an .mlpackage's Manifest.json names, under Data/ beside
+// it (a URL's too), read as its own file.
+Catalog open_package(const ModelFile& manifest) {
   const std::string format(detail::kFormat);
-  const auto manifest = MappedFile::open(folder / "Manifest.json");
-  const std::string file = manifest->display_name();
-  const auto doc = parse_json_limited(whole_text(*manifest, kMaxManifestBytes, format, "a Manifest.json"),
-                                      file, format, 0, 8);
+  const std::string file = manifest.mapped->display_name();
+  const auto doc = parse_json_limited(
+      whole_text(*manifest.mapped, kMaxManifestBytes, format, "a Manifest.json"), file, format, 0, 8);
   auto refuse = [&](const std::string& why) -> std::string {
     throw ModelError(file, format, std::nullopt, why);
   };
@@ -508,14 +512,32 @@ Catalog open_folder(const std::filesystem::path& folder, IntegrityChecks* checks
     refuse("itemInfoEntries has no entry for the root model " + shown(root));
   const auto& entry = (*entries)[root];
   if (!entry.contains("path") || !entry["path"].is_string()) refuse("the root model's entry has no path");
-  const auto path = entry["path"].get<std::string>();
-  const auto data = ModelFolder::at(folder / "Data", format, nullptr);
-  auto opened = data.open(path);
-  if (!opened) refuse("the root model Data/" + shown(path) + " " + opened.reason);
-  ModelFile model{folder / "Data" / path, opened.file, checks};
+  const std::string path = "Data/" + entry["path"].get<std::string>();
+  const auto package = ModelFolder::of_file(manifest.path, format, manifest.remote);
+  auto opened = package.open(path);
+  if (!opened) refuse("the root model " + shown(path) + " " + opened.reason);
+  const ModelFile model{manifest.path.parent_path() / path, opened.file, manifest.checks, manifest.remote};
   Catalog catalog = detail::Reader(model, model.path.filename().string()).read();
-  catalog.metadata["package_root_model"] = "Data/" + path;
+  catalog.metadata["package_root_model"] = path;
   return catalog;
+}
+
+}  // namespace
+
+Catalog open_file(const ModelFile& model) {
+  const auto head = model.mapped->read(0, std::min<uint64_t>(model.mapped->size(), 4096));
+  if (is_manifest(head)) return open_package(model);
+  return detail::Reader(model, model.path.filename().string()).read();
+}
+
+bool probe_folder(const std::filesystem::path& folder) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(folder / "Manifest.json", ec) &&
+         std::filesystem::is_directory(folder / "Data", ec);
+}
+
+Catalog open_folder(const std::filesystem::path& folder, IntegrityChecks* checks) {
+  return open_file(ModelFile::open(folder / "Manifest.json", checks));
 }
 
 }  // namespace modelfs::coreml

@@ -34,6 +34,8 @@ constexpr std::array<std::string_view, 1> kTfckptRemoteIndexes{"variables/variab
 constexpr std::array<std::string_view, 1> kTfjsRemoteIndexes{"model.json"};
 // A remote torch.distributed.checkpoint folder's pickle.
 constexpr std::array<std::string_view, 1> kDcpRemoteIndexes{".metadata"};
+// A remote .mlpackage's manifest.
+constexpr std::array<std::string_view, 1> kCoremlRemoteIndexes{"Manifest.json"};
 
 // Any ZIP no reader before it claimed: the torch reader then says why it is
 // not a PyTorch archive either.
@@ -167,14 +169,15 @@ const std::array kReaders{
         .name = "npy", .family = "NumPy", .probe_file = numpy::probe_file, .open_file = numpy::open_file},
     // A bare protobuf like ONNX, told from it by the Model's field numbers
     // (a model type at 200 or above; ONNX's graph is field 7); an
-    // .mlpackage folder by its Manifest.json.
+    // .mlpackage folder, or its Manifest.json, by the manifest's keys.
     FormatReader{.name = "coreml",
                  .family = "Core ML",
                  .probe_file = coreml::probe_file,
                  .open_file = coreml::open_file,
                  .probe_folder = coreml::probe_folder,
                  .open_folder = coreml::open_folder,
-                 .folder_holds = "Manifest.json and Data/ (.mlpackage)"},
+                 .folder_holds = "Manifest.json and Data/ (.mlpackage)",
+                 .remote_index_names = kCoremlRemoteIndexes},
     // ONNX has no magic: probed last, by a bounded trial parse of its first
     // fields, so that every format with a magic is recognised before it.
     FormatReader{

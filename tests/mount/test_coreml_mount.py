@@ -299,3 +299,20 @@ def test_real_program_model_by_url(shared, tmp, nginx):
                                   {"weights/weight.bin": (model_dir / "weights/weight.bin").read_bytes()})
     with mounted(f"{nginx.url}/pkg/model.mlmodel", "-o", f"cache_dir={tmp / 'cache'}") as mnt:
         check_tensors(mnt, expected)
+
+
+def test_real_package_by_url_and_by_manifest(shared, tmp, nginx):
+    """DrawMNIST's package by its folder's URL (its Manifest.json fetched,
+    then the model and weight.bin it names), and by its local Manifest.json."""
+    root = shared / REAL / "drawmnist_MNIST.mlpackage"
+    if not root.exists():
+        pytest.skip(f"{root} not found")
+    shutil.copytree(root, nginx.root / "MNIST.mlpackage")
+    model_dir = root / "Data/com.apple.CoreML"
+    expected, _ = cm.read_program((model_dir / "model.mlmodel").read_bytes(),
+                                  {"weights/weight.bin": (model_dir / "weights/weight.bin").read_bytes()})
+    with mounted(f"{nginx.url}/MNIST.mlpackage/", "-o", f"cache_dir={tmp / 'cache'}") as mnt:
+        check_tensors(mnt, expected)
+        assert metadata(mnt)["package_root_model"] == "Data/com.apple.CoreML/model.mlmodel"
+    with mounted(root / "Manifest.json") as mnt:
+        check_tensors(mnt, expected)
