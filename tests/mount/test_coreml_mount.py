@@ -169,6 +169,21 @@ def test_written_float16_int8_and_raw_weights(tmp):
         assert sidecar(paths["fc.weights"])["source"]["offset"] == oracle["fc.weights"][3]
 
 
+def test_unpacked_float_values_gathered(tmp):
+    """floatValue written unpacked (a fixed32 field per value, which
+    protobuf parsers accept): gathered into the tensor, no source offset."""
+    values = np.array([0.25, -1.0, 3.5, 8.0, -0.5, 2.0], dtype="<f4")
+    unpacked = b"".join(cm.key(1, 5) + v.tobytes() for v in values)
+    model = tmp / "unpacked.mlmodel"
+    model.write_bytes(cm.nn_model([cm.inner_product("fc", 2, 3, unpacked)]))
+    with mounted(model) as mnt:
+        paths, _ = check_tensors(mnt, {"fc.weights": ("<f4", [2, 3], values.tobytes())})
+        assert "offset" not in sidecar(paths["fc.weights"])["source"]
+    short = tmp / "unpacked_short.mlmodel"
+    short.write_bytes(cm.nn_model([cm.inner_product("fc", 2, 3, unpacked[:-5])]))
+    refused(short, "fc.weights", "5 floats")
+
+
 def test_written_layers_shaped_by_count(tmp):
     """batchnorm, scale, bias, loadConstant, PReLU and embedding weights:
     [n] (batchnorm's checked against its channels), embedding [out, in]."""
