@@ -314,12 +314,15 @@ def immediate_ints(values):
     return lfield(3, lfield(1, lfield(2, packed(1, values))))
 
 
-def program_model(ops):
-    """A .mlmodel holding an ML program: one function "main" (opset CoreML5)."""
-    block = lfield(2, "y") + b"".join(lfield(3, op) for op in ops)
-    function = lfield(2, "CoreML5") + lfield(3, lfield(1, "CoreML5") + lfield(2, block))
-    program = vfield(1, 1) + lfield(2, lfield(1, "main") + lfield(2, function))
-    return vfield(1, 6) + lfield(2, description()) + lfield(502, program)
+def program_model(ops, functions=None):
+    """A .mlmodel holding an ML program: one function "main" (opset
+    CoreML5) of `ops`, or `functions` ({name: ops})."""
+    entries = b""
+    for name, function_ops in (functions or {"main": ops}).items():
+        block = lfield(2, "y") + b"".join(lfield(3, op) for op in function_ops)
+        function = lfield(2, "CoreML5") + lfield(3, lfield(1, "CoreML5") + lfield(2, block))
+        entries += lfield(2, lfield(1, name) + lfield(2, function))
+    return vfield(1, 6) + lfield(2, description()) + lfield(502, vfield(1, 1) + entries)
 
 
 def weight_file(blobs, mil_dtypes):

@@ -247,6 +247,37 @@ def test_written_program_package(tmp):
         check_tensors(mnt, expected)
 
 
+def test_several_functions_name_their_consts(tmp):
+    """A program of two functions: each const under FUNCTION/."""
+    a, b = np.array([1, 2], "<i4"), np.array([0.5], "<f4")
+    model = tmp / "two.mlmodel"
+    model.write_bytes(cm.program_model(None, functions={
+        "main": [cm.const_op("c", 23, [2], cm.immediate_ints([1, 2]))],
+        "train": [cm.const_op("c", 11, [1], cm.lfield(3, cm.lfield(1, cm.lfield(1, cm.lfield(1, b.tobytes())))))],
+    }))
+    expected, _ = cm.read_program(model.read_bytes(), {})
+    assert sorted(expected) == ["main/c", "train/c"]
+    with mounted(model) as mnt:
+        check_tensors(mnt, {"main/c": ("<i4", [2], a.tobytes()), "train/c": ("<f4", [1], b.tobytes())})
+        assert metadata(mnt)["functions"] == ["main", "train"]
+
+
+def test_real_package_export_round_trip(shared, tmp):
+    root = shared / REAL / "drawmnist_MNIST.mlpackage"
+    if not root.exists():
+        pytest.skip(f"{root} not found")
+    model_dir = root / "Data/com.apple.CoreML"
+    expected, _ = cm.read_program((model_dir / "model.mlmodel").read_bytes(),
+                                  {"weights/weight.bin": (model_dir / "weights/weight.bin").read_bytes()})
+    out = tmp / "mnist.safetensors"
+    result = run_modelfs("--export", out, root)
+    assert result.returncode == 0, result.stderr
+    exported, _ = safetensors_writer.read_reference(out)
+    assert set(exported) == set(expected)
+    for name, (dtype, shape, data) in expected.items():
+        assert exported[name][1] == shape and exported[name][2] == bytes(data), name
+
+
 @pytest.mark.parametrize("edit, words", [
     (lambda b, r: b[:r], ["record runs past the end"]),
     (lambda b, r: b[:r + 64 + 8], ["data", "runs past the end"]),
