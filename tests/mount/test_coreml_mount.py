@@ -262,6 +262,18 @@ def test_several_functions_name_their_consts(tmp):
         assert metadata(mnt)["functions"] == ["main", "train"]
 
 
+def test_consts_in_nested_blocks(tmp):
+    """A const inside a cond's block (Operation.blocks) is read too."""
+    inner = cm.const_op("inner", 23, [], cm.immediate_ints([-3]))
+    cond = cm.lfield(1, "cond") + cm.lfield(4, cm.lfield(3, inner))
+    model = tmp / "nested.mlmodel"
+    model.write_bytes(cm.program_model([cond, cm.const_op("outer", 23, [], cm.immediate_ints([4]))]))
+    expected, _ = cm.read_program(model.read_bytes(), {})
+    assert sorted(expected) == ["inner", "outer"]
+    with mounted(model) as mnt:
+        check_tensors(mnt, expected)
+
+
 def test_real_package_export_round_trip(shared, tmp):
     root = shared / REAL / "drawmnist_MNIST.mlpackage"
     if not root.exists():
