@@ -317,6 +317,15 @@ class StreamReader {
   protobuf::WireContext context_;
 };
 
+// No such file: a local one, or a server's answer for one it does not
+// have (403 from a store that lists nothing, as detect.cpp takes it).
+bool missing(const ModelFolder::Opened& opened) {
+  return opened.problem == ModelFolder::Problem::Missing ||
+         (opened.problem == ModelFolder::Problem::Unresolvable &&
+          (opened.reason.find("HTTP 404") != std::string::npos ||
+           opened.reason.find("HTTP 403") != std::string::npos));
+}
+
 // The combined parameters file's name beside the program, by the names
 // Paddle's savers give them.
 std::string combined_name(const std::filesystem::path& program) {
@@ -344,7 +353,7 @@ class ModelReader {
       auto opened = folder_->open(combined);
       if (opened) {
         read_combined(combined, std::move(opened.file));
-      } else if (opened.problem == ModelFolder::Problem::Missing) {
+      } else if (missing(opened)) {
         read_separate(combined);
       } else {
         throw ModelError(model_.mapped->display_name(), std::string(kFormat), std::nullopt,
