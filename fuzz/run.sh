@@ -89,6 +89,14 @@ for x in "$SHARED"/realworld2/files/openvino/*/*.xml; do
   { cat "$x"; printf '\0'; cat "$b"; } >"$BUILD/corpus/fuzz_openvino/$(basename "$(dirname "$x")")" || true
 done
 seed fuzz_openvino
+# PaddlePaddle seeds: the .pdparams; each program, then the marker
+# fuzz_paddle.cpp splits at and its .pdiparams when it has one.
+mkdir -p "$BUILD/corpus/fuzz_paddle"
+for m in "$SHARED"/realworld4/files/paddle/*/__model__ "$SHARED"/realworld4/files/paddle/*/*.pdmodel; do
+  { cat "$m"; p=${m%.pdmodel}.pdiparams; [ "$p" = "$m" ] || [ ! -f "$p" ] || { printf '\n--pdiparams--\n'; cat "$p"; }; } \
+    >"$BUILD/corpus/fuzz_paddle/$(basename "$(dirname "$m")")" || true
+done
+seed fuzz_paddle "$SHARED"/realworld4/files/paddle/*.pdparams
 seed fuzz_open_model examples/*.safetensors "$SHARED"/real/*/* "$SHARED"/generated/*/*
 seed fuzz_export examples/*.safetensors "$SHARED"/real/*/* "$SHARED"/generated/*/*
 # The numeric views and the tree builder read their inputs as numbers of

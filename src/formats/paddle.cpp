@@ -285,8 +285,8 @@ class StreamReader {
     t.strides = *strides;
     t.bytes = ByteSpan::mapped(file_, data_at, *nbytes);
     t.source = {name_, data_at};
-    t.extras["paddle_data_type"] = *desc.data_type;
-    t.extras["paddle_stream_offset"] = start;
+    // The stream's header is the model's metadata, as a program's bytes are.
+    add_metadata_bytes(data_at - start);
     if (levels > 0) t.extras["paddle_lod_level_bytes"] = lod_bytes;
     return t;
   }

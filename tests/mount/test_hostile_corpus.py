@@ -523,6 +523,14 @@ EXPECT = {
         {"plain": np.arange(600, dtype="<i4"), "contiguous": np.arange(32, dtype="<f8")})},
     "tfjs_5000_shards": {"exits": (0,), "mounted": check_values(
         {"w": np.arange(hc.TFJS_SHARDS, dtype="<f4") * 0.5 - 7})},
+    # --- issue 45, PaddlePaddle ---
+    "paddle_truncated_stream": {"exits": (2,)},
+    "paddle_dims_2_62": {"exits": (2,)},
+    "paddle_missing_var_file": {"exits": (2,)},
+    "paddle_stream_count_mismatch": {"exits": (2,)},
+    "paddle_100k_vars": {"exits": (0,), "mounted": check_values(
+        {"v000000": np.array([0], dtype="<f4"), "v099999": np.array([99999], dtype="<f4")})},
+    "paddle_pdparams_text_lies": {"exits": (2,)},
 }
 
 
