@@ -171,9 +171,10 @@ class ProgramReader {
         protobuf::expect_type(f, WireType::Varint, "VarType.type", context_);
         var.type = f.value;
       } else if (f.number == 3 && f.type == WireType::Length) {
-        message.child(f).scan([&](const WireField& t) {
+        const WireMessage lod_tensor = message.child(f);
+        lod_tensor.scan([&](const WireField& t) {
           if (t.number == 1 && t.type == WireType::Length) {
-            var.declared = read_tensor_desc(message.child(f).child(t), "var " + shown(var.name) + ": ");
+            var.declared = read_tensor_desc(lod_tensor.child(t), "var " + shown(var.name) + ": ");
             var.has_desc = true;
           }
         });

@@ -14,6 +14,11 @@ import struct
 
 import numpy as np
 
+from tfckpt_bundle import _fields
+from tfckpt_bundle import _read_varint as read_varint
+from tfckpt_bundle import f_bytes as field_bytes
+from tfckpt_bundle import f_varint as field_varint
+
 # VarType.Type data type codes and var types (framework.proto).
 CODES = {np.dtype(np.bool_): 0, np.dtype(np.int16): 1, np.dtype(np.int32): 2, np.dtype(np.int64): 3,
          np.dtype(np.float16): 4, np.dtype(np.float32): 5, np.dtype(np.float64): 6, np.dtype(np.uint8): 20,
@@ -22,59 +27,11 @@ DTYPES = {code: dtype for dtype, code in CODES.items()}
 LOD_TENSOR, FEED_MINIBATCH, FETCH_LIST, RAW = 7, 9, 10, 17
 
 
-# -- protobuf wire format ----------------------------------------------------
-
-def varint(value):
-    value &= (1 << 64) - 1  # negative int64 as ten bytes
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def field_varint(number, value):
-    return varint(number << 3) + varint(value)
-
-
-def field_bytes(number, payload):
-    return varint(number << 3 | 2) + varint(len(payload)) + bytes(payload)
-
-
-def read_varint(data, at):
-    value = shift = 0
-    while True:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return value, at
-
+# -- protobuf wire format (the writers and varint reader of tfckpt_bundle.py) --
 
 def fields(data):
-    """[(number, wire type, value)] of a message: ints, or bytes payloads."""
-    at, out = 0, []
-    while at < len(data):
-        key, at = read_varint(data, at)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, at = read_varint(data, at)
-        elif wire == 2:
-            n, at = read_varint(data, at)
-            value, at = data[at:at + n], at + n
-        elif wire == 1:
-            value, at = data[at:at + 8], at + 8
-        elif wire == 5:
-            value, at = data[at:at + 4], at + 4
-        else:
-            raise ValueError(f"wire type {wire}")
-        out.append((number, wire, value))
-    return out
+    """[(number, value)] of a message: ints, or bytes payloads."""
+    return list(_fields(data))
 
 
 def signed(v):
@@ -82,10 +39,10 @@ def signed(v):
 
 
 def ints(items):
-    """A repeated int64 field's values, packed or not."""
+    """A repeated int64 field's values, packed (bytes) or not."""
     out = []
-    for wire, value in items:
-        if wire == 0:
+    for value in items:
+        if isinstance(value, int):
             out.append(signed(value))
         else:
             at = 0
@@ -175,22 +132,22 @@ def write_model(folder, params, layout, stem="model"):
 def program_vars(data):
     """[(name, var type, persistable, (code, dims) or None)] of every block, each name once."""
     out, seen = [], set()
-    for number, _, block in fields(data):
+    for number, block in fields(data):
         if number != 1:
             continue
-        for n, _, var in fields(block):
+        for n, var in fields(block):
             if n != 3:
                 continue
             f = fields(var)
-            name = next(v for k, _, v in f if k == 1).decode()
-            vtype = fields(next(v for k, _, v in f if k == 2))
-            var_type = next(v for k, _, v in vtype if k == 1)
-            persistable = any(k == 3 and v for k, _, v in f)
+            name = next(v for k, v in f if k == 1).decode()
+            vtype = fields(next(v for k, v in f if k == 2))
+            var_type = next(v for k, v in vtype if k == 1)
+            persistable = any(k == 3 and v for k, v in f)
             desc = None
-            for k, _, lod in vtype:
+            for k, lod in vtype:
                 if k == 3:
-                    t = fields(next(v for kk, _, v in fields(lod) if kk == 1))
-                    desc = (next(v for kk, _, v in t if kk == 1), ints([(w, v) for kk, w, v in t if kk == 2]))
+                    t = fields(next(v for kk, v in fields(lod) if kk == 1))
+                    desc = (next(v for kk, v in t if kk == 1), ints([v for kk, v in t if kk == 2]))
             if name not in seen:
                 seen.add(name)
                 out.append((name, var_type, persistable, desc))
@@ -216,8 +173,8 @@ def read_stream(data, at):
     at += 8
     t = fields(data[at:at + size])
     at += size
-    dtype = DTYPES[next(v for k, _, v in t if k == 1)]
-    dims = ints([(w, v) for k, w, v in t if k == 2])
+    dtype = DTYPES[next(v for k, v in t if k == 1)]
+    dims = ints([v for k, v in t if k == 2])
     nbytes = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
     return dtype, dims, at, nbytes, at + nbytes
 
