@@ -30,7 +30,7 @@ struct NumpyType {
   std::string_view name;
   DType dtype;
 };
-constexpr std::array<NumpyType, 13> kNumpyTypes{{{"b1", DType::Bool},
+constexpr std::array<NumpyType, 14> kNumpyTypes{{{"b1", DType::Bool},
                                                  {"i1", DType::Int8},
                                                  {"i2", DType::Int16},
                                                  {"i4", DType::Int32},
@@ -42,7 +42,8 @@ constexpr std::array<NumpyType, 13> kNumpyTypes{{{"b1", DType::Bool},
                                                  {"f2", DType::Float16},
                                                  {"f4", DType::Float32},
                                                  {"f8", DType::Float64},
-                                                 {"c8", DType::Complex64}}};
+                                                 {"c8", DType::Complex64},
+                                                 {"c16", DType::Complex128}}};
 
 bool is_global(const Value* v, std::span<const std::string_view> modules, std::string_view name) {
   if (v == nullptr || v->kind != Kind::Global || v->name != name) return false;
@@ -87,10 +88,6 @@ std::string read_dtype(const Value* d, Array& out) {
       out.dtype = t.dtype;
       return "";
     }
-  if (name->text == "c16") {
-    out.dtype = DType::Complex128;
-    return byte_order == "<" ? "" : "numpy dtype c16 in byte order \"" + byte_order + "\"";
-  }
   return "numpy dtype " + name->text + ", which modelfs has no dtype for";
 }
 
@@ -137,6 +134,7 @@ class Reader {
     catalog_.format = "paddle";
     catalog_.mtime = model.mapped->mtime();
     catalog_.files.push_back(file_name_);
+    catalog_.tensors_may_share_bytes = true;  // a dict may name one (memoized) array twice
   }
 
   Catalog read() {

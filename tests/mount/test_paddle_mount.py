@@ -188,8 +188,10 @@ def test_written_pdparams(tmp):
         "empty": np.zeros(0, dtype=np.float32),
         "big": big,
         "StructuredToParameterName@@": {"linear.weight": "linear_0.w_0"},
+        "tied": None,  # the same array as linear.weight: pickled once, through the memo
         "epoch": 3,
     }
+    state["tied"] = state["linear.weight"]
     arrays = [(k, v) for k, v in state.items() if isinstance(v, np.ndarray)]
     for protocol in (2, 4):
         path = tmp / f"p{protocol}.pdparams"
@@ -208,6 +210,8 @@ def test_written_pdparams(tmp):
             meta = metadata(mnt)
             assert sorted(e["name"] for e in meta["not_tensors"]) == ["StructuredToParameterName@@", "epoch"]
             assert meta["pickle_protocol"] == protocol
+            assert sidecar(paths["tied"]).get("source") == sidecar(paths["linear.weight"]).get("source")
+            assert run_modelfs("--check", path).returncode == 0
             # Reads that start and end anywhere: each range against numpy's bytes.
             want = big.tobytes()
             fd = os.open(paths["big"], os.O_RDONLY)
