@@ -259,6 +259,15 @@ struct ExportHints {
 
 class Catalog {
  public:
+  Catalog() = default;
+  Catalog(const Catalog&) = default;
+  Catalog(Catalog&&) noexcept = default;
+  Catalog& operator=(const Catalog&) = default;
+  Catalog& operator=(Catalog&&) noexcept = default;
+  // The metadata is let go without the scratch nlohmann's destructor takes
+  // (json_release.hpp): a catalog refused at its budget unwinds within it.
+  ~Catalog() { release_json(metadata); }
+
   std::string format;  // "safetensors", ...
   // Model files read, named as the model names them: the model file's own
   // name, shards and external data relative to its folder. The same names

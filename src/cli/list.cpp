@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -73,16 +74,62 @@ nlohmann::ordered_json shortened(const Json& value) {
   return out;
 }
 
+// Text for the terminal, written to `out` as it is made, each piece made
+// safe by `convert` (printable_lines or json_for_terminal): a metadata value
+// of a million keys is never held whole (its text and two copies of it were
+// the peak of --info). Pieces end on a character's first byte, and both
+// converters work character by character, so the output is the same as
+// converting the whole text at once.
+class ChunkedText {
+ public:
+  ChunkedText(std::ostream& out, std::string (*convert)(std::string_view)) : out_(out), convert_(convert) {}
+  ChunkedText& operator+=(std::string_view text) {
+    text_ += text;
+    if (text_.size() >= kPiece) write(false);
+    return *this;
+  }
+  ChunkedText& operator+=(char c) { return *this += std::string_view(&c, 1); }
+  // Writes what is left; call once the text is complete.
+  void finish() { write(true); }
+
+ private:
+  static constexpr size_t kPiece = size_t{1} << 20;
+  void write(bool all) {
+    size_t end = text_.size();
+    // Back to the first byte of a character: a UTF-8 continuation byte is 10xxxxxx.
+    while (!all && end > 0 && (static_cast<unsigned char>(text_[end - 1]) & 0xC0) == 0x80) --end;
+    if (!all && end > 0) --end;  // the last lead byte may begin an unfinished character
+    out_ << convert_(std::string_view(text_).substr(0, end));
+    text_.erase(0, end);
+  }
+  std::ostream& out_;
+  std::string (*convert_)(std::string_view);
+  std::string text_;
+};
+
+// nlohmann's printer writing into a ChunkedText.
+class ChunkedAdapter : public nlohmann::detail::output_adapter_protocol<char> {
+ public:
+  explicit ChunkedAdapter(ChunkedText& text) : text_(text) {}
+  void write_character(char c) override { text_ += c; }
+  void write_characters(const char* s, std::size_t length) override { text_ += std::string_view(s, length); }
+
+ private:
+  ChunkedText& text_;
+};
+
 // shortened(value) printed compact, as with_counts leaves it, written from
 // `value` itself.
-void append_shortened(std::string& out, const nlohmann::json& value) {
+void append_shortened(ChunkedText& out, const nlohmann::json& value) {
   const auto replace = nlohmann::json::error_handler_t::replace;
   if (value.is_object()) {
     out += '{';
     bool first = true;
     for (const auto& [key, item] : value.items()) {
       if (!std::exchange(first, false)) out += ',';
-      out += nlohmann::json(key).dump(-1, ' ', false, replace);
+      std::string quoted;
+      append_json_string(quoted, key);
+      out += quoted;
       out += ':';
       append_shortened(out, item);
     }
@@ -330,8 +377,13 @@ void print_info(const Catalog& catalog, bool json, std::ostream& out) {
         << ",\n  \"files\": "
         << json_for_terminal(nlohmann::json(catalog.files).dump(-1, ' ', false, replace))
         << ",\n  \"tensors\": " << catalog.tensors().size() << ",\n  \"nbytes\": " << total
-        << ",\n  \"metadata\": " << json_for_terminal(catalog.metadata.dump(-1, ' ', false, replace))
-        << "\n}\n";
+        << ",\n  \"metadata\": ";
+    ChunkedText text(out, json_for_terminal);
+    nlohmann::detail::serializer<nlohmann::json> printer(std::make_shared<ChunkedAdapter>(text), ' ',
+                                                         replace);
+    printer.dump(catalog.metadata, false, false, 0);
+    text.finish();
+    out << "\n}\n";
     return;
   }
   out << "format:   " << catalog.format << "\n";
@@ -345,30 +397,17 @@ void print_info(const Catalog& catalog, bool json, std::ostream& out) {
     return;
   }
   // Key by key, as readable_json prints shortened(metadata), each value
-  // printed from the catalog (append_shortened): a shortened copy of a
-  // million keys, its text and the text's two copies were four times the
-  // metadata.
+  // printed from the catalog as it is read (append_shortened, ChunkedText):
+  // a shortened copy of a million keys, its text and the text's two copies
+  // were four times the metadata.
+  ChunkedText text(out, printable_lines);
   bool first = true;
-  std::string member;
   for (const auto& [key, item] : catalog.metadata.items()) {
-    member = std::exchange(first, false) ? "{\n  " : ",\n  ";
-    member += nlohmann::json(key).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + ": ";
-    const bool listed =
-        item.is_array() && !item.empty() && item.size() <= kWholeArray &&
-        std::all_of(item.begin(), item.end(), [](const auto& e) { return e.is_structured(); });
-    if (listed) {  // a list of containers: one per line
-      member += "[\n";
-      for (size_t i = 0; i < item.size(); ++i) {
-        member += "    ";
-        append_shortened(member, item[i]);
-        member += i + 1 < item.size() ? ",\n" : "\n";
-      }
-      member += "  ]";
-    } else {
-      append_shortened(member, item);
-    }
-    out << printable_lines(member);
+    const bool listed = is_list_of_containers(item) && item.size() <= kWholeArray;
+    append_member(text, std::exchange(first, false), key, item, listed,
+                  [](ChunkedText& into, const nlohmann::json& value) { append_shortened(into, value); });
   }
+  text.finish();
   out << "\n}\n";
 }
 

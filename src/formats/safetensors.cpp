@@ -48,7 +48,7 @@ class Parser {
       fail(0, "header length " + std::to_string(n) + " runs past the end of the file (" +
                   std::to_string(file_->size()) + " bytes)");
     add_metadata_bytes(n);
-    header_ = reader.take_string(n, "header");
+    header_.assign(reader.take_string(n, "header"));
     drop_pages(8, n);
     data_start_ = 8 + n;
 
@@ -140,7 +140,7 @@ class Parser {
 
   std::shared_ptr<const MappedFile> file_;
   std::string name_;
-  std::string_view header_;
+  std::string header_;  // the header's copy, read in place of its pages (drop_pages)
   uint64_t data_start_ = 0;
 };
 

@@ -292,12 +292,16 @@ class HeaderReader {
     return Slot::Ignored;
   }
 
+  // Every value passes here or through open(): the budget's checkpoints, so
+  // a header of a million short keys is refused at its budget, not after.
   bool scalar(const Value& value) {
+    check_budget();
     place(value);
     return true;
   }
 
   bool open(bool is_object) {
+    check_budget();
     if (static_cast<int>(frames_.size()) >= kMaxJsonDepth)
       fail(kHeaderStart, "JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
     const Slot inner = place({is_object ? Value::Object : Value::Array});

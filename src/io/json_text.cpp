@@ -81,29 +81,11 @@ void append_compact(std::string& out, const Json& value) {
   printer.dump(value, false, false, 0);
 }
 
-template <typename Json>
-bool is_list_of_containers(const Json& value) {
-  if (!value.is_array() || value.empty()) return false;
-  return std::all_of(value.begin(), value.end(), [](const auto& element) { return element.is_structured(); });
-}
-
 // One top-level key and its value, as readable_json prints them.
 template <typename Json>
-void append_member(std::string& out, std::string_view key, const Json& item) {
-  out += out.empty() ? "{\n  " : ",\n  ";
-  append_json_string(out, key);
-  out += ": ";
-  if (is_list_of_containers(item)) {
-    out += "[\n";
-    for (size_t i = 0; i < item.size(); ++i) {
-      out += "    ";
-      append_compact(out, item[i]);
-      out += i + 1 < item.size() ? ",\n" : "\n";
-    }
-    out += "  ]";
-  } else {
-    append_compact(out, item);
-  }
+void add_member(std::string& out, std::string_view key, const Json& item) {
+  append_member(out, out.empty(), key, item, is_list_of_containers(item),
+                [](std::string& text, const auto& value) { append_compact(text, value); });
 }
 
 }  // namespace
@@ -135,8 +117,9 @@ size_t json_bytes_length(std::string_view bytes) {
 std::string readable_json(const nlohmann::ordered_json& value) {
   if (!value.is_object() || value.empty()) return compact(value) + "\n";
   std::string out;
-  for (const auto& [key, item] : value.items()) append_member(out, key, item);
-  return out + "\n}\n";
+  for (const auto& [key, item] : value.items()) add_member(out, key, item);
+  out += "\n}\n";
+  return out;
 }
 
 std::string readable_metadata(const std::string& format, const std::vector<std::string>& files,
@@ -145,15 +128,16 @@ std::string readable_metadata(const std::string& format, const std::vector<std::
   // The metadata's own "format" or "files", where it has them, in their place.
   const auto first = [&](const std::string& key, const nlohmann::ordered_json& own) {
     if (const auto it = metadata.find(key); it != metadata.end())
-      append_member(out, key, *it);
+      add_member(out, key, *it);
     else
-      append_member(out, key, own);
+      add_member(out, key, own);
   };
   first("format", format);
   first("files", files);
   for (const auto& [key, item] : metadata.items())
-    if (key != "format" && key != "files") append_member(out, key, item);
-  return out + "\n}\n";
+    if (key != "format" && key != "files") add_member(out, key, item);
+  out += "\n}\n";
+  return out;
 }
 
 }  // namespace modelfs

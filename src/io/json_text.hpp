@@ -39,6 +39,42 @@ inline constexpr std::string_view kJsonLinesText =
 // The length append_json_bytes would add, without making the text.
 size_t json_bytes_length(std::string_view bytes);
 
+// True when `value` is a non-empty array whose elements are all objects or
+// arrays: readable_json prints such a list one element a line.
+template <typename Json>
+bool is_list_of_containers(const Json& value) {
+  if (!value.is_array() || value.empty()) return false;
+  for (const auto& element : value)
+    if (!element.is_structured()) return false;
+  return true;
+}
+
+// One top-level member as readable_json prints it, after "{\n  " (the
+// first) or ",\n  ": `"key": ` and the value, a list one element a line
+// when `one_per_line`, else compact. `value(out, item)` prints each compact
+// value, so the same layout serves files (readable_json) and the terminal
+// (--info, which shortens long arrays). `Out` is anything that text is
+// appended to with +=.
+template <typename Out, typename Json, typename Value>
+void append_member(Out& out, bool first, std::string_view key, const Json& item, bool one_per_line,
+                   Value&& value) {
+  std::string quoted = first ? "{\n  " : ",\n  ";
+  append_json_string(quoted, key);
+  quoted += ": ";
+  out += quoted;
+  if (!one_per_line) {
+    value(out, item);
+    return;
+  }
+  out += "[\n";
+  for (size_t i = 0; i < item.size(); ++i) {
+    out += "    ";
+    value(out, item[i]);
+    out += i + 1 < item.size() ? ",\n" : "\n";
+  }
+  out += "  ]";
+}
+
 // Appends "[a,b,c]" (a vector or span of integers).
 template <typename Integers>
 void append_json_array(std::string& out, const Integers& values) {

@@ -1531,6 +1531,18 @@ def safetensors_million_metadata_keys(folder, keys=1_100_000):
     return path
 
 
+def safetensors_short_metadata_keys(folder, keys=1_100_000):
+    """1 100 000 __metadata__ keys of 1 to 6 hex digits (a 12 MB header):
+    203 MiB of RSS under a bound of 188. The header was parsed from its
+    pages of the mapping, which no budget counts, its SAX reader had no
+    checkpoint of the budget, and --info printed the value of 1.1M keys to
+    a text, then two copies of it."""
+    header = ('{"__metadata__":{' + ",".join(f'"{i:x}":""' for i in range(keys)) + "}}").encode()
+    path = folder / "short_keys.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header)
+    return path
+
+
 def gguf_empty_strings(folder, count=2_000_000):
     """A GGUF key-value array of two million empty strings (16 MB): 320 MiB
     of RSS under a budget of 187, its copy and its destruction uncharged."""
@@ -1750,6 +1762,7 @@ CASES = {
     "hdf5_heap_cycle": (hdf5_heap_cycle, False),
     # --- issue 42: process memory, a user block past 4 KiB, work in proportion, open files ---
     "safetensors_1m_metadata_keys": (safetensors_million_metadata_keys, False),
+    "safetensors_1100k_short_keys": (safetensors_short_metadata_keys, False),
     "gguf_2m_empty_strings": (gguf_empty_strings, False),
     "pt2_30mb_json_string": (pt2_long_json_string, False),
     "hdf5_16k_user_block": (hdf5_big_user_block, False),
