@@ -389,6 +389,11 @@ class ModelReader {
     StreamReader streams(file, name);
     for (size_t i = 0; i < sorted.size(); ++i) {
       check_budget();
+      if (streams.in().remaining() == 0)
+        streams.in().fail(
+            "the file ends after " + std::to_string(i) + " of the " + std::to_string(sorted.size()) +
+            " tensor streams the program's persistable vars name (fewer streams than vars; the next, " +
+            shown(sorted[i]->name) + ", is missing)");
       catalog_.add(streams.read(*sorted[i], quote(*sorted[i], i)));
     }
     if (streams.in().remaining() != 0)

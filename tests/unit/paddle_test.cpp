@@ -153,7 +153,7 @@ TEST(Paddle, RefusalsNameTheFormat) {
   const std::vector<Case> cases = {
       {"truncated", good.substr(0, good.size() - 3), "remain", ps},
       {"extra stream", good + stream(ps[1]), "more streams than vars", ps},
-      {"missing stream", stream(ps[1]), "remain", ps},
+      {"missing stream", stream(ps[1]), "ends after 1 of the 2 tensor streams", ps},
       {"dims lie", stream(ps[1]) + stream(lying), "needs 2400 bytes of data", unknown_dims},
       {"dims differ", stream(ps[1]) + stream(lying), "but the program declares", ps},
       {"negative dim", stream(ps[1]) + stream(negative), "dims [-2, 3]", ps},
