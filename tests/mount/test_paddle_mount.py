@@ -353,3 +353,25 @@ def test_model_by_url(tmp, nginx, www):
             assert sorted(paths) == sorted(want), path
             for name, array in want.items():
                 assert cat(paths[name]) == array.tobytes(), (path, name)
+
+
+def test_truncated_state_dict_fails_reads_with_eio(tmp):
+    """A .pdparams cut under the mount: the latin-1 view's reads fail with
+    EIO (never other bytes), the daemon lives, the printed files still read."""
+    from conftest import daemon_pids
+    rng = np.random.default_rng(3)
+    state = {"first": rng.standard_normal(1000).astype(np.float32),
+             "last": rng.standard_normal(60_000).astype(np.float32)}
+    path = tmp / "cut.pdparams"
+    path.write_bytes(pickle.dumps(state, protocol=2))
+    with mounted(path) as mnt:
+        paths, _ = index_paths(mnt)
+        meta = (mnt / ".modelfs" / "metadata.json").read_bytes()
+        (pid,) = daemon_pids(mnt)
+        os.truncate(path, path.stat().st_size // 2)
+        for name in ("last", "last.npy"):
+            with pytest.raises(OSError) as e:
+                (mnt / name).read_bytes()
+            assert e.value.errno == 5, name  # EIO
+        assert cat(paths["first"]) == state["first"].tobytes()  # before the cut
+        assert os.path.exists(f"/proc/{pid}") and (mnt / ".modelfs" / "metadata.json").read_bytes() == meta
