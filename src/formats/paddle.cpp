@@ -484,4 +484,40 @@ bool probe_program(std::span<const std::byte> head) {
 
 Catalog open_program(const ModelFile& model) { return ModelReader(model).read(); }
 
+namespace {
+
+// The program of a model folder: its `__model__`, or its one `*.pdmodel`
+// (none when it has several: which is meant is the user's to say).
+std::optional<std::filesystem::path> folder_program(const std::filesystem::path& folder) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(folder / "__model__", ec)) return folder / "__model__";
+  std::optional<std::filesystem::path> found;
+  constexpr size_t kMaxEntries = 10'000;  // a folder of a model, not a file system
+  size_t seen = 0;
+  for (std::filesystem::directory_iterator it(folder, ec), end; !ec && it != end && seen < kMaxEntries;
+       it.increment(ec), ++seen) {
+    if (it->path().extension() != ".pdmodel" || !it->is_regular_file(ec)) continue;
+    if (found) return std::nullopt;
+    found = it->path();
+  }
+  return found;
+}
+
+}  // namespace
+
+bool probe_folder(const std::filesystem::path& folder) {
+  const auto program = folder_program(folder);
+  if (!program) return false;
+  try {
+    const auto mapped = MappedFile::open(*program);
+    return probe_program(mapped->read(0, std::min<uint64_t>(mapped->size(), 4096)));
+  } catch (const ModelError&) {
+    return false;
+  }
+}
+
+Catalog open_folder(const std::filesystem::path& folder, IntegrityChecks* checks) {
+  return open_program(ModelFile::open(*folder_program(folder), checks));
+}
+
 }  // namespace modelfs::paddle

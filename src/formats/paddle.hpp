@@ -39,6 +39,7 @@
 // a root that is not a dict, an array whose dtype or shape is malformed,
 // or whose bytes are not exactly what its shape and dtype need.
 #include <cstddef>
+#include <filesystem>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -59,6 +60,9 @@ inline constexpr uint64_t kMaxTensorDescBytes = 64 << 10;
 // -1, as every writer puts them.
 bool probe_program(std::span<const std::byte> head);
 Catalog open_program(const ModelFile& model);
+// A folder holding `__model__`, or one `*.pdmodel`, that is such a program.
+bool probe_folder(const std::filesystem::path& folder);
+Catalog open_folder(const std::filesystem::path& folder, IntegrityChecks* checks);
 
 // A pickle of protocol 2 or later whose first value is a dict and whose
 // head names numpy's array reconstruction.

@@ -153,7 +153,10 @@ const std::array kReaders{
     FormatReader{.name = "paddle",
                  .family = "PaddlePaddle",
                  .probe_file = paddle::probe_program,
-                 .open_file = paddle::open_program},
+                 .open_file = paddle::open_program,
+                 .probe_folder = paddle::probe_folder,
+                 .open_folder = paddle::open_folder,
+                 .folder_holds = "a PaddlePaddle __model__ or *.pdmodel"},
     // ONNX has no magic: probed last, by a bounded trial parse of its first
     // fields, so that every format with a magic is recognised before it.
     FormatReader{

@@ -375,3 +375,17 @@ def test_truncated_state_dict_fails_reads_with_eio(tmp):
             assert e.value.errno == 5, name  # EIO
         assert cat(paths["first"]) == state["first"].tobytes()  # before the cut
         assert os.path.exists(f"/proc/{pid}") and (mnt / ".modelfs" / "metadata.json").read_bytes() == meta
+
+
+def test_model_folder_mounts_as_its_program(tmp):
+    """A folder holding __model__, or one .pdmodel, is that model; one with two
+    .pdmodel files is refused, naming what a folder is looked for."""
+    p = params()
+    for layout in ("separate", "combined"):
+        folder = tmp / layout
+        pf.write_model(folder, p, layout)
+        with mounted(folder) as mnt:
+            check_arrays(mnt, [(name, p[name]) for name in (list(p) if layout == "separate" else sorted(p))])
+    pf.write_model(tmp / "combined", p, "combined", stem="other")
+    result = run_modelfs("--list", tmp / "combined")
+    assert result.returncode == 2 and "*.pdmodel" in result.stderr
