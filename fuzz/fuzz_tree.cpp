@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "io/budget_charge.hpp"
 #include "io/pieces.hpp"
 #include "io/tensor_spec.hpp"
-#include "modelfs/budget.hpp"
 #include "modelfs/catalog.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/tree.hpp"

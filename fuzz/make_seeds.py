@@ -115,6 +115,12 @@ SEEDS = {
     "hdf5_odd_types": (("fuzz_hdf5", "fuzz_open_model"), hc.hdf5_odd_types),
     "hdf5_user_block_chunks": (("fuzz_hdf5", "fuzz_open_model"), hc.hdf5_user_block_chunks),
     "hdf5_heap_cycle": (("fuzz_hdf5", "fuzz_open_model"), hc.hdf5_heap_cycle),
+    # Legacy GGML (issue 45): records that lie about what follows them.
+    "ggml_truncated_record": (("fuzz_ggml_legacy", "fuzz_open_model"), hc.ggml_truncated_record),
+    "ggml_data_past_end": (("fuzz_ggml_legacy", "fuzz_open_model"), hc.ggml_data_past_end),
+    "ggml_ndims_lies": (("fuzz_ggml_legacy", "fuzz_open_model"), hc.ggml_ndims_lies),
+    "ggml_name_length_lies": (("fuzz_ggml_legacy", "fuzz_open_model"), hc.ggml_name_length_lies),
+    "ggml_50k_records": (("fuzz_ggml_legacy", "fuzz_open_model"), lambda d: hc.ggml_many_records(d, count=1000)),
 }
 
 
@@ -155,6 +161,16 @@ def hdf5_type_records(folder):
     return path
 
 
+def ggml_seed(folder, name, write):
+    """A legacy GGML file of `write`'s layout: a q4_0, a q5_0, a q5_1 and a q8_0 tensor, an f16 and an f32."""
+    gl = hc.gl
+    tensors = [(f"blk.{t}", t, [2, 32], gl.random_blocks(t, 64, t)) for t in (2, 6, 7, 8)]
+    tensors += [("half", 1, [3, 2], gl.random_blocks(1, 6, 1)), ("norm", 0, [5], gl.random_blocks(0, 5, 0))]
+    path = pathlib.Path(folder) / f"{name}.bin"
+    path.write_bytes(write(tensors))
+    return path
+
+
 def paddle_seed(make):
     """A PaddlePaddle case as fuzz_paddle.cpp takes it: the program, then its
     .pdiparams after the marker when the case has one (a .pdparams as it is)."""
@@ -174,6 +190,11 @@ EXTRA_SEEDS = {
     "dcp_rows_and_columns": (("fuzz_dcp",), hc.dcp_fuzz_seed),
     "cache_record": (("fuzz_cache_record",), cache_record_seed),
     "hdf5_type_records": (("fuzz_hdf5",), hdf5_type_records),
+    # Legacy GGML: each program's layout with block types (the real files have no ggjt or whisper blocks).
+    "ggml_ggjt_v3_blocks": (("fuzz_ggml_legacy",), lambda d: ggml_seed(d, "ggjt", hc.gl.llama)),
+    "ggml_whisper_blocks": (("fuzz_ggml_legacy",),
+                            lambda d: ggml_seed(d, "whisper", lambda t: hc.gl.whisper(t, ftype=2008))),
+    "ggml_rwkv_blocks": (("fuzz_ggml_legacy",), lambda d: ggml_seed(d, "rwkv", hc.gl.rwkv)),
     # --- issue 45, PaddlePaddle ---
     "paddle_truncated_stream": (("fuzz_paddle",), paddle_seed(hc.paddle_truncated_stream)),
     "paddle_dims_2_62": (("fuzz_paddle",), paddle_seed(hc.paddle_dims_2_62)),

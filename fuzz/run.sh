@@ -89,6 +89,9 @@ for x in "$SHARED"/realworld2/files/openvino/*/*.xml; do
   { cat "$x"; printf '\0'; cat "$b"; } >"$BUILD/corpus/fuzz_openvino/$(basename "$(dirname "$x")")" || true
 done
 seed fuzz_openvino
+# Legacy GGML seeds: the small real files (Parakeet's, the n_dims refusal).
+seed fuzz_ggml_legacy "$SHARED"/realworld4/files/ggml/whispercpp_for-tests-ggml-parakeet-*.bin \
+  "$SHARED"/realworld4/files/hostile/whispercpp_for-tests-ggml-whisper-bad-ndims.bin
 # PaddlePaddle seeds: the .pdparams; each program, then the marker
 # fuzz_paddle.cpp splits at and its .pdiparams when it has one.
 mkdir -p "$BUILD/corpus/fuzz_paddle"

@@ -45,16 +45,18 @@
 // at once, by operator new, since no destructor asks for that much (a
 // destructor's scratch holds at most what it destroys, grown by doubling).
 //
-// Readers reach the budget of the model being opened on their thread
-// (open_model installs one when the caller has not), so no signature in
-// between carries it.
+// A caller hands its budget to the calls that read a model
+// (OpenOptions::budget, TreeOptions::budget); without one, each call makes
+// its own of the default limit. Inside the library the call binds it to
+// its thread for its duration (io/budget_charge.hpp), because that is the
+// only place the modelfs program's operator new can find it; nothing a
+// caller has on its stack changes what a call does.
 #include <cstddef>
 #include <cstdint>
 #include <new>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <type_traits>
 
 #include "modelfs/api.hpp"
 
@@ -121,54 +123,5 @@ class MODELFS_API BudgetExceeded : public std::bad_alloc {
   uint64_t bytes_, used_, limit_;
   bool fixed_;
 };
-
-// The budget of the model this thread is reading, or null outside one.
-MODELFS_API Budget* current_budget() noexcept;
-
-// Makes `budget` this thread's current budget for the scope's life.
-class MODELFS_API BudgetScope {
- public:
-  explicit BudgetScope(Budget& budget) noexcept;
-  ~BudgetScope();
-  BudgetScope(const BudgetScope&) = delete;
-  BudgetScope& operator=(const BudgetScope&) = delete;
-
- private:
-  Budget* previous_;
-};
-
-// Turns an allocation the budget refused into a ModelError for `file`:
-// runs `work`, and rethrows BudgetExceeded as ModelError(file, format, the
-// refusal of `what`). The places a model is read from (open_model,
-// Tree::build, the CLI's printing) wrap their work in it.
-template <typename Work>
-decltype(auto) within_budget(std::string_view file, std::string_view format, std::string_view what,
-                             Work&& work);
-
-// A checkpoint: BudgetExceeded when an allocation on this thread has taken
-// the current budget past its limit. Costs a thread-local load and a test.
-inline void check_budget() {
-  if (const Budget* budget = current_budget(); budget != nullptr && budget->passed()) budget->refuse_passed();
-}
-
-[[noreturn]] MODELFS_API void throw_over_budget(const BudgetExceeded& e, std::string_view file,
-                                                std::string_view format, std::string_view what);
-
-template <typename Work>
-decltype(auto) within_budget(std::string_view file, std::string_view format, std::string_view what,
-                             Work&& work) {
-  try {
-    if constexpr (std::is_void_v<decltype(work())>) {
-      work();
-      check_budget();
-    } else {
-      decltype(auto) result = work();
-      check_budget();
-      return result;
-    }
-  } catch (const BudgetExceeded& e) {
-    throw_over_budget(e, file, format, what);
-  }
-}
 
 }  // namespace modelfs

@@ -10,7 +10,13 @@
 
 namespace modelfs {
 
+class Budget;
+
 struct OpenOptions {
+  // What reading the model may take (budget.hpp); the caller's, so that it
+  // can bound Tree::build with the same one. Null: a budget of the default
+  // limit, made for this call.
+  Budget* budget = nullptr;
   // Where the format's integrity checks are added (for check_model,
   // check.hpp); null: none.
   IntegrityChecks* checks = nullptr;

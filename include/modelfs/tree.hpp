@@ -47,7 +47,13 @@ struct NpyContent {
   bool exact = true;
 };
 
+class Budget;
+
 struct TreeOptions {
+  // What building the tree may take: the budget the catalog was read with
+  // (OpenOptions::budget), which has grown with its metadata. Null: not
+  // bounded.
+  Budget* budget = nullptr;
   bool flat = false;  // keep every tensor name whole, as a file at the root
   // model.safetensors also holds the tensors safetensors has no type for,
   // as their .npy's converted values (export.hpp).

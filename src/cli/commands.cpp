@@ -14,8 +14,8 @@
 
 #include "cli/list.hpp"
 #include "cli/options.hpp"
+#include "io/budget_charge.hpp"
 #include "io/terminal_text.hpp"
-#include "modelfs/budget.hpp"
 #include "modelfs/check.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
@@ -98,15 +98,12 @@ int query_command(const Options& options, Budget& budget) {
   }
   try {
     IntegrityChecks checks;
-    auto catalog = [&] {
-      BudgetScope scope(budget);
-      return open_model(options.model,
-                        {.checks = options.check ? &checks : nullptr, .remote = *remote_options(options)});
-    }();
+    auto catalog = open_model(
+        options.model,
+        {.budget = &budget, .checks = options.check ? &checks : nullptr, .remote = *remote_options(options)});
     if (options.check) return check_command(options.model, catalog, checks, options.json != 0, std::cout);
     // What printing copies of the metadata is the model's to pay for too.
-    BudgetScope scope(budget);
-    within_budget(options.model, catalog.format, "printing the model", [&] {
+    within_budget(budget, options.model, catalog.format, "printing the model", [&] {
       if (options.info)
         print_info(catalog, options.json != 0, std::cout);
       else if (options.json)

@@ -21,6 +21,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
+#include "io/budget_charge.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
 #include "modelfs/tree.hpp"
@@ -134,9 +135,8 @@ int export_command(const Options& options, Budget& budget) {
   }
   std::unique_ptr<const Tree> tree;
   try {
-    BudgetScope scope(budget);
-    tree = Tree::build(open_model(options.model, {.remote = *remote_options(options)}),
-                       {.export_float32 = options.export_float32 != 0});
+    tree = Tree::build(open_model(options.model, {.budget = &budget, .remote = *remote_options(options)}),
+                       {.budget = &budget, .export_float32 = options.export_float32 != 0});
   } catch (const ModelError& e) {
     spdlog::error("{}", e.what());
     return kExitBadModel;

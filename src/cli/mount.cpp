@@ -30,7 +30,7 @@
 #include "cli/logging.hpp"
 #include "cli/options.hpp"
 #include "fuse/fuse_server.hpp"
-#include "modelfs/budget.hpp"
+#include "io/budget_charge.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
 #include "modelfs/tree.hpp"
@@ -256,9 +256,9 @@ int mount_command(CommandLine& line, Budget& budget) {
 
   std::unique_ptr<const Tree> tree;
   try {
-    BudgetScope scope(budget);
-    tree = Tree::build(open_model(options.model, {.remote = *remote_options(options)}),
-                       {.flat = options.flat != 0, .export_float32 = options.export_float32 != 0});
+    tree = Tree::build(
+        open_model(options.model, {.budget = &budget, .remote = *remote_options(options)}),
+        {.budget = &budget, .flat = options.flat != 0, .export_float32 = options.export_float32 != 0});
   } catch (const ModelError& e) {
     spdlog::error("{}", e.what());
     return kExitBadModel;

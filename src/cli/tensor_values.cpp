@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "commands.hpp"
+#include "io/budget_charge.hpp"
 #include "io/mapped_bytes.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
@@ -115,8 +116,7 @@ uint64_t Repeats::position(uint64_t i) const {
 }
 
 OpenModel open_for_values(const std::string& path, Budget& budget, const RemoteOptions& remote) {
-  BudgetScope scope(budget);
-  return {path, Tree::build(open_model(path, {.remote = remote}), {})};
+  return {path, Tree::build(open_model(path, {.budget = &budget, .remote = remote}), {.budget = &budget})};
 }
 
 std::vector<TensorValues> tensor_values(const Tree& tree) {

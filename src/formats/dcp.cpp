@@ -12,11 +12,11 @@
 #include "formats/model_folder.hpp"
 #include "formats/torch_objects.hpp"
 #include "formats/torch_save.hpp"
+#include "io/budget_charge.hpp"
 #include "io/checked_math.hpp"
 #include "io/tensor_spec.hpp"
 #include "io/unpickler.hpp"
 #include "io/zip_archive.hpp"
-#include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
 
 namespace modelfs::dcp {

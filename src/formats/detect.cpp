@@ -10,7 +10,7 @@
 
 #include "formats/format_reader.hpp"
 #include "formats/registry.hpp"
-#include "modelfs/budget.hpp"
+#include "io/budget_charge.hpp"
 #include "modelfs/error.hpp"
 #include "remote/remote.hpp"
 
@@ -161,6 +161,12 @@ Catalog open_file(const ModelFile& file) {
 }  // namespace
 
 Catalog open_model(const std::filesystem::path& model, const OpenOptions& options) {
+  if (options.budget != nullptr) {
+    BudgetScope scope(*options.budget);
+    return open_detected(model, options);
+  }
+  // A budget bound by this project's own tests and fuzzers, which read
+  // with one of their own.
   if (current_budget() != nullptr) return open_detected(model, options);
   Budget budget;
   BudgetScope scope(budget);

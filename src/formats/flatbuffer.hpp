@@ -23,10 +23,10 @@
 #include <vector>
 
 #include "formats/format_reader.hpp"
+#include "io/budget_charge.hpp"
 #include "io/byte_reader.hpp"
 #include "io/checked_math.hpp"
 #include "io/tensor_spec.hpp"
-#include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
 
 namespace modelfs::flatbuffer {

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "formats/ggml_tensor.hpp"
 #include "formats/model_folder.hpp"
 #include "io/budget_charge.hpp"
 #include "io/byte_reader.hpp"
@@ -342,22 +343,9 @@ class Parser {
       info.offset_at = reader_.file_offset();
       info.offset = reader_.u64("tensor offset");
 
-      const uint64_t ne0 = ne.empty() ? 1 : ne[0];
-      if (ne0 % type->block_size != 0)
-        fail(dims_at, quote + "ne[0] = " + std::to_string(ne0) + " is not a multiple of " +
-                          std::string(type->name) + "'s block size " + std::to_string(type->block_size));
-      std::optional<uint64_t> nbytes = checked_mul(ne0 / type->block_size, type->type_size);
-      for (size_t d = 1; d < ne.size() && nbytes; ++d) nbytes = checked_mul(*nbytes, ne[d]);
-      t.shape.assign(ne.rbegin(), ne.rend());
-      if (!nbytes || !checked_numel(t.shape)) fail(dims_at, quote + "byte size of the dimensions overflows");
-      info.nbytes = *nbytes;
-
-      t.dtype = type->plain.value_or(DType::GgmlBlock);
-      t.ggml = type;
-      auto strides = contiguous_strides(t.shape);
-      if (!strides)
-        fail(dims_at, quote + "the strides of the shape pass 2^63 (numpy and torch refuse such a shape)");
-      t.strides = std::move(*strides);
+      const ggml::Described described = ggml::describe(t, *type, ne);
+      if (!described.refusal.empty()) fail(dims_at, quote + described.refusal);
+      info.nbytes = described.nbytes;
       infos.push_back(std::move(info));
     }
     return infos;

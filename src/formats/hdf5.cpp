@@ -10,10 +10,10 @@
 
 #include "formats/hdf5_sandbox.hpp"
 #include "formats/json_limits.hpp"
+#include "io/budget_charge.hpp"
 #include "io/byte_reader.hpp"
 #include "io/checked_math.hpp"
 #include "io/pieces.hpp"
-#include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
 
 namespace modelfs::hdf5 {

@@ -19,9 +19,9 @@
 #include <memory>
 #include <vector>
 
+#include "io/budget_charge.hpp"
 #include "io/byte_reader.hpp"
 #include "io/terminal_text.hpp"
-#include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
 
 namespace modelfs::hdf5 {

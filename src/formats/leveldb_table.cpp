@@ -10,9 +10,9 @@
 #include <algorithm>
 
 #include "formats/tfckpt.hpp"
+#include "io/budget_charge.hpp"
 #include "io/byte_reader.hpp"
 #include "io/checked_math.hpp"
-#include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
 
 namespace modelfs::tfckpt {

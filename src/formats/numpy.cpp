@@ -9,9 +9,9 @@
 #include <limits>
 #include <map>
 
+#include "io/budget_charge.hpp"
 #include "io/byte_reader.hpp"
 #include "io/checked_math.hpp"
-#include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
 
 namespace modelfs::numpy {

@@ -7,6 +7,7 @@
 
 #include "formats/dcp.hpp"
 #include "formats/executorch.hpp"
+#include "formats/ggml_legacy.hpp"
 #include "formats/gguf.hpp"
 #include "formats/hdf5.hpp"
 #include "formats/numpy.hpp"
@@ -88,6 +89,12 @@ const std::array kReaders{
                  .probe_folder = gguf::probe_folder,
                  .open_folder = gguf::open_folder,
                  .folder_holds = "*-00001-of-NNNNN.gguf"},
+    // GGUF's predecessors ('ggml', 'ggmf', 'ggjt' magics): each program's
+    // header layout told apart by parsing it whole.
+    FormatReader{.name = "ggml",
+                 .family = "legacy GGML",
+                 .probe_file = ggml_legacy::probe_file,
+                 .open_file = ggml_legacy::open_file},
     FormatReader{.name = "hdf5",
                  .family = "HDF5",
                  .probe_file = hdf5::probe_file,

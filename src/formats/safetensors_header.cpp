@@ -11,6 +11,7 @@
 
 #include "formats/json_limits.hpp"
 #include "formats/safetensors.hpp"
+#include "io/budget_charge.hpp"
 #include "io/safetensors_dtype.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/json_release.hpp"

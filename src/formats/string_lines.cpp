@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "formats/string_lines.hpp"
 
+#include "io/budget_charge.hpp"
 #include "io/json_text.hpp"
-#include "modelfs/budget.hpp"
 
 namespace modelfs {
 

@@ -15,7 +15,7 @@
 #include <cstdlib>
 #include <new>
 
-#include "modelfs/budget.hpp"
+#include "io/budget_charge.hpp"
 
 namespace {
 

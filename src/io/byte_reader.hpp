@@ -16,8 +16,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include "io/budget_charge.hpp"
 #include "io/checked_math.hpp"
-#include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
 

@@ -4,12 +4,12 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "io/budget_charge.hpp"
 #include "io/checked_math.hpp"
 #include "io/json_text.hpp"
 #include "io/pieces.hpp"
 #include "io/sidecar_keys.hpp"
 #include "io/tensor_spec.hpp"
-#include "modelfs/budget.hpp"
 
 namespace modelfs {
 

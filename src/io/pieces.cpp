@@ -6,9 +6,9 @@
 #include <optional>
 #include <string>
 
+#include "io/budget_charge.hpp"
 #include "io/checked_math.hpp"
 #include "io/json_text.hpp"
-#include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
 
 namespace modelfs {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "io/protobuf_wire.hpp"
 
-#include "modelfs/budget.hpp"
+#include "io/budget_charge.hpp"
 
 #include <algorithm>
 

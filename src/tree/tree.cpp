@@ -689,7 +689,11 @@ std::unique_ptr<const Tree> Tree::build(Catalog catalog, const TreeOptions& opti
   const auto& built = impl->catalog_;
   const std::string file = built.files.empty() ? std::string() : built.files.front();
   try {
-    within_budget(file, built.format, "building the tree", [&] { TreeBuilder(*impl, options).build(); });
+    const auto build = [&] { TreeBuilder(*impl, options).build(); };
+    if (options.budget)
+      within_budget(*options.budget, file, built.format, "building the tree", build);
+    else
+      within_budget(file, built.format, "building the tree", build);
   } catch (const SizeOverflow& e) {
     // A file's size, a part's offset, the model's total: each sums the
     // model's numbers (Size), and a model whose sums pass 2^64 is refused

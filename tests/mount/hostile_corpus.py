@@ -26,6 +26,7 @@ import zlib
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import ggml_legacy_files as gl  # noqa: E402
 import gguf_writer as gg  # noqa: E402
 import safetensors_writer as st  # noqa: E402
 
@@ -1593,6 +1594,49 @@ def tfjs_many_shards(folder, count=TFJS_SHARDS):
     return _tfjs_model(folder, [(paths, [{"name": "w", "dtype": "float32", "shape": [count]}])])
 
 
+# --- legacy GGML (issue 45): records that lie about what follows them ---
+GGML_RECORDS = 50_000
+
+
+def _ggml_plain(count=3):
+    return [(f"w{i}", 0, [4], np.arange(4, dtype="<f4").tobytes()) for i in range(count)]
+
+
+def ggml_truncated_record(folder):
+    """A whisper file whose last record's data is cut short by 3 bytes."""
+    path = folder / "ggml-truncated.bin"
+    path.write_bytes(gl.whisper(_ggml_plain())[:-3])
+    return path
+
+
+def ggml_data_past_end(folder):
+    """A 'ggjt' v3 record of 65536 x 65536 float32 (16 GiB) in a file of a few hundred bytes."""
+    path = folder / "ggjt-past-end.bin"
+    head = gl.llama([])
+    path.write_bytes(head + gl.record("tok_embeddings.weight", 0, [65536, 65536], b"\0" * 64,
+                                      at=len(head), aligned=True))
+    return path
+
+
+def ggml_ndims_lies(folder):
+    """An rwkv.cpp record saying n_dims = 1 000 000, with four dimensions after it."""
+    path = folder / "rwkv-ndims.bin"
+    path.write_bytes(gl.rwkv([]) + struct.pack("<iii", 1_000_000, 1, 0) + struct.pack("<4i", 1, 1, 1, 1) + b"w")
+    return path
+
+
+def ggml_name_length_lies(folder):
+    """A whisper record whose name is said to be 2^31 - 1 bytes long."""
+    path = folder / "ggml-name.bin"
+    path.write_bytes(gl.whisper([]) + struct.pack("<iiii", 1, 2**31 - 1, 0, 4) + b"name" + bytes(16))
+    return path
+
+
+def ggml_many_records(folder, count=GGML_RECORDS):
+    """50 000 one-element whisper records (1.2 MB): listed and mounted within the budget."""
+    path = folder / "ggml-many.bin"
+    one = struct.pack("<f", 0.5)
+    path.write_bytes(gl.whisper([(f"t{i:05d}", 0, [], one) for i in range(count)]))
 # --------------------------------------------------------------------------
 # PaddlePaddle (issue 45): programs whose tensor streams lie, are cut or
 # missing, and a state dict whose latin-1 text lies (paddle_files.py writes).
@@ -1768,6 +1812,12 @@ CASES = {
     "hdf5_16k_user_block": (hdf5_big_user_block, False),
     "pt_64_expanded_gib_views": (pt_expanded_gib_views, True),
     "tfjs_5000_shards": (tfjs_many_shards, False),
+    # --- legacy GGML (issue 45): records that lie about what follows them ---
+    "ggml_truncated_record": (ggml_truncated_record, False),
+    "ggml_data_past_end": (ggml_data_past_end, False),
+    "ggml_ndims_lies": (ggml_ndims_lies, False),
+    "ggml_name_length_lies": (ggml_name_length_lies, False),
+    "ggml_50k_records": (ggml_many_records, False),
     # --- issue 45, PaddlePaddle: streams cut, lying, missing, too many; a state dict's text ---
     "paddle_truncated_stream": (paddle_truncated_stream, False),
     "paddle_dims_2_62": (paddle_dims_2_62, False),

@@ -523,6 +523,13 @@ EXPECT = {
         {"plain": np.arange(600, dtype="<i4"), "contiguous": np.arange(32, dtype="<f8")})},
     "tfjs_5000_shards": {"exits": (0,), "mounted": check_values(
         {"w": np.arange(hc.TFJS_SHARDS, dtype="<f4") * 0.5 - 7})},
+    # Legacy GGML (issue 45): each lie refused, one line; many records within bounds.
+    "ggml_truncated_record": {"exits": (2,)},
+    "ggml_data_past_end": {"exits": (2,)},
+    "ggml_ndims_lies": {"exits": (2,)},
+    "ggml_name_length_lies": {"exits": (2,)},
+    "ggml_50k_records": {"exits": (0,), "mounted": check_values(
+        {"t00000": np.float32(0.5), "t49999": np.float32(0.5)})},
     # --- issue 45, PaddlePaddle ---
     "paddle_truncated_stream": {"exits": (2,)},
     "paddle_dims_2_62": {"exits": (2,)},

@@ -11,7 +11,7 @@
 #include <pugixml.hpp>
 
 #include "formats/openvino.hpp"
-#include "modelfs/budget.hpp"
+#include "io/budget_charge.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
 #include "test_files.hpp"

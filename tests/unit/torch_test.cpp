@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "modelfs/budget.hpp"
+#include "io/budget_charge.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
 #include "test_files.hpp"

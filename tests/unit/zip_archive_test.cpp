@@ -10,8 +10,8 @@
 #include <fstream>
 #include <iterator>
 
+#include "io/budget_charge.hpp"
 #include "io/zip_archive.hpp"
-#include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
 #include "test_files.hpp"
 
