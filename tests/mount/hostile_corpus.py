@@ -1637,6 +1637,9 @@ def ggml_many_records(folder, count=GGML_RECORDS):
     path = folder / "ggml-many.bin"
     one = struct.pack("<f", 0.5)
     path.write_bytes(gl.whisper([(f"t{i:05d}", 0, [], one) for i in range(count)]))
+    return path
+
+
 # --------------------------------------------------------------------------
 # PaddlePaddle (issue 45): programs whose tensor streams lie, are cut or
 # missing, and a state dict whose latin-1 text lies (paddle_files.py writes).
