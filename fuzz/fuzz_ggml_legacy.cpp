@@ -9,8 +9,8 @@
 #include "formats/ggml_legacy.hpp"
 #include "fuzz_input.hpp"
 #include "fuzz_tree_reads.hpp"
+#include "io/budget_charge.hpp"
 #include "io/checked_math.hpp"
-#include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
 

@@ -121,6 +121,17 @@ SEEDS = {
     "ggml_ndims_lies": (("fuzz_ggml_legacy", "fuzz_open_model"), hc.ggml_ndims_lies),
     "ggml_name_length_lies": (("fuzz_ggml_legacy", "fuzz_open_model"), hc.ggml_name_length_lies),
     "ggml_50k_records": (("fuzz_ggml_legacy", "fuzz_open_model"), lambda d: hc.ggml_many_records(d, count=1000)),
+    # llamafile (issue 45): members on 4 KiB instead of zipalign's 64 KiB, to fit a seed.
+    "llamafile_deflated_gguf": (("fuzz_llamafile", "fuzz_open_model"),
+                                lambda d: hc.llamafile_deflated_gguf(d, alignment=4096)),
+    "llamafile_gguf_cut_short": (("fuzz_llamafile", "fuzz_open_model"),
+                                 lambda d: hc.llamafile_gguf_cut_short(d, alignment=4096)),
+    "llamafile_tensor_past_end": (("fuzz_llamafile", "fuzz_open_model"),
+                                  lambda d: hc.llamafile_tensor_past_end(d, alignment=4096)),
+    # NeMo (issue 45): tar headers that lie, a checkpoint cut by its member.
+    "nemo_member_past_end": (("fuzz_nemo", "fuzz_open_model"), hc.nemo_member_past_end),
+    "nemo_ckpt_cut_by_its_member": (("fuzz_nemo", "fuzz_open_model"), hc.nemo_ckpt_cut_by_its_member),
+    "nemo_pax_size_lies": (("fuzz_nemo", "fuzz_open_model"), hc.nemo_pax_size_lies),
 }
 
 

@@ -92,6 +92,8 @@ seed fuzz_openvino
 # Legacy GGML seeds: the small real files (Parakeet's, the n_dims refusal).
 seed fuzz_ggml_legacy "$SHARED"/realworld4/files/ggml/whispercpp_for-tests-ggml-parakeet-*.bin \
   "$SHARED"/realworld4/files/hostile/whispercpp_for-tests-ggml-whisper-bad-ndims.bin
+seed fuzz_llamafile "$SHARED"/realworld4/files/llamafile/*.llamafile
+seed fuzz_nemo "$SHARED"/realworld4/files/nemo/*.nemo "$SHARED"/realworld4/files/hostile/*.nemo
 # PaddlePaddle seeds: the .pdparams; each program, then the marker
 # fuzz_paddle.cpp splits at and its .pdiparams when it has one.
 mkdir -p "$BUILD/corpus/fuzz_paddle"

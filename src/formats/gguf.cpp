@@ -107,8 +107,15 @@ struct TensorInfo {
 
 class Parser {
  public:
-  Parser(std::shared_ptr<const MappedFile> file, const std::string& name)
-      : file_(std::move(file)), name_(name), reader_(*file_, std::string(kFormat)) {}
+  // The GGUF occupies [base, base + length) of `file` (all of it, or a
+  // stored member of a llamafile's ZIP): offsets inside it, the data
+  // section's alignment among them, count from `base`.
+  Parser(std::shared_ptr<const MappedFile> file, const std::string& name, uint64_t base, uint64_t length)
+      : file_(std::move(file)),
+        name_(name),
+        base_(base),
+        length_(length),
+        reader_(reader_of(*file_, base, length)) {}
 
   File parse() {
     read_header();
@@ -119,8 +126,8 @@ class Parser {
     check_tensor_bytes(infos);
     out_.tensors.reserve(infos.size());
     for (auto& info : infos) {
-      info.tensor.bytes = ByteSpan::mapped(file_, out_.data_offset + info.offset, info.nbytes);
-      info.tensor.source = {name_, out_.data_offset + info.offset};
+      info.tensor.bytes = ByteSpan::mapped(file_, base_ + out_.data_offset + info.offset, info.nbytes);
+      info.tensor.source = {name_, base_ + out_.data_offset + info.offset};
       out_.tensors.push_back(std::move(info.tensor));
     }
     return std::move(out_);
@@ -130,6 +137,15 @@ class Parser {
   [[noreturn]] void fail(uint64_t at, const std::string& reason) const {
     throw ModelError(file_->display_name(), std::string(kFormat), at, reason);
   }
+  // A whole file is read through its mapping; a part of one, through the
+  // span of it (made present as it is taken, like the whole).
+  static ByteReader reader_of(const MappedFile& file, uint64_t base, uint64_t length) {
+    if (base == 0 && length == file.size()) return ByteReader(file, std::string(kFormat));
+    return ByteReader(file.unchecked_bytes().subspan(base, length), file.display_name(), std::string(kFormat),
+                      base);
+  }
+  // `at` counted from the GGUF's first byte.
+  [[noreturn]] void fail_within(uint64_t at, const std::string& reason) const { fail(base_ + at, reason); }
 
   // A count, dimension or length: u32 in v1, u64 after.
   uint64_t read_width(std::string_view what) { return wide_ ? reader_.u64(what) : reader_.u32(what); }
@@ -154,28 +170,29 @@ class Parser {
   }
 
   void read_header() {
-    if (file_->size() < 8)
-      fail(0, "file is " + std::to_string(file_->size()) + " bytes, too short for the magic and version");
+    if (length_ < 8)
+      fail_within(0, "file is " + std::to_string(length_) + " bytes, too short for the magic and version");
     const auto magic = reader_.take_string(4, "magic");
     const bool reversed = magic == kReversedMagic;
-    if (magic != kMagic && !reversed) fail(0, "not a GGUF file (magic is not \"GGUF\")");
+    if (magic != kMagic && !reversed) fail_within(0, "not a GGUF file (magic is not \"GGUF\")");
     const uint32_t version = reader_.u32("version");
     // A big-endian file's small version number reads as a multiple of 65536.
     if (version != 0 && (version & 0xFFFF) == 0) {
       const uint32_t swapped = (version >> 24) | ((version >> 8) & 0xFF00);
-      fail(reversed ? 0 : 4,
-           "big-endian GGUF file (version " + std::to_string(swapped) + " written big-endian" +
-               (reversed ? ", magic \"FUGG\"" : "") +
-               "): modelfs serves tensor bytes as stored and reads only little-endian GGUF");
+      fail_within(reversed ? 0 : 4,
+                  "big-endian GGUF file (version " + std::to_string(swapped) + " written big-endian" +
+                      (reversed ? ", magic \"FUGG\"" : "") +
+                      "): modelfs serves tensor bytes as stored and reads only little-endian GGUF");
     }
     if (reversed)
-      fail(0, "not GGUF but a pre-release draft of it (magic \"FUGG\", version " + std::to_string(version) +
-                  " little-endian: written before the format's release fixed the magic bytes as \"GGUF\"); "
-                  "modelfs reads released GGUF, versions " +
-                  std::to_string(kMinVersion) + " to " + std::to_string(kMaxVersion));
+      fail_within(
+          0, "not GGUF but a pre-release draft of it (magic \"FUGG\", version " + std::to_string(version) +
+                 " little-endian: written before the format's release fixed the magic bytes as \"GGUF\"); "
+                 "modelfs reads released GGUF, versions " +
+                 std::to_string(kMinVersion) + " to " + std::to_string(kMaxVersion));
     if (version < kMinVersion || version > kMaxVersion)
-      fail(4, "GGUF version " + std::to_string(version) + " is not one modelfs reads (" +
-                  std::to_string(kMinVersion) + " to " + std::to_string(kMaxVersion) + ")");
+      fail_within(4, "GGUF version " + std::to_string(version) + " is not one modelfs reads (" +
+                         std::to_string(kMinVersion) + " to " + std::to_string(kMaxVersion) + ")");
     out_.version = version;
     wide_ = version >= 2;
 
@@ -352,22 +369,22 @@ class Parser {
   }
 
   void locate_data(size_t tensor_count) {
-    const uint64_t infos_end = reader_.file_offset();
+    const uint64_t infos_end = reader_.position();
     // ggml pads to the alignment only before a data section that exists.
     if (tensor_count == 0) {
       out_.data_offset = infos_end;
       return;
     }
     auto padded = checked_add(infos_end, out_.alignment - 1);
-    if (!padded) fail(infos_end, "data section start overflows");
+    if (!padded) fail_within(infos_end, "data section start overflows");
     out_.data_offset = *padded / out_.alignment * out_.alignment;
-    if (out_.data_offset > file_->size())
-      fail(infos_end, "data section starts at byte " + std::to_string(out_.data_offset) +
-                          ", past the end of the file (" + std::to_string(file_->size()) + " bytes)");
+    if (out_.data_offset > length_)
+      fail_within(infos_end, "data section starts at byte " + std::to_string(out_.data_offset) +
+                                 ", past the end of the file (" + std::to_string(length_) + " bytes)");
   }
 
   void check_tensor_bytes(const std::vector<TensorInfo>& infos) const {
-    const uint64_t data_bytes = file_->size() - out_.data_offset;
+    const uint64_t data_bytes = length_ - out_.data_offset;
     for (const auto& info : infos) {
       const std::string quote = "tensor \"" + info.tensor.name + "\": ";
       if (info.offset % out_.alignment != 0)
@@ -400,6 +417,8 @@ class Parser {
 
   std::shared_ptr<const MappedFile> file_;
   std::string name_;
+  uint64_t base_;
+  uint64_t length_;
   ByteReader reader_;
   File out_;
   bool wide_ = true;
@@ -589,7 +608,15 @@ nlohmann::json File::header_json() const {
 }
 
 File parse(std::shared_ptr<const MappedFile> file, const std::string& name) {
-  return Parser(std::move(file), name).parse();
+  const uint64_t size = file->size();
+  return Parser(std::move(file), name, 0, size).parse();
+}
+
+File parse(std::shared_ptr<const MappedFile> file, const std::string& name, uint64_t base, uint64_t length) {
+  if (!range_fits(base, length, file->size()))
+    throw ModelError(file->display_name(), std::string(kFormat), base,
+                     "GGUF range runs past the end of the file");
+  return Parser(std::move(file), name, base, length).parse();
 }
 
 bool probe_file(std::span<const std::byte> head) {

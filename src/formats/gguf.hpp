@@ -86,6 +86,11 @@ struct File {
 // Parses and validates a mapped .gguf file. `name` is what tensors'
 // sources call it; messages use the mapped file's path.
 File parse(std::shared_ptr<const MappedFile> file, const std::string& name);
+// The GGUF lying in [base, base + length) of `file` (a stored member of a
+// llamafile's ZIP): offsets inside it count from `base`, as its writer
+// counted them; tensors' bytes and sources are file offsets. `data_offset`
+// stays relative to `base`.
+File parse(std::shared_ptr<const MappedFile> file, const std::string& name, uint64_t base, uint64_t length);
 
 bool probe_file(std::span<const std::byte> head);
 // A folder holding the files of exactly one split set (or several, which

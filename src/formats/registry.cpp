@@ -10,6 +10,8 @@
 #include "formats/ggml_legacy.hpp"
 #include "formats/gguf.hpp"
 #include "formats/hdf5.hpp"
+#include "formats/llamafile.hpp"
+#include "formats/nemo.hpp"
 #include "formats/numpy.hpp"
 #include "formats/onnx.hpp"
 #include "formats/openvino.hpp"
@@ -108,6 +110,20 @@ const std::array kReaders{
                  .family = "Keras",
                  .probe_archive = hdf5::is_keras_archive,
                  .open_archive = hdf5::open_keras},
+    // A ZIP holding a .gguf member: at the head (among the archive readers),
+    // after an APE executable (its magic at the head), or after another
+    // (its end record in the file's last bytes).
+    FormatReader{.name = "llamafile",
+                 .family = "llamafile",
+                 .probe_file = llamafile::probe_file,
+                 .probe_past_head = llamafile::probe_past_head,
+                 .open_file = llamafile::open_file,
+                 .probe_archive = llamafile::is_llamafile_archive,
+                 .open_archive = llamafile::open_archive},
+    // A tar ("ustar" at byte 257) holding model_weights.ckpt, or gzip's
+    // magic (a .nemo of NeMo before 1.7, read through the inflate index).
+    FormatReader{
+        .name = "nemo", .family = "NeMo", .probe_file = nemo::probe_file, .open_file = nemo::open_file},
     FormatReader{.name = "pt2",
                  .family = "PyTorch",
                  .probe_archive = pt2::is_pt2_archive,

@@ -4,6 +4,10 @@
 // member), inflated for exactly what each read asks. Nothing is inflated
 // ahead of a read and no member is ever held whole.
 //
+// Tensors that are ranges of one stream (a gzip-compressed .nemo's: the
+// whole tar is one stream) share its points in the index: a read of one
+// starts from the points reads of the others left.
+//
 // Deflate cannot be entered in the middle: a read inflates from the
 // nearest state the process's deflate index (inflate_index.hpp) keeps at
 // or before its offset: a fixed point every few MiB of output, so a random
@@ -41,7 +45,9 @@ class InflateView final : public ComputedBytes {
   void read(uint64_t offset, std::span<std::byte> out, ReadScope& scope) const override;
 
  private:
-  uint64_t id_;      // which index points are this view's (addresses are reused)
+  // Which index points are this stream's: one owner for every view of the
+  // same stream (addresses are reused: the owner lives while its views do).
+  std::shared_ptr<const struct StreamOwner> owner_;
   ByteSpan stream_;  // the deflate stream, in the mapping
   uint64_t decoded_offset_;
   uint64_t size_;

@@ -1640,6 +1640,201 @@ def ggml_many_records(folder, count=GGML_RECORDS):
     return path
 
 
+# --- llamafile cases (issue 45) ---
+def _llamafile(folder, members, name="model.llamafile", sizes=None, alignment=65536):
+    """A llamafile as zipalign lays one out (a shell-script stand-in for the
+    executable, each member stored with its data on `alignment`, ZIP64 extras,
+    offsets from the file's first byte): members are (name, bytes[,
+    method]); `sizes` overrides a member's sizes in its ZIP64 extras."""
+    out, central = bytearray(b"#!/bin/sh\nexit 1\n"), bytearray()
+    for member in members:
+        mname, data = member[0].encode(), member[1]
+        method = member[2] if len(member) > 2 else 0
+        stored = zlib.compress(data)[2:-4] if method == 8 else data
+        size, csize = (sizes or {}).get(member[0], (len(data), len(stored)))
+        local_extra = struct.pack("<HHQQ", 1, 16, size, csize)
+        at = -(-(len(out) + 30 + len(mname) + 20) // alignment) * alignment - 30 - len(mname) - 20
+        out += b"\0" * (at - len(out))
+        out += struct.pack("<IHHHHHIIIHH", 0x04034B50, 45, 0, method, 0, 0, zlib.crc32(data), 0xFFFFFFFF,
+                           0xFFFFFFFF, len(mname), 20) + mname + local_extra + stored
+        extra = struct.pack("<HHQQQ", 1, 24, size, csize, at)
+        central += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 45, 45, 0, method, 0, 0, zlib.crc32(data),
+                               0xFFFFFFFF, 0xFFFFFFFF, len(mname), len(extra), 0, 0, 0, 0, 0xFFFFFFFF)
+        central += mname + extra
+    directory_at = len(out)
+    out += central
+    end64_at = len(out)
+    out += struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 45, 45, 0, 0, len(members), len(members), len(central),
+                       directory_at)
+    out += struct.pack("<IIQI", 0x07064B50, 0, end64_at, 1)
+    out += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0)
+    path = folder / name
+    path.write_bytes(bytes(out))
+    return path
+
+
+def _small_gguf(offset=None):
+    """A GGUF of one float32 tensor "w" of 1024 values; with `offset`, its
+    tensor info's offset field patched to it."""
+    blob, _ = gg.to_bytes([("general.architecture", gg.Value(gg.STRING, "llama"))],
+                          [gg.Tensor("w", 0, [1024], np.arange(1024, dtype="<f4").tobytes())])
+    if offset is not None:
+        # name (u64 length, "w"), n_dims u32, ne[0] u64, type u32, then the offset.
+        at = blob.index(struct.pack("<Q", 1) + b"w") + 9 + 4 + 8 + 4
+        blob = blob[:at] + struct.pack("<Q", offset) + blob[at + 8:]
+    return blob
+
+
+def llamafile_deflated_gguf(folder, alignment=65536):
+    """The GGUF member deflated: it cannot be served in place."""
+    return _llamafile(folder, [("model.gguf", _small_gguf(), 8), (".args", b"-m\nmodel.gguf\n")],
+                      alignment=alignment)
+
+
+def llamafile_gguf_cut_short(folder, alignment=65536):
+    """The GGUF member's sizes stop 4 KiB into its tensor data: the rest
+    lies in the file (the next member's padding) but not in the member."""
+    blob = _small_gguf()
+    return _llamafile(folder, [("model.gguf", blob), (".args", b"x")],
+                      sizes={"model.gguf": (len(blob) - 2048, len(blob) - 2048)}, alignment=alignment)
+
+
+def llamafile_member_2_62(folder):
+    """The GGUF member's ZIP64 sizes say 2^62 bytes."""
+    return _llamafile(folder, [("model.gguf", _small_gguf())], sizes={"model.gguf": (1 << 62, 1 << 62)})
+
+
+def llamafile_tensor_past_end(folder, alignment=65536):
+    """A tensor of the GGUF member at 1 TiB from its data section."""
+    return _llamafile(folder, [("model.gguf", _small_gguf(offset=1 << 40))], alignment=alignment)
+
+
+def llamafile_truncated(folder):
+    """A llamafile cut in the middle of its GGUF: no end record is left."""
+    path = _llamafile(folder, [("model.gguf", _small_gguf()), (".args", b"x")])
+    path.write_bytes(path.read_bytes()[:65536 + 1000])
+    return path
+
+
+def llamafile_20k_members(folder):
+    """20 000 members of 1 KiB beside the GGUF: each listed, the documents
+    bounded in all (16 MiB), the rest only listed."""
+    members = [("model.gguf", _small_gguf())]
+    members += [(f"licenses/{i:05}.txt", bytes([65 + i % 26]) * 1024) for i in range(20_000)]
+    # Plain stored members (Python's zipfile), no 64 KiB padding, to keep the case small.
+    import zipfile
+    path = folder / "many.llamafile"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members:
+            z.writestr(zipfile.ZipInfo(name), data)
+    return path
+
+
+# --- NeMo cases (issue 45) ---
+def _nemo_ckpt():
+    """torch.save of a small state_dict (a ZIP archive), as model_weights.ckpt holds it."""
+    buffer = io.BytesIO()
+    torch.save({"w": torch.arange(1024, dtype=torch.float32)}, buffer)
+    return buffer.getvalue()
+
+
+def _tar_header(name, size, type_=b"0", size_field=None):
+    """A ustar header as Python's tarfile writes one, its checksum computed."""
+    h = bytearray(512)
+    h[0:len(name)] = name.encode()
+    h[100:108] = b"0000644\0"
+    if size_field is None:  # octal, or base-256 past its 11 digits (GNU's)
+        size_field = b"%011o\0" % size if size < 8 ** 11 else b"\x80" + size.to_bytes(11, "big")
+    h[124:136] = size_field
+    h[156:157] = type_
+    h[257:265] = b"ustar\x0000"
+    h[148:156] = b" " * 8
+    h[148:156] = b"%06o\0 " % sum(h)
+    return bytes(h)
+
+
+def _tar(members, end=True):
+    out = bytearray()
+    for name, data, *rest in members:
+        out += _tar_header(name, len(data), *rest) + data + b"\0" * (-len(data) % 512)
+    return bytes(out) + (b"\0" * 1024 if end else b"")
+
+
+def nemo_member_past_end(folder):
+    """The checkpoint's header says 1 TiB: its data would run past the file."""
+    path = folder / "past.nemo"
+    path.write_bytes(_tar_header("./model_weights.ckpt", 1 << 40) + _nemo_ckpt())
+    return path
+
+
+def nemo_ckpt_cut_by_its_member(folder):
+    """The tar member holds the checkpoint's first half; the rest follows in
+    the next member: the ZIP must be read inside its member, not the file."""
+    ckpt = _nemo_ckpt()
+    half = len(ckpt) // 2 // 512 * 512
+    path = folder / "cut.nemo"
+    path.write_bytes(_tar([("./model_weights.ckpt", ckpt[:half]), ("./rest", ckpt[half:])]))
+    return path
+
+
+def nemo_truncated(folder):
+    """A .nemo cut in the middle of its checkpoint."""
+    blob = _tar([("./model_config.yaml", b"a: 1\n"), ("./model_weights.ckpt", _nemo_ckpt())])
+    path = folder / "truncated.nemo"
+    path.write_bytes(blob[:len(blob) // 2])
+    return path
+
+
+def nemo_pax_size_lies(folder):
+    """A PAX record gives the checkpoint a size of 2^62."""
+    record = b"25 size=4611686018427387904\n"
+    record = b"%d size=4611686018427387904\n" % (len(record))
+    path = folder / "pax.nemo"
+    path.write_bytes(_tar([("./PaxHeaders/x", record, b"x"), ("./model_weights.ckpt", _nemo_ckpt())]))
+    return path
+
+
+def nemo_gzip_empty(folder):
+    """As megatron_retro_chunk_tp1.nemo: gzip of an empty tar."""
+    import gzip
+    path = folder / "empty.nemo"
+    path.write_bytes(gzip.compress(b"\0" * 10240))
+    return path
+
+
+def nemo_gzip_truncated(folder):
+    """A gzip .nemo (NeMo before 1.7) cut in the middle of its stream."""
+    import gzip
+    blob = gzip.compress(_tar([("./model_config.yaml", b"a: 1\n"), ("./model_weights.ckpt", _nemo_ckpt())]))
+    path = folder / "cut.nemo"
+    path.write_bytes(blob[:len(blob) // 2])
+    return path
+
+
+def nemo_gzip_bomb(folder):
+    """A gzip .nemo whose tar is followed by 1 GiB of zeros in the stream
+    (a 1 MB file): refused once 1 MiB has passed the tar's end."""
+    import zlib as z
+    compressor = z.compressobj(9, z.DEFLATED, 31)
+    parts = [compressor.compress(_tar([("./model_weights.ckpt", _nemo_ckpt())]))]
+    zeros = b"\0" * (1 << 20)
+    parts += [compressor.compress(zeros) for _ in range(1024)]
+    parts.append(compressor.flush())
+    path = folder / "bomb.nemo"
+    path.write_bytes(b"".join(parts))
+    return path
+
+
+def nemo_20k_members(folder):
+    """20 000 small members beside the checkpoint: listed, the documents
+    bounded in all, the tensor served."""
+    members = [("./model_weights.ckpt", _nemo_ckpt())]
+    members += [(f"./tokenizer/{i:05}.txt", bytes([65 + i % 26]) * 1000) for i in range(20_000)]
+    path = folder / "many.nemo"
+    path.write_bytes(_tar(members))
+    return path
+
+
 # --------------------------------------------------------------------------
 # PaddlePaddle (issue 45): programs whose tensor streams lie, are cut or
 # missing, and a state dict whose latin-1 text lies (paddle_files.py writes).
@@ -1821,6 +2016,22 @@ CASES = {
     "ggml_ndims_lies": (ggml_ndims_lies, False),
     "ggml_name_length_lies": (ggml_name_length_lies, False),
     "ggml_50k_records": (ggml_many_records, False),
+    # --- llamafile (issue 45): a compressed GGUF, a member cut short or lying, truncation, many members ---
+    "llamafile_deflated_gguf": (llamafile_deflated_gguf, False),
+    "llamafile_gguf_cut_short": (llamafile_gguf_cut_short, False),
+    "llamafile_member_2_62": (llamafile_member_2_62, False),
+    "llamafile_tensor_past_end": (llamafile_tensor_past_end, False),
+    "llamafile_truncated": (llamafile_truncated, False),
+    "llamafile_20k_members": (llamafile_20k_members, False),
+    # --- NeMo (issue 45): members past the file, a checkpoint cut by its member, truncation, PAX lies ---
+    "nemo_member_past_end": (nemo_member_past_end, True),
+    "nemo_ckpt_cut_by_its_member": (nemo_ckpt_cut_by_its_member, True),
+    "nemo_truncated": (nemo_truncated, True),
+    "nemo_pax_size_lies": (nemo_pax_size_lies, True),
+    "nemo_gzip_empty": (nemo_gzip_empty, False),
+    "nemo_20k_members": (nemo_20k_members, True),
+    "nemo_gzip_truncated": (nemo_gzip_truncated, True),
+    "nemo_gzip_bomb": (nemo_gzip_bomb, True),
     # --- issue 45, PaddlePaddle: streams cut, lying, missing, too many; a state dict's text ---
     "paddle_truncated_stream": (paddle_truncated_stream, False),
     "paddle_dims_2_62": (paddle_dims_2_62, False),

@@ -530,6 +530,22 @@ EXPECT = {
     "ggml_name_length_lies": {"exits": (2,)},
     "ggml_50k_records": {"exits": (0,), "mounted": check_values(
         {"t00000": np.float32(0.5), "t49999": np.float32(0.5)})},
+    # llamafile (issue 45): each refused, one line; many members listed, the GGUF served.
+    "llamafile_deflated_gguf": {"exits": (2,)},
+    "llamafile_gguf_cut_short": {"exits": (2,)},
+    "llamafile_member_2_62": {"exits": (2,)},
+    "llamafile_tensor_past_end": {"exits": (2,)},
+    "llamafile_truncated": {"exits": (2,)},
+    "llamafile_20k_members": {"exits": (0,), "mounted": check_values({"w": np.arange(1024, dtype="<f4")})},
+    # NeMo (issue 45): each refused, one line; many members listed, the checkpoint served.
+    "nemo_member_past_end": {"exits": (2,)},
+    "nemo_ckpt_cut_by_its_member": {"exits": (2,)},
+    "nemo_truncated": {"exits": (2,)},
+    "nemo_pax_size_lies": {"exits": (2,)},
+    "nemo_gzip_empty": {"exits": (2,)},
+    "nemo_20k_members": {"exits": (0,), "mounted": check_values({"w": np.arange(1024, dtype="<f4")})},
+    "nemo_gzip_truncated": {"exits": (2,)},
+    "nemo_gzip_bomb": {"exits": (2,)},
     # --- issue 45, PaddlePaddle ---
     "paddle_truncated_stream": {"exits": (2,)},
     "paddle_dims_2_62": {"exits": (2,)},

@@ -12,7 +12,9 @@
 #include <thread>
 #include <vector>
 
+#include "io/tensor_spec.hpp"
 #include "tree/inflate_index.hpp"
+#include "tree/inflate_view.hpp"
 
 namespace modelfs {
 namespace {
@@ -146,6 +148,37 @@ TEST(InflateIndex, AStreamThatLiesFails) {
   std::string damaged = stream_bytes;
   damaged[damaged.size() / 2] = static_cast<char>(damaged[damaged.size() / 2] ^ 0x55);
   EXPECT_THROW(read(stream(damaged, plain.size()), 0, plain.size()), DeflateError);
+}
+
+// Tensors that are ranges of one stream (a gzip .nemo's) share its points:
+// once a read of one has passed through, a read at the end of another
+// inflates one span, not the stream from its start.
+TEST(InflateIndex, ViewsOfOneStreamShareItsPoints) {
+  const uint64_t size = 3 * kDeflateSpan, split = 5 * kDeflateSpan / 2;
+  const std::string in = pattern(size);
+  const ByteSpan stream = ByteSpan::owned(deflated(in, false));
+  Catalog catalog;
+  for (const auto& [at, length] : {std::pair{uint64_t{0}, split}, std::pair{split, size - split}}) {
+    TensorSpec t;
+    t.name = "t" + std::to_string(at);
+    t.dtype = DType::UInt8;
+    t.shape = {length};
+    t.strides = {1};
+    t.bytes = stream;
+    t.encoded = Encoded{Encoded::Method::Deflate, at, length, size, 0};
+    catalog.add(t);
+  }
+  const InflateView first(catalog.tensors()[0], "m", "test"), second(catalog.tensors()[1], "m", "test");
+  std::string out(1 << 20, '\0');
+  ReadScope scope(ReadScope::Kind::Copied);
+  // The first tensor read through: points at each span it passes.
+  for (uint64_t at = 0; at < split; at += out.size())
+    first.read(at, std::as_writable_bytes(std::span(out)), scope);
+  // The second's first read starts from the point at 2 spans, not from 0.
+  const uint64_t before = deflate_index_counts().inflated;
+  second.read(0, std::as_writable_bytes(std::span(out)), scope);
+  EXPECT_LE(deflate_index_counts().inflated - before, kDeflateSpan);
+  EXPECT_EQ(out, in.substr(split, out.size()));
 }
 
 }  // namespace
