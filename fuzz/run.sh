@@ -94,6 +94,14 @@ seed fuzz_ggml_legacy "$SHARED"/realworld4/files/ggml/whispercpp_for-tests-ggml-
   "$SHARED"/realworld4/files/hostile/whispercpp_for-tests-ggml-whisper-bad-ndims.bin
 seed fuzz_llamafile "$SHARED"/realworld4/files/llamafile/*.llamafile
 seed fuzz_nemo "$SHARED"/realworld4/files/nemo/*.nemo "$SHARED"/realworld4/files/hostile/*.nemo
+# PaddlePaddle seeds: the .pdparams; each program, then the marker
+# fuzz_paddle.cpp splits at and its .pdiparams when it has one.
+mkdir -p "$BUILD/corpus/fuzz_paddle"
+for m in "$SHARED"/realworld4/files/paddle/*/__model__ "$SHARED"/realworld4/files/paddle/*/*.pdmodel; do
+  { cat "$m"; p=${m%.pdmodel}.pdiparams; [ "$p" = "$m" ] || [ ! -f "$p" ] || { printf '\n--pdiparams--\n'; cat "$p"; }; } \
+    >"$BUILD/corpus/fuzz_paddle/$(basename "$(dirname "$m")")" || true
+done
+seed fuzz_paddle "$SHARED"/realworld4/files/paddle/*.pdparams
 # Core ML seeds: the .mlmodel files (the packages' weight.bin files are
 # over max_len: make_seeds.py writes small packages as fuzz_coreml takes them).
 seed fuzz_coreml "$SHARED"/realworld4/files/coreml/*.mlmodel "$SHARED"/realworld4/files/hostile/*.mlmodel

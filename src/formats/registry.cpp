@@ -16,6 +16,7 @@
 #include "formats/numpy.hpp"
 #include "formats/onnx.hpp"
 #include "formats/openvino.hpp"
+#include "formats/paddle.hpp"
 #include "formats/pt2.hpp"
 #include "formats/safetensors.hpp"
 #include "formats/tfckpt.hpp"
@@ -155,6 +156,12 @@ const std::array kReaders{
                  .open_folder = dcp::open_folder,
                  .folder_holds = ".metadata (torch.distributed.checkpoint)",
                  .remote_index_names = kDcpRemoteIndexes},
+    // A pickle too, told from torch's (its magic number first) by a dict
+    // first and numpy's array reconstruction named in the head.
+    FormatReader{.name = "paddle pdparams",
+                 .family = "PaddlePaddle",
+                 .probe_file = paddle::probe_pdparams,
+                 .open_file = paddle::open_pdparams},
     // The table's magic is in its last bytes, past the probed head: probed
     // by its first entry, key "" and a BundleHeaderProto.
     FormatReader{.name = "tensorflow checkpoint",
@@ -167,6 +174,15 @@ const std::array kReaders{
                  .remote_index_names = kTfckptRemoteIndexes},
     FormatReader{
         .name = "npy", .family = "NumPy", .probe_file = numpy::probe_file, .open_file = numpy::open_file},
+    // A protobuf ProgramDesc with no magic, told from ONNX (whose first
+    // field is a varint) by its first block's idx 0 and parent_idx -1.
+    FormatReader{.name = "paddle",
+                 .family = "PaddlePaddle",
+                 .probe_file = paddle::probe_program,
+                 .open_file = paddle::open_program,
+                 .probe_folder = paddle::probe_folder,
+                 .open_folder = paddle::open_folder,
+                 .folder_holds = "a PaddlePaddle __model__ or *.pdmodel"},
     // A bare protobuf like ONNX, told from it by the Model's field numbers
     // (a model type at 200 or above; ONNX's graph is field 7); an
     // .mlpackage folder, or its Manifest.json, by the manifest's keys.
