@@ -13,8 +13,8 @@
 #include "formats/paddle.hpp"
 #include "fuzz_input.hpp"
 #include "fuzz_tree_reads.hpp"
+#include "io/budget_charge.hpp"
 #include "io/checked_math.hpp"
-#include "modelfs/budget.hpp"
 #include "modelfs/error.hpp"
 #include "modelfs/formats.hpp"
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/paddle.hpp"
+#include "io/budget_charge.hpp"
 #include "io/byte_reader.hpp"
 #include "io/checked_math.hpp"
 #include "io/unpickler.hpp"

@@ -21,6 +21,7 @@
 #include "modelfs/formats.hpp"
 #include "modelfs/tree.hpp"
 #include "test_files.hpp"
+#include "test_refusal.hpp"
 
 namespace modelfs {
 namespace {
@@ -91,14 +92,7 @@ std::vector<T> npy_values(const std::string& npy, size_t count) {
 }
 
 std::string refusal(const std::filesystem::path& model) {
-  try {
-    open_model(model);
-  } catch (const ModelError& e) {
-    EXPECT_EQ(e.format(), "TensorFlow.js") << e.what();
-    return e.reason();
-  }
-  ADD_FAILURE() << "accepted";
-  return {};
+  return test::refusal_reason(model, "TensorFlow.js");
 }
 
 TEST(Tfjs, WeightsArePlacedInTheirGroupsStream) {
