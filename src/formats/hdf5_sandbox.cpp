@@ -123,9 +123,14 @@ Footprint footprint() {
   close(fd);
   if (n <= 0) return out;
   // size resident shared text lib data dt, in pages
+  // Parsed by hand: the child calls this before its filter, where only
+  // async-signal-safe calls are made.
   uint64_t fields[7] = {};
-  char* at = text;
-  for (uint64_t& field : fields) field = std::strtoull(at, &at, 10);
+  const char* at = text;
+  for (uint64_t& field : fields) {
+    while (*at == ' ') ++at;
+    for (; *at >= '0' && *at <= '9'; ++at) field = field * 10 + static_cast<uint64_t>(*at - '0');
+  }
   const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   if (fields[0] == 0 || fields[5] == 0) return out;
   return {fields[0] * page, fields[5] * page};
@@ -133,8 +138,12 @@ Footprint footprint() {
 
 // Only async-signal-safe calls until the filter is in place (the header
 // says why).
-[[noreturn]] void child_main(int socket, pid_t parent, sock_fprog program, Footprint inherited,
-                             const SandboxLimits& limits, ChildBody body, uint64_t length) {
+[[noreturn]] void child_main(int socket, pid_t parent, sock_fprog program, const SandboxLimits& limits,
+                             ChildBody body, uint64_t length) {
+  // Measured here, not in the parent before the fork: another thread of
+  // the parent may unmap memory in between (a freed buffer), and the limits
+  // below would then allow the child that much more.
+  const Footprint inherited = footprint();
   if (socket != kChildSocket && dup2(socket, kChildSocket) != kChildSocket) _exit(120);
   for (int fd = 0; fd < kChildSocket; ++fd) close(fd);
   if (close_range(kChildSocket + 1, ~0U, 0) != 0) _exit(121);
@@ -248,7 +257,6 @@ std::string run_sandboxed(const MappedFile& file, uint64_t base, uint64_t length
   if (base > file.size() || length > file.size() - base) fail(display, "the HDF5 bytes run past the file");
   Filter filter = build_filter(display);
   const sock_fprog program = filter.program();
-  const Footprint inherited = footprint();
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
     fail(display, std::string("cannot start the HDF5 process: ") + std::strerror(errno));
@@ -260,7 +268,7 @@ std::string run_sandboxed(const MappedFile& file, uint64_t base, uint64_t length
     close(pair[1]);
     fail(display, std::string("cannot start the HDF5 process: ") + std::strerror(errno));
   }
-  if (child.pid == 0) child_main(pair[1], parent, program, inherited, limits, body, length);
+  if (child.pid == 0) child_main(pair[1], parent, program, limits, body, length);
   close(pair[1]);
 
   using Clock = std::chrono::steady_clock;

@@ -26,7 +26,8 @@
 // fetch threads; the daemon opens models before its FUSE threads start):
 // the child runs only this file's code and libhdf5, never a lock another
 // thread may have held. Between fork and the filter it makes only
-// async-signal-safe calls (dup2, close_range, setrlimit, prctl, getppid)
+// async-signal-safe calls (open, read and close of /proc/self/statm, to
+// measure what it inherited; dup2, close_range, setrlimit, prctl, getppid)
 // and builds the seccomp program in memory allocated before the fork.
 // Afterwards libhdf5 allocates with malloc, which glibc makes usable in a
 // forked child (fork takes every malloc arena lock and releases them in
@@ -56,7 +57,9 @@ struct SandboxLimits {
   uint64_t deadline_ms = 15'000;  // wall time the child may take, beyond the parent's own reads
   unsigned cpu_seconds = 8;
   // What the child may allocate on top of what it inherits (RLIMIT_DATA):
-  // past it, malloc fails in the child and the walk with it.
+  // past it, malloc fails in the child and the walk with it. What it
+  // inherits includes the heap the parent freed and kept, which the
+  // child's malloc reuses first.
   uint64_t memory_bytes = uint64_t{1} << 30;
   uint64_t max_record_bytes = uint64_t{256} << 20;  // all records together
 };
