@@ -22,6 +22,7 @@ import pytest
 
 import conftest
 from conftest import cat, index_paths, metadata, mounted, one_line, run_modelfs, sidecar
+from test_export import parse_export
 
 REAL = "fixtures/realworld2/files/openvino"
 HOSTILE = "fixtures/realworld2/files/hostile/openvino_underallocated"
@@ -245,13 +246,8 @@ def test_u1_and_nf4_unpacked_u2_u3_u6_left_out(tmp):
 
 
 def exported(path):
-    """{name: (dtype, shape, bytes)} of a safetensors file, read here."""
-    data = path.read_bytes()
-    (length,) = struct.unpack_from("<Q", data)
-    header = json.loads(data[8:8 + length])
-    header.pop("__metadata__", None)
-    body = data[8 + length:]
-    return {k: (v["dtype"], v["shape"], body[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in header.items()}
+    """{name: (dtype, shape, bytes)} of a safetensors file, by the reference reader's rules (test_export)."""
+    return parse_export(path.read_bytes())[0]
 
 
 def test_sub_byte_export(tmp):
