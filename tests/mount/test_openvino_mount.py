@@ -202,7 +202,7 @@ def sub_byte_sample():
         Const("q", "nf4", [2, 8], pack_low_nibbles(values["q"].ravel())),
         Const("q.odd", "NF4", [5], pack_low_nibbles(values["q.odd"])),
         Const("u2", "u2", [4], b"\x1b"),
-        Const("u3", "u3", [8], bytes(3)),
+        Const("u3", "u3", [5], bytes(3)),  # 15 bits in a whole 3-byte group, as OpenVINO sized u3 before 2026
         Const("u6", "u6", [4], bytes(3)),
     ]
     return consts, values
@@ -373,6 +373,8 @@ def test_refusals(tmp):
     # Packed types: a byte per value (as if unpacked) is not their size.
     refused(model('element_type="f32"', 'element_type="u1"'), "size 16 is not the 1 bytes")
     refused(model('element_type="f32" shape="4"', 'element_type="nf4" shape="30"'), "size 16 is not the 15 bytes")
+    # u3 of 40 values: 15 bytes, in whole 3-byte groups too; 16 is neither.
+    refused(model('element_type="f32" shape="4"', 'element_type="u3" shape="40"'), "size 16 is not the 15 bytes")
     refused(model('element_type="f32"', 'element_type="f33"'), "unknown element_type")
     refused(model('shape="4"', 'shape="4,x"'), "shape")
     refused(model('offset="3"', 'offset="3000"'), "run past the end")
