@@ -182,6 +182,20 @@ def ggml_seed(folder, name, write):
     return path
 
 
+def paddle_seed(make):
+    """A PaddlePaddle case as fuzz_paddle.cpp takes it: the program, then its
+    .pdiparams after the marker when the case has one (a .pdparams as it is)."""
+    def seed(folder):
+        model = make(folder)
+        params = model.with_suffix(".pdiparams")
+        if model.suffix != ".pdmodel" or not params.exists():
+            return model
+        path = pathlib.Path(folder) / "seed"
+        path.write_bytes(model.read_bytes() + b"\n--pdiparams--\n" + params.read_bytes())
+        return path
+    return seed
+
+
 # Seeds that are no hostile case: name -> (targets, make(folder) -> path).
 EXTRA_SEEDS = {
     "dcp_rows_and_columns": (("fuzz_dcp",), hc.dcp_fuzz_seed),
@@ -192,6 +206,13 @@ EXTRA_SEEDS = {
     "ggml_whisper_blocks": (("fuzz_ggml_legacy",),
                             lambda d: ggml_seed(d, "whisper", lambda t: hc.gl.whisper(t, ftype=2008))),
     "ggml_rwkv_blocks": (("fuzz_ggml_legacy",), lambda d: ggml_seed(d, "rwkv", hc.gl.rwkv)),
+    # --- issue 45, PaddlePaddle ---
+    "paddle_truncated_stream": (("fuzz_paddle",), paddle_seed(hc.paddle_truncated_stream)),
+    "paddle_dims_2_62": (("fuzz_paddle",), paddle_seed(hc.paddle_dims_2_62)),
+    "paddle_missing_var_file": (("fuzz_paddle",), paddle_seed(hc.paddle_missing_var_file)),
+    "paddle_stream_count_mismatch": (("fuzz_paddle",), paddle_seed(hc.paddle_stream_count_mismatch)),
+    "paddle_100k_vars": (("fuzz_paddle",), paddle_seed(lambda d: hc.paddle_100k_vars(d, count=300))),
+    "paddle_pdparams_text_lies": (("fuzz_paddle",), paddle_seed(hc.paddle_pdparams_text_lies)),
 }
 # The unpickler is given the pickles inside the torch cases.
 PICKLE_TARGET = "fuzz_unpickler"

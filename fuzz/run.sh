@@ -94,6 +94,14 @@ seed fuzz_ggml_legacy "$SHARED"/realworld4/files/ggml/whispercpp_for-tests-ggml-
   "$SHARED"/realworld4/files/hostile/whispercpp_for-tests-ggml-whisper-bad-ndims.bin
 seed fuzz_llamafile "$SHARED"/realworld4/files/llamafile/*.llamafile
 seed fuzz_nemo "$SHARED"/realworld4/files/nemo/*.nemo "$SHARED"/realworld4/files/hostile/*.nemo
+# PaddlePaddle seeds: the .pdparams; each program, then the marker
+# fuzz_paddle.cpp splits at and its .pdiparams when it has one.
+mkdir -p "$BUILD/corpus/fuzz_paddle"
+for m in "$SHARED"/realworld4/files/paddle/*/__model__ "$SHARED"/realworld4/files/paddle/*/*.pdmodel; do
+  { cat "$m"; p=${m%.pdmodel}.pdiparams; [ "$p" = "$m" ] || [ ! -f "$p" ] || { printf '\n--pdiparams--\n'; cat "$p"; }; } \
+    >"$BUILD/corpus/fuzz_paddle/$(basename "$(dirname "$m")")" || true
+done
+seed fuzz_paddle "$SHARED"/realworld4/files/paddle/*.pdparams
 seed fuzz_open_model examples/*.safetensors "$SHARED"/real/*/* "$SHARED"/generated/*/*
 seed fuzz_export examples/*.safetensors "$SHARED"/real/*/* "$SHARED"/generated/*/*
 # The numeric views and the tree builder read their inputs as numbers of

@@ -41,7 +41,7 @@ if command -v ccache >/dev/null; then
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=1
 fi
 BUILD=${BUILD_DIR:-build}
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMODELFS_BUILD_TESTS=ON >/dev/null
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMODELFS_BUILD_TESTS=ON -DMODELFS_BUILD_CSI=ON >/dev/null
 cmake --build "$BUILD" -j"$(nproc)"
 
 # The sanitizer build compiles while the plain pass runs, at the lowest

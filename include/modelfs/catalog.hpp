@@ -113,7 +113,7 @@ struct BasicQuantization : QuantizationParameters {
 using Quantization = BasicQuantization<std::string_view>;
 
 // A tensor whose bytes are stored encoded (a deflated .npz member, a
-// big-endian array): its `bytes` are the encoded stream (a range of the
+// big-endian array, a pickled array's latin-1 text): its `bytes` are the encoded stream (a range of the
 // mapping), and its raw file is `size` bytes from `decoded_offset` of what
 // the stream decodes to. The tree decodes what each read asks for
 // (src/tree/inflate_view.hpp, SwapView in src/tree/numeric_views.hpp);
@@ -122,6 +122,9 @@ struct Encoded {
   enum class Method : uint8_t {
     Deflate,   // raw deflate (ZIP method 8)
     ByteSwap,  // big-endian: every `swap_bytes` bytes reversed (both parts of a complex number)
+    // Latin-1 text in UTF-8 (a protocol-2 pickle's bytes): each byte below
+    // 0x80 as itself, each other as two; the stream is all of `bytes`.
+    Latin1Utf8,
   };
   Method method = Method::Deflate;
   uint64_t decoded_offset = 0;

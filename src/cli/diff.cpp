@@ -204,7 +204,8 @@ void compare_values(std::vector<Pair>& pairs, std::span<const size_t> to_compare
     const Pair& p = pairs[piece.item];
     const TensorValues &a = *p.a, &b = *p.b;
     ValueReader reader_a(tree_a), reader_b(tree_b);
-    std::vector<double> buffer_a(kChunkElements * a.components), buffer_b(kChunkElements * b.components);
+    std::vector<double> buffer_a(chunk_buffer_size(piece.count, a.components)),
+        buffer_b(chunk_buffer_size(piece.count, b.components));
     // Both in the same order: as stored when their orders agree, else
     // C order; only the distinct values where both repeat them alike
     // (neither is then in Fortran order).

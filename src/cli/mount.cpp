@@ -6,6 +6,7 @@
 #include <grp.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -102,12 +103,46 @@ void report_daemon_gone(const std::string& mountpoint) {
       mountpoint, whose, mountpoint);
 }
 
+// "/dev/fd/N": the descriptor N of /dev/fuse, already mounted by whoever
+// opened it (a CSI plugin handing the mount to a daemon it did not start),
+// which libfuse serves without mounting (fuse_session_mount). -1 otherwise.
+int fuse_fd_of(const std::string& mountpoint) {
+  constexpr std::string_view kPrefix = "/dev/fd/";
+  if (!mountpoint.starts_with(kPrefix) || mountpoint.size() == kPrefix.size() ||
+      mountpoint.size() > kPrefix.size() + 9)
+    return -1;
+  int fd = 0;
+  for (const char c : mountpoint.substr(kPrefix.size())) {
+    if (c < '0' || c > '9') return -1;
+    fd = fd * 10 + (c - '0');
+  }
+  return fd;
+}
+
+// The descriptor is open and is the FUSE device (10:229), not a file a
+// mistaken /dev/fd path names.
+bool check_fuse_fd(const std::string& mountpoint, int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    spdlog::error("{}: mountpoint: descriptor {} is not open: {}", mountpoint, fd, std::strerror(errno));
+    return false;
+  }
+  if (!S_ISCHR(st.st_mode) || major(st.st_rdev) != 10 || minor(st.st_rdev) != 229) {
+    spdlog::error(
+        "{}: mountpoint: descriptor {} is not /dev/fuse (give a mounted /dev/fuse descriptor, or a folder)",
+        mountpoint, fd);
+    return false;
+  }
+  return true;
+}
+
 // Checks the mountpoint before the model is read or anything mounted, so the
 // common mistakes get a message that says what to do. A folder that is
 // itself a mount root (a container's volume, a tmpfs) is a mountpoint like
 // any other; only modelfs already there is refused (a mount whose daemon
 // has died, mount_command has refused already).
 bool check_mountpoint(const std::string& mountpoint, bool allow_nonempty) {
+  if (const int fd = fuse_fd_of(mountpoint); fd >= 0) return check_fuse_fd(mountpoint, fd);
   struct stat st {};
   if (::stat(mountpoint.c_str(), &st) != 0) {
     spdlog::error("{}: mountpoint: {}", mountpoint, std::strerror(errno));
@@ -284,12 +319,17 @@ int mount_command(CommandLine& line, Budget& budget) {
 
   ServeOptions serve;
   serve.mountpoint = mountpoint;
+  // A mount made by someone else has no path here: nothing to raise the
+  // readahead of, nor to read ahead through.
+  const bool handed_over = fuse_fd_of(mountpoint) >= 0;
   serve.foreground = line.fuse.foreground != 0;
   serve.single_thread = line.fuse.singlethread != 0;
   serve.xattrs = options.xattr != 0;
-  serve.prefetch = options.noprefetch == 0;
+  serve.prefetch = options.noprefetch == 0 && !handed_over;
   serve.max_threads = line.fuse.max_threads;
-  if (::geteuid() == 0) {
+  if (handed_over) {
+    serve.readahead_kb = 0;
+  } else if (::geteuid() == 0) {
     serve.readahead_kb =
         options.readahead_kb >= 0 ? static_cast<unsigned>(options.readahead_kb) : kDefaultReadaheadKib;
   } else if (options.readahead_kb >= 0) {

@@ -150,6 +150,8 @@ void print_usage(const char* program) {
             << "model.json, a .tflite, an ExecuTorch .pte or .ptd, an OpenVINO .xml, or a\n"
             << "torch.distributed.checkpoint folder (or its .metadata).\n"
             << "Also a llamafile (the GGUF stored in its ZIP) or a NeMo .nemo archive (a tar).\n"
+            << "PaddlePaddle: a .pdmodel or fluid __model__ program (its .pdiparams, __params__\n"
+            << "or per-var files beside it), or a .pdparams state dict.\n"
             << "MODEL may be a URL: http(s)://..., s3://BUCKET/KEY, hf://OWNER/REPO[@REV]/PATH.\n"
             << "\n"
             << "modelfs options:\n"

@@ -183,7 +183,7 @@ int stats_command(const Options& options, Budget& budget) {
       const ValuePiece& piece = pieces[p];
       const TensorValues& v = values[piece.item];
       ValueReader reader(tree);
-      std::vector<double> buffer(kChunkElements * v.components);
+      std::vector<double> buffer(chunk_buffer_size(piece.count, v.components));
       for (uint64_t at = 0; at < piece.count; at += kChunkElements) {
         const uint64_t n = std::min(kChunkElements, piece.count - at);
         reader.read_distinct(v, piece.first + at, n, buffer);

@@ -7,6 +7,7 @@
 //
 // The one place the commands use the tree: Tree::build, resolve, read,
 // parts and npy_of.
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -28,6 +29,12 @@ namespace modelfs::cli {
 // Elements converted at a time: the doubles of one chunk (512 KiB) and its
 // bytes stay in a core's cache between the read and the passes over them.
 inline constexpr uint64_t kChunkElements = uint64_t{1} << 16;
+// The values buffer of a piece of `count` elements: a chunk, or the piece
+// when it is smaller (a model of 50 000 scalars made and zeroed a chunk's
+// 512 KiB for each, most of --stats' time).
+inline size_t chunk_buffer_size(uint64_t count, unsigned components) {
+  return static_cast<size_t>(std::min(kChunkElements, count)) * components;
+}
 // Elements one task of the pool takes: a large tensor is shared among the
 // threads, a small one is one task.
 inline constexpr uint64_t kPieceElements = kChunkElements * 64;

@@ -15,6 +15,7 @@
 #include "formats/numpy.hpp"
 #include "formats/onnx.hpp"
 #include "formats/openvino.hpp"
+#include "formats/paddle.hpp"
 #include "formats/pt2.hpp"
 #include "formats/safetensors.hpp"
 #include "formats/tfckpt.hpp"
@@ -152,6 +153,12 @@ const std::array kReaders{
                  .open_folder = dcp::open_folder,
                  .folder_holds = ".metadata (torch.distributed.checkpoint)",
                  .remote_index_names = kDcpRemoteIndexes},
+    // A pickle too, told from torch's (its magic number first) by a dict
+    // first and numpy's array reconstruction named in the head.
+    FormatReader{.name = "paddle pdparams",
+                 .family = "PaddlePaddle",
+                 .probe_file = paddle::probe_pdparams,
+                 .open_file = paddle::open_pdparams},
     // The table's magic is in its last bytes, past the probed head: probed
     // by its first entry, key "" and a BundleHeaderProto.
     FormatReader{.name = "tensorflow checkpoint",
@@ -164,6 +171,15 @@ const std::array kReaders{
                  .remote_index_names = kTfckptRemoteIndexes},
     FormatReader{
         .name = "npy", .family = "NumPy", .probe_file = numpy::probe_file, .open_file = numpy::open_file},
+    // A protobuf ProgramDesc with no magic, told from ONNX (whose first
+    // field is a varint) by its first block's idx 0 and parent_idx -1.
+    FormatReader{.name = "paddle",
+                 .family = "PaddlePaddle",
+                 .probe_file = paddle::probe_program,
+                 .open_file = paddle::open_program,
+                 .probe_folder = paddle::probe_folder,
+                 .open_folder = paddle::open_folder,
+                 .folder_holds = "a PaddlePaddle __model__ or *.pdmodel"},
     // ONNX has no magic: probed last, by a bounded trial parse of its first
     // fields, so that every format with a magic is recognised before it.
     FormatReader{

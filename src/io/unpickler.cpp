@@ -235,13 +235,14 @@ constexpr CountedText kCountedTexts[] = {
 class Machine {
  public:
   Machine(std::span<const std::byte> bytes, const std::string& file, const std::string& format, uint64_t base,
-          bool warn_unknown)
+          bool warn_unknown, bool fold_latin1)
       : in_(bytes, file, format, base),
         file_(file),
         format_(format),
         base_(base),
         copy_budget_(kMaxCopiedBytes + kCopiedBytesPerPickleByte * bytes.size()),
-        warn_unknown_(warn_unknown) {}
+        warn_unknown_(warn_unknown),
+        fold_latin1_(fold_latin1) {}
 
   Pickle run() {
     // The budget grows with the pickle as it is read, ahead of the values
@@ -458,7 +459,7 @@ class Machine {
           if (!arg) return make_text(Kind::Bytes, "");
           if (arg->kind == Kind::Bytes || arg->kind == Kind::String) charge_copy(arg->text.size(), 1);
           if (arg->kind == Kind::Bytes) return make_text(Kind::Bytes, arg->text);
-          if (arg->kind == Kind::String) {
+          if (arg->kind == Kind::String && (fold_latin1_ || callable->known != KnownGlobal::CodecsEncode)) {
             if (auto raw = latin1_bytes(arg->text)) return make_text(Kind::Bytes, *raw);
           }
           break;
@@ -862,6 +863,7 @@ class Machine {
   uint64_t next_memo_ = 0;
   std::unordered_set<std::string> unknown_seen_;
   bool warn_unknown_ = true;
+  bool fold_latin1_ = true;
 };
 
 }  // namespace
@@ -873,8 +875,8 @@ std::string Value::qualified_name() const {
 }
 
 Pickle unpickle(std::span<const std::byte> bytes, const std::string& file, const std::string& format,
-                uint64_t base, bool warn_unknown) {
-  Pickle pickle = Machine(bytes, file, format, base, warn_unknown).run();
+                uint64_t base, bool warn_unknown, bool fold_latin1) {
+  Pickle pickle = Machine(bytes, file, format, base, warn_unknown, fold_latin1).run();
   return pickle;
 }
 

@@ -210,8 +210,11 @@ struct Pickle {
 // `format` and `base` (file offset of bytes[0]) are for messages; ModelError
 // on any malformed, truncated or over-limit input. Unknown globals are
 // logged with spdlog::warn, unless `warn_unknown` is false (a reader that
-// refuses them by name itself: formats/dcp.cpp).
+// refuses them by name itself: formats/dcp.cpp). With `fold_latin1` false,
+// _codecs.encode(text, ...) stays a Call whose text argument's `offset` is
+// the opcode that holds it, so a reader can find the text in the file
+// rather than hold its bytes decoded (formats/paddle_pickle.cpp).
 Pickle unpickle(std::span<const std::byte> bytes, const std::string& file, const std::string& format,
-                uint64_t base = 0, bool warn_unknown = true);
+                uint64_t base = 0, bool warn_unknown = true, bool fold_latin1 = true);
 
 }  // namespace modelfs::pickle

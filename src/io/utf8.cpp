@@ -35,4 +35,20 @@ std::optional<Utf8Char> decode_utf8(std::string_view text) {
   return Utf8Char{value, length};
 }
 
+std::optional<uint64_t> latin1_size(std::string_view text) noexcept {
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < text.size(); ++bytes) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    }
+    if ((lead != 0xC2 && lead != 0xC3) || i + 1 >= text.size() ||
+        (static_cast<unsigned char>(text[i + 1]) & 0xC0) != 0x80)
+      return std::nullopt;
+    i += 2;
+  }
+  return bytes;
+}
+
 }  // namespace modelfs

@@ -12,6 +12,8 @@
 
 #include "io/checked_math.hpp"
 #include "io/mapped_bytes.hpp"
+#include "io/utf8.hpp"
+#include "modelfs/error.hpp"
 #include "modelfs/mapped_file.hpp"
 #include "tree/ggml_dequant.hpp"
 
@@ -566,6 +568,71 @@ void SwapView::compute(uint64_t offset, std::span<std::byte> out) const {
   for (size_t i = 0; i < out.size(); ++i) {
     const uint64_t at = offset + i, within = at % swap_;
     out[i] = in[at - within + swap_ - 1 - within];
+  }
+}
+
+namespace {
+
+// Decodes latin-1 text in UTF-8 from text[*at], `count` bytes into `out`
+// (null: skipped); false when the text ends first or is not such text.
+// Runs under the mapped-bytes guard: plain loops only.
+bool decode_latin1(std::span<const std::byte> text, size_t* at, uint64_t count, std::byte* out) {
+  size_t i = *at;
+  for (uint64_t k = 0; k < count; ++k) {
+    if (i >= text.size()) return false;
+    const auto lead = std::to_integer<unsigned char>(text[i]);
+    unsigned char next = 0;
+    if (lead >= 0x80) {
+      if ((lead != 0xC2 && lead != 0xC3) || i + 1 >= text.size()) return false;
+      next = std::to_integer<unsigned char>(text[i + 1]);
+      if ((next & 0xC0) != 0x80) return false;
+    }
+    if (out != nullptr) out[k] = std::byte{latin1_byte(lead, next)};
+    i += lead < 0x80 ? 1 : 2;
+  }
+  *at = i;
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<Latin1View> Latin1View::make(const ByteSpan& stored, uint64_t size) {
+  if (stored.size() < size || stored.size() / 2 > size) return nullptr;
+  std::unique_ptr<Latin1View> view(new Latin1View(stored, size));
+  view->marks_.resize(size / kMarkBytes + 1);
+  const std::span<const std::byte> text = stored.span();
+  uint64_t* marks = view->marks_.data();
+  bool whole = true;
+  read_mapped([&] {
+    size_t at = 0;
+    for (uint64_t mark = 0; mark * kMarkBytes < size && whole; ++mark) {
+      marks[mark] = at;
+      whole = decode_latin1(text, &at, std::min(kMarkBytes, size - mark * kMarkBytes), nullptr);
+    }
+    if (size % kMarkBytes == 0) marks[size / kMarkBytes] = at;
+    whole = whole && at == text.size();
+  });
+  if (!whole) return nullptr;
+  return view;
+}
+
+void Latin1View::read(uint64_t offset, std::span<std::byte> out, ReadScope& scope) const {
+  if (out.empty()) return;
+  const uint64_t mark = offset / kMarkBytes, from = marks_[mark];
+  const uint64_t skip = offset - mark * kMarkBytes;
+  // At most two bytes of text a byte.
+  const uint64_t reach = std::min<uint64_t>(stored_.size() - from, 2 * (skip + out.size()));
+  const std::span<const std::byte> text = stored_.subspan(from, reach).span(&scope);
+  bool decoded = false;
+  read_mapped([&] {
+    size_t at = 0;
+    decoded = decode_latin1(text, &at, skip, nullptr) && decode_latin1(text, &at, out.size(), out.data());
+  });
+  if (!decoded) {
+    const MappedFile* file = stored_.mapped_file();
+    throw ModelError(file != nullptr ? file->display_name() : std::string(), "pickle",
+                     stored_.file_offset() + from,
+                     "an array's latin-1 text no longer decodes (the file changed under the mount)");
   }
 }
 

@@ -157,6 +157,29 @@ class SwapView final : public StoredView {
   uint64_t swap_;
 };
 
+// The raw bytes of an array a protocol-2 pickle stored as latin-1 text in
+// UTF-8 (Encoded::Method::Latin1Utf8; latin1_size in utf8.hpp): a byte
+// below 0x80 as itself, any other as two. Where a byte's text lies depends
+// on every byte before it, so the view keeps where each kMarkBytes-th byte
+// starts, found by one pass over the text when the tree is built, and a
+// read decodes from the mark at or before it. A text that no longer
+// decodes (changed under the mount) fails the read.
+class Latin1View final : public ComputedBytes {
+ public:
+  static constexpr uint64_t kMarkBytes = 16 << 10;
+  // The view of `stored`, or null when it is not latin-1 text of `size`
+  // bytes.
+  static std::unique_ptr<Latin1View> make(const ByteSpan& stored, uint64_t size);
+  uint64_t size() const noexcept { return size_; }
+  void read(uint64_t offset, std::span<std::byte> out, ReadScope& scope) const override;
+
+ private:
+  Latin1View(const ByteSpan& stored, uint64_t size) : stored_(stored), size_(size) {}
+  ByteSpan stored_;
+  uint64_t size_ = 0;
+  std::vector<uint64_t> marks_;  // where byte i x kMarkBytes starts in the text
+};
+
 class ElementView final : public StoredView {
  public:
   static constexpr uint32_t kMaxValueSize = 16;  // complex128

@@ -530,6 +530,19 @@ class TreeBuilder {
       tree_.decoded_views_.push_back(std::move(view));
       return part;
     }
+    if (tensor.encoded->method == Encoded::Method::Latin1Utf8) {
+      const Encoded& e = *tensor.encoded;
+      if (e.decoded_offset != 0 || e.decoded_size != e.size)
+        throw std::logic_error("a latin-1 tensor whose sizes disagree");
+      auto view = Latin1View::make(tensor.bytes, e.size);
+      if (!view)
+        throw ModelError(std::string(tensor.source.file), catalog.format, tensor.bytes.file_offset(),
+                         "tensor " + std::string(tensor.name) + ": its latin-1 text does not decode to " +
+                             std::to_string(e.size) + " bytes");
+      const Part part{nullptr, view.get(), view->size()};
+      tree_.decoded_views_.push_back(std::move(view));
+      return part;
+    }
     auto view = std::make_unique<InflateView>(tensor, std::string(tensor.source.file), catalog.format);
     const Part part{nullptr, view.get(), view->size()};
     tree_.decoded_views_.push_back(std::move(view));

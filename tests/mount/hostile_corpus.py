@@ -1845,6 +1845,77 @@ def nemo_20k_members(folder):
     return path
 
 
+# --------------------------------------------------------------------------
+# PaddlePaddle (issue 45): programs whose tensor streams lie, are cut or
+# missing, and a state dict whose latin-1 text lies (paddle_files.py writes).
+
+import paddle_files as pdf  # noqa: E402
+
+PADDLE_VARS = 100_000
+
+
+def _paddle_params():
+    return {"fc_0.w_0": np.arange(12, dtype=F32).reshape(3, 4), "fc_0.b_0": np.arange(4, dtype=np.int64)}
+
+
+def _paddle_combined(folder, data, declared=None):
+    p = _paddle_params()
+    (folder / "model.pdiparams").write_bytes(data)
+    path = folder / "model.pdmodel"
+    path.write_bytes(pdf.program(p, declared=declared))
+    return path
+
+
+def paddle_truncated_stream(folder):
+    """A combined file cut in the middle of its last stream's data."""
+    return _paddle_combined(folder, pdf.combined(_paddle_params())[:-7])
+
+
+def paddle_dims_2_62(folder):
+    """A stream whose TensorDesc says 2^31 x 2^31 floats (the program leaves the
+    dims unknown) over 48 bytes of data."""
+    p = _paddle_params()
+    data = pdf.stream(p["fc_0.b_0"]) + pdf.stream(p["fc_0.w_0"], dims=[1 << 31, 1 << 31])
+    return _paddle_combined(folder, data, declared={"fc_0.w_0": (5, [-1, -1])})
+
+
+def paddle_missing_var_file(folder):
+    """A fluid __model__ naming two vars, with one var's file missing."""
+    p = _paddle_params()
+    (folder / "fc_0.w_0").write_bytes(pdf.stream(p["fc_0.w_0"]))
+    path = folder / "__model__"
+    path.write_bytes(pdf.program(p))
+    return path
+
+
+def paddle_stream_count_mismatch(folder):
+    """A combined file holding one stream more than the program's vars."""
+    p = _paddle_params()
+    return _paddle_combined(folder, pdf.combined(p) + pdf.stream(p["fc_0.b_0"]))
+
+
+def paddle_100k_vars(folder, count=PADDLE_VARS):
+    """A program of 100 000 persistable vars and their 100 000 streams (mounts)."""
+    p = {f"v{i:06d}": np.array([i], dtype=F32) for i in range(count)}
+    (folder / "model.pdiparams").write_bytes(pdf.combined(p))
+    path = folder / "model.pdmodel"
+    path.write_bytes(pdf.program(p))
+    return path
+
+
+def paddle_pdparams_text_lies(folder):
+    """A protocol-2 state dict whose array's latin-1 text stands for fewer bytes
+    than its shape needs (the BINUNICODE length says so too)."""
+    a = np.arange(256, dtype=F32) * 1.7
+    good = pickle.dumps({"w": a}, protocol=2)
+    text = a.tobytes().decode("latin1").encode("utf-8")
+    at = good.index(text)
+    cut = text[:-8]
+    path = folder / "model.pdparams"
+    path.write_bytes(good[:at - 4] + struct.pack("<I", len(cut)) + cut + good[at + len(text):])
+    return path
+
+
 CASES = {
     "long_name": (long_name, False),
     "shared_pickle_dict": (shared_pickle_dict, True),
@@ -1971,6 +2042,13 @@ CASES = {
     "nemo_20k_members": (nemo_20k_members, True),
     "nemo_gzip_truncated": (nemo_gzip_truncated, True),
     "nemo_gzip_bomb": (nemo_gzip_bomb, True),
+    # --- issue 45, PaddlePaddle: streams cut, lying, missing, too many; a state dict's text ---
+    "paddle_truncated_stream": (paddle_truncated_stream, False),
+    "paddle_dims_2_62": (paddle_dims_2_62, False),
+    "paddle_missing_var_file": (paddle_missing_var_file, False),
+    "paddle_stream_count_mismatch": (paddle_stream_count_mismatch, False),
+    "paddle_100k_vars": (paddle_100k_vars, False),
+    "paddle_pdparams_text_lies": (paddle_pdparams_text_lies, False),
     # --- OpenVINO sub-byte Consts (issue 45): sizes that do not fit the packed type ---
     "openvino_u1_size_unpacked": (openvino_u1_size_unpacked, False),
     "openvino_nf4_past_end": (openvino_nf4_past_end, False),

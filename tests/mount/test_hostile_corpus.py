@@ -546,6 +546,14 @@ EXPECT = {
     "nemo_20k_members": {"exits": (0,), "mounted": check_values({"w": np.arange(1024, dtype="<f4")})},
     "nemo_gzip_truncated": {"exits": (2,)},
     "nemo_gzip_bomb": {"exits": (2,)},
+    # --- issue 45, PaddlePaddle ---
+    "paddle_truncated_stream": {"exits": (2,)},
+    "paddle_dims_2_62": {"exits": (2,)},
+    "paddle_missing_var_file": {"exits": (2,)},
+    "paddle_stream_count_mismatch": {"exits": (2,)},
+    "paddle_100k_vars": {"exits": (0,), "mounted": check_values(
+        {"v000000": np.array([0], dtype="<f4"), "v099999": np.array([99999], dtype="<f4")})},
+    "paddle_pdparams_text_lies": {"exits": (2,)},
 }
 
 

@@ -210,7 +210,8 @@ def test_fstab_line_mounts_through_mount_fuse3(tmp):
 # ----- the Debian packages -------------------------------------------------
 
 PACKAGES = ("modelfs", "libmodelfs0", "libmodelfs-dev")
-DBGSYM = ("modelfs-dbgsym", "libmodelfs0-dbgsym")
+CSI_PACKAGES = ("modelfs-csi",)  # the Kubernetes CSI node plugin (docs/kubernetes.md)
+DBGSYM = ("modelfs-dbgsym", "libmodelfs0-dbgsym", "modelfs-csi-dbgsym")
 
 
 def fresh_copy(target):
@@ -249,7 +250,7 @@ def test_readme_builds_the_packages_as_the_test_does():
     readme = (REPO / "README.md").read_text()
     install = readme[readme.index("## Install"):readme.index("## Usage")]
     assert "dpkg-buildpackage -b -us -uc" in install
-    for package in PACKAGES + DBGSYM:
+    for package in PACKAGES + CSI_PACKAGES + DBGSYM:
         assert f"`{package}`" in install, package
 
 
@@ -263,7 +264,7 @@ def contents(deb):
 
 def test_packages_are_split_as_debian_does(debs, tmp):
     packages, _ = debs
-    assert sorted(packages) == sorted(PACKAGES + DBGSYM)
+    assert sorted(packages) == sorted(PACKAGES + CSI_PACKAGES + DBGSYM)
     tool, library, dev = (packages[name] for name in PACKAGES)
     depends = field(tool, "Depends")
     # The program links the library's code statically (CMakeLists.txt: it
@@ -285,6 +286,8 @@ def test_packages_are_split_as_debian_does(debs, tmp):
             "./usr/share/bash-completion/completions/modelfs", "./usr/share/doc/modelfs/copyright",
             "./usr/share/doc/modelfs/changelog.gz"} <= set(files["modelfs"])
     assert not [f for f in files["modelfs"] if "/include/" in f or ".so" in f]
+    assert {"./usr/bin/modelfs-csi", "./usr/share/man/man1/modelfs-csi.1.gz"} <= set(files["modelfs-csi"])
+    assert "modelfs (= 0.1.0)" in field(packages["modelfs-csi"], "Depends")
     assert f"./usr/lib/{arch}/libmodelfs.so.0" in files["libmodelfs0"]
     assert f"./usr/lib/{arch}/libmodelfs.so.0.1.0" in files["libmodelfs0"]
     assert not [f for f in files["libmodelfs0"] if f.endswith("libmodelfs.so") or "/include/" in f]
@@ -403,7 +406,7 @@ def test_packages_install_work_and_purge_in_a_clean_root(debs, clean_root):
     before = root_files(root)
     packages_before = installed_packages(root)
     (root / "debs").mkdir()
-    for name in PACKAGES:
+    for name in PACKAGES + CSI_PACKAGES:
         shutil.copy2(packages[name], root / "debs")
     shutil.copy2(REPO / "examples" / "sample-model.safetensors", root / "sample.safetensors")
     if not (root / "dev" / "fuse").exists():
@@ -416,6 +419,7 @@ def test_packages_install_work_and_purge_in_a_clean_root(debs, clean_root):
                           env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"), check=False, timeout=600)
         assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
         assert in_root(root, "modelfs", "--version").stdout.startswith("modelfs 0.1.0")
+        assert in_root(root, "modelfs-csi", "--version").stdout == "modelfs-csi 0.1.0\n"
         # The bundled sample, mounted by the tool and through mount.fuse3 as
         # fstab and systemd would, read against its own bytes.
         sample = (REPO / "examples" / "sample-model.safetensors").read_bytes()
@@ -432,7 +436,8 @@ def test_packages_install_work_and_purge_in_a_clean_root(debs, clean_root):
         in_root(root, "modelfs", "-u", "/mnt/b")
         assert (root / "usr/include/nlohmann/json.hpp").is_file(), "libmodelfs-dev pulls nlohmann-json3-dev"
 
-        purge = in_root(root, "apt-get", "purge", "-y", "--autoremove", *PACKAGES, check=False, timeout=300)
+        purge = in_root(root, "apt-get", "purge", "-y", "--autoremove", *PACKAGES, *CSI_PACKAGES, check=False,
+                        timeout=300)
         assert purge.returncode == 0, purge.stdout[-3000:] + purge.stderr[-3000:]
         status = in_root(root, "dpkg-query", "-W", "-f=${Package} ${Status}\n").stdout
         assert "modelfs" not in status and "libfuse3" not in status and "nlohmann" not in status, status
