@@ -47,6 +47,13 @@ enum class DType : uint8_t {
   // A ggml block-quantized type: the element size is per block, and the
   // tensor points at its ggml type (see Tensor::ggml).
   GgmlBlock,
+  // After GgmlBlock so that the values above keep their numbers.
+  // Bits packed most significant first (numpy.packbits' default order;
+  // OpenVINO u1), unlike the other sub-byte types, lowest bits first.
+  UInt1,
+  // 4-bit indices, low nibble first, into the NF4 table of 16 floats
+  // (QLoRA's NormalFloat; OpenVINO nf4).
+  NF4,
 };
 
 // Canonical name ("float32", "bfloat16", ...); "block" for GgmlBlock.

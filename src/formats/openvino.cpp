@@ -39,8 +39,8 @@ constexpr std::string_view kFormat = "openvino";          // the catalog's name 
 constexpr std::string_view kErrorFormat = "OpenVINO IR";  // what messages call it
 
 // Element types (docs/formats.md, "OpenVINO IR"): bits per element; no
-// dtype where modelfs has none that packs them as the IR does (the reason
-// then says why). String's bits are 0: its elements carry their lengths.
+// dtype where modelfs cannot know how the IR packs them (the reason then
+// says why). String's bits are 0: its elements carry their lengths.
 struct ElementType {
   std::string_view name;
   std::string_view alias;  // the legacy spelling, or empty
@@ -48,6 +48,15 @@ struct ElementType {
   uint32_t bits;
   std::string_view left_out = {};  // why a type with no dtype is left out
 };
+// How the sub-byte types order their elements in a byte, for the sidecar:
+// one order for all but u1.
+constexpr std::string_view kLowFirst = "element 0 in the lowest bits";
+constexpr std::string_view kMsbFirst = "element 0 in the most significant bit";
+// u2, u3 and u6 changed their packing between OpenVINO releases (u2 in
+// 2025, u3 and u6 in 2026) and an IR does not say which release wrote it:
+// unpacked values could be silently wrong.
+constexpr std::string_view kRepacked =
+    " changed its packing between OpenVINO releases and the IR does not say which release wrote it";
 constexpr ElementType kElementTypes[] = {
     {"boolean", "BOOL", DType::Bool, 8},
     {"bf16", "BF16", DType::BFloat16, 16},
@@ -69,13 +78,12 @@ constexpr ElementType kElementTypes[] = {
     {"f8e8m0", "F8E8M0", DType::Float8E8M0FNU, 8},
     {"f4e2m1", "F4E2M1", DType::Float4E2M1, 4},
     {"string", "STRING", DType::String, 0},
-    {"u1", "BIN", std::nullopt, 1, "u1 packs bits most significant first; modelfs has no such dtype"},
-    {"bin", "", std::nullopt, 1, "u1 packs bits most significant first; modelfs has no such dtype"},
-    {"u2", "", std::nullopt, 2,
-     "u2 packs pairs most significant first; modelfs's uint2 packs them lowest first"},
-    {"u3", "", std::nullopt, 3, "u3 splits each value's bits across bytes; modelfs has no such dtype"},
-    {"u6", "", std::nullopt, 6, "u6 splits each value's bits across bytes; modelfs has no such dtype"},
-    {"nf4", "NF4", std::nullopt, 4, "nf4 indexes the NF4 table; modelfs has no such dtype"},
+    {"u1", "BIN", DType::UInt1, 1},
+    {"bin", "", DType::UInt1, 1},
+    {"nf4", "NF4", DType::NF4, 4},
+    {"u2", "", std::nullopt, 2, "u2 (pairs most significant first, lowest first since 2025)"},
+    {"u3", "", std::nullopt, 3, "u3 (split across 3-byte groups, a plain bit stream since 2026)"},
+    {"u6", "", std::nullopt, 6, "u6 (split across 3-byte groups, a plain bit stream since 2026)"},
 };
 
 const ElementType* element_type(std::string_view name) {
@@ -364,7 +372,10 @@ class Reader {
       if (!bytes_needed.ok())
         fail(at(data), quote + "the byte size of shape " + shown(shape_text) + " overflows");
       const uint64_t need = bytes_needed.value();
-      if (*size != need)
+      // Before 2026 OpenVINO sized u3 and u6 in whole 3-byte groups: a
+      // Const it wrote so is left out like the others, not refused.
+      const bool split_groups = (et->bits == 3 || et->bits == 6) && *size == need + (3 - need % 3) % 3;
+      if (*size != need && !split_groups)
         fail(at(data), quote + "size " + std::to_string(*size) + " is not the " + std::to_string(need) +
                            " bytes its shape " + shown(shape_text) + " of " + std::string(et->name) +
                            " needs");
@@ -381,7 +392,9 @@ class Reader {
     if (!et->dtype) {
       ++left_out_count_;
       if (left_out_.size() < kMaxLeftOutListed)
-        left_out_.push_back({{"name", name}, {"element_type", et->name}, {"reason", et->left_out}});
+        left_out_.push_back({{"name", name},
+                             {"element_type", et->name},
+                             {"reason", std::string(et->left_out) + std::string(kRepacked)}});
       return;
     }
     pending_.push_back({name, id, et, std::move(*shape), *offset, *size, numel.value(), at(data)});
@@ -398,6 +411,8 @@ class Reader {
       t.strides = *contiguous_strides(c.shape);  // checked when the Const was read
       t.shape = std::move(c.shape);
       t.extras = {{"openvino_element_type", c.type->name}, {"openvino_layer_id", c.id}};
+      if (c.type->bits < 8 && c.type->bits != 0)
+        t.extras["openvino_bit_order"] = c.type->dtype == DType::UInt1 ? kMsbFirst : kLowFirst;
       if (t.dtype == DType::String) {
         const std::string quote = "Const layer " + shown(t.name) + " (id " + shown(c.id) + "): ";
         read_strings(t, c.offset, c.size, c.numel, quote, c.where);

@@ -47,7 +47,9 @@ constexpr std::array kTypes{
     DTypeInfo{DType::Float6E2M3FN, "float6_e2m3fn", 6, "", "F6_E2M3"},
     DTypeInfo{DType::Float6E3M2FN, "float6_e3m2fn", 6, "", "F6_E3M2"},
     DTypeInfo{DType::String, "string", 0, "", ""},
-    DTypeInfo{DType::GgmlBlock, "block", 0, "", ""},
+    DTypeInfo{DType::UInt1, "uint1", 1, "", ""},
+    DTypeInfo{DType::NF4, "nf4", 4, "", ""},
+    DTypeInfo{DType::GgmlBlock, "block", 0, "", ""},  // last: what an unknown value is taken for
 };
 
 const DTypeInfo& info(DType dtype) noexcept {

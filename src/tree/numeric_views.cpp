@@ -68,10 +68,12 @@ float e8m0(uint32_t code) {
 
 // One value a code, from a table made once: every stored type of 8 bits or
 // fewer. Codes are read `bits` at a time from the lowest bits of each byte
-// up (a 6-bit code may straddle two bytes).
+// up (a 6-bit code may straddle two bytes), or, for uint1, from the most
+// significant bit down.
 class LookupConversion final : public ElementConversion {
  public:
-  LookupConversion(uint32_t bits, uint32_t value_size) : bits_(bits), value_size_(value_size) {}
+  LookupConversion(uint32_t bits, uint32_t value_size, bool msb_first = false)
+      : bits_(bits), value_size_(value_size), msb_first_(msb_first) {}
   uint32_t stored_bits() const noexcept override { return bits_; }
   uint32_t value_size() const noexcept override { return value_size_; }
   void set(uint32_t code, uint32_t value_bits) { table_[code] = value_bits; }
@@ -94,6 +96,7 @@ class LookupConversion final : public ElementConversion {
   uint32_t code(const uint8_t* bytes, uint64_t element) const {
     const uint64_t bit = element * bits_;
     const uint64_t at = bit / 8;
+    if (msb_first_) return (bytes[at] >> (8 - bits_ - bit % 8)) & ((1u << bits_) - 1);  // bits_ divides 8
     const uint32_t shift = bit % 8;
     uint32_t word = bytes[at];
     if (shift + bits_ > 8) word |= uint32_t{bytes[at + 1]} << 8;  // lies in the element's bits
@@ -102,6 +105,7 @@ class LookupConversion final : public ElementConversion {
 
   uint32_t bits_;
   uint32_t value_size_;
+  bool msb_first_;
   std::array<uint32_t, 256> table_{};
 };
 
@@ -112,9 +116,9 @@ std::unique_ptr<ElementConversion> float_table(uint32_t bits, auto value_of) {
   return conversion;
 }
 
-// int4/int2 (two's complement) to int8, uint4/uint2 to uint8.
-std::unique_ptr<ElementConversion> integer_table(uint32_t bits, bool is_signed) {
-  auto conversion = std::make_unique<LookupConversion>(bits, 1);
+// int4/int2 (two's complement) to int8, uint4/uint2/uint1 to uint8.
+std::unique_ptr<ElementConversion> integer_table(uint32_t bits, bool is_signed, bool msb_first = false) {
+  auto conversion = std::make_unique<LookupConversion>(bits, 1, msb_first);
   for (uint32_t code = 0; code < (1u << bits); ++code) {
     int value = static_cast<int>(code);
     if (is_signed && code >= (1u << (bits - 1))) value -= 1 << bits;
@@ -122,6 +126,25 @@ std::unique_ptr<ElementConversion> integer_table(uint32_t bits, bool is_signed) 
   }
   return conversion;
 }
+
+// NF4's 16 values (QLoRA's NormalFloat quantiles, as OpenVINO's
+// ConvertNF4::dequantize lists them), each exact in float32.
+constexpr float kNF4[16] = {-1.0f,
+                            -0.6961928009986877f,
+                            -0.5250730514526367f,
+                            -0.39491748809814453f,
+                            -0.28444138169288635f,
+                            -0.18477343022823334f,
+                            -0.09105003625154495f,
+                            0.0f,
+                            0.07958029955625534f,
+                            0.16093020141124725f,
+                            0.24611230194568634f,
+                            0.33791524171829224f,
+                            0.44070982933044434f,
+                            0.5626170039176941f,
+                            0.7229568362236023f,
+                            1.0f};
 
 // bfloat16 is the top half of a float32.
 class BFloat16Conversion final : public ElementConversion {
@@ -356,6 +379,8 @@ constexpr Widening kWidenings[] = {
     {DType::UInt4, DType::UInt8, [] { return integer_table(4, false); }},
     {DType::Int2, DType::Int8, [] { return integer_table(2, true); }},
     {DType::UInt2, DType::UInt8, [] { return integer_table(2, false); }},
+    {DType::UInt1, DType::UInt8, [] { return integer_table(1, false, true); }},
+    {DType::NF4, DType::Float32, [] { return float_table(4, [](uint32_t c) { return kNF4[c]; }); }},
 };
 
 const Widening* widening(DType stored) {
@@ -395,8 +420,7 @@ std::shared_ptr<const ElementConversion> plain_conversion(DType stored) {
   // One per dtype, made once (thread-safe static initialisation).
   static const auto conversions = [] {
     std::array<std::shared_ptr<const ElementConversion>, 256> made;
-    for (uint32_t d = 0; d <= static_cast<uint32_t>(DType::GgmlBlock); ++d)
-      if (const Widening* w = widening(static_cast<DType>(d))) made[d] = w->make();
+    for (const Widening& w : kWidenings) made[static_cast<uint8_t>(w.stored)] = w.make();
     return made;
   }();
   return conversions[static_cast<uint8_t>(stored)];

@@ -10,7 +10,9 @@
 //   ElementView  one stored element gives one value: bfloat16, float8_*,
 //                float6_*, float4_e2m1 -> float32; int4/int2 -> int8,
 //                uint4/uint2 -> uint8 (sub-byte elements packed from the
-//                lowest bits of each byte up, element 0 first); torch's
+//                lowest bits of each byte up, element 0 first), uint1 ->
+//                uint8 (most significant bit first), nf4 -> float32
+//                through its 16-value table; torch's
 //                quantized integers -> float32 ((q - zero_point) x scale,
 //                per tensor or per channel); unsigned integers q x scale +
 //                min -> float32 or int32, float16 -> float32; or the
@@ -66,7 +68,7 @@ class ElementConversion {
 // int8 or uint8 for the sub-byte integers), or none.
 std::optional<DType> widened_type(DType stored);
 // The conversion of a plain dtype numpy lacks (bfloat16, float8/6/4,
-// int4/2, uint4/2), or null: one per dtype, made on first use and shared by
+// int4/2, uint4/2/1, nf4), or null: one per dtype, made on first use and shared by
 // every view (a model of 100 000 float8 tensors needs one 1 KiB table).
 std::shared_ptr<const ElementConversion> plain_conversion(DType stored);
 // Elements of `element_size` bytes copied as they are (null past

@@ -1181,6 +1181,16 @@ def openvino_huge_attribute(folder):
                         head=' label="%s"' % ("x" * (MiB + 1)))
 
 
+def openvino_u1_size_unpacked(folder):
+    """A u1 Const of 4096 bits whose size is a byte per bit (4096), as if unpacked."""
+    return _openvino_ir(folder, [_openvino_const(0, "u1", "4096", 0, 4096)], bytes(4096))
+
+
+def openvino_nf4_past_end(folder):
+    """An nf4 Const of 2^62 + 1 elements claiming the 2^61 + 1 bytes they pack into, of a 16-byte .bin."""
+    return _openvino_ir(folder, [_openvino_const(0, "nf4", str((1 << 62) + 1), 0, (1 << 61) + 1)], bytes(16))
+
+
 # --- executorch cases ---
 class _EtFlat(_Flat):
     """A hand-laid ExecuTorch program: root offset, "ET12", and (when
@@ -2110,6 +2120,9 @@ CASES = {
     "coreml_shape_overflows": (coreml_shape_overflows, False),
     "coreml_truncated": (coreml_truncated, False),
     "coreml_nested_blocks": (coreml_nested_blocks, False),
+    # --- OpenVINO sub-byte Consts (issue 45): sizes that do not fit the packed type ---
+    "openvino_u1_size_unpacked": (openvino_u1_size_unpacked, False),
+    "openvino_nf4_past_end": (openvino_nf4_past_end, False),
 }
 
 

@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """OpenVINO IR v10/v11 models (an .xml and the .bin of its stem) through a
 real mount: Consts of many element types, a scalar, two Consts sharing one
-range, u4 packed low nibble first, a string Const, a bit-packed type left
-out; --list/--info/--check; a URL; refusals; and the real files of
+range, u4 packed low nibble first, a string Const, u1 (bits most
+significant first) and nf4 (indices into its 16-value table) unpacked in
+their .npy, u2/u3/u6 left out (their packing changed between OpenVINO
+releases); --list/--info/--check; --export; a URL; refusals; and the real files of
 realworld2 (openvino/, hostile/openvino_underallocated, per its MANIFEST.md).
 
 Oracle: the test's own writer (numpy arrays' bytes placed in a .bin at
@@ -20,6 +22,7 @@ import pytest
 
 import conftest
 from conftest import cat, index_paths, metadata, mounted, one_line, run_modelfs, sidecar
+from test_export import parse_export
 
 REAL = "fixtures/realworld2/files/openvino"
 HOSTILE = "fixtures/realworld2/files/hostile/openvino_underallocated"
@@ -29,7 +32,29 @@ REAL_COUNTS = {"datumaro_face_detection_0200": 705, "datumaro_rise": 2, "ovms_du
 # IR element_type -> the sidecar's dtype (docs/formats.md, "OpenVINO IR").
 DTYPES = {"f32": "float32", "f16": "float16", "f64": "float64", "bf16": "bfloat16", "i8": "int8",
           "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32",
-          "u64": "uint64", "boolean": "bool", "u4": "uint4", "i4": "int4", "string": "string"}
+          "u64": "uint64", "boolean": "bool", "u4": "uint4", "i4": "int4", "string": "string",
+          "u1": "uint1", "nf4": "nf4"}
+# NF4's 16 values, as OpenVINO's ConvertNF4::dequantize lists them.
+NF4 = np.array([-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
+                -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
+                0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
+                0.7229568362236023, 1.0], "<f4")
+
+
+def pack_msb_bits(values):
+    """u1: element i in bit 7 - i % 8 of byte i // 8 (docs/formats.md, "OpenVINO IR")."""
+    out = bytearray((len(values) + 7) // 8)
+    for i, v in enumerate(values):
+        out[i // 8] |= int(v) << (7 - i % 8)
+    return bytes(out)
+
+
+def pack_low_nibbles(values):
+    """u4/i4/nf4: element 2i in the low nibble of byte i, 2i + 1 in the high one."""
+    out = bytearray((len(values) + 1) // 2)
+    for i, v in enumerate(values):
+        out[i // 2] |= int(v) << (4 * (i % 2))
+    return bytes(out)
 
 
 # -- the writer ------------------------------------------------------------------
@@ -108,7 +133,8 @@ def sample():
     packed = bytes([1 | 2 << 4, 15 | 0 << 4, 9])
     consts.append(Const("nib", "u4", [5], packed))
     consts.append(Const("words", "string", [3], string_region([b"ab", b"", b"xyz"])))
-    consts.append(Const("bits", "u1", [16], b"\x80\x01"))  # left out: no dtype packs MSB first
+    consts.append(Const("bits", "u1", [16], b"\x80\x01"))  # most significant bit first
+    consts.append(Const("pairs", "u2", [4], b"\x1b"))  # left out: its packing changed between releases
     consts.append(Const("empty", "f32", [0, 3], b""))
     return consts, arrays, bits, nibbles
 
@@ -119,7 +145,7 @@ def bf16_values(bits):
 
 def check_written(mnt, consts, arrays, bits, nibbles):
     paths, index = index_paths(mnt)
-    names = sorted(c.name for c in consts if c.element_type != "u1")
+    names = sorted(c.name for c in consts if c.element_type != "u2")
     assert sorted(paths) == names
     for key, values in arrays.items():
         name = "scalar" if key == "scalar" else f"w.{key}"
@@ -139,11 +165,13 @@ def check_written(mnt, consts, arrays, bits, nibbles):
     assert cat(paths["nib"]) == bytes([0x21, 0x0F, 0x09])
     np.testing.assert_array_equal(np.load(str(paths["nib"]) + ".npy"), np.array(nibbles, "u1"))
     assert cat(paths["words"]) == b'"ab"\n""\n"xyz"\n'
+    assert cat(paths["bits"]) == b"\x80\x01"
+    np.testing.assert_array_equal(np.load(str(paths["bits"]) + ".npy"), np.array([1] + [0] * 14 + [1], "u1"))
     assert cat(paths["empty"]) == b""
     meta = metadata(mnt)
     assert meta["ir_version"] == 11 and meta["net_name"] == "written"
     assert meta["layer_types"] == {"Const": len(consts), "Result": 1}
-    assert meta["left_out"][0]["name"] == "bits" and meta["left_out"][0]["element_type"] == "u1"
+    assert meta["left_out"][0]["name"] == "pairs" and meta["left_out"][0]["element_type"] == "u2"
     assert meta["rt_info"]["conversion_parameters"]["framework"] == "numpy"
 
 
@@ -156,6 +184,96 @@ def test_written_ir_every_dtype(tmp):
     for step in ("--list", "--info", "--check"):
         result = run_modelfs(step, model)
         assert result.returncode == 0, (step, result.stderr)
+
+
+def sub_byte_sample():
+    """u1 and nf4 Consts of values chosen here, odd counts and 2-D shapes
+    among them, packed by this test's own writer; u2, u3 and u6 beside them."""
+    rng = np.random.default_rng(45)
+    values = {
+        "mask": rng.integers(0, 2, (3, 5)).astype("u1"),        # 15 bits: 2 bytes, the last bit padding
+        "flags": np.array([1, 0, 1, 1, 0, 0, 1, 0, 1], "u1"),  # the legacy spelling BIN
+        "q": np.arange(16, dtype="u1")[::-1].reshape(2, 8),     # every index of the table
+        "q.odd": np.array([15, 0, 7, 8, 3], "u1"),              # 5 nibbles: 3 bytes
+    }
+    consts = [
+        Const("mask", "u1", [3, 5], pack_msb_bits(values["mask"].ravel())),
+        Const("flags", "BIN", [9], pack_msb_bits(values["flags"])),
+        Const("q", "nf4", [2, 8], pack_low_nibbles(values["q"].ravel())),
+        Const("q.odd", "NF4", [5], pack_low_nibbles(values["q.odd"])),
+        Const("u2", "u2", [4], b"\x1b"),
+        Const("u3", "u3", [5], bytes(3)),  # 15 bits in a whole 3-byte group, as OpenVINO sized u3 before 2026
+        Const("u6", "u6", [4], bytes(3)),
+    ]
+    return consts, values
+
+
+def check_sub_byte(mnt, consts, values):
+    paths, _ = index_paths(mnt)
+    assert sorted(paths) == sorted(values)
+    for c in consts[:4]:
+        path, chosen = paths[c.name], values[c.name]
+        assert cat(path) == c.data, c.name  # the packed bytes, in place
+        npy = np.load(str(path) + ".npy")
+        car = sidecar(path)
+        if c.element_type.lower() in ("u1", "bin"):
+            assert npy.dtype == np.uint8, c.name
+            np.testing.assert_array_equal(npy, chosen)
+            assert car["dtype"] == "uint1" and car["openvino_element_type"] == "u1", c.name
+            assert car["openvino_bit_order"] == "element 0 in the most significant bit"
+            assert car["npy"] == {"dtype": "uint8", "from": "uint1", "exact": True}
+        else:
+            assert npy.dtype == np.float32, c.name
+            np.testing.assert_array_equal(npy, NF4[chosen])
+            assert car["dtype"] == "nf4" and car["openvino_element_type"] == "nf4", c.name
+            assert car["openvino_bit_order"] == "element 0 in the lowest bits"
+            assert car["npy"] == {"dtype": "float32", "from": "nf4", "exact": True}
+        assert car["shape"] == list(chosen.shape) and car["nbytes"] == len(c.data), c.name
+        assert car["source"] == {"file": "model.bin", "offset": c.offset}, c.name
+    left = {e["name"]: e for e in metadata(mnt)["left_out"]}
+    assert set(left) == {"u2", "u3", "u6"}
+    for name, entry in left.items():
+        assert entry["element_type"] == name and "OpenVINO releases" in entry["reason"], entry
+
+
+def test_u1_and_nf4_unpacked_u2_u3_u6_left_out(tmp):
+    consts, values = sub_byte_sample()
+    model = write_ir(tmp / "m", consts)
+    with mounted(model) as mnt:
+        check_sub_byte(mnt, consts, values)
+    result = run_modelfs("--check", model)
+    assert result.returncode == 0 and "4 tensors" in result.stdout, result.stderr
+
+
+def exported(path):
+    """{name: (dtype, shape, bytes)} of a safetensors file, by the reference reader's rules (test_export)."""
+    return parse_export(path.read_bytes())[0]
+
+
+def test_sub_byte_export(tmp):
+    """As for int4: left out of a plain export (safetensors has no such
+    types), written as their .npy's values with -o export=float32."""
+    consts, values = sub_byte_sample()
+    consts.append(Const("plain", "f32", [2], np.array([1.5, -2], "<f4").tobytes()))
+    model = write_ir(tmp / "m", consts)
+    out = tmp / "plain.safetensors"
+    result = run_modelfs("--export", out, model)
+    assert result.returncode == 0, result.stderr
+    tensors = exported(out)
+    assert set(tensors) == {"plain"}
+    assert tensors["plain"] == ("F32", [2], np.array([1.5, -2], "<f4").tobytes())
+    out = tmp / "float32.safetensors"
+    result = run_modelfs("--export", out, "-o", "export=float32", model)
+    assert result.returncode == 0, result.stderr
+    tensors = exported(out)
+    assert set(tensors) == set(values) | {"plain"}
+    for name, chosen in values.items():
+        dtype, shape, raw = tensors[name]
+        assert shape == list(chosen.shape), name
+        if name in ("mask", "flags"):
+            assert dtype == "U8" and raw == chosen.tobytes(), name
+        else:
+            assert dtype == "F32" and raw == NF4[chosen].tobytes(), name
 
 
 def test_ir_v10_and_bom(tmp):
@@ -252,6 +370,11 @@ def test_refusals(tmp):
         return path
 
     refused(model('size="16"', 'size="12"'), "size 12 is not the 16 bytes")
+    # Packed types: a byte per value (as if unpacked) is not their size.
+    refused(model('element_type="f32"', 'element_type="u1"'), "size 16 is not the 1 bytes")
+    refused(model('element_type="f32" shape="4"', 'element_type="nf4" shape="30"'), "size 16 is not the 15 bytes")
+    # u3 of 40 values: 15 bytes, in whole 3-byte groups too; 16 is neither.
+    refused(model('element_type="f32" shape="4"', 'element_type="u3" shape="40"'), "size 16 is not the 15 bytes")
     refused(model('element_type="f32"', 'element_type="f33"'), "unknown element_type")
     refused(model('shape="4"', 'shape="4,x"'), "shape")
     refused(model('offset="3"', 'offset="3000"'), "run past the end")

@@ -249,6 +249,14 @@ TEST(NumericViews, PackedFloatsAndIntegersUnpackFromTheLowBitsUp) {
   auto int2 = ElementView::make(in_memory(pairs), shape, strides, plain_conversion(DType::Int2));
   read_view(*int2, 0, out);
   EXPECT_EQ(out, bytes_of({0, 1, 0xFE, 0xFF}));  // 0, 1, -2, -1
+  // uint1: element 0 in the most significant bit; nf4: indices low nibble first.
+  const auto bits = bytes_of({0xA1});
+  auto uint1 = ElementView::make(in_memory(bits), shape, strides, plain_conversion(DType::UInt1));
+  ASSERT_TRUE(uint1);
+  read_view(*uint1, 0, out);
+  EXPECT_EQ(out, bytes_of({1, 0, 1, 0}));
+  EXPECT_EQ(convert_all(DType::NF4, bytes_of({0xF0, 0x87}), 4),
+            (std::vector<float>{-1.0f, 1.0f, 0.0f, 0.07958029955625534f}));
 }
 
 TEST(NumericViews, StridedViewsConvertInCOrder) {

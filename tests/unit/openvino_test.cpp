@@ -62,7 +62,7 @@ TEST(OpenVino, ConstsAreServedFromTheBin) {
                                {"b", "f32", "2,2", "0", "16", ""},  // shares a's bytes
                                {"s", "i64", "", "16", "8", ""},
                                {"q", "u4", "3", "24", "2", "<dim>3</dim>"},
-                               {"bits", "u1", "8", "26", "1", ""}}),
+                               {"bits", "u2", "4", "26", "1", ""}}),
                            bin);
   const Catalog catalog = open_model(model);
   EXPECT_EQ(catalog.format, "openvino");
