@@ -25,4 +25,16 @@ inline std::string refusal_reason(const std::filesystem::path& model, std::strin
   return {};
 }
 
+// The whole message (file, format, offset, reason) open_model gives for
+// refusing `model`; a test failure when the model is accepted.
+inline std::string refusal_message(const std::filesystem::path& model) {
+  try {
+    open_model(model);
+  } catch (const ModelError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "accepted";
+  return {};
+}
+
 }  // namespace modelfs::test
